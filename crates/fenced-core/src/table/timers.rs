@@ -1,0 +1,45 @@
+//! The table's timer queue: a min-heap of (time, insertion order, what).
+//!
+//! Entries are never removed early. A timer whose subject is gone (a revoked lease, a
+//! granted waiter) is skipped when it fires, and a lease's expiry timer re-arms itself
+//! when the lease was kept alive meanwhile. That keeps keepalive, the hottest call, free
+//! of heap work.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::table::WaiterId;
+use crate::{LeaseId, LockName};
+
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub(super) enum Timer {
+    LeaseExpiry(LeaseId),
+    WaitDeadline(WaiterId),
+    LockDelayEnds(LockName),
+    GrantsResume,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Timers {
+    /// Ordered by time, then by insertion, so equal times fire deterministically.
+    heap: BinaryHeap<Reverse<(u64, u64, Timer)>>,
+    pushed: u64,
+}
+
+impl Timers {
+    pub(super) fn push(&mut self, at_ms: u64, timer: Timer) {
+        self.pushed += 1;
+        self.heap.push(Reverse((at_ms, self.pushed, timer)));
+    }
+
+    pub(super) fn next_at(&self) -> Option<u64> {
+        self.heap.peek().map(|Reverse((at, _, _))| *at)
+    }
+
+    pub(super) fn pop_due(&mut self, now_ms: u64) -> Option<(u64, Timer)> {
+        if self.next_at()? > now_ms {
+            return None;
+        }
+        self.heap.pop().map(|Reverse((at, _, timer))| (at, timer))
+    }
+}

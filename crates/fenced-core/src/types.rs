@@ -1,0 +1,152 @@
+//! The newtypes every layer shares: fencing tokens, lease ids and lock names.
+
+use std::fmt;
+
+/// A fencing token: strictly increasing over the life of a lock service, never 0.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct Token(u64);
+
+impl Token {
+    /// The first token a fresh service issues.
+    pub const FIRST: Token = Token(1);
+
+    /// `None` for 0, which is never a valid token.
+    pub fn new(raw: u64) -> Option<Token> {
+        (raw != 0).then_some(Token(raw))
+    }
+
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    /// The token after this one. Panics on overflow: 2^64 grants do not happen, and
+    /// wrapping would silently break the one property this type exists for.
+    pub fn next(self) -> Token {
+        Token(self.0.checked_add(1).expect("fencing token space exhausted"))
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A lease id. The server fills it with at least 128 random bits; the simulator
+/// may number its leases. The core only compares them.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct LeaseId(pub u128);
+
+impl LeaseId {
+    /// 32 lowercase hex digits, the wire form.
+    pub fn to_hex(self) -> String {
+        format!("{:032x}", self.0)
+    }
+
+    /// Parses exactly 32 hex digits.
+    pub fn from_hex(s: &str) -> Option<LeaseId> {
+        if s.len() != 32 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        u128::from_str_radix(s, 16).ok().map(LeaseId)
+    }
+}
+
+impl fmt::Display for LeaseId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// A lock name: UTF-8, 1 to `LockName::LEN_MAX` bytes, `/` allowed for hierarchy,
+/// no control characters.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct LockName(Box<str>);
+
+/// Why a string is not a valid lock name.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum NameError {
+    Empty,
+    TooLong { len: usize, len_max: usize },
+    ControlCharacter,
+}
+
+impl fmt::Display for NameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NameError::Empty => write!(f, "a lock name must not be empty"),
+            NameError::TooLong { len, len_max } => {
+                write!(f, "a lock name is at most {len_max} bytes, this one is {len}")
+            }
+            NameError::ControlCharacter => {
+                write!(f, "a lock name must not contain control characters")
+            }
+        }
+    }
+}
+
+impl std::error::Error for NameError {}
+
+impl LockName {
+    /// The design's upper bound on a name, in bytes.
+    pub const LEN_MAX: usize = 256;
+
+    pub fn new(name: &str) -> Result<LockName, NameError> {
+        LockName::with_len_max(name, LockName::LEN_MAX)
+    }
+
+    /// Validates against a configured bound, itself capped at `LEN_MAX`.
+    pub fn with_len_max(name: &str, len_max: usize) -> Result<LockName, NameError> {
+        let len_max = len_max.min(LockName::LEN_MAX);
+        if name.is_empty() {
+            return Err(NameError::Empty);
+        }
+        if name.len() > len_max {
+            return Err(NameError::TooLong { len: name.len(), len_max });
+        }
+        if name.chars().any(char::is_control) {
+            return Err(NameError::ControlCharacter);
+        }
+        Ok(LockName(name.into()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for LockName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_is_not_a_token() {
+        assert_eq!(Token::new(0), None);
+        assert_eq!(Token::new(7).map(Token::get), Some(7));
+        assert_eq!(Token::FIRST.next().get(), 2);
+    }
+
+    #[test]
+    fn lease_id_hex_round_trip() {
+        let id = LeaseId(0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+        assert_eq!(LeaseId::from_hex(&id.to_hex()), Some(id));
+        assert_eq!(LeaseId::from_hex("abc"), None);
+        assert_eq!(LeaseId::from_hex(&"g".repeat(32)), None);
+    }
+
+    #[test]
+    fn names_are_bounded() {
+        assert_eq!(LockName::new(""), Err(NameError::Empty));
+        assert!(LockName::new(&"a".repeat(256)).is_ok());
+        assert_eq!(LockName::new(&"a".repeat(257)), Err(NameError::TooLong { len: 257, len_max: 256 }));
+        assert_eq!(LockName::new("a\nb"), Err(NameError::ControlCharacter));
+        assert_eq!(LockName::new("orders/42").unwrap().as_str(), "orders/42");
+        assert!(LockName::with_len_max("abcd", 3).is_err());
+    }
+}
