@@ -1,0 +1,1 @@
+//! The Fenced client (being built).

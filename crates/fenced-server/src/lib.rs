@@ -1,0 +1,1 @@
+//! The Fenced lock server (being built).

@@ -1,0 +1,88 @@
+//! Arguments shared by every subcommand: the output format, the endpoint, durations.
+
+use std::fmt;
+
+use clap::{Args, ValueEnum};
+
+#[derive(Args, Debug, Clone)]
+pub struct Global {
+    /// Output format.
+    #[arg(long, global = true, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    /// Shorthand for --output json.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// The server to talk to.
+    #[arg(long, global = true, env = "FENCED_ENDPOINT", default_value = "http://127.0.0.1:7400")]
+    pub endpoint: String,
+}
+
+impl Global {
+    pub fn json(&self) -> bool {
+        self.json || self.output == Output::Json
+    }
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+/// An argument that parsed but makes no sense; exits with status 2.
+#[derive(Debug)]
+pub struct BadArgument {
+    pub arg: &'static str,
+    pub message: String,
+}
+
+impl BadArgument {
+    pub fn new(arg: &'static str, message: impl Into<String>) -> anyhow::Error {
+        anyhow::Error::new(BadArgument { arg, message: message.into() })
+    }
+}
+
+impl fmt::Display for BadArgument {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.arg, self.message)
+    }
+}
+
+impl std::error::Error for BadArgument {}
+
+/// Parses a duration written like `750ms`, `90s`, `10m`, `1h` (or a bare number of
+/// milliseconds) into milliseconds.
+pub fn duration_ms(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    if digits.is_empty() {
+        return Err(format!("'{s}' is not a duration: write it like 750ms, 90s, 10m or 1h"));
+    }
+    let n: u64 = digits.parse().map_err(|_| format!("'{s}' is too large"))?;
+    let scale = match unit {
+        "" | "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(format!("'{s}' has an unknown unit '{unit}': use ms, s, m or h")),
+    };
+    n.checked_mul(scale).ok_or_else(|| format!("'{s}' is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::duration_ms;
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration_ms("750ms"), Ok(750));
+        assert_eq!(duration_ms("90s"), Ok(90_000));
+        assert_eq!(duration_ms("10m"), Ok(600_000));
+        assert_eq!(duration_ms("1h"), Ok(3_600_000));
+        assert_eq!(duration_ms("250"), Ok(250));
+        assert!(duration_ms("s").is_err());
+        assert!(duration_ms("5d").is_err());
+        assert!(duration_ms("99999999999999999999s").is_err());
+    }
+}

@@ -1,0 +1,6 @@
+//! End-to-end tests of the `fenced` binary: one integration-test binary, a module per
+//! subcommand family.
+
+mod exec;
+mod server;
+mod sim;
