@@ -592,9 +592,13 @@ impl LockTable {
                 );
                 self.effects.push(Effect::Granted { at_ms: now_ms, waiter: Some(waiter_id), grant: grant.clone() });
                 // Other queued acquires of the same lease on this lock (a retried
-                // request) get the same grant: same lease, same token.
+                // request) get the same grant: same lease, same token. Found through
+                // the lease's own short list, not by scanning the queue.
+                if lease.waiting.is_empty() {
+                    return self.forget_if_idle(name);
+                }
                 let twins: Vec<WaiterId> =
-                    lock.queue.iter().copied().filter(|id| self.waiters[id].lease == w.lease).collect();
+                    lease.waiting.iter().copied().filter(|id| self.waiters[id].name == *name).collect();
                 for twin in twins {
                     lock.queue.retain(|q| *q != twin);
                     self.waiters.remove(&twin);
@@ -603,7 +607,16 @@ impl LockTable {
                 }
             }
         }
-        if lock.holder.is_none() && lock.queue.is_empty() && lock.blocked_until_ms <= now_ms {
+        self.forget_if_idle(name);
+    }
+
+    fn forget_if_idle(&mut self, name: &LockName) {
+        let now_ms = self.now_ms;
+        if self
+            .locks
+            .get(name)
+            .is_some_and(|l| l.holder.is_none() && l.queue.is_empty() && l.blocked_until_ms <= now_ms)
+        {
             self.locks.remove(name);
         }
     }
