@@ -57,7 +57,9 @@ pub enum FindingKind {
     LateWrite { token: Token, expired_at_ms: u64, pause_ms: u64 },
     /// A write the gate refused.
     StaleWriteRejected { token: Option<Token> },
-    /// An accepted write that overwrote `lost` acknowledged increments.
+    /// An accepted write that overwrote `lost` acknowledged increments (some may come
+    /// back when another stale writer writes a higher value; `Report::lost_updates`
+    /// is the net count, the increments missing from the counter).
     LostUpdate { lost: u64, value: u64, value_before: u64 },
     /// A grant whose token is not above every earlier one.
     TokenRegression { token: Token, previous: Token },
@@ -129,6 +131,9 @@ pub struct Checker {
     live: Option<Token>,
     /// Highest token of any operation that reached the resource and was let through.
     highest_seen: Option<Token>,
+    /// Increments acknowledged minus increments in the counter, over writes that know
+    /// the value they overwrote.
+    net_lost: i128,
     late_kept: usize,
     rejected_kept: usize,
     index: usize,
@@ -226,9 +231,13 @@ impl Checker {
                             }
                         }
                         if let Some(before) = value_before {
+                            // Each accepted write should add exactly one. What it adds
+                            // short of one is lost for now; a later write of a higher
+                            // stale value can bring it back, so the count is the net.
+                            self.net_lost += before as i128 + 1 - value as i128;
+                            self.report.lost_updates = self.net_lost.max(0) as u64;
                             let lost = (before + 1).saturating_sub(value);
                             if lost > 0 {
-                                self.report.lost_updates += lost;
                                 let kind = FindingKind::LostUpdate { lost, value, value_before: before };
                                 self.report.findings.push(finding(kind));
                             }

@@ -4,9 +4,12 @@
 //! calls on the library crates. Exit status 2 means bad arguments.
 
 mod args;
+#[cfg(feature = "client")]
 mod client_cmd;
+#[cfg(feature = "server")]
 mod server_cmd;
 mod sim_cmd;
+mod sweep_cmd;
 
 use std::process::ExitCode;
 
@@ -27,9 +30,11 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Run the lock service with its HTTP API and web console.
+    #[cfg(feature = "server")]
     Server(server_cmd::ServerArgs),
     /// The laboratory: simulate clients, lock service and resource from one seed.
     Sim(sim_cmd::SimArgs),
+    #[cfg(feature = "client")]
     #[command(flatten)]
     Client(client_cmd::ClientCmd),
 }
@@ -37,8 +42,10 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
+        #[cfg(feature = "server")]
         Cmd::Server(a) => server_cmd::run(a, &cli.global),
         Cmd::Sim(a) => sim_cmd::run(a, &cli.global),
+        #[cfg(feature = "client")]
         Cmd::Client(c) => client_cmd::run(c, &cli.global),
     };
     match result {

@@ -98,3 +98,18 @@ fn missing_increments_from_a_final_value() {
     assert_eq!(Checker::missing_increments(10, 7), 3);
     assert_eq!(Checker::missing_increments(10, 12), 0, "unacknowledged writes may have applied");
 }
+
+#[test]
+fn lost_updates_are_net_of_increments_that_come_back() {
+    // Counter at 5. A zombie that read 0 writes 1 (five increments gone), then a holder
+    // that read 5 writes 6: four of them are back, one is lost for good.
+    let h = vec![
+        ev(0, 0, EventKind::Granted { token: tok(1) }),
+        ev(1, 0, write(1, 1, 5, Outcome::Accepted)),
+        ev(2, 0, write(1, 6, 1, Outcome::Accepted)),
+    ];
+    let r = Checker::check(&h);
+    assert_eq!(r.lost_updates, 1);
+    assert_eq!(r.findings.len(), 1);
+    assert_eq!(r.findings[0].kind, FindingKind::LostUpdate { lost: 5, value: 1, value_before: 5 });
+}

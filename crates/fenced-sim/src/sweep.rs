@@ -1,0 +1,1 @@
+//! Sweeps (being built).

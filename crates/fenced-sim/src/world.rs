@@ -1,0 +1,705 @@
+//! The event loop: clients running the counter workload, the lock service (the real
+//! `LockTable`) and the resource (the real fence gate), joined by a network with
+//! random delays, all in virtual time.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, DefaultHasher};
+
+use fenced_core::checker::{Checker, Event, EventKind, FindingKind, Outcome};
+use fenced_core::gate::{FenceGate, Op};
+use fenced_core::table::{Acquire, AcquireOutcome, Effect, Limits, ReleaseReason, WaiterId};
+use fenced_core::{LeaseId, LockName, LockTable, Token};
+
+use crate::pauses::{self, PauseCause};
+use crate::queue::Queue;
+use crate::rng::Rng;
+use crate::trace::{Actor, Detail, Kind, Record, TraceSink};
+use crate::{Config, ConfigError, Scenario, Summary, ZombieProof};
+
+/// Runs one simulation and returns what the checker found. Records go to `sink`.
+pub fn run<S: TraceSink>(cfg: &Config, sink: &mut S) -> Result<Summary, ConfigError> {
+    cfg.validate()?;
+    let mut w = World::new(cfg, sink);
+    w.start();
+    while let Some((t_ms, ev)) = w.queue.pop() {
+        if t_ms > cfg.duration_ms {
+            break;
+        }
+        w.now = t_ms;
+        w.events += 1;
+        w.dispatch(ev);
+    }
+    Ok(w.finish())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    Thinking,
+    Acquiring,
+    Reading,
+    Working,
+    Writing,
+    Releasing,
+    Crashed,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Wake {
+    Acquire,
+    WriteDue,
+    Renew,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Ev {
+    /// A client's own timer. `gen` must match the client's for it to count.
+    Wake {
+        client: u32,
+        gen: u32,
+        what: Wake,
+    },
+    Pause {
+        client: u32,
+        gen: u32,
+        cause: PauseCause,
+        duration_ms: u64,
+    },
+    Crash {
+        client: u32,
+        gen: u32,
+    },
+    Restart {
+        client: u32,
+    },
+    ToService {
+        client: u32,
+        lease_n: u32,
+        sent_ms: u64,
+        msg: ServiceMsg,
+    },
+    ToResource {
+        client: u32,
+        gen: u32,
+        sent_ms: u64,
+        msg: ResourceMsg,
+    },
+    ToClient {
+        client: u32,
+        gen: u32,
+        msg: ClientMsg,
+    },
+    ServiceTimer,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum ServiceMsg {
+    Acquire,
+    Keepalive,
+    Release,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum ResourceMsg {
+    Read { held: Option<Token> },
+    Write { held: Option<Token>, value: u64, version: u64 },
+}
+
+#[derive(Clone, Copy, Debug)]
+enum ClientMsg {
+    Granted { lease_n: u32, token: Token },
+    NotGranted { lease_n: u32 },
+    KeepaliveReply { lease_n: u32, ok: bool },
+    ReleaseAck,
+    ReadReply { ok: bool, value: u64, version: u64 },
+    WriteReply { ok: bool },
+}
+
+struct Client {
+    phase: Phase,
+    /// Bumped on every crash and on every change that makes pending timers stale.
+    gen: u32,
+    /// Bumped on every acquire: the lease of this attempt.
+    lease_n: u32,
+    lock: u32,
+    token: Option<Token>,
+    /// The lease is known to be gone (a keepalive came back "not found").
+    lost: bool,
+    /// Process pause: nothing runs before this.
+    paused_until: u64,
+    /// Network delay: nothing this client sends arrives before this.
+    net_held_until: u64,
+    /// What the last read returned.
+    read_value: u64,
+    read_version: u64,
+}
+
+struct World<'a, S: TraceSink> {
+    cfg: &'a Config,
+    sink: &'a mut S,
+    rng: Rng,
+    now: u64,
+    queue: Queue<Ev>,
+    events: u64,
+    records: u64,
+    table: LockTable,
+    service_timer_at: Option<u64>,
+    /// Queued acquires: which client and attempt each waiter is.
+    waiters: HashMap<WaiterId, (u32, u32), BuildHasherDefault<DefaultHasher>>,
+    names: Vec<LockName>,
+    gate: FenceGate<u32>,
+    values: Vec<u64>,
+    versions: Vec<u64>,
+    clients: Vec<Client>,
+    checkers: Vec<Checker>,
+    summary: Summary,
+}
+
+impl<'a, S: TraceSink> World<'a, S> {
+    fn new(cfg: &'a Config, sink: &'a mut S) -> Self {
+        let limits = Limits {
+            leases_max: usize::MAX,
+            locks_max: usize::MAX,
+            waiters_max: usize::MAX,
+            waiters_per_lock_max: usize::MAX,
+            ttl_ms_min: 1,
+            ttl_ms_max: u64::MAX / 4,
+            wait_ms_max: u64::MAX / 4,
+            lock_delay_ms_max: 0,
+        };
+        let locks = cfg.locks as usize;
+        World {
+            cfg,
+            sink,
+            rng: Rng::new(cfg.seed),
+            now: 0,
+            queue: Queue::new(),
+            events: 0,
+            records: 0,
+            table: LockTable::new(limits, Token::FIRST, 0),
+            service_timer_at: None,
+            waiters: HashMap::default(),
+            names: (0..locks).map(|k| LockName::new(&format!("counter/{k}")).expect("valid name")).collect(),
+            gate: FenceGate::new(),
+            values: vec![0; locks],
+            versions: vec![0; locks],
+            clients: (0..cfg.clients)
+                .map(|i| Client {
+                    phase: Phase::Thinking,
+                    gen: 0,
+                    lease_n: 0,
+                    lock: i % cfg.locks,
+                    token: None,
+                    lost: false,
+                    paused_until: 0,
+                    net_held_until: 0,
+                    read_value: 0,
+                    read_version: 0,
+                })
+                .collect(),
+            checkers: (0..locks).map(|_| Checker::new()).collect(),
+            summary: Summary {
+                scenario: cfg.scenario,
+                seed: cfg.seed,
+                clients: cfg.clients,
+                locks: cfg.locks,
+                duration_ms: cfg.duration_ms,
+                lease_ms: cfg.lease_ms,
+                fencing: cfg.fencing,
+                renew_fraction: cfg.renew_fraction,
+                pause_model: cfg.pauses,
+                grants: 0,
+                lease_expiries: 0,
+                pauses: 0,
+                crashes: 0,
+                writes_attempted: 0,
+                writes_accepted: 0,
+                writes_aborted: 0,
+                late_writes: 0,
+                zombie_writes: 0,
+                stale_writes_rejected: 0,
+                lost_updates: 0,
+                token_regressions: 0,
+                overlapping_holders: 0,
+                acknowledged: 0,
+                final_value: 0,
+                events: 0,
+                zombies: Vec::new(),
+                zombie_pause_ms_min: None,
+                first_rejection: None,
+            },
+        }
+    }
+
+    fn occ(&self) -> bool {
+        self.cfg.scenario == Scenario::Occ
+    }
+
+    fn start(&mut self) {
+        for c in 0..self.cfg.clients {
+            let t = self.rng.between(self.cfg.think_ms.0, self.cfg.think_ms.1);
+            self.wake(c, t, Wake::Acquire);
+        }
+    }
+
+    fn push(&mut self, t_ms: u64, ev: Ev) {
+        self.queue.push(t_ms, ev);
+    }
+
+    fn wake(&mut self, client: u32, after_ms: u64, what: Wake) {
+        let gen = self.clients[client as usize].gen;
+        self.push(self.now + after_ms, Ev::Wake { client, gen, what });
+    }
+
+    /// When a message sent now by `client` arrives: a random delay, after any network
+    /// hold on the client's packets.
+    fn arrival(&mut self, client: u32) -> u64 {
+        let d = self.rng.between(self.cfg.net_ms.0, self.cfg.net_ms.1);
+        self.now.max(self.clients[client as usize].net_held_until) + d
+    }
+
+    fn send_service(&mut self, client: u32, msg: ServiceMsg) {
+        let at = self.arrival(client);
+        let lease_n = self.clients[client as usize].lease_n;
+        self.push(at, Ev::ToService { client, lease_n, sent_ms: self.now, msg });
+    }
+
+    fn send_resource(&mut self, client: u32, msg: ResourceMsg) {
+        let at = self.arrival(client);
+        let gen = self.clients[client as usize].gen;
+        self.push(at, Ev::ToResource { client, gen, sent_ms: self.now, msg });
+    }
+
+    /// Replies travel back without the client's own network hold.
+    fn reply(&mut self, client: u32, gen: u32, msg: ClientMsg) {
+        let d = self.rng.between(self.cfg.net_ms.0, self.cfg.net_ms.1);
+        self.push(self.now + d, Ev::ToClient { client, gen, msg });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        actor: Actor,
+        kind: Kind,
+        client: u32,
+        token: Option<Token>,
+        sent_ms: Option<u64>,
+        detail: Detail,
+    ) {
+        if S::ENABLED {
+            let lock = self.clients[client as usize].lock;
+            let r = Record {
+                t_ms: self.now,
+                seq: self.records,
+                actor,
+                kind,
+                client,
+                lock,
+                token: token.map(Token::get),
+                sent_ms,
+                detail,
+            };
+            self.sink.record(&r);
+        }
+        self.records += 1;
+    }
+
+    fn history(&mut self, client: u32, kind: EventKind) {
+        let lock = self.clients[client as usize].lock as usize;
+        // Each lock's checker numbers its own clients densely (client i is the
+        // (i / locks)-th on lock i % locks), so its per-client table stays small.
+        let local = client / self.cfg.locks;
+        self.checkers[lock].observe(&Event { t_ms: self.now, client: local, kind });
+    }
+
+    fn dispatch(&mut self, ev: Ev) {
+        match ev {
+            Ev::Wake { client, gen, what } => {
+                if self.deferred(client, gen, ev) {
+                    return;
+                }
+                self.on_wake(client, what);
+            }
+            Ev::ToClient { client, gen, msg } => {
+                if self.deferred(client, gen, ev) {
+                    return;
+                }
+                self.on_client_msg(client, msg);
+            }
+            Ev::Pause { client, gen, cause, duration_ms } => {
+                if self.clients[client as usize].gen != gen {
+                    return;
+                }
+                self.summary.pauses += 1;
+                let c = &mut self.clients[client as usize];
+                match cause {
+                    PauseCause::NetworkDelay => c.net_held_until = self.now + duration_ms,
+                    _ => c.paused_until = self.now + duration_ms,
+                }
+                let token = c.token;
+                let detail = Detail::Pause { duration_ms, cause: cause.name() };
+                self.record(Actor::Client(client), Kind::Pause, client, token, None, detail);
+                self.history(client, EventKind::Paused { duration_ms });
+            }
+            Ev::Crash { client, gen } => {
+                let c = &mut self.clients[client as usize];
+                if c.gen != gen {
+                    return;
+                }
+                c.gen += 1;
+                c.phase = Phase::Crashed;
+                let token = c.token.take();
+                self.summary.crashes += 1;
+                self.record(Actor::Client(client), Kind::Crash, client, token, None, Detail::None);
+                self.push(self.now + self.cfg.restart_ms, Ev::Restart { client });
+            }
+            Ev::Restart { client } => {
+                let c = &mut self.clients[client as usize];
+                c.phase = Phase::Thinking;
+                c.paused_until = 0;
+                c.net_held_until = 0;
+                self.record(Actor::Client(client), Kind::Restart, client, None, None, Detail::None);
+                self.wake(client, 0, Wake::Acquire);
+            }
+            Ev::ToService { client, lease_n, sent_ms, msg } => self.on_service(client, lease_n, sent_ms, msg),
+            Ev::ToResource { client, gen, sent_ms, msg } => self.on_resource(client, gen, sent_ms, msg),
+            Ev::ServiceTimer => {
+                if self.service_timer_at == Some(self.now) {
+                    self.service_timer_at = None;
+                }
+                self.table.handle_timeout(self.now);
+                self.after_service_call();
+            }
+        }
+    }
+
+    /// Drops events of a crashed incarnation and holds events of a paused client until
+    /// it runs again. True when the event was taken care of.
+    fn deferred(&mut self, client: u32, gen: u32, ev: Ev) -> bool {
+        let c = &self.clients[client as usize];
+        if c.gen != gen || c.phase == Phase::Crashed {
+            return true;
+        }
+        if self.now < c.paused_until {
+            let at = c.paused_until;
+            self.push(at, ev);
+            return true;
+        }
+        false
+    }
+
+    fn on_wake(&mut self, client: u32, what: Wake) {
+        let c = &self.clients[client as usize];
+        match what {
+            Wake::Acquire if self.occ() => {
+                self.clients[client as usize].phase = Phase::Reading;
+                self.send_resource(client, ResourceMsg::Read { held: None });
+            }
+            Wake::Acquire => {
+                let c = &mut self.clients[client as usize];
+                c.lease_n += 1;
+                c.phase = Phase::Acquiring;
+                c.token = None;
+                c.lost = false;
+                self.record(Actor::Client(client), Kind::Acquire, client, None, None, Detail::None);
+                self.send_service(client, ServiceMsg::Acquire);
+                // While queued, the client library keeps the lease alive.
+                self.wake(client, (self.cfg.lease_ms / 3).max(1), Wake::Renew);
+            }
+            Wake::Renew => {
+                let interval = match c.phase {
+                    Phase::Acquiring => (self.cfg.lease_ms / 3).max(1),
+                    Phase::Reading | Phase::Working | Phase::Writing => match self.cfg.renew_fraction {
+                        Some(f) => ((self.cfg.lease_ms as f64 * f) as u64).max(1),
+                        None => return,
+                    },
+                    _ => return,
+                };
+                self.send_service(client, ServiceMsg::Keepalive);
+                self.wake(client, interval, Wake::Renew);
+            }
+            Wake::WriteDue => {
+                if c.phase != Phase::Working {
+                    return;
+                }
+                if c.lost {
+                    // It knows: a renewing client heard "lease not found" in time.
+                    self.summary.writes_aborted += 1;
+                    let token = c.token;
+                    self.record(Actor::Client(client), Kind::Aborted, client, token, None, Detail::None);
+                    self.release(client);
+                    return;
+                }
+                let held = if self.occ() { None } else { c.token };
+                let msg = ResourceMsg::Write { held, value: c.read_value + 1, version: c.read_version };
+                self.clients[client as usize].phase = Phase::Writing;
+                self.send_resource(client, msg);
+            }
+        }
+    }
+
+    fn release(&mut self, client: u32) {
+        self.clients[client as usize].phase = Phase::Releasing;
+        self.send_service(client, ServiceMsg::Release);
+    }
+
+    fn think(&mut self, client: u32) {
+        let c = &mut self.clients[client as usize];
+        c.phase = Phase::Thinking;
+        c.gen += 1; // no renewal timer outlives the attempt
+        let t = self.rng.between(self.cfg.think_ms.0, self.cfg.think_ms.1);
+        self.wake(client, t, Wake::Acquire);
+    }
+
+    fn on_client_msg(&mut self, client: u32, msg: ClientMsg) {
+        let c = &mut self.clients[client as usize];
+        match msg {
+            ClientMsg::Granted { lease_n, token } => {
+                if c.phase != Phase::Acquiring || c.lease_n != lease_n {
+                    return; // a grant for an attempt it gave up; the lease will expire
+                }
+                c.phase = Phase::Reading;
+                c.token = Some(token);
+                let held = Some(token);
+                self.send_resource(client, ResourceMsg::Read { held });
+            }
+            ClientMsg::NotGranted { lease_n } => {
+                if c.phase == Phase::Acquiring && c.lease_n == lease_n {
+                    self.think(client);
+                }
+            }
+            ClientMsg::KeepaliveReply { lease_n, ok } => {
+                if !ok && c.lease_n == lease_n {
+                    c.lost = true;
+                }
+            }
+            ClientMsg::ReleaseAck => {
+                if c.phase == Phase::Releasing {
+                    self.think(client);
+                }
+            }
+            ClientMsg::ReadReply { ok, value, version } => {
+                if c.phase != Phase::Reading {
+                    return;
+                }
+                if !ok {
+                    self.release(client); // a newer holder got there first
+                    return;
+                }
+                c.read_value = value;
+                c.read_version = version;
+                c.phase = Phase::Working;
+                self.start_work(client);
+            }
+            ClientMsg::WriteReply { ok } => {
+                if c.phase != Phase::Writing {
+                    return;
+                }
+                if ok {
+                    self.summary.acknowledged += 1;
+                }
+                if self.occ() {
+                    if ok {
+                        self.think(client);
+                    } else {
+                        self.clients[client as usize].phase = Phase::Reading; // lost the race: read again
+                        self.send_resource(client, ResourceMsg::Read { held: None });
+                    }
+                } else {
+                    self.release(client);
+                }
+            }
+        }
+    }
+
+    /// The critical section: work for a while, maybe pause, maybe crash, then write.
+    fn start_work(&mut self, client: u32) {
+        let work = self.rng.between(self.cfg.work_ms.0, self.cfg.work_ms.1);
+        let gen = self.clients[client as usize].gen;
+        if self.rng.chance(self.cfg.pause_chance) {
+            if let Some((cause, duration_ms)) = pauses::draw(self.cfg.pauses, &mut self.rng) {
+                let at = self.now + self.rng.between(0, work);
+                self.push(at, Ev::Pause { client, gen, cause, duration_ms });
+            }
+        }
+        if self.rng.chance(self.cfg.crash_chance) {
+            let at = self.now + self.rng.between(0, work);
+            self.push(at, Ev::Crash { client, gen });
+        }
+        self.wake(client, work, Wake::WriteDue);
+    }
+
+    fn lease_id(client: u32, lease_n: u32) -> LeaseId {
+        LeaseId(((client as u128) << 32) | lease_n as u128)
+    }
+
+    fn client_of(lease: LeaseId) -> (u32, u32) {
+        ((lease.0 >> 32) as u32, lease.0 as u32)
+    }
+
+    fn on_service(&mut self, client: u32, lease_n: u32, sent_ms: u64, msg: ServiceMsg) {
+        let lease = Self::lease_id(client, lease_n);
+        let now = self.now;
+        let name = &self.names[self.clients[client as usize].lock as usize];
+        match msg {
+            ServiceMsg::Acquire => {
+                let ok = self.table.grant_lease(lease, self.cfg.lease_ms, now).is_ok();
+                let req = Acquire { name: name.clone(), lease, wait_ms: self.cfg.wait_ms, lock_delay_ms: 0 };
+                let outcome = if ok { self.table.acquire(req, now).ok() } else { None };
+                if let Some(AcquireOutcome::Queued(w)) = outcome {
+                    self.waiters.insert(w, (client, lease_n));
+                } else if !matches!(outcome, Some(AcquireOutcome::Granted { .. })) {
+                    let gen = self.clients[client as usize].gen;
+                    self.reply(client, gen, ClientMsg::NotGranted { lease_n });
+                }
+                // Grants, immediate or later, reach the client through the effects.
+            }
+            ServiceMsg::Keepalive => {
+                let ok = self.table.keepalive(lease, now).is_ok();
+                let token = self.clients[client as usize].token;
+                self.record(Actor::Lock, Kind::Keepalive, client, token, Some(sent_ms), Detail::Keepalive { ok });
+                let gen = self.clients[client as usize].gen;
+                self.reply(client, gen, ClientMsg::KeepaliveReply { lease_n, ok });
+            }
+            ServiceMsg::Release => {
+                let name = name.clone();
+                let _ = self.table.release(&name, lease, now);
+                let _ = self.table.revoke(lease, now);
+                let gen = self.clients[client as usize].gen;
+                self.reply(client, gen, ClientMsg::ReleaseAck);
+            }
+        }
+        self.after_service_call();
+    }
+
+    /// Carries out the table's effects and re-arms its timer.
+    fn after_service_call(&mut self) {
+        let effects: Vec<Effect> = self.table.drain_effects().collect();
+        for e in effects {
+            match e {
+                Effect::Granted { grant, waiter, .. } => {
+                    if let Some(w) = waiter {
+                        self.waiters.remove(&w);
+                    }
+                    let (client, lease_n) = Self::client_of(grant.lease);
+                    self.summary.grants += 1;
+                    let token = grant.token;
+                    self.record(Actor::Lock, Kind::Granted, client, Some(token), None, Detail::None);
+                    self.history(client, EventKind::Granted { token });
+                    let gen = self.clients[client as usize].gen;
+                    self.reply(client, gen, ClientMsg::Granted { lease_n, token });
+                }
+                Effect::Released { token, lease, reason, .. } => {
+                    let (client, _) = Self::client_of(lease);
+                    if reason == ReleaseReason::Expired {
+                        self.record(Actor::Lock, Kind::Expired, client, Some(token), None, Detail::None);
+                        self.history(client, EventKind::LeaseExpired { token });
+                    } else {
+                        self.record(Actor::Lock, Kind::Released, client, Some(token), None, Detail::None);
+                        self.history(client, EventKind::Released { token });
+                    }
+                }
+                Effect::WaitEnded { waiter, .. } => {
+                    // Timed out, or its lease ended: the client hears "not granted".
+                    if let Some((client, lease_n)) = self.waiters.remove(&waiter) {
+                        self.record(Actor::Lock, Kind::WaitEnded, client, None, None, Detail::None);
+                        let gen = self.clients[client as usize].gen;
+                        self.reply(client, gen, ClientMsg::NotGranted { lease_n });
+                    }
+                }
+                Effect::LeaseExpired { .. } => {}
+            }
+        }
+        if let Some(t) = self.table.poll_timeout() {
+            if self.service_timer_at.is_none_or(|s| t < s) {
+                self.service_timer_at = Some(t);
+                self.push(t.max(self.now), Ev::ServiceTimer);
+            }
+        }
+    }
+
+    fn on_resource(&mut self, client: u32, gen: u32, sent_ms: u64, msg: ResourceMsg) {
+        let key = self.clients[client as usize].lock;
+        let fenced = self.cfg.fencing;
+        match msg {
+            ResourceMsg::Read { held } => {
+                let ok = !fenced || self.gate.admit(key, held, Op::Read).is_accepted();
+                let value = self.values[key as usize];
+                let version = self.versions[key as usize];
+                let outcome = if ok { Outcome::Accepted } else { Outcome::Rejected };
+                self.record(
+                    Actor::Resource,
+                    Kind::Read,
+                    client,
+                    held,
+                    Some(sent_ms),
+                    Detail::Read { fenced, value, accepted: ok },
+                );
+                self.history(client, EventKind::Read { held, fenced, value, outcome });
+                self.reply(client, gen, ClientMsg::ReadReply { ok, value, version });
+            }
+            ResourceMsg::Write { held, value, version } => {
+                let value_before = self.values[key as usize];
+                let ok = if self.occ() {
+                    version == self.versions[key as usize]
+                } else if fenced {
+                    self.gate.admit(key, held, Op::Write).is_accepted()
+                } else {
+                    true
+                };
+                if ok {
+                    self.values[key as usize] = value;
+                    self.versions[key as usize] += 1;
+                }
+                let outcome = if ok { Outcome::Accepted } else { Outcome::Rejected };
+                let checker = &self.checkers[key as usize];
+                let (zombies_before, late_before) = (checker.report().zombie_writes, checker.report().late_writes);
+                self.history(
+                    client,
+                    EventKind::Write { held, fenced, value, value_before: Some(value_before), outcome },
+                );
+                let report = self.checkers[key as usize].report();
+                let zombie = report.zombie_writes > zombies_before;
+                let late = report.late_writes > late_before;
+                let seq = self.records;
+                if zombie {
+                    if let Some(FindingKind::ZombieWrite { token, highest_seen, pause_ms }) =
+                        report.findings.last().map(|f| f.kind)
+                    {
+                        let m = &mut self.summary.zombie_pause_ms_min;
+                        *m = Some(m.map_or(pause_ms, |m| m.min(pause_ms)));
+                        if self.summary.zombies.len() < Summary::ZOMBIES_KEPT {
+                            let (token, highest_seen) = (token.get(), highest_seen.get());
+                            let proof = ZombieProof { t_ms: self.now, seq, client, token, highest_seen, pause_ms };
+                            self.summary.zombies.push(proof);
+                        }
+                    }
+                }
+                if !ok && self.summary.first_rejection.is_none() {
+                    self.summary.first_rejection = Some((self.now, seq));
+                }
+                let detail = Detail::Write { fenced, value, value_before, accepted: ok, late, zombie };
+                self.record(Actor::Resource, Kind::Write, client, held, Some(sent_ms), detail);
+                self.reply(client, gen, ClientMsg::WriteReply { ok });
+            }
+        }
+    }
+
+    fn finish(mut self) -> Summary {
+        let mut s = self.summary;
+        for c in self.checkers.drain(..) {
+            let r = c.finish();
+            s.lease_expiries += r.lease_expiries;
+            s.writes_attempted += r.writes_attempted;
+            s.writes_accepted += r.writes_accepted;
+            s.late_writes += r.late_writes;
+            s.zombie_writes += r.zombie_writes;
+            s.stale_writes_rejected += r.stale_writes_rejected;
+            s.lost_updates += r.lost_updates;
+            s.token_regressions += r.token_regressions;
+            s.overlapping_holders += r.overlapping_holders;
+        }
+        s.final_value = self.values.iter().sum();
+        s.events = self.events;
+        s
+    }
+}
