@@ -1,1 +1,192 @@
-//! The Fenced lock server (being built).
+//! The Fenced lock server: the HTTP/JSON API of version 1 over the `fenced-core` lock
+//! table and fence gate, durable on redb.
+//!
+//! Entry points: [`run`] serves on a bound listener until `shutdown` resolves (tests
+//! call it in-process), [`serve_forever`] builds the runtime, binds, and stops on
+//! SIGTERM or Ctrl-C (the binary calls it).
+
+pub mod config;
+
+mod api;
+mod events;
+mod listener;
+mod locks;
+mod metrics;
+mod store;
+
+use std::future::Future;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fenced_core::{LockTable, Token};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+
+pub use api::ROUTES;
+pub use config::{Config, ConfigError};
+
+use crate::locks::{Locks, TOKEN_BLOCK};
+use crate::metrics::Metrics;
+use crate::store::{MetaKey, Store, StoreError};
+
+/// The OpenAPI 3 document served at `/openapi.json`.
+pub const OPENAPI_JSON: &str = api::OPENAPI_DOC;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Serves on `listener` until `shutdown` resolves, then drains in-flight requests
+/// (bounded by `shutdown_drain_ms`) and closes the database.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let auth_token = match &config.auth_token_file {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ServerError::Setup(format!("auth_token_file {}: {e}", path.display())))?;
+            let token = text.trim().as_bytes().to_vec();
+            if token.is_empty() {
+                return Err(ServerError::Setup(format!("auth_token_file {} is empty", path.display())));
+            }
+            Some(token)
+        }
+    };
+    let tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => Some(listener::tls_acceptor(cert, key).map_err(ServerError::Setup)?),
+        _ => None,
+    };
+
+    let (store, recovered, writer) = Store::open(&config.data_dir)?;
+    // The start-up grace: after a crash, one maximal TTL; after a clean shutdown with
+    // no live lease, none. The clean record is single-use: cleared before serving.
+    let grace_ms = recovered.clean_grace_ms.unwrap_or(recovered.ttl_ms_hwm);
+    if recovered.clean_grace_ms.is_some() {
+        store.set_meta(MetaKey::CleanGraceMs, None).await?;
+    }
+    // Tokens restart at the old ceiling, above everything handed out before; the new
+    // ceiling is durable before the first grant.
+    let first_token = recovered.token_ceiling;
+    let ceiling = first_token + TOKEN_BLOCK;
+    store.set_meta(MetaKey::TokenCeiling, Some(ceiling)).await?;
+    tracing::info!(
+        data_dir = %config.data_dir.display(),
+        first_token,
+        grace_ms,
+        clean_start = recovered.clean_grace_ms.is_some(),
+        "recovered"
+    );
+
+    let metrics = Arc::new(Metrics::default());
+    let table = LockTable::new(config.limits(), Token::new(first_token).expect("ceiling >= 1"), grace_ms);
+    let locks = Arc::new(Locks::new(table, ceiling, store.clone(), metrics.clone()));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let app = Arc::new(api::AppInner {
+        locks: locks.clone(),
+        store: store.clone(),
+        config: config.clone(),
+        metrics: metrics.clone(),
+        ttl_ms_hwm: AtomicU64::new(recovered.ttl_ms_hwm),
+        ttl_hwm_write: tokio::sync::Mutex::new(()),
+        auth_token,
+        grace_until_ms: grace_ms,
+        shutdown: stop_rx.clone(),
+    });
+    let router = api::router(app);
+    let listener = listener::FencedListener {
+        tcp: listener,
+        tls,
+        conns: Arc::new(Semaphore::new(config.connections_max)),
+        metrics: metrics.clone(),
+    };
+    tracing::info!(addr = %listener.tcp.local_addr()?, tls = listener.tls.is_some(), "serving");
+
+    let timers = tokio::spawn(locks.clone().run_timers(stop_rx.clone()));
+    let close_locks = locks.clone();
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("shutting down: draining in-flight requests");
+        let _ = stop_tx.send(true);
+        // Queued acquires answer 503 now rather than hold the drain up.
+        close_locks.close();
+    };
+    let mut drain_rx = stop_rx.clone();
+    let drain_ms = config.shutdown_drain_ms;
+    let drain_deadline = async move {
+        let _ = drain_rx.wait_for(|stop| *stop).await;
+        tokio::time::sleep(Duration::from_millis(drain_ms)).await;
+    };
+    let serve = axum::serve(listener, router).with_graceful_shutdown(signal);
+    let drained = tokio::select! {
+        r = serve => { r?; true }
+        _ = drain_deadline => { tracing::warn!("drain deadline passed; closing with requests in flight"); false }
+    };
+    let _ = timers.await;
+
+    if drained && locks.close() == 0 {
+        // Nothing can be held: the next start needs no grace.
+        store.set_meta(MetaKey::CleanGraceMs, Some(0)).await?;
+    }
+    drop(locks);
+    drop(store);
+    // The writer thread ends when the last store handle drops, closing redb. Handles
+    // held by requests cut off at the drain deadline may keep it alive: don't wait
+    // forever, redb is crash-safe anyway.
+    for _ in 0..200 {
+        if writer.is_finished() {
+            let _ = writer.join();
+            tracing::info!("database closed");
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tracing::warn!("database still busy at exit");
+    Ok(())
+}
+
+/// The binary's entry: a multi-threaded runtime, bind `config.listen`, serve until
+/// SIGTERM or Ctrl-C.
+pub fn serve_forever(config: Config) -> Result<(), ServerError> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let listener = TcpListener::bind(&config.listen)
+            .await
+            .map_err(|e| ServerError::Setup(format!("cannot listen on {}: {e}", config.listen)))?;
+        run(listener, config, shutdown_signal()).await
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// Structured logs to stderr; `RUST_LOG`-style filter from `FENCED_LOG` (default info).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FENCED_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+}

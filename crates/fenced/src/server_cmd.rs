@@ -1,21 +1,76 @@
 //! `fenced server`: flags, environment and config file into a server config, then run.
+//!
+//! Precedence: flags over `FENCED_*` environment over the TOML file (`--config`) over
+//! the defaults. Every setting of the file (see `docs/server.md`) has an environment
+//! variable, `FENCED_` plus its name in upper case; the common ones also have a flag.
 
 use std::process::ExitCode;
 
 use clap::Args;
+use fenced_server::Config;
 
-use crate::args::Global;
+use crate::args::{BadArgument, Global};
 
 #[derive(Args, Debug)]
 pub struct ServerArgs {
-    /// Address to listen on.
+    /// Address to listen on [default: 127.0.0.1:7400].
     #[arg(long)]
     pub listen: Option<String>,
-    /// Directory of the embedded database.
+    /// Directory of the embedded database [default: ./fenced-data].
     #[arg(long)]
     pub data_dir: Option<String>,
+    /// TOML file with settings (flags and FENCED_* environment override it).
+    #[arg(long, env = "FENCED_CONFIG")]
+    pub config: Option<String>,
+    /// File holding the bearer token every /v1 call must present.
+    #[arg(long)]
+    pub auth_token_file: Option<String>,
+    /// PEM certificate chain; with --tls-key, serve HTTPS.
+    #[arg(long)]
+    pub tls_cert: Option<String>,
+    /// PEM private key for --tls-cert.
+    #[arg(long)]
+    pub tls_key: Option<String>,
+    /// Open client connections at once.
+    #[arg(long)]
+    pub connections_max: Option<u64>,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    pub print_config: bool,
 }
 
-pub fn run(_args: ServerArgs, _global: &Global) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("the server is being built")
+pub fn run(args: ServerArgs, _global: &Global) -> anyhow::Result<ExitCode> {
+    let file_text = match &args.config {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .map_err(|e| BadArgument::new("--config", format!("cannot read {path}: {e}")))?,
+        ),
+        None => None,
+    };
+    let mut flags: Vec<(&str, String)> = Vec::new();
+    let strings = [
+        ("listen", &args.listen),
+        ("data_dir", &args.data_dir),
+        ("auth_token_file", &args.auth_token_file),
+        ("tls_cert", &args.tls_cert),
+        ("tls_key", &args.tls_key),
+    ];
+    for (key, value) in strings {
+        if let Some(v) = value {
+            flags.push((key, v.clone()));
+        }
+    }
+    if let Some(n) = args.connections_max {
+        flags.push(("connections_max", n.to_string()));
+    }
+    let env = std::env::vars().filter(|(k, _)| k.starts_with("FENCED_") && k != "FENCED_CONFIG" && k != "FENCED_LOG");
+    let config =
+        Config::layered(file_text.as_deref(), env, &flags).map_err(|e| BadArgument::new("config", e.to_string()))?;
+    if args.print_config {
+        print!("{}", config.to_toml());
+        return Ok(ExitCode::SUCCESS);
+    }
+    fenced_server::init_logging();
+    fenced_server::serve_forever(config)?;
+    Ok(ExitCode::SUCCESS)
 }

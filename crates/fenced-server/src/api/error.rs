@@ -1,0 +1,67 @@
+//! The one error shape of the API: `{"error":{"code","message",...details}}`.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    /// Extra fields inside `error`.
+    pub details: Map<String, Value>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, code, message: message.into(), details: Map::new() }
+    }
+
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> ApiError {
+        self.details.insert(key.to_string(), value.into());
+        self
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub fn too_large(what: &str, max: usize) -> ApiError {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", format!("the {what} is larger than {max} bytes"))
+            .with("limit_bytes", max)
+    }
+
+    pub fn lease_not_found() -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "lease_not_found",
+            "no live lease with this id: it expired, was revoked or never existed",
+        )
+    }
+
+    pub fn internal(e: impl std::fmt::Display) -> ApiError {
+        tracing::error!(error = %e, "internal error");
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the server could not complete the request")
+    }
+
+    pub fn shutting_down() -> ApiError {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "the server is shutting down")
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut inner = Map::new();
+        inner.insert("code".into(), json!(self.code));
+        inner.insert("message".into(), json!(self.message));
+        inner.extend(self.details);
+        let retry_ms = inner.get("retry_after_ms").and_then(Value::as_u64);
+        let mut resp = super::json(self.status, &json!({ "error": inner }));
+        if let Some(ms) = retry_ms {
+            let secs = ms.div_ceil(1000).max(1);
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
+    }
+}

@@ -1,0 +1,303 @@
+//! Lock calls: acquire (try, or wait server-side), release, check, and the views.
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use fenced_core::table::{Acquire, WaitEnd};
+use fenced_core::{AcquireError, Grant, LeaseId, LockInfo, LockName, ReleaseError, Token, WaiterId};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+use super::{json, new_lease_id, parse_lease_id, ApiError, App};
+use crate::locks::{Locks, Started, WaitOutcome};
+use crate::metrics::inc;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcquireBody {
+    lease_id: Option<String>,
+    /// An implicit lease for this request alone.
+    ttl_ms: Option<u64>,
+    #[serde(default)]
+    wait_ms: u64,
+    #[serde(default)]
+    lock_delay_ms: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseBody {
+    lease_id: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckBody {
+    token: u64,
+}
+
+/// `POST /v1/locks/{name}/{acquire|release|check}`; the name may hold `/`, encoded
+/// as `%2F` or not: the action is the last segment.
+pub async fn action(
+    State(app): State<App>,
+    Path(rest): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let Some((name, action)) = rest.rsplit_once('/') else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "use /v1/locks/{name}/acquire, /release or /check",
+        ));
+    };
+    match action {
+        "acquire" => {
+            let (name, req) = (lock_name(&app, name)?, app.json_body(&headers, body).await?);
+            acquire(app, name, req).await
+        }
+        "release" => release(&app, lock_name(&app, name)?, app.json_body(&headers, body).await?),
+        "check" => check(&app, lock_name(&app, name)?, app.json_body(&headers, body).await?),
+        _ => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", "use /v1/locks/{name}/acquire, /release or /check")),
+    }
+}
+
+fn lock_name(app: &App, name: &str) -> Result<LockName, ApiError> {
+    LockName::with_len_max(name, app.config.lock_name_bytes_max).map_err(|e| {
+        ApiError::bad_request("invalid_name", e.to_string()).with("len_max", app.config.lock_name_bytes_max)
+    })
+}
+
+async fn acquire(app: App, name: LockName, req: AcquireBody) -> Result<Response, ApiError> {
+    let (lease, implicit) = match (&req.lease_id, req.ttl_ms) {
+        (Some(id), None) => (parse_lease_id(id)?, None),
+        (None, Some(ttl_ms)) => {
+            app.check_ttl(ttl_ms)?;
+            check_wait(&app, &req)?;
+            app.ensure_ttl_hwm(ttl_ms).await?;
+            let id = new_lease_id()?;
+            app.locks.with(|t, now| t.grant_lease(id, ttl_ms, now)).map_err(super::leases::lease_error)?;
+            inc(&app.metrics.leases_created);
+            (id, Some(id))
+        }
+        _ => return Err(ApiError::bad_request("invalid_field", "give exactly one of lease_id and ttl_ms")),
+    };
+    let result = acquire_with(&app, name, lease, implicit, &req).await;
+    if result.is_err() {
+        if let Some(id) = implicit {
+            // The implicit lease exists only for a grant; no grant, no lease.
+            let _ = app.locks.with(|t, now| t.revoke(id, now));
+        }
+    }
+    result.map(|g| grant_response(&g))
+}
+
+fn check_wait(app: &App, req: &AcquireBody) -> Result<(), ApiError> {
+    let c = &app.config;
+    if req.wait_ms > c.wait_ms_max {
+        return Err(ApiError::bad_request("wait_out_of_range", format!("wait_ms is at most {}", c.wait_ms_max))
+            .with("wait_ms_max", c.wait_ms_max));
+    }
+    if req.lock_delay_ms > c.lock_delay_ms_max {
+        return Err(ApiError::bad_request(
+            "lock_delay_out_of_range",
+            format!("lock_delay_ms is at most {}", c.lock_delay_ms_max),
+        )
+        .with("lock_delay_ms_max", c.lock_delay_ms_max));
+    }
+    Ok(())
+}
+
+async fn acquire_with(
+    app: &App,
+    name: LockName,
+    lease: LeaseId,
+    implicit: Option<LeaseId>,
+    req: &AcquireBody,
+) -> Result<Grant, ApiError> {
+    check_wait(app, req)?;
+    let wait_ms = req.wait_ms;
+    let cmd = Acquire { name: name.clone(), lease, wait_ms, lock_delay_ms: req.lock_delay_ms };
+    match app.locks.acquire(cmd, implicit).map_err(acquire_error)? {
+        Started::Granted(g) => Ok(g),
+        Started::NotGranted { in_grace: true, .. } => {
+            let left = app.grace_until_ms.saturating_sub(app.locks.now_ms());
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "recovering",
+                "the server restarted and grants nothing until every lease of before the restart has expired",
+            )
+            .with("retry_after_ms", left))
+        }
+        Started::NotGranted { holder, .. } => Err(lock_held(holder, wait_ms)),
+        Started::Closed => Err(ApiError::shutting_down()),
+        Started::Queued { id, rx, .. } => {
+            let mut wait = Wait { locks: &app.locks, id, rx, implicit, done: false };
+            let outcome = match implicit {
+                None => (&mut wait.rx).await,
+                // An implicit lease lives as long as its request waits: the open
+                // request is the proof of life. Its TTL restarts at the grant.
+                Some(lease) => {
+                    let ttl_ms = app.locks.with(|t, now| t.lease(lease, now).map_or(0, |l| l.ttl_ms));
+                    let period = std::time::Duration::from_millis((ttl_ms / 3).max(1));
+                    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+                    loop {
+                        tokio::select! {
+                            r = &mut wait.rx => break r,
+                            _ = tick.tick() => drop(app.locks.with(|t, now| t.keepalive(lease, now))),
+                        }
+                    }
+                }
+            };
+            wait.done = true;
+            match outcome {
+                Ok(WaitOutcome::Granted(g)) => Ok(g),
+                Ok(WaitOutcome::Ended(WaitEnd::LeaseGone)) => Err(ApiError::lease_not_found()),
+                Ok(WaitOutcome::Ended(_)) => {
+                    let holder = app.locks.with(|t, now| t.check(&name, Token::FIRST, now).1);
+                    Err(lock_held(holder, wait_ms))
+                }
+                Err(_) => Err(ApiError::shutting_down()),
+            }
+        }
+    }
+}
+
+/// A queued acquire whose handler may be dropped (client gone): on drop, it leaves
+/// the queue, and a grant that raced in is given back.
+struct Wait<'a> {
+    locks: &'a Locks,
+    id: WaiterId,
+    rx: oneshot::Receiver<WaitOutcome>,
+    implicit: Option<LeaseId>,
+    done: bool,
+}
+
+impl Drop for Wait<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.locks.abandon(self.id, &mut self.rx, self.implicit);
+        }
+    }
+}
+
+fn lock_held(holder: Option<Token>, wait_ms: u64) -> ApiError {
+    let message = match holder {
+        Some(_) if wait_ms == 0 => "the lock is held".to_string(),
+        Some(_) => format!("the lock was not granted within wait_ms {wait_ms}"),
+        None if wait_ms == 0 => "the lock is free but in lock-delay after its holder's lease expired".to_string(),
+        None => format!("the lock was not granted within wait_ms {wait_ms}"),
+    };
+    let e = ApiError::new(StatusCode::CONFLICT, "lock_held", message);
+    match holder {
+        Some(t) => e.with("holder_token", t.get()),
+        None => e,
+    }
+}
+
+fn acquire_error(e: AcquireError) -> ApiError {
+    match e {
+        AcquireError::LeaseNotFound => ApiError::lease_not_found(),
+        AcquireError::TooManyLocks { locks_max } => ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_locks",
+            format!("the server holds its limit of {locks_max} locks"),
+        )
+        .with("limit", locks_max),
+        AcquireError::TooManyWaiters { waiters_max } => ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_waiters",
+            format!("the waiter limit of {waiters_max} is reached"),
+        )
+        .with("limit", waiters_max),
+        AcquireError::WaitOutOfRange { wait_ms_max } => {
+            ApiError::bad_request("wait_out_of_range", format!("wait_ms is at most {wait_ms_max}"))
+                .with("wait_ms_max", wait_ms_max)
+        }
+        AcquireError::LockDelayOutOfRange { lock_delay_ms_max } => {
+            ApiError::bad_request("lock_delay_out_of_range", format!("lock_delay_ms is at most {lock_delay_ms_max}"))
+                .with("lock_delay_ms_max", lock_delay_ms_max)
+        }
+    }
+}
+
+fn grant_response(g: &Grant) -> Response {
+    json(
+        StatusCode::OK,
+        &json!({ "name": g.name.as_str(), "token": g.token.get(), "lease_id": g.lease.to_hex(), "ttl_ms": g.ttl_ms }),
+    )
+}
+
+fn release(app: &App, name: LockName, req: ReleaseBody) -> Result<Response, ApiError> {
+    let lease = parse_lease_id(&req.lease_id)?;
+    match app.locks.with(|t, now| t.release(&name, lease, now)) {
+        Ok(token) => {
+            Ok(json(StatusCode::OK, &json!({ "name": name.as_str(), "token": token.get(), "released": true })))
+        }
+        Err(ReleaseError::NotHolder { .. }) => {
+            Err(ApiError::new(StatusCode::CONFLICT, "not_holder", "this lease does not hold the lock"))
+        }
+    }
+}
+
+fn check(app: &App, name: LockName, req: CheckBody) -> Result<Response, ApiError> {
+    let token = Token::new(req.token).ok_or_else(|| ApiError::bad_request("invalid_token", "a token is at least 1"))?;
+    let (current, holder) = app.locks.with(|t, now| t.check(&name, token, now));
+    Ok(json(StatusCode::OK, &json!({ "name": name.as_str(), "current": current, "token": holder.map(Token::get) })))
+}
+
+/// `GET /v1/locks/{name}`.
+pub async fn get_one(State(app): State<App>, Path(name): Path<String>) -> Result<Response, ApiError> {
+    let name = lock_name(&app, &name)?;
+    let (info, now) = app.locks.with(|t, now| (t.lock(&name, now), now));
+    let v = match info {
+        Some(info) => lock_view(&info, now),
+        None => json!({ "name": name.as_str(), "held": false, "token": null, "waiters": 0 }),
+    };
+    Ok(json(StatusCode::OK, &v))
+}
+
+/// `GET /v1/locks?prefix=P&limit=N`.
+pub async fn list(
+    State(app): State<App>,
+    query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    let max = app.config.list_locks_max;
+    let limit = match q.get("limit") {
+        None => max,
+        Some(s) => s
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=max).contains(n))
+            .ok_or_else(|| ApiError::bad_request("invalid_query", format!("limit is between 1 and {max}")))?,
+    };
+    let prefix = q.get("prefix").map(String::as_str).unwrap_or("");
+    if prefix.len() > app.config.lock_name_bytes_max {
+        return Err(ApiError::bad_request("invalid_query", "the prefix is longer than any lock name"));
+    }
+    let (locks, now) = app.locks.with(|t, now| (t.locks_with_prefix(prefix, limit, now), now));
+    let views: Vec<Value> = locks.iter().map(|l| lock_view(l, now)).collect();
+    Ok(json(StatusCode::OK, &json!({ "locks": views })))
+}
+
+/// A lock as clients see it. The holder's lease id is not shown: it is the
+/// capability to release.
+fn lock_view(info: &LockInfo, now: u64) -> Value {
+    let (token, expires_in_ms) = match &info.holder {
+        Some((t, lease)) => (Some(t.get()), Some(lease.expires_at_ms.saturating_sub(now))),
+        None => (None, None),
+    };
+    json!({
+        "name": info.name.as_str(),
+        "held": info.holder.is_some(),
+        "token": token,
+        "expires_in_ms": expires_in_ms,
+        "waiters": info.waiters,
+        "blocked_for_ms": info.blocked_until_ms.map(|b| b.saturating_sub(now)),
+    })
+}

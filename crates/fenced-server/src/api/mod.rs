@@ -1,0 +1,224 @@
+//! The HTTP API, version 1: routes, shared state and the request helpers every
+//! handler uses (body limits, strict JSON, lease ids). Wire types live next to the
+//! handlers and convert to core types by hand.
+
+mod error;
+mod leases;
+mod locks;
+pub mod ops;
+mod store;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use fenced_core::LeaseId;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use error::ApiError;
+pub use ops::OPENAPI_DOC;
+
+use crate::config::Config;
+use crate::locks::Locks;
+use crate::metrics::Metrics;
+use crate::store::{MetaKey, Store};
+
+/// Every route, as the OpenAPI document must describe it: (method, path).
+pub const ROUTES: &[(&str, &str)] = &[
+    ("post", "/v1/leases"),
+    ("post", "/v1/leases/{lease_id}/keepalive"),
+    ("delete", "/v1/leases/{lease_id}"),
+    ("post", "/v1/locks/{name}/acquire"),
+    ("post", "/v1/locks/{name}/release"),
+    ("post", "/v1/locks/{name}/check"),
+    ("get", "/v1/locks/{name}"),
+    ("get", "/v1/locks"),
+    ("put", "/v1/store/{key}"),
+    ("get", "/v1/store/{key}"),
+    ("get", "/v1/events"),
+    ("get", "/metrics"),
+    ("get", "/livez"),
+    ("get", "/readyz"),
+    ("get", "/openapi.json"),
+    ("get", "/"),
+];
+
+/// What every handler shares.
+pub struct AppInner {
+    pub locks: Arc<Locks>,
+    pub store: Store,
+    pub config: Config,
+    pub metrics: Arc<Metrics>,
+    /// The durable TTL high-water mark: no lease with a longer TTL exists.
+    pub ttl_ms_hwm: AtomicU64,
+    /// Serializes raising the high-water mark (rare).
+    pub ttl_hwm_write: tokio::sync::Mutex<()>,
+    /// The bearer token `/v1` calls must present.
+    pub auth_token: Option<Vec<u8>>,
+    /// The start-up grace ends at this time on the locks' clock.
+    pub grace_until_ms: u64,
+    /// Flips to true when shutdown begins.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+pub type App = Arc<AppInner>;
+
+pub fn router(app: App) -> Router {
+    let v1 = Router::new()
+        .route("/v1/leases", post(leases::create))
+        .route("/v1/leases/{id}", axum::routing::delete(leases::revoke))
+        .route("/v1/leases/{id}/keepalive", post(leases::keepalive))
+        .route("/v1/locks", get(locks::list))
+        .route("/v1/locks/{*rest}", get(locks::get_one).post(locks::action))
+        .route("/v1/store/{*key}", get(store::read).put(store::write))
+        .route("/v1/events", get(ops::events))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(app.clone(), auth));
+    Router::new()
+        .route("/", get(ops::index))
+        .route("/livez", get(ops::livez))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .route("/openapi.json", get(ops::openapi))
+        .merge(v1)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(app.clone(), observe))
+        .with_state(app)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route; see /openapi.json")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that method")
+}
+
+async fn observe(State(app): State<App>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let resp = next.run(req).await;
+    let elapsed = started.elapsed();
+    app.metrics.observe_request(elapsed);
+    tracing::debug!(%method, %path, status = resp.status().as_u16(), us = elapsed.as_micros() as u64, "request");
+    resp
+}
+
+async fn auth(State(app): State<App>, req: Request, next: Next) -> Response {
+    if let Some(expected) = &app.auth_token {
+        let presented = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+            .unwrap_or_default();
+        if !constant_time_eq(presented, expected) {
+            return ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "this call needs 'Authorization: Bearer <token>'",
+            )
+            .into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// Compares without an early exit, so the time taken does not reveal how many leading
+/// bytes matched. The length is not secret.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A JSON response.
+pub fn json(status: StatusCode, v: &Value) -> Response {
+    let body = serde_json::to_vec(v).expect("a Value serializes");
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// Reads a whole body, refusing more than `max` bytes with 413.
+pub async fn read_body(headers: &HeaderMap, body: Body, max: usize, what: &str) -> Result<Bytes, ApiError> {
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(ApiError::too_large(what, max));
+    }
+    axum::body::to_bytes(body, max).await.map_err(|_| ApiError::too_large(what, max))
+}
+
+/// Parses a strict JSON body: malformed JSON is `invalid_json`, a wrong type, a
+/// missing or an unknown field is `invalid_field`. An empty body parses as `{}`.
+pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let bytes = if bytes.iter().all(u8::is_ascii_whitespace) { &b"{}"[..] } else { bytes };
+    // serde would also read a struct from an array; the API takes objects only.
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    let not_an_object = first.is_some_and(|b| *b == b'[' || b.is_ascii_digit() || *b == b'-' || *b == b'"');
+    if not_an_object && serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok() {
+        return Err(ApiError::bad_request("invalid_field", "the body must be a JSON object"));
+    }
+    serde_json::from_slice(bytes).map_err(|e| {
+        use serde_json::error::Category;
+        match e.classify() {
+            Category::Syntax | Category::Eof | Category::Io => {
+                ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}"))
+            }
+            Category::Data => ApiError::bad_request("invalid_field", format!("the body does not fit this call: {e}")),
+        }
+    })
+}
+
+impl AppInner {
+    /// Reads and parses a JSON body under the body limit.
+    pub async fn json_body<T: DeserializeOwned>(&self, headers: &HeaderMap, body: Body) -> Result<T, ApiError> {
+        let bytes = read_body(headers, body, self.config.body_bytes_max, "body").await?;
+        parse(&bytes)
+    }
+
+    pub fn check_ttl(&self, ttl_ms: u64) -> Result<(), ApiError> {
+        let (min, max) = (self.config.ttl_ms_min, self.config.ttl_ms_max);
+        if !(min..=max).contains(&ttl_ms) {
+            return Err(ApiError::bad_request("ttl_out_of_range", format!("ttl_ms must be between {min} and {max}"))
+                .with("ttl_ms_min", min)
+                .with("ttl_ms_max", max));
+        }
+        Ok(())
+    }
+
+    /// The grace argument needs: no lease lives with a TTL above the durable mark.
+    /// Called before a lease is created.
+    pub async fn ensure_ttl_hwm(&self, ttl_ms: u64) -> Result<(), ApiError> {
+        if ttl_ms <= self.ttl_ms_hwm.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _one = self.ttl_hwm_write.lock().await;
+        if ttl_ms <= self.ttl_ms_hwm.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.store.set_meta(MetaKey::TtlMsHwm, Some(ttl_ms)).await.map_err(ApiError::internal)?;
+        self.ttl_ms_hwm.fetch_max(ttl_ms, Ordering::AcqRel);
+        Ok(())
+    }
+}
+
+/// 128 bits from the operating system.
+pub fn new_lease_id() -> Result<LeaseId, ApiError> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).map_err(ApiError::internal)?;
+    Ok(LeaseId(u128::from_le_bytes(b)))
+}
+
+pub fn parse_lease_id(s: &str) -> Result<LeaseId, ApiError> {
+    LeaseId::from_hex(s).ok_or_else(|| ApiError::bad_request("invalid_lease_id", "a lease id is 32 hexadecimal digits"))
+}

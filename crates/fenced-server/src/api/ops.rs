@@ -1,0 +1,67 @@
+//! Operations endpoints: health, metrics, the OpenAPI document, the event stream
+//! and the placeholder page at `/`.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{Html, IntoResponse, Response};
+use futures_util::stream::{self, Stream};
+use serde_json::json;
+use tokio::sync::broadcast::error::RecvError;
+
+use super::{json, App};
+
+pub const OPENAPI_DOC: &str = include_str!("../../assets/openapi.json");
+const INDEX: &str = include_str!("../../assets/index.html");
+
+pub async fn index() -> Html<&'static str> {
+    Html(INDEX)
+}
+
+pub async fn livez() -> Response {
+    json(StatusCode::OK, &json!({ "status": "live" }))
+}
+
+pub async fn readyz(State(app): State<App>) -> Response {
+    if *app.shutdown.borrow() {
+        return json(StatusCode::SERVICE_UNAVAILABLE, &json!({ "status": "shutting_down" }));
+    }
+    let left = app.grace_until_ms.saturating_sub(app.locks.now_ms());
+    json(StatusCode::OK, &json!({ "status": "ready", "recovering": left > 0, "grace_left_ms": left }))
+}
+
+pub async fn metrics(State(app): State<App>) -> Response {
+    let text = app.metrics.render(&app.locks.gauges());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+pub async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI_DOC).into_response()
+}
+
+/// `GET /v1/events`: one SSE event per granted, released, expired, and store
+/// accepted/rejected. A slow reader that falls behind gets a `lagged` event with the
+/// number it missed. The stream ends when the server shuts down.
+pub async fn events(State(app): State<App>) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let rx = app.locks.events.subscribe();
+    let shutdown = app.shutdown.clone();
+    let s = stream::unfold((rx, shutdown), |(mut rx, mut shutdown)| async move {
+        if *shutdown.borrow() {
+            return None;
+        }
+        let got = tokio::select! {
+            r = rx.recv() => r,
+            _ = shutdown.changed() => return None,
+        };
+        let ev = match got {
+            Ok(e) => SseEvent::default().event(e.kind()).data(serde_json::to_string(&e).expect("serializes")),
+            Err(RecvError::Lagged(n)) => SseEvent::default().event("lagged").data(json!({ "missed": n }).to_string()),
+            Err(RecvError::Closed) => return None,
+        };
+        Some((Ok(ev), (rx, shutdown)))
+    });
+    Sse::new(s).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}

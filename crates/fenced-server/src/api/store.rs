@@ -1,0 +1,124 @@
+//! The built-in fenced store: the reference resource guarded by the fence gate.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use fenced_core::{Admission, Token};
+use serde_json::json;
+
+use super::{json, read_body, ApiError, App};
+use crate::events::Event;
+use crate::metrics::inc;
+
+const FENCING_TOKEN: &str = "fencing-token";
+const HIGHEST_SEEN: &str = "fencing-highest-seen";
+
+/// `PUT /v1/store/{key}` with `Fencing-Token: N`; the body is the value.
+pub async fn write(
+    State(app): State<App>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let key = store_key(&app, key)?;
+    let token = fencing_token(&headers)?;
+    let value = read_body(&headers, body, app.config.value_bytes_max, "value").await?;
+    let Some(token) = token else {
+        return Err(ApiError::new(
+            StatusCode::PRECONDITION_REQUIRED,
+            "token_required",
+            "a write to the fenced store needs a Fencing-Token header",
+        ));
+    };
+    let answer = app.store.put(key.clone(), Some(token), value.to_vec()).await.map_err(ApiError::internal)?;
+    match answer.admission {
+        Admission::Accepted { token, .. } => {
+            inc(&app.metrics.store_writes_accepted);
+            let t = token.get();
+            app.locks.publish(|| Event::StoreAccepted {
+                at_ms: app.locks.now_ms(),
+                key: key.clone(),
+                token: t,
+                op: "write",
+            });
+            Ok(json(StatusCode::OK, &json!({ "key": key, "token": t, "highest_seen": t })))
+        }
+        Admission::Rejected { token, highest_seen } => {
+            inc(&app.metrics.stale_writes_rejected);
+            Err(stale(&app, key, token, highest_seen, "write"))
+        }
+        other => Err(ApiError::internal(format!("unexpected admission {other:?}"))),
+    }
+}
+
+/// `GET /v1/store/{key}`, a fenced read when `Fencing-Token` is present.
+pub async fn read(State(app): State<App>, Path(key): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let key = store_key(&app, key)?;
+    let answer = match fencing_token(&headers)? {
+        Some(token) => app.store.fenced_read(key.clone(), token).await,
+        None => app.store.read(key.clone()).await,
+    }
+    .map_err(ApiError::internal)?;
+    if let Admission::Rejected { token, highest_seen } = answer.admission {
+        inc(&app.metrics.stale_reads_rejected);
+        return Err(stale(&app, key, token, highest_seen, "read"));
+    }
+    if let Admission::Accepted { token, .. } = answer.admission {
+        let t = token.get();
+        app.locks.publish(|| Event::StoreAccepted {
+            at_ms: app.locks.now_ms(),
+            key: key.clone(),
+            token: t,
+            op: "read",
+        });
+    }
+    let mark = answer.admission.highest_seen();
+    let Some(value) = answer.value else {
+        let e = ApiError::new(StatusCode::NOT_FOUND, "not_found", "no value under this key");
+        return Err(match mark {
+            Some(m) => e.with("highest_seen", m.get()),
+            None => e,
+        });
+    };
+    let mut resp = (StatusCode::OK, [(header::CONTENT_TYPE, "application/octet-stream")], value).into_response();
+    if let Some(m) = mark {
+        resp.headers_mut().insert(HIGHEST_SEEN, HeaderValue::from(m.get()));
+    }
+    Ok(resp)
+}
+
+fn stale(app: &App, key: String, token: Token, highest_seen: Token, op: &'static str) -> ApiError {
+    let (t, h) = (token.get(), highest_seen.get());
+    app.locks.publish(|| Event::StoreRejected { at_ms: app.locks.now_ms(), key, token: t, highest_seen: h, op });
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "stale_token",
+        format!("token {t} is below the highest token this key has seen, {h}"),
+    )
+    .with("token", t)
+    .with("highest_seen", h)
+}
+
+fn store_key(app: &App, key: String) -> Result<String, ApiError> {
+    let max = app.config.store_key_bytes_max;
+    if key.is_empty() || key.len() > max || key.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(
+            "invalid_key",
+            format!("a key is 1 to {max} bytes of UTF-8 without control characters"),
+        )
+        .with("len_max", max));
+    }
+    Ok(key)
+}
+
+/// The header, if present; present but not a token is 400.
+fn fencing_token(headers: &HeaderMap) -> Result<Option<Token>, ApiError> {
+    let Some(raw) = headers.get(FENCING_TOKEN) else { return Ok(None) };
+    raw.to_str()
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .and_then(Token::new)
+        .map(Some)
+        .ok_or_else(|| ApiError::bad_request("invalid_token", "Fencing-Token is a positive integer below 2^64"))
+}

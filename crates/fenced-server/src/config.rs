@@ -1,0 +1,212 @@
+//! Server configuration: every setting with its default, and the layering of a TOML
+//! file, `FENCED_*` environment variables and command-line flags over the defaults.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// The effective configuration. Field names are the TOML keys; the environment
+/// variable of a field is `FENCED_` plus its name in upper case.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address to listen on.
+    pub listen: String,
+    /// Directory of the embedded database.
+    pub data_dir: PathBuf,
+    /// File holding the bearer token every `/v1` call must present; none: no auth.
+    pub auth_token_file: Option<PathBuf>,
+    /// PEM certificate chain; with `tls_key`, serve HTTPS.
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key.
+    pub tls_key: Option<PathBuf>,
+    /// Longest lock name, in bytes (at most 256).
+    pub lock_name_bytes_max: usize,
+    /// Longest fenced-store key, in bytes.
+    pub store_key_bytes_max: usize,
+    /// Shortest and longest lease TTL.
+    pub ttl_ms_min: u64,
+    pub ttl_ms_max: u64,
+    /// Longest an acquire may wait server-side.
+    pub wait_ms_max: u64,
+    /// Longest lock-delay an acquire may ask for.
+    pub lock_delay_ms_max: u64,
+    /// Largest request body (JSON or store value), in bytes.
+    pub body_bytes_max: usize,
+    /// Largest fenced-store value, in bytes.
+    pub value_bytes_max: usize,
+    /// Live leases at once.
+    pub leases_max: usize,
+    /// Lock entries at once (held, waited on, or in lock-delay).
+    pub locks_max: usize,
+    /// Queued acquires at once, over all locks.
+    pub waiters_max: usize,
+    /// Queued acquires on one lock.
+    pub waiters_per_lock_max: usize,
+    /// Open client connections at once; more are answered 503 and closed.
+    pub connections_max: usize,
+    /// Most locks one `GET /v1/locks` lists.
+    pub list_locks_max: usize,
+    /// How long a shutdown waits for in-flight requests before closing anyway.
+    pub shutdown_drain_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:7400".into(),
+            data_dir: PathBuf::from("./fenced-data"),
+            auth_token_file: None,
+            tls_cert: None,
+            tls_key: None,
+            lock_name_bytes_max: 256,
+            store_key_bytes_max: 256,
+            ttl_ms_min: 100,
+            ttl_ms_max: 300_000,
+            wait_ms_max: 300_000,
+            lock_delay_ms_max: 60_000,
+            body_bytes_max: 1 << 20,
+            value_bytes_max: 256 << 10,
+            leases_max: 1_000_000,
+            locks_max: 1_000_000,
+            waiters_max: 100_000,
+            waiters_per_lock_max: 10_000,
+            connections_max: 4096,
+            list_locks_max: 1000,
+            shutdown_drain_ms: 10_000,
+        }
+    }
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Layers, lowest first: defaults, the TOML file `file_text`, the environment
+    /// (`env` yields `(name, value)` pairs; only `FENCED_<FIELD>` names count), and
+    /// `flags` (TOML key and value, as typed by the user).
+    pub fn layered(
+        file_text: Option<&str>,
+        env: impl IntoIterator<Item = (String, String)>,
+        flags: &[(&str, String)],
+    ) -> Result<Config, ConfigError> {
+        let mut table = toml::Table::try_from(Config::default()).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let keys: Vec<String> = Config::keys();
+        if let Some(text) = file_text {
+            let file: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Invalid(e.to_string()))?;
+            for (k, v) in file {
+                if !keys.contains(&k) {
+                    return Err(ConfigError::Invalid(format!("unknown setting '{k}' in the config file")));
+                }
+                table.insert(k, v);
+            }
+        }
+        for (name, raw) in env {
+            let Some(key) = name.strip_prefix("FENCED_").map(str::to_ascii_lowercase) else { continue };
+            if keys.contains(&key) {
+                table.insert(key.clone(), typed(&key, &raw)?);
+            }
+        }
+        for (key, raw) in flags {
+            table.insert(key.to_string(), typed(key, raw)?);
+        }
+        let config: Config =
+            toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| ConfigError::Invalid(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The TOML form, as `--print-config` shows it.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("the config serializes")
+    }
+
+    fn keys() -> Vec<String> {
+        // Optional paths are absent from the serialized defaults; list them by hand.
+        let mut keys: Vec<String> =
+            toml::Table::try_from(Config::default()).expect("serializes").keys().cloned().collect();
+        keys.extend(["auth_token_file", "tls_cert", "tls_key"].map(String::from));
+        keys
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_string()));
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return bad("tls_cert and tls_key go together");
+        }
+        if self.ttl_ms_min == 0 || self.ttl_ms_min > self.ttl_ms_max {
+            return bad("need 0 < ttl_ms_min <= ttl_ms_max");
+        }
+        if self.lock_name_bytes_max == 0 || self.lock_name_bytes_max > fenced_core::LockName::LEN_MAX {
+            return bad("lock_name_bytes_max must be between 1 and 256");
+        }
+        if self.value_bytes_max > self.body_bytes_max {
+            return bad("value_bytes_max must not exceed body_bytes_max");
+        }
+        if self.connections_max == 0 || self.store_key_bytes_max == 0 || self.list_locks_max == 0 {
+            return bad("connections_max, store_key_bytes_max and list_locks_max must be positive");
+        }
+        Ok(())
+    }
+
+    /// The core's limits.
+    pub fn limits(&self) -> fenced_core::Limits {
+        fenced_core::Limits {
+            leases_max: self.leases_max,
+            locks_max: self.locks_max,
+            waiters_max: self.waiters_max,
+            waiters_per_lock_max: self.waiters_per_lock_max,
+            ttl_ms_min: self.ttl_ms_min,
+            ttl_ms_max: self.ttl_ms_max,
+            wait_ms_max: self.wait_ms_max,
+            lock_delay_ms_max: self.lock_delay_ms_max,
+        }
+    }
+}
+
+/// Parses a raw string as the TOML type the default of `key` has (paths and the
+/// address are strings, everything else is an integer).
+fn typed(key: &str, raw: &str) -> Result<toml::Value, ConfigError> {
+    let is_string = matches!(key, "listen" | "data_dir" | "auth_token_file" | "tls_cert" | "tls_key");
+    if is_string {
+        return Ok(toml::Value::String(raw.to_string()));
+    }
+    raw.trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|n| *n >= 0)
+        .map(toml::Value::Integer)
+        .ok_or_else(|| ConfigError::Invalid(format!("{key}: '{raw}' is not a non-negative integer")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precedence_flags_env_file_defaults() {
+        let file = "listen = \"127.0.0.1:1\"\nttl_ms_max = 5000\nwait_ms_max = 7000\n";
+        let env = vec![("FENCED_TTL_MS_MAX".to_string(), "6000".to_string()), ("OTHER".into(), "x".into())];
+        let c = Config::layered(Some(file), env, &[("listen", "127.0.0.1:2".into())]).unwrap();
+        assert_eq!(c.listen, "127.0.0.1:2");
+        assert_eq!(c.ttl_ms_max, 6000);
+        assert_eq!(c.wait_ms_max, 7000);
+        assert_eq!(c.leases_max, Config::default().leases_max);
+        let printed = Config::layered(Some(&c.to_toml()), vec![], &[]).unwrap();
+        assert_eq!(printed, c);
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        assert!(Config::layered(Some("nope = 1"), vec![], &[]).is_err());
+        assert!(Config::layered(None, vec![("FENCED_LEASES_MAX".into(), "-1".into())], &[]).is_err());
+        assert!(Config::layered(None, vec![], &[("tls_cert", "x".into())]).is_err());
+        assert!(Config::layered(None, vec![], &[("lock_name_bytes_max", "300".into())]).is_err());
+    }
+}

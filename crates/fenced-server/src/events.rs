@@ -1,0 +1,55 @@
+//! Server-sent events: what the lock service and the fenced store publish.
+//!
+//! Lease ids never appear here: a lease id is the capability to release or revoke.
+
+use serde::Serialize;
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    Granted {
+        at_ms: u64,
+        name: String,
+        token: u64,
+        ttl_ms: u64,
+    },
+    /// Released explicitly (`reason` "released") or by a lease revoke ("revoked").
+    Released {
+        at_ms: u64,
+        name: String,
+        token: u64,
+        reason: &'static str,
+    },
+    /// Released because the holder's lease expired.
+    Expired {
+        at_ms: u64,
+        name: String,
+        token: u64,
+    },
+    StoreAccepted {
+        at_ms: u64,
+        key: String,
+        token: u64,
+        op: &'static str,
+    },
+    StoreRejected {
+        at_ms: u64,
+        key: String,
+        token: u64,
+        highest_seen: u64,
+        op: &'static str,
+    },
+}
+
+impl Event {
+    /// The SSE `event:` field.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::Granted { .. } => "granted",
+            Event::Released { .. } => "released",
+            Event::Expired { .. } => "expired",
+            Event::StoreAccepted { .. } => "store_accepted",
+            Event::StoreRejected { .. } => "store_rejected",
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! Durable state on redb: the token ceiling, the TTL high-water mark, the clean-shutdown
+//! record, and the fenced key-value store (each value with its `highest_seen` mark, in
+//! one record, so that both change in the same transaction).
+//!
+//! One writer thread owns every write transaction and batches the requests that queue
+//! while a commit is in flight into the next transaction (group commit). Every commit
+//! is `Durability::Immediate`: it returns after fsync. Replies are sent only after the
+//! commit returned, so nothing is acknowledged before it is durable.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use fenced_core::gate::{admit, Admission, Op};
+use fenced_core::Token;
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use tokio::sync::oneshot;
+
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const KV: TableDefinition<&str, &[u8]> = TableDefinition::new("kv");
+
+const TOKEN_CEILING: &str = "token_ceiling";
+const TTL_MS_HWM: &str = "ttl_ms_hwm";
+/// Present only between a clean shutdown and the next start.
+const CLEAN_GRACE_MS: &str = "clean_grace_ms";
+
+/// The most requests one group commit carries.
+const BATCH_MAX: usize = 256;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("storage: {0}")]
+    Db(String),
+    #[error("the store is closed")]
+    Closed,
+}
+
+fn db_err(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Db(e.to_string())
+}
+
+/// What the previous run left behind, read at start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recovered {
+    /// Every token ever handed out is below this (1 on a fresh directory).
+    pub token_ceiling: u64,
+    /// The largest TTL of any lease ever created.
+    pub ttl_ms_hwm: u64,
+    /// Set when the previous run shut down cleanly: the longest a lease of it could
+    /// still live, measured at that shutdown.
+    pub clean_grace_ms: Option<u64>,
+}
+
+/// The result of a fenced-store operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreAnswer {
+    pub admission: Admission,
+    /// The value, for reads that were admitted.
+    pub value: Option<Vec<u8>>,
+}
+
+enum Request {
+    Put { key: String, token: Option<Token>, value: Vec<u8>, reply: oneshot::Sender<Result<StoreAnswer, StoreError>> },
+    FencedRead { key: String, token: Token, reply: oneshot::Sender<Result<StoreAnswer, StoreError>> },
+    Meta { key: &'static str, value: Option<u64>, reply: Reply },
+}
+
+/// Meta writes come from async handlers (a TTL high-water mark) and from inside the
+/// lock-table mutex (the token ceiling), where only a blocking wait is possible.
+enum Reply {
+    Async(oneshot::Sender<Result<(), StoreError>>),
+    Blocking(mpsc::SyncSender<Result<(), StoreError>>),
+}
+
+impl Reply {
+    fn send(self, r: Result<(), StoreError>) {
+        match self {
+            Reply::Async(tx) => drop(tx.send(r)),
+            Reply::Blocking(tx) => drop(tx.send(r)),
+        }
+    }
+}
+
+/// The handle the server holds. Dropping every clone ends the writer thread, which
+/// closes the database.
+#[derive(Clone)]
+pub struct Store {
+    db: std::sync::Arc<Database>,
+    tx: mpsc::Sender<Request>,
+}
+
+impl Store {
+    /// Opens (or creates) `dir/fenced.redb`, reads what the last run left, and starts
+    /// the writer thread. Join the returned handle after dropping every `Store`.
+    pub fn open(dir: &Path) -> Result<(Store, Recovered, JoinHandle<()>), StoreError> {
+        std::fs::create_dir_all(dir).map_err(db_err)?;
+        let db = std::sync::Arc::new(Database::create(dir.join("fenced.redb")).map_err(db_err)?);
+        let txn = db.begin_write().map_err(db_err)?;
+        let recovered = {
+            let meta = txn.open_table(META).map_err(db_err)?;
+            txn.open_table(KV).map_err(db_err)?;
+            let get =
+                |k: &str| -> Result<Option<u64>, StoreError> { Ok(meta.get(k).map_err(db_err)?.map(|v| v.value())) };
+            Recovered {
+                token_ceiling: get(TOKEN_CEILING)?.unwrap_or(1).max(1),
+                ttl_ms_hwm: get(TTL_MS_HWM)?.unwrap_or(0),
+                clean_grace_ms: get(CLEAN_GRACE_MS)?,
+            }
+        };
+        txn.commit().map_err(db_err)?;
+        let (tx, rx) = mpsc::channel();
+        let writer_db = db.clone();
+        let handle = std::thread::Builder::new()
+            .name("fenced-store".into())
+            .spawn(move || writer(writer_db, rx))
+            .map_err(db_err)?;
+        Ok((Store { db, tx }, recovered, handle))
+    }
+
+    /// A fenced write: admitted iff `token >= highest_seen`; value and mark commit together.
+    pub async fn put(&self, key: String, token: Option<Token>, value: Vec<u8>) -> Result<StoreAnswer, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Request::Put { key, token, value, reply }).map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// A fenced read: admitted iff `token >= highest_seen`, and then the mark moves up
+    /// durably before the value is returned.
+    pub async fn fenced_read(&self, key: String, token: Token) -> Result<StoreAnswer, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Request::FencedRead { key, token, reply }).map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// A plain read: no token, the mark does not move.
+    pub async fn read(&self, key: String) -> Result<StoreAnswer, StoreError> {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || {
+            let txn = db.begin_read().map_err(db_err)?;
+            let table = txn.open_table(KV).map_err(db_err)?;
+            let (mark, value) = decode(table.get(key.as_str()).map_err(db_err)?.map(|v| v.value().to_vec()));
+            Ok(StoreAnswer { admission: admit(mark, None, Op::Read), value })
+        })
+        .await
+        .map_err(db_err)?
+    }
+
+    /// Makes a meta value durable, from async code.
+    pub async fn set_meta(&self, key: MetaKey, value: Option<u64>) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Request::Meta { key: key.name(), value, reply: Reply::Async(tx) })
+            .map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Makes a meta value durable, blocking the calling thread until it is.
+    pub fn set_meta_blocking(&self, key: MetaKey, value: Option<u64>) -> Result<(), StoreError> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.tx
+            .send(Request::Meta { key: key.name(), value, reply: Reply::Blocking(tx) })
+            .map_err(|_| StoreError::Closed)?;
+        rx.recv().map_err(|_| StoreError::Closed)?
+    }
+}
+
+/// The meta values a caller may set.
+#[derive(Clone, Copy, Debug)]
+pub enum MetaKey {
+    TokenCeiling,
+    TtlMsHwm,
+    CleanGraceMs,
+}
+
+impl MetaKey {
+    fn name(self) -> &'static str {
+        match self {
+            MetaKey::TokenCeiling => TOKEN_CEILING,
+            MetaKey::TtlMsHwm => TTL_MS_HWM,
+            MetaKey::CleanGraceMs => CLEAN_GRACE_MS,
+        }
+    }
+}
+
+/// Record layout: 8 bytes of mark (little-endian, 0 for none), 1 byte "has a value",
+/// then the value.
+fn encode(mark: Option<Token>, value: Option<&[u8]>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9 + value.map_or(0, <[u8]>::len));
+    out.extend_from_slice(&mark.map_or(0, Token::get).to_le_bytes());
+    out.push(value.is_some() as u8);
+    out.extend_from_slice(value.unwrap_or_default());
+    out
+}
+
+fn decode(raw: Option<Vec<u8>>) -> (Option<Token>, Option<Vec<u8>>) {
+    let Some(raw) = raw.filter(|r| r.len() >= 9) else { return (None, None) };
+    let mark = Token::new(u64::from_le_bytes(raw[..8].try_into().expect("8 bytes")));
+    let value = (raw[8] == 1).then(|| raw[9..].to_vec());
+    (mark, value)
+}
+
+/// The writer thread: one transaction per batch of queued requests.
+fn writer(db: std::sync::Arc<Database>, rx: mpsc::Receiver<Request>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < BATCH_MAX {
+            match rx.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => break,
+            }
+        }
+        match apply(&db, &batch) {
+            Ok(answers) => {
+                for (req, answer) in batch.into_iter().zip(answers) {
+                    match req {
+                        Request::Put { reply, .. } | Request::FencedRead { reply, .. } => {
+                            drop(reply.send(Ok(answer.expect("store ops answer"))))
+                        }
+                        Request::Meta { reply, .. } => reply.send(Ok(())),
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "store commit failed");
+                for req in batch {
+                    let err = || StoreError::Db(e.to_string());
+                    match req {
+                        Request::Put { reply, .. } | Request::FencedRead { reply, .. } => drop(reply.send(Err(err()))),
+                        Request::Meta { reply, .. } => reply.send(Err(err())),
+                    }
+                }
+            }
+        }
+    }
+    tracing::debug!("store writer done");
+}
+
+/// Runs a batch in one durable transaction; one answer per request (`None` for meta).
+fn apply(db: &Database, batch: &[Request]) -> Result<Vec<Option<StoreAnswer>>, StoreError> {
+    let txn = db.begin_write().map_err(db_err)?;
+    let mut answers = Vec::with_capacity(batch.len());
+    {
+        let mut kv = txn.open_table(KV).map_err(db_err)?;
+        let mut meta = txn.open_table(META).map_err(db_err)?;
+        for req in batch {
+            let answer = match req {
+                Request::Put { key, token, value, .. } => {
+                    let (mark, _) = decode(kv.get(key.as_str()).map_err(db_err)?.map(|v| v.value().to_vec()));
+                    let admission = admit(mark, *token, Op::Write);
+                    if let Admission::Accepted { token, .. } = admission {
+                        assert!(mark.is_none_or(|m| token >= m), "store mark would regress");
+                        kv.insert(key.as_str(), encode(Some(token), Some(value)).as_slice()).map_err(db_err)?;
+                    }
+                    Some(StoreAnswer { admission, value: None })
+                }
+                Request::FencedRead { key, token, .. } => {
+                    let (mark, value) = decode(kv.get(key.as_str()).map_err(db_err)?.map(|v| v.value().to_vec()));
+                    let admission = admit(mark, Some(*token), Op::Read);
+                    let admitted = matches!(admission, Admission::Accepted { .. });
+                    if admitted && mark != Some(*token) {
+                        kv.insert(key.as_str(), encode(Some(*token), value.as_deref()).as_slice()).map_err(db_err)?;
+                    }
+                    Some(StoreAnswer { admission, value: if admitted { value } else { None } })
+                }
+                Request::Meta { key, value, .. } => {
+                    match value {
+                        Some(v) => meta.insert(*key, *v).map_err(db_err)?,
+                        None => meta.remove(*key).map_err(db_err)?,
+                    };
+                    None
+                }
+            };
+            answers.push(answer);
+        }
+    }
+    txn.commit().map_err(db_err)?;
+    Ok(answers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        let t = Token::new(7);
+        assert_eq!(decode(Some(encode(t, Some(b"v")))), (t, Some(b"v".to_vec())));
+        assert_eq!(decode(Some(encode(t, None))), (t, None));
+        assert_eq!(decode(None), (None, None));
+    }
+
+    #[tokio::test]
+    async fn marks_and_meta_survive_reopen() {
+        let dir = std::env::temp_dir().join(format!("fenced-store-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        {
+            let (store, rec, handle) = Store::open(&dir).unwrap();
+            assert_eq!(rec, Recovered { token_ceiling: 1, ttl_ms_hwm: 0, clean_grace_ms: None });
+            let a = store.put("k".into(), Token::new(5), b"five".to_vec()).await.unwrap();
+            assert!(a.admission.is_accepted());
+            let a = store.put("k".into(), Token::new(4), b"four".to_vec()).await.unwrap();
+            assert!(matches!(a.admission, Admission::Rejected { .. }));
+            let r = store.fenced_read("k".into(), Token::new(9).unwrap()).await.unwrap();
+            assert_eq!(r.value.as_deref(), Some(&b"five"[..]));
+            store.set_meta(MetaKey::TokenCeiling, Some(1000)).await.unwrap();
+            store.set_meta_blocking(MetaKey::TtlMsHwm, Some(5000)).unwrap();
+            drop(store);
+            handle.join().unwrap();
+        }
+        let (store, rec, handle) = Store::open(&dir).unwrap();
+        assert_eq!(rec, Recovered { token_ceiling: 1000, ttl_ms_hwm: 5000, clean_grace_ms: None });
+        let r = store.read("k".into()).await.unwrap();
+        assert_eq!(r.value.as_deref(), Some(&b"five"[..]));
+        assert_eq!(r.admission.highest_seen(), Token::new(9));
+        drop(store);
+        handle.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,112 @@
+//! Every limit: over it, the status from the design (413, 429 or 503) with a JSON
+//! error, and nothing changes.
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use crate::harness::{eventually, TestServer};
+
+fn code(v: &serde_json::Value) -> &str {
+    v["error"]["code"].as_str().unwrap_or("")
+}
+
+#[test]
+fn lease_lock_and_waiter_counts() {
+    let s = TestServer::with(|c| {
+        c.leases_max = 3;
+        c.locks_max = 2;
+        c.waiters_max = 1;
+    });
+    let (a, b, w) = (s.lease(30_000), s.lease(30_000), s.lease(30_000));
+    let (st, e) = s.call("POST", "/v1/leases", "{\"ttl_ms\":1000}");
+    assert_eq!((st, code(&e)), (429, "too_many_leases"), "{e}");
+    assert_eq!(e["error"]["limit"], 3);
+    // Implicit leases count too.
+    let (st, e) = s.acquire("i", "{\"ttl_ms\":1000}");
+    assert_eq!((st, code(&e)), (429, "too_many_leases"));
+
+    assert_eq!(s.acquire("l1", &format!("{{\"lease_id\":\"{a}\"}}")).0, 200);
+    assert_eq!(s.acquire("l2", &format!("{{\"lease_id\":\"{a}\"}}")).0, 200);
+    let (st, e) = s.acquire("l3", &format!("{{\"lease_id\":\"{a}\"}}"));
+    assert_eq!((st, code(&e)), (429, "too_many_locks"), "{e}");
+    assert_eq!(s.call("GET", "/v1/locks/l3", "").1["held"], false);
+
+    let addr = s.addr;
+    let body = format!("{{\"lease_id\":\"{b}\",\"wait_ms\":30000}}");
+    let waiter =
+        std::thread::spawn(move || crate::harness::request(addr, "POST", "/v1/locks/l1/acquire", &[], body.as_bytes()));
+    eventually(10, || s.call("GET", "/v1/locks/l1", "").1["waiters"] == 1);
+    let (st, e) = s.acquire("l2", &format!("{{\"lease_id\":\"{w}\",\"wait_ms\":30000}}"));
+    assert_eq!((st, code(&e)), (429, "too_many_waiters"), "{e}");
+    assert_eq!(s.call("GET", "/v1/locks/l2", "").1["waiters"], 0);
+    s.call("POST", "/v1/locks/l1/release", &format!("{{\"lease_id\":\"{a}\"}}"));
+    assert_eq!(waiter.join().unwrap().status, 200);
+}
+
+#[test]
+fn ttl_wait_and_lock_delay_ranges() {
+    let s = TestServer::with(|c| {
+        c.ttl_ms_min = 500;
+        c.ttl_ms_max = 5_000;
+        c.wait_ms_max = 1_000;
+        c.lock_delay_ms_max = 2_000;
+    });
+    let (st, e) = s.call("POST", "/v1/leases", "{\"ttl_ms\":499}");
+    assert_eq!((st, code(&e)), (400, "ttl_out_of_range"));
+    assert_eq!((e["error"]["ttl_ms_min"].as_u64(), e["error"]["ttl_ms_max"].as_u64()), (Some(500), Some(5000)));
+    assert_eq!(s.call("POST", "/v1/leases", "{\"ttl_ms\":5001}").0, 400);
+    let a = s.lease(5_000);
+    let (st, e) = s.acquire("x", &format!("{{\"lease_id\":\"{a}\",\"wait_ms\":1001}}"));
+    assert_eq!((st, code(&e)), (400, "wait_out_of_range"));
+    let (st, e) = s.acquire("x", &format!("{{\"lease_id\":\"{a}\",\"lock_delay_ms\":2001}}"));
+    assert_eq!((st, code(&e)), (400, "lock_delay_out_of_range"));
+    assert_eq!(s.call("GET", "/v1/locks/x", "").1["held"], false);
+    assert_eq!(s.acquire("x", &format!("{{\"lease_id\":\"{a}\",\"wait_ms\":1000,\"lock_delay_ms\":2000}}")).0, 200);
+}
+
+#[test]
+fn name_body_and_value_sizes() {
+    let s = TestServer::with(|c| {
+        c.lock_name_bytes_max = 8;
+        c.store_key_bytes_max = 8;
+        c.body_bytes_max = 1024;
+        c.value_bytes_max = 100;
+    });
+    let a = s.lease(10_000);
+    let body = format!("{{\"lease_id\":\"{a}\"}}");
+    assert_eq!(s.acquire("12345678", &body).0, 200);
+    let (st, e) = s.acquire("123456789", &body);
+    assert_eq!((st, code(&e)), (400, "invalid_name"));
+    assert_eq!(e["error"]["len_max"], 8);
+    let big = format!("{{\"ttl_ms\":1000,\"pad\":\"{}\"}}", "x".repeat(2000));
+    let (st, e) = s.call("POST", "/v1/leases", &big);
+    assert_eq!((st, code(&e)), (413, "too_large"), "{e}");
+    let r = s.request("PUT", "/v1/store/k", &[("Fencing-Token", "1")], &[b'v'; 101]);
+    assert_eq!((r.status, code(&r.json())), (413, "too_large"));
+    assert_eq!(s.get("/v1/store/k").status, 404, "an oversize value changes nothing");
+    assert_eq!(s.request("PUT", "/v1/store/k", &[("Fencing-Token", "1")], &[b'v'; 100]).status, 200);
+    let r = s.request("PUT", "/v1/store/123456789", &[("Fencing-Token", "1")], b"v");
+    assert_eq!((r.status, code(&r.json())), (400, "invalid_key"));
+}
+
+#[test]
+fn connections_over_the_limit_get_503() {
+    let s = TestServer::with(|c| c.connections_max = 2);
+    let hold1 = TcpStream::connect(s.addr).unwrap();
+    let hold2 = TcpStream::connect(s.addr).unwrap();
+    // Both are accepted (each holds a permit) once the server has seen them; a third
+    // connection is then answered 503 and closed.
+    eventually(10, || {
+        let mut c = TcpStream::connect(s.addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut raw = Vec::new();
+        let _ = c.read_to_end(&mut raw);
+        let text = String::from_utf8_lossy(&raw);
+        text.starts_with("HTTP/1.1 503") && text.contains("too_many_connections")
+    });
+    drop((hold1, hold2));
+    eventually(10, || s.get("/livez").status == 200);
+    let m = s.get("/metrics").text();
+    assert!(!m.contains("fenced_connections_refused_total 0"), "{m}");
+}
