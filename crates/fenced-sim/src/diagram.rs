@@ -1,7 +1,247 @@
-//! Text sequence diagram (being built).
+//! A text sequence diagram of the run's story: the first zombie write (fencing off) or
+//! the first write the gate refused (fencing on), from the writer's grant to its write.
+//!
+//! Lanes: the writer, the lock service, the resource, and the clients that held the
+//! lock in between. Arrows carry tokens; pauses shade the paused client's lane.
 
-use crate::{Record, Summary};
+use std::fmt::Write as _;
 
-pub fn render(_records: &[Record], _s: &Summary) -> String {
-    String::new()
+use crate::trace::{Detail, Kind, Record};
+use crate::Summary;
+
+/// Width of one lane, in characters.
+const LANE_W: usize = 22;
+/// Width of the time column.
+const TIME_W: usize = 9;
+/// Other holders drawn at most.
+const OTHERS_MAX: usize = 3;
+/// Rows drawn at most (the story is short; a long window is cut in the middle).
+const ROWS_MAX: usize = 60;
+
+/// Renders the story of `summary` from the run's records.
+pub fn render(records: &[Record], summary: &Summary) -> String {
+    let focus = summary.zombies.first().map(|z| z.seq).or(summary.first_rejection.map(|(_, seq)| seq));
+    let Some(focus) = focus.and_then(|seq| records.iter().position(|r| r.seq == seq)) else {
+        return "No zombie write and no rejected write in this run: no story to draw. Try another seed, a \
+                longer --duration, or --scenario default.\n"
+            .to_string();
+    };
+    let write = records[focus];
+    let writer = write.client;
+    let token = write.token;
+    // The story starts when the writer asked for the lock it is writing under.
+    let grant = records[..focus]
+        .iter()
+        .rposition(|r| r.kind == Kind::Granted && r.client == writer && r.token == token)
+        .unwrap_or(0);
+    let start = records[..grant].iter().rposition(|r| r.kind == Kind::Acquire && r.client == writer).unwrap_or(grant);
+    let window = &records[start..=focus];
+    let granted_at = grant - start;
+    let mut others: Vec<u32> = Vec::new();
+    for r in &window[granted_at..] {
+        if r.kind == Kind::Granted && r.client != writer && r.lock == write.lock && !others.contains(&r.client) {
+            others.push(r.client);
+        }
+    }
+    // Keep the holders closest to the write: they are the ones it interleaves with.
+    if others.len() > OTHERS_MAX {
+        others.drain(..others.len() - OTHERS_MAX);
+    }
+    let mut lanes = vec![Lane::Client(writer), Lane::Lock, Lane::Resource];
+    lanes.extend(others.iter().map(|c| Lane::Client(*c)));
+    // The writer from its acquire on; the others once the writer holds the lock.
+    let rows: Vec<&Record> = window
+        .iter()
+        .enumerate()
+        .filter(|(i, r)| (r.client == writer || *i >= granted_at) && shown(r, writer, &others))
+        .map(|(_, r)| r)
+        .collect();
+    let mut out = String::new();
+    header(&mut out, &lanes);
+    let pause = window.iter().find(|r| r.kind == Kind::Pause && r.client == writer);
+    let paused = |t: u64| {
+        pause.is_some_and(
+            |p| matches!(p.detail, Detail::Pause { duration_ms, .. } if t >= p.t_ms && t < p.t_ms + duration_ms),
+        )
+    };
+    let cut = rows.len() > ROWS_MAX;
+    for (i, r) in rows.iter().enumerate() {
+        if cut && i == ROWS_MAX / 2 {
+            let _ = writeln!(out, "{:>TIME_W$}  {}", "...", "(rows left out)");
+        }
+        if cut && i >= ROWS_MAX / 2 && i < rows.len() - ROWS_MAX / 2 {
+            continue;
+        }
+        row(&mut out, &lanes, r, paused(r.t_ms) && r.kind != Kind::Pause);
+    }
+    let _ = writeln!(out);
+    out.push_str(&narrate(&window[granted_at..], &write, summary));
+    out
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    Client(u32),
+    Lock,
+    Resource,
+}
+
+fn lane_of(lanes: &[Lane], l: Lane) -> Option<usize> {
+    lanes.iter().position(|x| *x == l)
+}
+
+fn shown(r: &Record, writer: u32, others: &[u32]) -> bool {
+    let involved = r.client == writer || others.contains(&r.client);
+    involved
+        && match r.kind {
+            Kind::Keepalive => matches!(r.detail, Detail::Keepalive { ok: false }),
+            Kind::Acquire => r.client == writer,
+            _ => true,
+        }
+}
+
+fn header(out: &mut String, lanes: &[Lane]) {
+    let mut line = format!("{:>TIME_W$}  ", "t (ms)");
+    for l in lanes {
+        let name = match l {
+            Lane::Client(c) => format!("c{c}"),
+            Lane::Lock => "lock service".into(),
+            Lane::Resource => "resource".into(),
+        };
+        let _ = write!(line, "{name:<LANE_W$}");
+    }
+    let _ = writeln!(out, "{}", line.trim_end());
+}
+
+/// One event as a row: an arrow between two lanes, or a note on one.
+fn row(out: &mut String, lanes: &[Lane], r: &Record, writer_paused: bool) {
+    let width = lanes.len() * LANE_W;
+    let mut cells: Vec<char> = vec![' '; width];
+    for (i, l) in lanes.iter().enumerate() {
+        cells[i * LANE_W] = if writer_paused && i == 0 && matches!(l, Lane::Client(_)) { '┆' } else { '│' };
+    }
+    let tok = |r: &Record| r.token.map_or(String::new(), |t| format!(" #{t}"));
+    let client = lane_of(lanes, Lane::Client(r.client)).unwrap_or(0);
+    let lock = lane_of(lanes, Lane::Lock).expect("lock lane");
+    let resource = lane_of(lanes, Lane::Resource).expect("resource lane");
+    let (from, to, label) = match (r.kind, r.detail) {
+        (Kind::Acquire, _) => (client, Some(lock), "acquire".to_string()),
+        (Kind::Granted, _) => (lock, Some(client), format!("granted{}", tok(r))),
+        (Kind::Expired, _) => (lock, None, format!("✗ lease{} expired", tok(r))),
+        (Kind::Released, _) => (lock, None, format!("released{}", tok(r))),
+        (Kind::WaitEnded, _) => (lock, None, "wait ended".to_string()),
+        (Kind::Keepalive, _) => (lock, None, format!("keepalive{}: lease gone", tok(r))),
+        (Kind::Pause, Detail::Pause { duration_ms, cause }) => {
+            (client, None, format!("⏸ paused {duration_ms} ms ({cause})"))
+        }
+        (Kind::Read, Detail::Read { value, accepted, fenced }) => {
+            let how = if fenced { "fenced read" } else { "read" };
+            let verdict = if accepted { format!("= {value}") } else { "REFUSED".into() };
+            (client, Some(resource), format!("{how}{} {verdict}", tok(r)))
+        }
+        (Kind::Write, Detail::Write { value, accepted, zombie, .. }) => {
+            let verdict = match (accepted, zombie) {
+                (true, true) => "ZOMBIE WRITE accepted",
+                (true, false) => "ok",
+                (false, _) => "✗ REJECTED: stale token",
+            };
+            (client, Some(resource), format!("write {value}{} {verdict}", tok(r)))
+        }
+        (Kind::Aborted, _) => (client, None, "knows its lease is gone: no write".to_string()),
+        (Kind::Crash, _) => (client, None, "crashed".to_string()),
+        (Kind::Restart, _) => (client, None, "restarted".to_string()),
+        _ => (client, None, r.kind.name().to_string()),
+    };
+    let mut note = String::new();
+    match to {
+        Some(to) if to != from => arrow(&mut cells, from * LANE_W, to * LANE_W, &label, &mut note),
+        _ => {
+            // A note beside its lane, written over empty space only.
+            let x = from * LANE_W + 2;
+            let text: Vec<char> = label.chars().collect();
+            if x + text.len() < width && cells[x..x + text.len()].iter().all(|c| *c == ' ' || *c == '│') {
+                cells[x..x + text.len()].copy_from_slice(&text);
+            } else {
+                note = label;
+            }
+        }
+    }
+    let line: String = cells.into_iter().collect();
+    let line = if note.is_empty() { line.trim_end().to_string() } else { format!("{}  {note}", line.trim_end()) };
+    let _ = writeln!(out, "{:>TIME_W$}  {line}", r.t_ms);
+}
+
+/// Draws `──label──▶` from column `a` to column `b`; a label too long for the gap goes
+/// into `note` instead.
+fn arrow(cells: &mut [char], a: usize, b: usize, label: &str, note: &mut String) {
+    let (lo, hi) = (a.min(b), a.max(b));
+    for c in cells.iter_mut().take(hi).skip(lo + 1) {
+        *c = '─';
+    }
+    if b > a {
+        cells[hi - 1] = '▶';
+    } else {
+        cells[lo + 1] = '◀';
+    }
+    let text: Vec<char> = format!(" {label} ").chars().collect();
+    let room = hi - lo - 3;
+    if text.len() <= room {
+        let x = lo + 2 + (room - text.len()) / 2;
+        cells[x..x + text.len()].copy_from_slice(&text);
+    } else {
+        *note = label.to_string();
+    }
+}
+
+/// The story in sentences, with the run's own numbers.
+fn narrate(window: &[Record], write: &Record, s: &Summary) -> String {
+    let c = write.client;
+    let t = write.token.unwrap_or(0);
+    let mut o = String::new();
+    let read = window.iter().find(|r| r.kind == Kind::Read && r.client == c);
+    let pause = window.iter().find(|r| r.kind == Kind::Pause && r.client == c);
+    let expired = window.iter().find(|r| r.kind == Kind::Expired && r.client == c && r.token == write.token);
+    let newer = expired.and_then(|e| {
+        window.iter().find(|r| r.kind == Kind::Granted && r.client != c && r.lock == write.lock && r.t_ms >= e.t_ms)
+    });
+    let _ = write!(o, "c{c} took the lock with token {t}");
+    if let Some(Detail::Read { value, .. }) = read.map(|r| r.detail) {
+        let _ = write!(o, ", read {value}");
+    }
+    if let Some(Detail::Pause { duration_ms, cause }) = pause.map(|r| r.detail) {
+        let _ = write!(o, " and stopped for {duration_ms} ms ({cause})");
+    }
+    let _ = writeln!(o, ".");
+    if let Some(e) = expired {
+        let _ = write!(o, "Its {} ms lease expired at t={} ms", s.lease_ms, e.t_ms);
+        if let Some(n) = newer {
+            let _ = write!(
+                o,
+                "; the lock service granted token {} to c{} at t={} ms",
+                n.token.unwrap_or(0),
+                n.client,
+                n.t_ms
+            );
+        }
+        let _ = writeln!(o, ".");
+    }
+    let Detail::Write { value, accepted, zombie, value_before, .. } = write.detail else { return o };
+    let _ = write!(o, "At t={} ms c{c} woke up and wrote {value} with token {t}: ", write.t_ms);
+    if zombie {
+        let seen = s.zombies.first().map_or(0, |z| z.highest_seen);
+        let _ = writeln!(
+            o,
+            "the resource accepted it (the counter held {value_before}), although it had already seen token {seen}. \
+             A zombie write: two clients inside the critical section at once, and an increment lost."
+        );
+        let _ = writeln!(o, "Run the same seed with --scenario fencing to see the resource refuse it.");
+    } else if !accepted {
+        let _ = writeln!(
+            o,
+            "the resource had already seen a newer token and refused it. Nothing about the lock changed; the resource did."
+        );
+    } else {
+        let _ = writeln!(o, "accepted.");
+    }
+    o
 }

@@ -17,7 +17,7 @@ pub mod sweep;
 pub mod trace;
 mod world;
 
-pub use config::{Config, ConfigError, PauseModel, Scenario};
+pub use config::{Config, ConfigError, PauseModel, Scenario, LEASE_MS_DEFAULT};
 pub use pauses::PauseCause;
 pub use summary::{Summary, ZombieProof};
 pub use trace::{Kind, Record, TraceSink};

@@ -1,1 +1,284 @@
-//! Sweeps (being built).
+//! Sweeps: the same scenario over lease lengths and seeds, fencing off and on, to show
+//! the seed's point with numbers: longer leases make zombie writes rarer, never zero;
+//! fencing makes them zero at every lease.
+
+use std::fmt::Write as _;
+use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crate::{Config, ConfigError, Scenario, Summary};
+
+/// What to sweep.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    /// Every other knob comes from here (its lease is the base lease).
+    pub base: Config,
+    /// Lease lengths as multiples of the base lease.
+    pub multiples: Vec<u64>,
+    pub seeds: RangeInclusive<u64>,
+}
+
+/// Totals for one lease length and one fencing setting, over all seeds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub lease_multiple: u64,
+    pub lease_ms: u64,
+    pub fencing: bool,
+    pub seeds: u64,
+    pub grants: u64,
+    pub late_writes: u64,
+    pub zombie_writes: u64,
+    pub stale_writes_rejected: u64,
+    pub lost_updates: u64,
+    /// Seeds with at least one zombie write.
+    pub unsafe_runs: u64,
+}
+
+impl Spec {
+    /// Checks every configuration the sweep will run before running any.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.base.scenario == Scenario::Occ {
+            let message = "occ takes no lock: there is no lease to sweep".into();
+            return Err(ConfigError { field: "--scenario", message });
+        }
+        if self.multiples.is_empty() || self.multiples.contains(&0) {
+            return Err(ConfigError {
+                field: "--leases",
+                message: "give one or more positive multiples, like 1,2,4,8".into(),
+            });
+        }
+        if self.seeds.is_empty() || self.seeds.end() - self.seeds.start() >= 100_000 {
+            return Err(ConfigError {
+                field: "--seeds",
+                message: "give a range of 1 to 100000 seeds, like 1..20".into(),
+            });
+        }
+        for m in &self.multiples {
+            self.config(*m, false, *self.seeds.start()).validate()?;
+        }
+        Ok(())
+    }
+
+    pub fn runs(&self) -> u64 {
+        self.multiples.len() as u64 * 2 * (self.seeds.end() - self.seeds.start() + 1)
+    }
+
+    fn config(&self, multiple: u64, fencing: bool, seed: u64) -> Config {
+        let mut c = self.base.clone();
+        c.lease_ms = self.base.lease_ms.saturating_mul(multiple);
+        c.fencing = fencing;
+        c.seed = seed;
+        c
+    }
+}
+
+/// Runs the sweep on `threads` threads; `progress` is called after every run. Rows come
+/// out in a fixed order (lease multiple, then fencing off before on) whatever the
+/// threads did.
+pub fn run(spec: &Spec, threads: usize, progress: &(dyn Fn() + Sync)) -> Result<Vec<Row>, ConfigError> {
+    spec.validate()?;
+    let cells: Vec<(u64, bool)> = spec.multiples.iter().flat_map(|m| [(*m, false), (*m, true)]).collect();
+    let seeds: Vec<u64> = spec.seeds.clone().collect();
+    let jobs: Vec<(usize, u64)> = (0..cells.len()).flat_map(|c| seeds.iter().map(move |s| (c, *s))).collect();
+    let results: Mutex<Vec<Vec<Summary>>> = Mutex::new(vec![Vec::new(); cells.len()]);
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1) {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(cell, seed)) = jobs.get(i) else { break };
+                let (m, fencing) = cells[cell];
+                let s = crate::run(&spec.config(m, fencing, seed), &mut ()).expect("validated above");
+                results.lock().expect("no panics while holding").get_mut(cell).expect("cell").push(s);
+                progress();
+            });
+        }
+    });
+    let results = results.into_inner().expect("threads joined");
+    Ok(cells
+        .iter()
+        .zip(results)
+        .map(|(&(m, fencing), runs)| {
+            let sum = |f: fn(&Summary) -> u64| runs.iter().map(f).sum::<u64>();
+            Row {
+                lease_multiple: m,
+                lease_ms: spec.base.lease_ms.saturating_mul(m),
+                fencing,
+                seeds: runs.len() as u64,
+                grants: sum(|s| s.grants),
+                late_writes: sum(|s| s.late_writes),
+                zombie_writes: sum(|s| s.zombie_writes),
+                stale_writes_rejected: sum(|s| s.stale_writes_rejected),
+                lost_updates: sum(|s| s.lost_updates),
+                unsafe_runs: runs.iter().filter(|s| s.zombie_writes > 0).count() as u64,
+            }
+        })
+        .collect())
+}
+
+const COLUMNS: &str =
+    "lease_multiple,lease_ms,fencing,seeds,grants,late_writes,zombie_writes,stale_writes_rejected,lost_updates,unsafe_runs";
+
+fn fields(r: &Row) -> [String; 10] {
+    [
+        r.lease_multiple.to_string(),
+        r.lease_ms.to_string(),
+        if r.fencing { "on" } else { "off" }.to_string(),
+        r.seeds.to_string(),
+        r.grants.to_string(),
+        r.late_writes.to_string(),
+        r.zombie_writes.to_string(),
+        r.stale_writes_rejected.to_string(),
+        r.lost_updates.to_string(),
+        r.unsafe_runs.to_string(),
+    ]
+}
+
+pub fn to_csv(rows: &[Row]) -> String {
+    let mut s = format!("{COLUMNS}\n");
+    for r in rows {
+        let _ = writeln!(s, "{}", fields(r).join(","));
+    }
+    s
+}
+
+pub fn to_json(rows: &[Row]) -> String {
+    let names: Vec<&str> = COLUMNS.split(',').collect();
+    let objects: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let f = fields(r);
+            let pairs: Vec<String> = names
+                .iter()
+                .zip(f.iter())
+                .map(|(k, v)| if *k == "fencing" { format!(r#""{k}":"{v}""#) } else { format!(r#""{k}":{v}"#) })
+                .collect();
+            format!("{{{}}}", pairs.join(","))
+        })
+        .collect();
+    format!("[{}]\n", objects.join(","))
+}
+
+pub fn to_text(rows: &[Row]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:>8} {:>9} {:>8} {:>7} {:>12} {:>14} {:>13} {:>12}",
+        "lease", "fencing", "seeds", "grants", "late writes", "zombie writes", "stale refused", "lost updates"
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{:>6}ms {:>9} {:>8} {:>7} {:>12} {:>14} {:>13} {:>12}",
+            r.lease_ms,
+            if r.fencing { "on" } else { "off" },
+            r.seeds,
+            r.grants,
+            r.late_writes,
+            r.zombie_writes,
+            r.stale_writes_rejected,
+            r.lost_updates
+        );
+    }
+    s
+}
+
+/// A line chart of zombie writes against lease length, fencing off and on.
+pub fn to_svg(rows: &[Row], title: &str) -> String {
+    let (w, h) = (720.0f64, 420.0f64);
+    let (left, right, top, bottom) = (70.0, 180.0, 50.0, 60.0);
+    let off: Vec<&Row> = rows.iter().filter(|r| !r.fencing).collect();
+    let on: Vec<&Row> = rows.iter().filter(|r| r.fencing).collect();
+    let y_max = rows.iter().map(|r| r.zombie_writes).max().unwrap_or(0).max(1) as f64;
+    let n = off.len().max(1);
+    let x = |i: usize| left + (w - left - right) * if n == 1 { 0.5 } else { i as f64 / (n - 1) as f64 };
+    let y = |v: u64| top + (h - top - bottom) * (1.0 - v as f64 / y_max);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(s, r#"<text x="{left}" y="28" font-size="15" font-weight="bold">{}</text>"#, escape(title));
+    // Axes and grid.
+    for k in 0..=4 {
+        let v = (y_max * k as f64 / 4.0).round() as u64;
+        let yy = y(v);
+        let _ = writeln!(s, r##"<line x1="{left}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#ddd"/>"##, w - right);
+        let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{v}</text>"#, left - 8.0, yy + 4.0);
+    }
+    let _ = writeln!(
+        s,
+        r#"<text x="16" y="{:.1}" transform="rotate(-90 16 {:.1})" text-anchor="middle">zombie writes (all seeds)</text>"#,
+        h / 2.0,
+        h / 2.0
+    );
+    for (i, r) in off.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{} ms</text>"#,
+            x(i),
+            h - bottom + 20.0,
+            r.lease_ms
+        );
+    }
+    let _ = writeln!(
+        s,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">lease length</text>"#,
+        (left + w - right) / 2.0,
+        h - 14.0
+    );
+    for (series, color, label) in [(&off, "#d62728", "fencing off"), (&on, "#2ca02c", "fencing on")] {
+        let points: Vec<String> =
+            series.iter().enumerate().map(|(i, r)| format!("{:.1},{:.1}", x(i), y(r.zombie_writes))).collect();
+        let _ =
+            writeln!(s, r#"<polyline fill="none" stroke="{color}" stroke-width="2.5" points="{}"/>"#, points.join(" "));
+        for (i, r) in series.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="4" fill="{color}"><title>{label}, lease {} ms: {} zombie writes, {} lost updates</title></circle>"#,
+                x(i),
+                y(r.zombie_writes),
+                r.lease_ms,
+                r.zombie_writes,
+                r.lost_updates
+            );
+            if !r.fencing {
+                let _ = writeln!(
+                    s,
+                    r#"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="{color}">{}</text>"#,
+                    x(i),
+                    y(r.zombie_writes) - 9.0,
+                    r.zombie_writes
+                );
+            }
+        }
+    }
+    let lx = w - right + 16.0;
+    let _ = writeln!(
+        s,
+        r##"<rect x="{lx}" y="{top}" width="14" height="4" fill="#d62728"/><text x="{:.1}" y="{:.1}">fencing off</text>"##,
+        lx + 20.0,
+        top + 6.0
+    );
+    let _ = writeln!(
+        s,
+        r##"<rect x="{lx}" y="{:.1}" width="14" height="4" fill="#2ca02c"/><text x="{:.1}" y="{:.1}">fencing on: 0</text>"##,
+        top + 22.0,
+        lx + 20.0,
+        top + 28.0
+    );
+    let _ = writeln!(
+        s,
+        r##"<text x="{lx}" y="{:.1}" fill="#555">longer leases:</text><text x="{lx}" y="{:.1}" fill="#555">rarer, never zero</text>"##,
+        top + 60.0,
+        top + 76.0
+    );
+    s.push_str("</svg>\n");
+    s
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}

@@ -662,9 +662,15 @@ impl<'a, S: TraceSink> World<'a, S> {
                 let late = report.late_writes > late_before;
                 let seq = self.records;
                 if zombie {
-                    if let Some(FindingKind::ZombieWrite { token, highest_seen, pause_ms }) =
-                        report.findings.last().map(|f| f.kind)
-                    {
+                    // This write's findings are the last few: late, zombie, lost update.
+                    let kind = report
+                        .findings
+                        .iter()
+                        .rev()
+                        .take(3)
+                        .map(|f| f.kind)
+                        .find(|k| matches!(k, FindingKind::ZombieWrite { .. }));
+                    if let Some(FindingKind::ZombieWrite { token, highest_seen, pause_ms }) = kind {
                         let m = &mut self.summary.zombie_pause_ms_min;
                         *m = Some(m.map_or(pause_ms, |m| m.min(pause_ms)));
                         if self.summary.zombies.len() < Summary::ZOMBIES_KEPT {
