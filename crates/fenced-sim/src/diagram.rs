@@ -67,7 +67,7 @@ pub fn render(records: &[Record], summary: &Summary) -> String {
     let cut = rows.len() > ROWS_MAX;
     for (i, r) in rows.iter().enumerate() {
         if cut && i == ROWS_MAX / 2 {
-            let _ = writeln!(out, "{:>TIME_W$}  {}", "...", "(rows left out)");
+            let _ = writeln!(out, "{:>TIME_W$}  (rows left out)", "...");
         }
         if cut && i >= ROWS_MAX / 2 && i < rows.len() - ROWS_MAX / 2 {
             continue;

@@ -1,1 +1,116 @@
-//! End-to-end tests of `fenced sim`.
+//! End-to-end tests of `fenced sim` and `fenced sim sweep`: what a person types.
+
+use std::process::{Command, Output};
+
+fn fenced(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fenced")).args(args).output().expect("run fenced")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    assert!(o.status.success(), "fenced failed: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("valid JSON")
+}
+
+#[test]
+fn sim_json_has_the_design_fields_and_tells_the_story() {
+    let d = json(&fenced(&["sim", "--scenario", "default", "--seed", "2", "--json"]));
+    let f = json(&fenced(&["sim", "--scenario", "fencing", "--seed", "2", "--json"]));
+    for k in [
+        "scenario", "seed", "clients", "duration_ms", "lease_ms", "fencing", "renew_fraction", "grants",
+        "lease_expiries", "pauses", "writes_attempted", "writes_accepted", "late_writes", "zombie_writes",
+        "stale_writes_rejected", "lost_updates", "events",
+    ] {
+        assert!(d.get(k).is_some(), "summary lacks {k}");
+    }
+    assert!(d["zombie_writes"].as_u64().unwrap() > 0);
+    assert_eq!(f["zombie_writes"], 0);
+    assert_eq!(f["lost_updates"], 0);
+    assert!(f["stale_writes_rejected"].as_u64().unwrap() > 0);
+    assert_eq!(d["fencing"], false);
+    assert_eq!(f["fencing"], true);
+}
+
+#[test]
+fn flags_override_the_scenario() {
+    let v = json(&fenced(&[
+        "sim", "--scenario", "long-lease", "--lease", "750ms", "--clients", "6", "--duration", "90s", "--renew-at",
+        "0.25", "--fencing", "on", "--pauses", "gc", "--json",
+    ]));
+    assert_eq!(v["lease_ms"], 3_000, "long-lease is four times the base lease");
+    assert_eq!(v["clients"], 6);
+    assert_eq!(v["duration_ms"], 90_000);
+    assert_eq!(v["renew_fraction"], 0.25);
+    assert_eq!(v["fencing"], true);
+    assert_eq!(v["pause_model"], "gc");
+}
+
+#[test]
+fn trace_files_are_identical_for_the_same_seed() {
+    let dir = std::env::temp_dir().join(format!("fenced-sim-it-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (a, b) = (dir.join("a.jsonl"), dir.join("b.jsonl"));
+    for p in [&a, &b] {
+        assert!(fenced(&["sim", "--seed", "9", "--trace", p.to_str().unwrap()]).status.success());
+    }
+    let (ta, tb) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+    assert!(!ta.is_empty());
+    assert_eq!(ta, tb);
+    let first: serde_json::Value = serde_json::from_slice(ta.split(|c| *c == b'\n').next().unwrap()).unwrap();
+    for k in ["t_ms", "seq", "actor", "kind"] {
+        assert!(first.get(k).is_some(), "trace line lacks {k}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn diagram_draws_the_zombie_write() {
+    let o = fenced(&["sim", "--diagram"]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    assert!(out.contains("ZOMBIE WRITE accepted"), "{out}");
+    assert!(out.contains("lock service"), "{out}");
+    let o = fenced(&["sim", "--scenario", "fencing", "--diagram"]);
+    assert!(stdout(&o).contains("REJECTED"), "{}", stdout(&o));
+}
+
+#[test]
+fn bad_arguments_exit_2_with_one_line_naming_the_argument() {
+    for (args, needle) in [
+        (&["sim", "--scenario", "nope"][..], "--scenario"),
+        (&["sim", "--lease", "5d"][..], "--lease"),
+        (&["sim", "--lease", "1ms"][..], "--lease"),
+        (&["sim", "--clients", "0"][..], "--clients"),
+        (&["sim", "--renew-at", "1.5"][..], "--renew-at"),
+        (&["sim", "--fencing", "maybe"][..], "--fencing"),
+        (&["sim", "--scenario", "occ", "--fencing", "on"][..], "--fencing"),
+        (&["sim", "sweep", "--seeds", "9..1"][..], "--seeds"),
+        (&["sim", "sweep", "--leases", "1,x"][..], "--leases"),
+    ] {
+        let o = fenced(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn sweep_prints_json_csv_and_an_svg() {
+    let dir = std::env::temp_dir().join(format!("fenced-sweep-it-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("s.svg");
+    let v = json(&fenced(&[
+        "sim", "sweep", "--seeds", "1..3", "--leases", "1,4", "--duration", "60s", "--json", "--svg",
+        svg.to_str().unwrap(),
+    ]));
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    assert!(rows.iter().filter(|r| r["fencing"] == "on").all(|r| r["zombie_writes"] == 0));
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    let o = fenced(&["sim", "sweep", "--seeds", "1..2", "--leases", "1", "--duration", "30s", "--csv"]);
+    assert!(stdout(&o).starts_with("lease_multiple,"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
