@@ -1,1 +1,35 @@
-//! The Fenced client (being built).
+//! The Fenced client: lock guards with an honest lost-lock signal, and fenced resources.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), fenced_client::Error> {
+//! use std::time::Duration;
+//! use fenced_client::Client;
+//!
+//! let client = Client::from_env()?; // FENCED_ENDPOINT, FENCED_AUTH_TOKEN
+//! let guard = client.lock("orders/42").ttl(Duration::from_secs(10)).wait(Duration::from_secs(30)).acquire().await?;
+//! let store = client.store();
+//! store.put("orders/42/state", guard.token(), b"paid").await?.into_result()?;
+//! guard.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! A guard is valid until the send time of its last successful acquire or keepalive,
+//! plus the TTL, minus a margin, on this process's monotonic clock ([`LockGuard::valid_until`]).
+//! The lock service may still consider the lock held after that; the guard does not,
+//! and [`LockGuard::lost`] resolves. The token, not the guard, is what keeps a write
+//! safe: pass it to a [`FencedResource`].
+
+mod client;
+mod error;
+mod guard;
+mod http;
+pub mod resource;
+pub mod validity;
+mod wire;
+
+pub use client::{Client, ClientBuilder, LockOptions, LockRequest, ENDPOINT_DEFAULT};
+pub use error::{Error, LostReason};
+pub use fenced_core::{LeaseId, LockName, Token};
+pub use guard::LockGuard;
+pub use resource::{Fenced, FencedResource, Store, StoreRead};
+pub use tokio_util::sync::CancellationToken;

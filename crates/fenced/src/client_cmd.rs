@@ -1,17 +1,244 @@
-//! Client commands: `exec`, `lock`, `locks`, `put`, `get` (being built).
+//! Client commands: `exec`, `lock`, `locks`, `put`, `get`. Each turns its arguments into
+//! calls on `fenced-client` and prints human text, or one JSON object with `--json`.
+
+mod exec;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::Subcommand;
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use fenced_client::{Client, Error, Fenced, LockName, Token};
+use serde_json::json;
 
-use crate::args::Global;
+use crate::args::{duration_ms, BadArgument, Global};
+
+/// Exit status when the lock was not acquired within the wait, or a fenced operation
+/// was refused.
+const EXIT_NOT_ACQUIRED: u8 = 1;
+/// Exit status when the lock was lost while held.
+const EXIT_LOST: u8 = 3;
 
 #[derive(Subcommand, Debug)]
 pub enum ClientCmd {
-    /// List the locks held on the server.
-    Locks,
+    /// Run a command while holding a lock; stop it if the lock is lost.
+    Exec(exec::ExecArgs),
+    /// Acquire a lock, print the grant, hold it until interrupted, then release.
+    Lock(LockArgs),
+    /// List the locks on the server.
+    Locks(LocksArgs),
+    /// Write a value to the server's fenced store.
+    Put(PutArgs),
+    /// Read a value from the server's fenced store.
+    Get(GetArgs),
 }
 
-pub fn run(_cmd: ClientCmd, _global: &Global) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("the client commands are being built")
+/// How long to hold and to wait, shared by `exec` and `lock`.
+#[derive(Args, Debug, Clone)]
+pub struct HoldArgs {
+    /// The lease's TTL: how long the lock outlives this process if it goes silent.
+    #[arg(long, default_value = "10s", value_parser = duration_ms)]
+    pub ttl: u64,
+    /// How long to wait for the lock; 0s tries once.
+    #[arg(long, default_value = "30s", value_parser = duration_ms)]
+    pub wait: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct LockArgs {
+    /// The lock's name (UTF-8, 1 to 256 bytes, `/` allowed).
+    pub name: String,
+    #[command(flatten)]
+    pub hold: HoldArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct LocksArgs {
+    /// Only locks whose names start with this.
+    #[arg(long)]
+    pub prefix: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct PutArgs {
+    pub key: String,
+    pub value: String,
+    /// The fencing token of the lock you hold.
+    #[arg(long)]
+    pub token: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    pub key: String,
+    /// Make it a fenced read: refused if the key has seen a newer token, and the key's
+    /// mark advances to this one.
+    #[arg(long)]
+    pub token: Option<u64>,
+}
+
+pub fn run(cmd: ClientCmd, global: &Global) -> anyhow::Result<ExitCode> {
+    let client = Client::builder().endpoint(&global.endpoint).build().map_err(|e| match e {
+        Error::BadRequest(m) => BadArgument::new("--endpoint", m),
+        e => e.into(),
+    })?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the runtime")?;
+    rt.block_on(async move {
+        match cmd {
+            ClientCmd::Exec(a) => exec::run(&client, a, global).await,
+            ClientCmd::Lock(a) => lock(&client, a, global).await,
+            ClientCmd::Locks(a) => locks(&client, a, global).await,
+            ClientCmd::Put(a) => put(&client, a, global).await,
+            ClientCmd::Get(a) => get(&client, a, global).await,
+        }
+    })
+}
+
+/// Checks what the server would refuse anyway, so that it exits with status 2.
+fn hold_options(name: &str, hold: &HoldArgs) -> anyhow::Result<(Duration, Duration)> {
+    LockName::new(name).map_err(|e| BadArgument::new("NAME", e.to_string()))?;
+    if hold.ttl == 0 {
+        return Err(BadArgument::new("--ttl", "the TTL must be more than 0"));
+    }
+    Ok((Duration::from_millis(hold.ttl), Duration::from_millis(hold.wait)))
+}
+
+fn token_arg(raw: u64) -> anyhow::Result<Token> {
+    Token::new(raw).ok_or_else(|| BadArgument::new("--token", "0 is never a fencing token"))
+}
+
+/// Prints a grant the way `lock` and `exec -v` show it.
+fn grant_json(guard: &fenced_client::LockGuard) -> serde_json::Value {
+    json!({
+        "name": guard.name().as_str(),
+        "token": guard.token().get(),
+        "lease_id": guard.lease_id().to_hex(),
+        "ttl_ms": guard.ttl().as_millis() as u64,
+    })
+}
+
+async fn lock(client: &Client, a: LockArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let (ttl, wait) = hold_options(&a.name, &a.hold)?;
+    let guard = match client.lock(&a.name).ttl(ttl).wait(wait).acquire().await {
+        Ok(g) => g,
+        Err(Error::LockHeld { name }) => {
+            eprintln!("lock '{name}' was not acquired within {} ms", wait.as_millis());
+            return Ok(ExitCode::from(EXIT_NOT_ACQUIRED));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if global.json() {
+        println!("{}", grant_json(&guard));
+    } else {
+        println!(
+            "holding lock '{}' with token {} (lease {}, ttl {} ms); Ctrl-C releases it",
+            guard.name(),
+            guard.token(),
+            guard.lease_id(),
+            guard.ttl().as_millis()
+        );
+    }
+    let lost = guard.lost();
+    tokio::select! {
+        reason = lost => {
+            eprintln!("lock '{}' lost: {reason}", a.name);
+            let _ = guard.release().await;
+            Ok(ExitCode::from(EXIT_LOST))
+        }
+        _ = exec::interrupted() => {
+            match guard.release().await {
+                Ok(()) => {
+                    if !global.json() {
+                        println!("released lock '{}'", a.name);
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(Error::Lost(reason)) => {
+                    eprintln!("lock '{}' lost: {reason}", a.name);
+                    Ok(ExitCode::from(EXIT_LOST))
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+    }
+}
+
+async fn locks(client: &Client, a: LocksArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let answer = client.locks(a.prefix.as_deref()).await?;
+    if global.json() {
+        println!("{answer}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let list = answer.get("locks").and_then(|l| l.as_array()).cloned().unwrap_or_default();
+    if list.is_empty() {
+        println!("no locks");
+    }
+    for l in list {
+        let name = l.get("name").and_then(|v| v.as_str()).unwrap_or("?");
+        let waiters = l.get("waiters").and_then(|v| v.as_u64()).unwrap_or(0);
+        match l.get("token").and_then(|v| v.as_u64()) {
+            Some(t) if l.get("held").and_then(|v| v.as_bool()).unwrap_or(true) => {
+                let expires = l.get("expires_in_ms").and_then(|v| v.as_u64());
+                let expires = expires.map(|ms| format!(", lease expires in {ms} ms")).unwrap_or_default();
+                println!("{name}\theld, token {t}{expires}, {waiters} waiting");
+            }
+            _ => println!("{name}\tfree, {waiters} waiting"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn put(client: &Client, a: PutArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let token = token_arg(a.token)?;
+    match client.store().put(&a.key, token, a.value.as_bytes()).await? {
+        Fenced::Accepted(mark) => {
+            if global.json() {
+                println!(
+                    "{}",
+                    json!({ "key": a.key, "accepted": true, "token": token.get(), "highest_seen": mark.get() })
+                );
+            } else {
+                println!("accepted: {} = {} with token {token}", a.key, a.value);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Fenced::Rejected { token, highest_seen } => {
+            rejected(global, &a.key, token, highest_seen);
+            Ok(ExitCode::from(EXIT_NOT_ACQUIRED))
+        }
+    }
+}
+
+async fn get(client: &Client, a: GetArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let token = a.token.map(token_arg).transpose()?;
+    match client.store().get(&a.key, token).await? {
+        Fenced::Accepted(read) => {
+            let mark = read.highest_seen.map(Token::get);
+            if global.json() {
+                let value = read.value.as_deref().map(String::from_utf8_lossy);
+                println!("{}", json!({ "key": a.key, "found": value.is_some(), "value": value, "highest_seen": mark }));
+            } else {
+                match &read.value {
+                    Some(v) => println!("{}", String::from_utf8_lossy(v)),
+                    None => eprintln!("no value under '{}'", a.key),
+                }
+            }
+            Ok(if read.value.is_some() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_NOT_ACQUIRED) })
+        }
+        Fenced::Rejected { token, highest_seen } => {
+            rejected(global, &a.key, token, highest_seen);
+            Ok(ExitCode::from(EXIT_NOT_ACQUIRED))
+        }
+    }
+}
+
+fn rejected(global: &Global, key: &str, token: Token, highest_seen: Token) {
+    if global.json() {
+        println!(
+            "{}",
+            json!({ "key": key, "accepted": false, "token": token.get(), "highest_seen": highest_seen.get() })
+        );
+    } else {
+        println!("rejected: '{key}' has already seen token {highest_seen}, newer than {token}");
+    }
 }

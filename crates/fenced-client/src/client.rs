@@ -1,0 +1,313 @@
+//! The client handle, its builder, and lock requests.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fenced_core::{LeaseId, LockName, Token};
+use hyper::Method;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+use crate::guard::{Grant, LockGuard};
+use crate::http::{segment, Transport};
+use crate::resource::Store;
+use crate::validity;
+use crate::wire::{self, CheckBody, GrantBody, LeaseBody};
+
+/// The endpoint used when neither the builder nor `FENCED_ENDPOINT` names one.
+pub const ENDPOINT_DEFAULT: &str = "http://127.0.0.1:7400";
+
+/// A handle on one lock service. Cheap to clone; clones share one connection pool.
+#[derive(Clone, Debug)]
+pub struct Client {
+    /// The HTTP side.
+    transport: Arc<Transport>,
+}
+
+/// Configures a [`Client`].
+#[derive(Clone, Debug)]
+pub struct ClientBuilder {
+    /// `http://host:port`; `FENCED_ENDPOINT`, else [`ENDPOINT_DEFAULT`].
+    endpoint: Option<String>,
+    /// Sent as `Authorization: Bearer ..`; `FENCED_AUTH_TOKEN` by default.
+    auth_token: Option<String>,
+    /// Bound on opening a connection.
+    connect_timeout: Duration,
+    /// Bound on one request's round trip (a blocking acquire adds its wait).
+    request_timeout: Duration,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            endpoint: None,
+            auth_token: None,
+            connect_timeout: Duration::from_secs(3),
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ClientBuilder {
+    pub fn endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.endpoint = Some(endpoint.into());
+        self
+    }
+
+    pub fn auth_token(mut self, token: impl Into<String>) -> Self {
+        self.auth_token = Some(token.into());
+        self
+    }
+
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    pub fn request_timeout(mut self, d: Duration) -> Self {
+        self.request_timeout = d;
+        self
+    }
+
+    /// Builds the client; does no IO (the first request connects).
+    pub fn build(self) -> Result<Client, Error> {
+        let endpoint = self
+            .endpoint
+            .or_else(|| std::env::var("FENCED_ENDPOINT").ok().filter(|s| !s.is_empty()))
+            .unwrap_or_else(|| ENDPOINT_DEFAULT.to_owned());
+        let auth = self.auth_token.or_else(|| std::env::var("FENCED_AUTH_TOKEN").ok().filter(|s| !s.is_empty()));
+        let transport = Transport::new(&endpoint, auth.as_deref(), self.connect_timeout, self.request_timeout)?;
+        Ok(Client { transport })
+    }
+}
+
+/// How a lock is asked for.
+#[derive(Clone, Copy, Debug)]
+pub struct LockOptions {
+    /// The lease's TTL: how long the lock outlives a silent holder.
+    pub ttl: Duration,
+    /// How long to wait in the queue; zero is a try-lock.
+    pub wait: Duration,
+    /// Kept below the TTL in the client-side deadline; `None` is a tenth of the TTL.
+    pub margin: Option<Duration>,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions { ttl: Duration::from_secs(10), wait: Duration::from_secs(30), margin: None }
+    }
+}
+
+impl Client {
+    /// A client for `endpoint`, with the auth token from `FENCED_AUTH_TOKEN` if set.
+    pub fn connect(endpoint: &str) -> Result<Client, Error> {
+        ClientBuilder::default().endpoint(endpoint).build()
+    }
+
+    /// A client configured from `FENCED_ENDPOINT` and `FENCED_AUTH_TOKEN`.
+    pub fn from_env() -> Result<Client, Error> {
+        ClientBuilder::default().build()
+    }
+
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// The endpoint, `http://host:port`.
+    pub fn endpoint(&self) -> &str {
+        &self.transport.base
+    }
+
+    /// Starts a lock request; nothing is sent until `acquire` or `try_acquire`.
+    pub fn lock(&self, name: impl Into<String>) -> LockRequest {
+        LockRequest { client: self.clone(), name: name.into(), options: LockOptions::default() }
+    }
+
+    /// Acquires `name`, runs `work` with the token and a cancellation token, and
+    /// releases. When the lock is lost first, `work` is dropped (cancelled at its next
+    /// await point) and the answer is `Error::Lost`; the cancellation token fires at the
+    /// same moment, for tasks that `work` handed it to.
+    pub async fn with_lock<F, Fut, T>(&self, name: &str, options: LockOptions, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(Token, CancellationToken) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.lock(name).options(options).acquire().await?;
+        let lost = guard.lost();
+        let outcome = tokio::select! {
+            out = work(guard.token(), guard.cancellation()) => Ok(out),
+            reason = lost => Err(Error::Lost(reason)),
+        };
+        let released = guard.release().await;
+        match (outcome, released) {
+            (Err(e), _) => Err(e),
+            (Ok(_), Err(e @ Error::Lost(_))) => Err(e),
+            // The work finished under a valid lock; a failed release only delays the
+            // next holder until the lease expires.
+            (Ok(out), _) => Ok(out),
+        }
+    }
+
+    /// The locks whose names start with `prefix`, as the server describes them.
+    pub async fn locks(&self, prefix: Option<&str>) -> Result<serde_json::Value, Error> {
+        let path = match prefix {
+            Some(p) => format!("/v1/locks?prefix={}", segment(p)),
+            None => "/v1/locks".to_owned(),
+        };
+        let r = self.transport.send(Method::GET, &path, &[], None, self.transport.request_timeout).await?;
+        if !r.is_success() {
+            return Err(r.api_error().into_error());
+        }
+        r.json()
+    }
+
+    /// One lock as the server describes it.
+    pub async fn lock_info(&self, name: &str) -> Result<serde_json::Value, Error> {
+        let path = format!("/v1/locks/{}", segment(name));
+        let r = self.transport.send(Method::GET, &path, &[], None, self.transport.request_timeout).await?;
+        if !r.is_success() {
+            return Err(r.api_error().into_error());
+        }
+        r.json()
+    }
+
+    /// Asks whether `token` is still the current grant of `name` (Chubby's
+    /// CheckSequencer). Returns whether it is, and the current holder's token.
+    pub async fn check(&self, name: &str, token: Token) -> Result<(bool, Option<Token>), Error> {
+        let path = format!("/v1/locks/{}/check", segment(name));
+        let body = serde_json::json!({ "token": token.get() });
+        let r = self.transport.json(Method::POST, &path, &body, self.transport.request_timeout).await?;
+        if !r.is_success() {
+            return Err(r.api_error().into_error());
+        }
+        let b: CheckBody = r.json()?;
+        Ok((b.current, b.token.and_then(Token::new)))
+    }
+
+    /// Keeps a lease alive once; answers its TTL. `Error::NotFound` once it is gone.
+    pub async fn keepalive(&self, lease: LeaseId) -> Result<Duration, Error> {
+        let path = format!("/v1/leases/{}/keepalive", lease.to_hex());
+        let r = self.transport.send(Method::POST, &path, &[], None, self.transport.request_timeout).await?;
+        if !r.is_success() {
+            return Err(r.api_error().into_error());
+        }
+        Ok(Duration::from_millis(r.json::<LeaseBody>()?.ttl_ms))
+    }
+
+    /// Revokes a lease: every lock held under it is released. Idempotent.
+    pub async fn revoke_lease(&self, lease: LeaseId) -> Result<(), Error> {
+        let path = format!("/v1/leases/{}", lease.to_hex());
+        let r = self.transport.send(Method::DELETE, &path, &[], None, self.transport.request_timeout).await?;
+        if r.is_success() || r.status == 404 {
+            Ok(())
+        } else {
+            Err(r.api_error().into_error())
+        }
+    }
+
+    /// The server's built-in fenced key-value store.
+    pub fn store(&self) -> Store {
+        Store::new(self.transport.clone())
+    }
+}
+
+/// A lock request being configured: `client.lock("orders/42").ttl(..).wait(..).acquire()`.
+#[derive(Debug)]
+#[must_use = "nothing is sent until acquire() or try_acquire()"]
+pub struct LockRequest {
+    client: Client,
+    name: String,
+    options: LockOptions,
+}
+
+impl LockRequest {
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.options.ttl = ttl;
+        self
+    }
+
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.options.wait = wait;
+        self
+    }
+
+    pub fn margin(mut self, margin: Duration) -> Self {
+        self.options.margin = Some(margin);
+        self
+    }
+
+    pub fn options(mut self, options: LockOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Acquires without waiting: `Error::LockHeld` when someone holds it.
+    pub async fn try_acquire(self) -> Result<LockGuard, Error> {
+        self.wait(Duration::ZERO).acquire().await
+    }
+
+    /// Acquires, waiting up to the configured wait in the server's FIFO queue.
+    /// Dropping this future withdraws the waiter: its connection closes and the server
+    /// takes it out of the queue.
+    pub async fn acquire(self) -> Result<LockGuard, Error> {
+        let name = LockName::new(&self.name).map_err(|e| Error::BadRequest(e.to_string()))?;
+        let LockOptions { ttl, wait, margin } = self.options;
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        if ttl_ms == 0 {
+            return Err(Error::BadRequest("the TTL must be at least 1 ms".into()));
+        }
+        let transport = &self.client.transport;
+        let path = format!("/v1/locks/{}/acquire", segment(name.as_str()));
+        let give_up_at = Instant::now() + wait;
+        let grant_started = Instant::now();
+        let (body, sent_at) = loop {
+            let wait_left = give_up_at.saturating_duration_since(Instant::now());
+            let wait_ms = u64::try_from(wait_left.as_millis()).unwrap_or(u64::MAX);
+            let req = serde_json::json!({ "ttl_ms": ttl_ms, "wait_ms": wait_ms });
+            let sent_at = Instant::now();
+            let r = transport.json(Method::POST, &path, &req, transport.request_timeout + wait_left).await?;
+            if r.is_success() {
+                break (r.json::<GrantBody>()?, sent_at);
+            }
+            let api = r.api_error();
+            match (api.status, api.code.as_str()) {
+                (409, "lock_held") => return Err(Error::LockHeld { name: name.to_string() }),
+                // The server refuses grants right after a crash, until every lease that
+                // could have been held has run out. Nothing was granted: retrying is safe.
+                (503, _) if Instant::now() < give_up_at => {
+                    let pause = api.retry_after().unwrap_or(Duration::from_millis(200));
+                    tokio::time::sleep_until((Instant::now() + pause).min(give_up_at)).await;
+                }
+                _ => return Err(api.into_error()),
+            }
+        };
+        if body.name != name.as_str() {
+            return Err(wire::bad_answer(&format!("asked for lock '{}', granted '{}'", name, body.name)));
+        }
+        let granted_ttl = Duration::from_millis(body.ttl_ms.min(ttl_ms));
+        let margin = margin.unwrap_or_else(|| validity::default_margin(granted_ttl));
+        let mut grant = Grant {
+            name,
+            token: wire::token(body.token)?,
+            lease_id: wire::lease_id(&body.lease_id)?,
+            ttl: granted_ttl,
+            margin,
+            sent_at,
+        };
+        // A grant that came after a long wait in the queue may leave little of the
+        // deadline counted from the send: renew once now, so the guard starts fresh.
+        if Instant::now().duration_since(grant_started) > granted_ttl / 3 {
+            let renewed_at = Instant::now();
+            match self.client.keepalive(grant.lease_id).await {
+                Ok(_) => grant.sent_at = renewed_at,
+                Err(Error::NotFound(_)) => {
+                    return Err(Error::Lost(crate::LostReason::LeaseNotFound));
+                }
+                Err(_) => {} // the guard's own keepalive retries until the deadline
+            }
+        }
+        Ok(LockGuard::start(grant, transport.clone()))
+    }
+}

@@ -1,0 +1,227 @@
+//! The HTTP transport: one pooled hyper client, the endpoint, the auth header and time-outs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use hyper::{Method, Request};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::rt::TokioExecutor;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+
+use crate::error::{ApiError, Error};
+
+/// Bytes kept when the path carries a lock name or store key: RFC 3986 unreserved
+/// characters. Everything else, `/` included, is percent-encoded so that `orders/42`
+/// stays one path segment.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// How many times a request that never reached the server (connect failed) is tried.
+const CONNECT_ATTEMPTS_MAX: u32 = 4;
+
+/// Percent-encodes one path segment.
+pub(crate) fn segment(s: &str) -> String {
+    utf8_percent_encode(s, SEGMENT).to_string()
+}
+
+/// A response, read whole (every answer of the API is small; the store's values are
+/// bounded by the server's body limit).
+#[derive(Debug)]
+pub(crate) struct Response {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Response {
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, Error> {
+        serde_json::from_slice(&self.body).map_err(|e| Error::Server {
+            status: self.status,
+            code: "bad_response".into(),
+            message: format!("could not parse the server's answer: {e}"),
+        })
+    }
+
+    pub fn api_error(&self) -> ApiError {
+        ApiError::parse(self.status, &self.body)
+    }
+
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+}
+
+/// Shared by every handle of one client: cloning a `Client` clones an `Arc` of this.
+#[derive(Debug)]
+pub(crate) struct Transport {
+    /// The pooled HTTP/1 client.
+    http: HyperClient<HttpConnector, Full<Bytes>>,
+    /// `http://host:port`, no trailing slash.
+    pub base: String,
+    /// `Bearer <token>` when an auth token is configured.
+    auth: Option<HeaderValue>,
+    /// Upper bound on one request's round trip; a blocking acquire adds its wait.
+    pub request_timeout: Duration,
+}
+
+impl Transport {
+    pub fn new(
+        endpoint: &str,
+        auth_token: Option<&str>,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+    ) -> Result<Arc<Transport>, Error> {
+        let base = endpoint.trim_end_matches('/').to_owned();
+        if base.starts_with("https://") {
+            return Err(Error::BadRequest(
+                "https endpoints are not supported by this build of fenced-client yet; put a TLS-terminating proxy on loopback or use http://".into(),
+            ));
+        }
+        let rest = base.strip_prefix("http://").ok_or_else(|| {
+            Error::BadRequest(format!("endpoint '{endpoint}' must start with http://, like http://127.0.0.1:7400"))
+        })?;
+        if rest.is_empty() || rest.contains('/') {
+            return Err(Error::BadRequest(format!("endpoint '{endpoint}' must be http://HOST:PORT with no path")));
+        }
+        let auth = match auth_token {
+            Some(t) => Some(
+                HeaderValue::from_str(&format!("Bearer {t}"))
+                    .map_err(|_| Error::BadRequest("the auth token has characters a header cannot carry".into()))?,
+            ),
+            None => None,
+        };
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(connect_timeout));
+        connector.set_nodelay(true);
+        let http = HyperClient::builder(TokioExecutor::new()).build(connector);
+        Ok(Arc::new(Transport { http, base, auth, request_timeout }))
+    }
+
+    /// Sends one request. Only a connection that could not be opened is retried
+    /// (the request never left, so retrying cannot do anything twice); every other
+    /// failure comes back as `Unavailable`, for the caller to decide.
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&'static str, String)],
+        body: Option<Bytes>,
+        timeout: Duration,
+    ) -> Result<Response, Error> {
+        let mut backoff = Duration::from_millis(50);
+        let mut attempt = 1;
+        loop {
+            match self.send_once(method.clone(), path, headers, body.clone(), timeout).await {
+                Err(Attempt::NotSent(e)) if attempt < CONNECT_ATTEMPTS_MAX => {
+                    let _ = e;
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                    attempt += 1;
+                }
+                Err(Attempt::NotSent(e)) | Err(Attempt::Failed(e)) => return Err(e),
+                Ok(r) => return Ok(r),
+            }
+        }
+    }
+
+    async fn send_once(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&'static str, String)],
+        body: Option<Bytes>,
+        timeout: Duration,
+    ) -> Result<Response, Attempt> {
+        let uri = format!("{}{}", self.base, path);
+        let mut req = Request::builder().method(method).uri(&uri);
+        if let Some(auth) = &self.auth {
+            req = req.header(AUTHORIZATION, auth.clone());
+        }
+        if body.is_some() {
+            req = req.header(CONTENT_TYPE, "application/json");
+        }
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        let req = req
+            .body(Full::new(body.unwrap_or_default()))
+            .map_err(|e| Attempt::Failed(Error::BadRequest(format!("cannot build a request for {uri}: {e}"))))?;
+        let exchange = async {
+            let resp = self.http.request(req).await.map_err(|e| {
+                let msg = format!("{uri}: {}", error_chain(&e));
+                if e.is_connect() {
+                    Attempt::NotSent(Error::unavailable(msg))
+                } else {
+                    Attempt::Failed(Error::unavailable(msg))
+                }
+            })?;
+            let (parts, body) = resp.into_parts();
+            let body = body
+                .collect()
+                .await
+                .map_err(|e| Attempt::Failed(Error::unavailable(format!("{uri}: reading the answer: {e}"))))?
+                .to_bytes();
+            Ok(Response { status: parts.status.as_u16(), headers: parts.headers, body })
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(r) => r,
+            Err(_) => {
+                Err(Attempt::Failed(Error::unavailable(format!("{uri}: no answer within {} ms", timeout.as_millis()))))
+            }
+        }
+    }
+
+    /// POSTs or PUTs a JSON body.
+    pub async fn json(
+        &self,
+        method: Method,
+        path: &str,
+        body: &serde_json::Value,
+        timeout: Duration,
+    ) -> Result<Response, Error> {
+        let bytes = Bytes::from(serde_json::to_vec(body).expect("a JSON value serialises"));
+        self.send(method, path, &[], Some(bytes), timeout).await
+    }
+}
+
+/// One try's failure: whether the request may have reached the server.
+enum Attempt {
+    NotSent(Error),
+    Failed(Error),
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_stay_one_segment() {
+        assert_eq!(segment("orders/42"), "orders%2F42");
+        assert_eq!(segment("a b?c#d%"), "a%20b%3Fc%23d%25");
+        assert_eq!(segment("plain-name_1.x~"), "plain-name_1.x~");
+        assert_eq!(segment("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn endpoints_are_checked() {
+        let t = |e| Transport::new(e, None, Duration::from_secs(1), Duration::from_secs(1));
+        assert!(t("http://127.0.0.1:7400/").is_ok());
+        assert!(matches!(t("127.0.0.1:7400"), Err(Error::BadRequest(_))));
+        assert!(matches!(t("http://127.0.0.1:7400/v1"), Err(Error::BadRequest(_))));
+        assert!(matches!(t("https://x:1"), Err(Error::BadRequest(_))));
+    }
+}
