@@ -1,1 +1,6 @@
-//! Integration tests of fenced-client.
+//! Integration tests of fenced-client against a real `fenced server` (and, for the
+//! adapters, a real PostgreSQL and SQLite).
+
+mod guard;
+mod resources;
+mod support;

@@ -1,0 +1,124 @@
+//! Test harness: a real `fenced server` child process on a free loopback port, temp dirs.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use fenced_client::Client;
+
+/// A directory removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("fenced-client-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The `fenced` binary: `FENCED_BIN`, else the one cargo built next to this test
+/// (`cargo test --workspace` builds it; alone, `cargo build -p fenced` first).
+pub fn fenced_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("FENCED_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    let debug_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/..");
+    let bin = debug_dir.join("fenced");
+    assert!(
+        bin.exists(),
+        "no fenced binary at {}: run `cargo build -p fenced --bin fenced` first, or set FENCED_BIN",
+        bin.display()
+    );
+    bin
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+/// A running server; killed (SIGKILL) when dropped.
+pub struct Server {
+    pub child: Child,
+    pub port: u16,
+    pub data: TempDir,
+}
+
+impl Server {
+    pub async fn start() -> Server {
+        let data = TempDir::new("server");
+        let port = free_port();
+        let child = spawn(port, data.path());
+        let s = Server { child, port, data };
+        s.wait_live().await;
+        s
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn client(&self) -> Client {
+        Client::builder().endpoint(self.endpoint()).request_timeout(Duration::from_secs(5)).build().expect("client")
+    }
+
+    /// kill -9, then start again on the same port and data dir.
+    pub async fn crash_and_restart(&mut self) {
+        self.child.kill().expect("kill server");
+        self.child.wait().expect("reap server");
+        self.child = spawn(self.port, self.data.path());
+        self.wait_live().await;
+    }
+
+    pub fn signal(&self, sig: libc::c_int) {
+        // SAFETY: plain kill(2) on our own child's pid.
+        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
+        assert_eq!(rc, 0, "signal the server");
+    }
+
+    async fn wait_live(&self) {
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the server did not listen on port {} within 10 s", self.port);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // A stopped server must be continued to die promptly.
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGCONT) };
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(port: u16, data: &Path) -> Child {
+    Command::new(fenced_bin())
+        .args(["server", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .arg(data)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn fenced server")
+}
