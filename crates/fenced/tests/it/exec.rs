@@ -1,1 +1,236 @@
-//! End-to-end tests of `fenced exec`.
+//! End-to-end tests of `fenced exec` against a real `fenced server` child process: the
+//! child's environment, its exit status, a busy lock, and a lease revoked from outside
+//! stopping the child's whole process group.
+#![cfg(feature = "client")]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use fenced_client::{Client, LeaseId};
+
+const BIN: &str = env!("CARGO_BIN_EXE_fenced");
+
+/// A temp dir removed when dropped.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(tag: &str) -> Dir {
+        let p = std::env::temp_dir().join(format!("fenced-exec-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Dir(p)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A `fenced server` child on a free loopback port; SIGKILLed when dropped.
+struct Server {
+    child: Child,
+    endpoint: String,
+    _data: Dir,
+}
+
+impl Server {
+    fn start(tag: &str) -> Server {
+        let data = Dir::new(tag);
+        let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let child = Command::new(BIN)
+            .args(["server", "--listen", &addr.to_string(), "--data-dir"])
+            .arg(data.0.join("data"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(Instant::now() < deadline, "server did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server { child, endpoint: format!("http://{addr}"), _data: data }
+    }
+
+    fn exec(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.arg("exec").args(args).env("FENCED_ENDPOINT", &self.endpoint);
+        c
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(&self.endpoint).unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+fn output(mut c: Command) -> Output {
+    c.stdin(Stdio::null()).output().unwrap()
+}
+
+/// Gone means: no such process, or a zombie waiting for its (new) parent to reap it.
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+fn wait_for_file(path: &Path, exec: &mut Child) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            if s.ends_with('\n') {
+                return s.trim().to_owned();
+            }
+        }
+        if let Some(status) = exec.try_wait().unwrap() {
+            panic!("fenced exec exited early: {status}");
+        }
+        assert!(Instant::now() < deadline, "the child never wrote {}", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_exit(child: &mut Child, within: Duration) -> ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("fenced exec still running after {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_child_sees_the_lock_and_its_status_comes_back() {
+    let server = Server::start("env");
+    let out = output(server.exec(&[
+        "nightly/report",
+        "--ttl",
+        "5s",
+        "--",
+        "sh",
+        "-c",
+        r#"echo "$FENCED_LOCK $FENCED_TOKEN $FENCED_LEASE_ID $FENCED_ENDPOINT"; exit 7"#,
+    ]));
+    assert_eq!(out.status.code(), Some(7), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let fields: Vec<&str> = stdout.split_whitespace().collect();
+    assert_eq!(fields.len(), 4, "{stdout}");
+    assert_eq!(fields[0], "nightly/report");
+    assert!(fields[1].parse::<u64>().unwrap() > 0);
+    assert!(LeaseId::from_hex(fields[2]).is_some(), "lease id {}", fields[2]);
+    assert_eq!(fields[3], server.endpoint);
+    // Released on exit: the next run gets the lock at once, with a newer token.
+    let again = output(server.exec(&["nightly/report", "--wait", "0s", "--", "sh", "-c", "echo $FENCED_TOKEN"]));
+    assert_eq!(again.status.code(), Some(0));
+    let token: u64 = String::from_utf8(again.stdout).unwrap().trim().parse().unwrap();
+    assert!(token > fields[1].parse::<u64>().unwrap());
+    // A command that cannot be run, like a shell would say.
+    let missing = output(server.exec(&["nightly/report", "--", "/nonexistent/fenced-test-command"]));
+    assert_eq!(missing.status.code(), Some(127));
+}
+
+#[test]
+fn a_busy_lock_exits_1_without_running_the_command() {
+    let server = Server::start("busy");
+    let rt = rt();
+    let client = server.client();
+    let holder = rt.block_on(client.lock("held").ttl(Duration::from_secs(20)).try_acquire()).unwrap();
+    let dir = Dir::new("busy-marker");
+    let marker = dir.0.join("ran");
+    let script = format!("touch {}", marker.display());
+    for wait in ["0s", "300ms"] {
+        let out = output(server.exec(&["held", "--wait", wait, "--", "sh", "-c", &script]));
+        assert_eq!(out.status.code(), Some(1), "--wait {wait}");
+        assert!(!marker.exists(), "the command must not run without the lock");
+    }
+    rt.block_on(holder.release()).unwrap();
+    // Bad arguments are status 2, not 1.
+    let bad = output(server.exec(&["", "--", "true"]));
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+#[test]
+fn a_revoked_lease_stops_the_child_and_its_children() {
+    let server = Server::start("revoke");
+    let dir = Dir::new("revoke-files");
+    let (lease_file, pid_file) = (dir.0.join("lease"), dir.0.join("grandchild"));
+    // The shell and its background child both ignore SIGTERM, so only SIGKILL after
+    // the grace can stop them: the hardest case.
+    let script = format!(
+        "trap '' TERM; sleep 1000 & echo $! > {pids}; echo $FENCED_LEASE_ID > {lease}; wait",
+        pids = pid_file.display(),
+        lease = lease_file.display()
+    );
+    let (ttl_s, grace_s) = (2, 1);
+    let mut exec = server
+        .exec(&[
+            "jobs/revoke",
+            "--ttl",
+            &format!("{ttl_s}s"),
+            "--grace",
+            &format!("{grace_s}s"),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lease = LeaseId::from_hex(&wait_for_file(&lease_file, &mut exec)).expect("the child saw its lease id");
+    let grandchild: i32 = wait_for_file(&pid_file, &mut exec).parse().unwrap();
+    assert!(!gone(grandchild));
+    rt().block_on(server.client().revoke_lease(lease)).unwrap();
+    let revoked_at = Instant::now();
+    // TTL + grace is the promise; the rest is slack for a loaded machine, not a speed test.
+    let status = wait_exit(&mut exec, Duration::from_secs(ttl_s + grace_s + 20));
+    let stopped_after = revoked_at.elapsed();
+    assert_eq!(status.code(), Some(3), "exit 3 when the lock is lost");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !gone(grandchild) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(gone(grandchild), "the grandchild {grandchild} outlived the lock");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(exec.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("lost"), "says why: {stderr}");
+    eprintln!("stopped {stopped_after:?} after the revocation");
+}
+
+#[test]
+fn nothing_of_the_group_outlives_a_normal_exit() {
+    let server = Server::start("leftover");
+    let dir = Dir::new("leftover-files");
+    let pid_file = dir.0.join("bg");
+    let script = format!("sleep 1000 & echo $! > {}; exit 0", pid_file.display());
+    let out = output(server.exec(&["jobs/leftover", "--grace", "2s", "--", "sh", "-c", &script]));
+    assert_eq!(out.status.code(), Some(0));
+    let bg: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !gone(bg) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(gone(bg), "a background process of the command outlived the lock");
+}
