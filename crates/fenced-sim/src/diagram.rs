@@ -72,7 +72,7 @@ pub fn render(records: &[Record], summary: &Summary) -> String {
         if cut && i >= ROWS_MAX / 2 && i < rows.len() - ROWS_MAX / 2 {
             continue;
         }
-        row(&mut out, &lanes, r, paused(r.t_ms) && r.kind != Kind::Pause);
+        row(&mut out, &lanes, r, paused(r.t_ms) && !(r.kind == Kind::Pause && r.client == writer));
     }
     let _ = writeln!(out);
     out.push_str(&narrate(&window[granted_at..], &write, summary));

@@ -221,7 +221,8 @@ pub fn text(s: &Summary) -> String {
         ("lost updates", s.lost_updates, "acknowledged increments missing from the counter"),
     ];
     for (k, v, why) in rows {
-        let _ = writeln!(o, "  {k:<22} {v:>8}   {why}");
+        let line = format!("  {k:<22} {v:>8}   {why}");
+        let _ = writeln!(o, "{}", line.trim_end());
     }
     let _ = writeln!(o, "  {:<22} {:>8}   acknowledged {}", "final counter", s.final_value, s.acknowledged);
     let _ = writeln!(o);
