@@ -37,6 +37,9 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     /// Bound on one request's round trip (a blocking acquire adds its wait).
     request_timeout: Duration,
+    /// PEM certificates a `https://` server must chain to; `FENCED_CA_FILE` by default,
+    /// else the public web roots.
+    tls_ca_pem: Option<Vec<u8>>,
 }
 
 impl Default for ClientBuilder {
@@ -46,6 +49,7 @@ impl Default for ClientBuilder {
             auth_token: None,
             connect_timeout: Duration::from_secs(3),
             request_timeout: Duration::from_secs(10),
+            tls_ca_pem: None,
         }
     }
 }
@@ -71,14 +75,29 @@ impl ClientBuilder {
         self
     }
 
-    /// Builds the client; does no IO (the first request connects).
+    /// Trusts only these PEM certificates for a `https://` endpoint.
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_ca_pem = Some(pem.into());
+        self
+    }
+
+    /// Builds the client; reads `FENCED_CA_FILE` if set and no CA was given, and does
+    /// no network IO (the first request connects).
     pub fn build(self) -> Result<Client, Error> {
         let endpoint = self
             .endpoint
             .or_else(|| std::env::var("FENCED_ENDPOINT").ok().filter(|s| !s.is_empty()))
             .unwrap_or_else(|| ENDPOINT_DEFAULT.to_owned());
         let auth = self.auth_token.or_else(|| std::env::var("FENCED_AUTH_TOKEN").ok().filter(|s| !s.is_empty()));
-        let transport = Transport::new(&endpoint, auth.as_deref(), self.connect_timeout, self.request_timeout)?;
+        let ca = match (self.tls_ca_pem, std::env::var_os("FENCED_CA_FILE").filter(|s| !s.is_empty())) {
+            (Some(pem), _) => Some(pem),
+            (None, Some(path)) => Some(std::fs::read(&path).map_err(|e| {
+                Error::BadRequest(format!("FENCED_CA_FILE {}: {e}", std::path::Path::new(&path).display()))
+            })?),
+            (None, None) => None,
+        };
+        let transport =
+            Transport::new(&endpoint, auth.as_deref(), self.connect_timeout, self.request_timeout, ca.as_deref())?;
         Ok(Client { transport })
     }
 }

@@ -54,11 +54,17 @@ impl Response {
     }
 }
 
+/// Plain TCP, wrapped in TLS for `https://` endpoints when the `tls` feature is on.
+#[cfg(feature = "tls")]
+type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+#[cfg(not(feature = "tls"))]
+type Connector = HttpConnector;
+
 /// Shared by every handle of one client: cloning a `Client` clones an `Arc` of this.
 #[derive(Debug)]
 pub(crate) struct Transport {
     /// The pooled HTTP/1 client.
-    http: HyperClient<HttpConnector, Full<Bytes>>,
+    http: HyperClient<Connector, Full<Bytes>>,
     /// `http://host:port`, no trailing slash.
     pub base: String,
     /// `Bearer <token>` when an auth token is configured.
@@ -68,20 +74,20 @@ pub(crate) struct Transport {
 }
 
 impl Transport {
+    /// `ca_pem`: the certificates (PEM) that a `https://` server's chain must lead to;
+    /// `None` trusts the public web roots.
     pub fn new(
         endpoint: &str,
         auth_token: Option<&str>,
         connect_timeout: Duration,
         request_timeout: Duration,
+        ca_pem: Option<&[u8]>,
     ) -> Result<Arc<Transport>, Error> {
         let base = endpoint.trim_end_matches('/').to_owned();
-        if base.starts_with("https://") {
-            return Err(Error::BadRequest(
-                "https endpoints are not supported by this build of fenced-client yet; put a TLS-terminating proxy on loopback or use http://".into(),
-            ));
-        }
-        let rest = base.strip_prefix("http://").ok_or_else(|| {
-            Error::BadRequest(format!("endpoint '{endpoint}' must start with http://, like http://127.0.0.1:7400"))
+        let rest = base.strip_prefix("http://").or_else(|| base.strip_prefix("https://")).ok_or_else(|| {
+            Error::BadRequest(format!(
+                "endpoint '{endpoint}' must start with http:// or https://, like http://127.0.0.1:7400"
+            ))
         })?;
         if rest.is_empty() || rest.contains('/') {
             return Err(Error::BadRequest(format!("endpoint '{endpoint}' must be http://HOST:PORT with no path")));
@@ -96,6 +102,7 @@ impl Transport {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(connect_timeout));
         connector.set_nodelay(true);
+        let connector = wrap_tls(connector, base.starts_with("https://"), ca_pem)?;
         let http = HyperClient::builder(TokioExecutor::new()).build(connector);
         Ok(Arc::new(Transport { http, base, auth, request_timeout }))
     }
@@ -187,6 +194,50 @@ impl Transport {
     }
 }
 
+#[cfg(feature = "tls")]
+fn wrap_tls(http: HttpConnector, _https: bool, ca_pem: Option<&[u8]>) -> Result<Connector, Error> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+
+    let mut roots = rustls::RootCertStore::empty();
+    match ca_pem {
+        Some(pem) => {
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| Error::BadRequest(format!("the CA file is not PEM certificates: {e}")))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| Error::BadRequest(format!("the CA file has an unusable certificate: {e}")))?;
+            }
+            if roots.is_empty() {
+                return Err(Error::BadRequest("the CA file holds no certificate".into()));
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    // ring, not the default aws-lc-rs: no cmake, and the server uses ring too.
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::BadRequest(format!("TLS set-up: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut http = http;
+    http.enforce_http(false);
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http))
+}
+
+#[cfg(not(feature = "tls"))]
+fn wrap_tls(http: HttpConnector, https: bool, _ca_pem: Option<&[u8]>) -> Result<Connector, Error> {
+    if https {
+        return Err(Error::BadRequest("https endpoints need fenced-client's `tls` feature".into()));
+    }
+    Ok(http)
+}
+
 /// One try's failure: whether the request may have reached the server.
 enum Attempt {
     NotSent(Error),
@@ -218,10 +269,10 @@ mod tests {
 
     #[test]
     fn endpoints_are_checked() {
-        let t = |e| Transport::new(e, None, Duration::from_secs(1), Duration::from_secs(1));
+        let t = |e| Transport::new(e, None, Duration::from_secs(1), Duration::from_secs(1), None);
         assert!(t("http://127.0.0.1:7400/").is_ok());
         assert!(matches!(t("127.0.0.1:7400"), Err(Error::BadRequest(_))));
         assert!(matches!(t("http://127.0.0.1:7400/v1"), Err(Error::BadRequest(_))));
-        assert!(matches!(t("https://x:1"), Err(Error::BadRequest(_))));
+        assert_eq!(t("https://x:1").is_ok(), cfg!(feature = "tls"));
     }
 }

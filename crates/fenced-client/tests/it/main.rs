@@ -3,4 +3,5 @@
 
 mod guard;
 mod resources;
+mod secure;
 mod support;

@@ -58,14 +58,20 @@ pub struct Server {
     pub child: Child,
     pub port: u16,
     pub data: TempDir,
+    /// Extra flags, kept for restarts.
+    args: Vec<String>,
 }
 
 impl Server {
     pub async fn start() -> Server {
+        Server::start_with(&[]).await
+    }
+
+    pub async fn start_with(args: &[String]) -> Server {
         let data = TempDir::new("server");
         let port = free_port();
-        let child = spawn(port, data.path());
-        let s = Server { child, port, data };
+        let child = spawn(port, data.path(), args);
+        let s = Server { child, port, data, args: args.to_vec() };
         s.wait_live().await;
         s
     }
@@ -82,7 +88,7 @@ impl Server {
     pub async fn crash_and_restart(&mut self) {
         self.child.kill().expect("kill server");
         self.child.wait().expect("reap server");
-        self.child = spawn(self.port, self.data.path());
+        self.child = spawn(self.port, self.data.path(), &self.args);
         self.wait_live().await;
     }
 
@@ -113,10 +119,11 @@ impl Drop for Server {
     }
 }
 
-fn spawn(port: u16, data: &Path) -> Child {
+fn spawn(port: u16, data: &Path, args: &[String]) -> Child {
     Command::new(fenced_bin())
         .args(["server", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
-        .arg(data)
+        .arg(data.join("data"))
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
