@@ -1,0 +1,255 @@
+//! `POST /v1/sim/runs` and `POST /v1/sim/sweeps`: the laboratory over HTTP.
+//!
+//! A run answers `{"runs":[{"summary":{..},"trace":[..]}]}` where each trace element is
+//! exactly a line of `fenced sim --trace`, and the summary is `fenced sim --json`.
+//! With `"compare":true` the same seed runs fencing off, then on. Sizes and times are
+//! bounded; parameters out of range answer 400 with the flag-style name of the field.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use fenced_sim::sweep::{self, Spec};
+use fenced_sim::trace::write_json;
+use fenced_sim::{Config, PauseModel, Record, Scenario};
+use serde::Deserialize;
+
+/// Bounds on what one request may ask of the simulator.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub body_bytes_max: usize,
+    pub clients_max: u32,
+    pub duration_ms_max: u64,
+    /// Trace records one run may return (the page draws every one).
+    pub trace_records_max: usize,
+    pub sweep_runs_max: u64,
+    /// Wall-clock bound on one request's simulation work.
+    pub timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            body_bytes_max: 16 * 1024,
+            clients_max: 32,
+            duration_ms_max: 600_000,
+            trace_records_max: 300_000,
+            sweep_runs_max: 1_000,
+            timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+/// The simulation routes, with the default limits.
+pub fn api<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    api_with(Limits::default())
+}
+
+pub fn api_with<S: Clone + Send + Sync + 'static>(limits: Limits) -> Router<S> {
+    Router::new()
+        .route("/v1/sim/runs", post(move |body: Bytes| async move { runs(limits, body).await.unwrap_or_else(|e| e) }))
+        .route(
+            "/v1/sim/sweeps",
+            post(move |body: Bytes| async move { sweeps(limits, body).await.unwrap_or_else(|e| e) }),
+        )
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct RunRequest {
+    scenario: Option<String>,
+    seed: Option<u64>,
+    clients: Option<u32>,
+    /// The base lease; long-lease runs with four times it.
+    lease_ms: Option<u64>,
+    renew_fraction: Option<f64>,
+    fencing: Option<bool>,
+    pauses: Option<String>,
+    duration_ms: Option<u64>,
+    compare: Option<bool>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct SweepRequest {
+    scenario: Option<String>,
+    /// Lease multiples.
+    leases: Option<Vec<u64>>,
+    /// Inclusive seed range `[first, last]`.
+    seeds: Option<[u64; 2]>,
+    lease_ms: Option<u64>,
+    clients: Option<u32>,
+    duration_ms: Option<u64>,
+}
+
+fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    let body = serde_json::json!({ "error": { "code": code, "message": message.into() } });
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+fn bad(field: &str, message: impl std::fmt::Display) -> Response {
+    error(StatusCode::BAD_REQUEST, "bad_parameter", format!("{field}: {message}"))
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(limits: &Limits, body: &Bytes) -> Result<T, Response> {
+    if body.len() > limits.body_bytes_max {
+        let m = format!("the request body is {} bytes; at most {} are accepted", body.len(), limits.body_bytes_max);
+        return Err(error(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", m));
+    }
+    let body: &[u8] = if body.is_empty() { b"{}" } else { body };
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let at = e.path().to_string();
+        let at = if at == "." { String::new() } else { format!("{at}: ") };
+        error(StatusCode::BAD_REQUEST, "invalid_json", format!("{at}{}", e.inner()))
+    })
+}
+
+fn scenario(name: Option<&str>) -> Result<Scenario, Response> {
+    let name = name.unwrap_or("default");
+    Scenario::parse(name).ok_or_else(|| bad("scenario", format!("unknown scenario '{name}'")))
+}
+
+fn base_config(
+    limits: &Limits,
+    scenario: Scenario,
+    clients: Option<u32>,
+    lease_ms: Option<u64>,
+    duration_ms: Option<u64>,
+) -> Result<Config, Response> {
+    let mut c = Config::new(scenario, 1);
+    if let Some(l) = lease_ms {
+        c = c.with_base_lease(l);
+    }
+    if let Some(n) = clients {
+        if n == 0 || n > limits.clients_max {
+            return Err(bad("clients", format!("the console runs 1 to {} clients, not {n}", limits.clients_max)));
+        }
+        c.clients = n;
+    }
+    if let Some(d) = duration_ms {
+        if d == 0 || d > limits.duration_ms_max {
+            return Err(bad("duration_ms", format!("the console runs 1 to {} ms, not {d}", limits.duration_ms_max)));
+        }
+        c.duration_ms = d;
+    }
+    Ok(c)
+}
+
+async fn blocking<T: Send + 'static>(limits: Limits, f: impl FnOnce() -> T + Send + 'static) -> Result<T, Response> {
+    let task = tokio::task::spawn_blocking(f);
+    match tokio::time::timeout(limits.timeout, task).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(_)) => {
+            Err(error(StatusCode::INTERNAL_SERVER_ERROR, "sim_failed", "the simulation stopped unexpectedly"))
+        }
+        Err(_) => Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "sim_timeout",
+            format!("the simulation did not finish within {} s: ask for less", limits.timeout.as_secs()),
+        )),
+    }
+}
+
+async fn runs(limits: Limits, body: Bytes) -> Result<Response, Response> {
+    let req: RunRequest = parse(&limits, &body)?;
+    let sc = scenario(req.scenario.as_deref())?;
+    let mut c = base_config(&limits, sc, req.clients, req.lease_ms, req.duration_ms)?;
+    c.seed = req.seed.unwrap_or(1);
+    if let Some(f) = req.renew_fraction {
+        c.renew_fraction = Some(f);
+    }
+    if let Some(f) = req.fencing {
+        c.fencing = f;
+    }
+    if let Some(p) = req.pauses.as_deref() {
+        c.pauses = PauseModel::parse(p).ok_or_else(|| bad("pauses", format!("unknown pause model '{p}'")))?;
+    }
+    let configs: Vec<Config> = if req.compare.unwrap_or(false) {
+        if sc == Scenario::Occ {
+            return Err(bad("compare", "occ takes no lock: there is no fencing to compare"));
+        }
+        [false, true].into_iter().map(|fencing| Config { fencing, ..c.clone() }).collect()
+    } else {
+        vec![c]
+    };
+    for cfg in &configs {
+        cfg.validate().map_err(|e| bad(e.field.trim_start_matches("--"), e.message))?;
+    }
+    let max = limits.trace_records_max;
+    let out = blocking(limits, move || {
+        let mut body = String::from(r#"{"runs":["#);
+        for (i, cfg) in configs.iter().enumerate() {
+            let mut records: Vec<Record> = Vec::new();
+            let summary = fenced_sim::run(cfg, &mut records).expect("validated");
+            if records.len() > max {
+                return Err(records.len());
+            }
+            if i > 0 {
+                body.push(',');
+            }
+            body.push_str(r#"{"summary":"#);
+            body.push_str(&summary.to_json());
+            body.push_str(r#","trace":["#);
+            for (j, r) in records.iter().enumerate() {
+                if j > 0 {
+                    body.push(',');
+                }
+                write_json(&mut body, r);
+            }
+            body.push_str("]}");
+        }
+        body.push_str("]}");
+        Ok(body)
+    })
+    .await?;
+    match out {
+        Ok(body) => Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response()),
+        Err(n) => Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "trace_too_large",
+            format!(
+                "this run has {n} events and the console draws at most {max}: use fewer clients or a shorter duration"
+            ),
+        )),
+    }
+}
+
+async fn sweeps(limits: Limits, body: Bytes) -> Result<Response, Response> {
+    let req: SweepRequest = parse(&limits, &body)?;
+    let sc = scenario(req.scenario.as_deref())?;
+    let mut base = base_config(&limits, sc, req.clients, None, req.duration_ms)?;
+    base.lease_ms = req.lease_ms.unwrap_or(fenced_sim::LEASE_MS_DEFAULT);
+    let [first, last] = req.seeds.unwrap_or([1, 20]);
+    if first > last {
+        return Err(bad("seeds", format!("[{first}, {last}] is an empty range")));
+    }
+    let multiples = req.leases.unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
+    if multiples.len() > 12 || multiples.iter().any(|m| *m == 0 || *m > 1_000) {
+        return Err(bad("leases", "give 1 to 12 lease multiples, each 1 to 1000"));
+    }
+    let spec = Spec { base, multiples, seeds: first..=last };
+    spec.validate().map_err(|e| bad(e.field.trim_start_matches("--"), e.message))?;
+    if spec.runs() > limits.sweep_runs_max {
+        let m = format!("{} runs asked, at most {} per request", spec.runs(), limits.sweep_runs_max);
+        return Err(bad("seeds", m));
+    }
+    let body = blocking(limits, move || {
+        let rows = sweep::run(&spec, 2, &|| {}).expect("validated");
+        let title = format!("Zombie writes vs lease length: {}, seeds {first}..{last}", spec.base.scenario.name());
+        let svg = sweep::to_svg(&rows, &title);
+        format!(
+            r#"{{"rows":{},"svg":{}}}"#,
+            sweep::to_json(&rows).trim_end(),
+            serde_json::to_string(&svg).expect("a string")
+        )
+    })
+    .await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+#[cfg(test)]
+mod tests;
