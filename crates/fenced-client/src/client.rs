@@ -236,8 +236,11 @@ impl Client {
 #[derive(Debug)]
 #[must_use = "nothing is sent until acquire() or try_acquire()"]
 pub struct LockRequest {
+    /// Whom to ask.
     client: Client,
+    /// The name as given; checked when the request is sent.
     name: String,
+    /// TTL, wait and margin.
     options: LockOptions,
 }
 

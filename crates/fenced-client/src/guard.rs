@@ -79,10 +79,15 @@ impl Shared {
 
 /// What the lock request produced, before the guard starts its keepalive.
 pub(crate) struct Grant {
+    /// The lock granted.
     pub name: LockName,
+    /// Its fencing token.
     pub token: Token,
+    /// The implicit lease created for this grant alone.
     pub lease_id: LeaseId,
+    /// The lease's TTL as granted.
     pub ttl: Duration,
+    /// Kept below the TTL in the client-side deadline.
     pub margin: Duration,
     /// When the acquire that produced the grant was sent.
     pub sent_at: Instant,

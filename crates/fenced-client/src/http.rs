@@ -31,8 +31,11 @@ pub(crate) fn segment(s: &str) -> String {
 /// bounded by the server's body limit).
 #[derive(Debug)]
 pub(crate) struct Response {
+    /// The HTTP status.
     pub status: u16,
+    /// The headers (the store's read carries the mark in one).
     pub headers: HeaderMap,
+    /// The whole body.
     pub body: Bytes,
 }
 
@@ -122,8 +125,7 @@ impl Transport {
         let mut attempt = 1;
         loop {
             match self.send_once(method.clone(), path, headers, body.clone(), timeout).await {
-                Err(Attempt::NotSent(e)) if attempt < CONNECT_ATTEMPTS_MAX => {
-                    let _ = e;
+                Err(Attempt::NotSent(_)) if attempt < CONNECT_ATTEMPTS_MAX => {
                     tokio::time::sleep(backoff).await;
                     backoff *= 2;
                     attempt += 1;
@@ -240,7 +242,9 @@ fn wrap_tls(http: HttpConnector, https: bool, _ca_pem: Option<&[u8]>) -> Result<
 
 /// One try's failure: whether the request may have reached the server.
 enum Attempt {
+    /// The connection could not be opened: the request never left, so it may be retried.
     NotSent(Error),
+    /// It may have reached the server.
     Failed(Error),
 }
 
