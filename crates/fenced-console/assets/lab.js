@@ -1,0 +1,481 @@
+// The laboratory page: run the simulator through the API, draw the sequence panel,
+// play it back, sweep, and tour the first seed's story.
+"use strict";
+
+const LANE_H = 34;
+const LABEL_W = 92;
+const $ = (id) => document.getElementById(id);
+
+const state = {
+  runs: [],        // [{summary, trace, d}] where d is what we derive for drawing
+  cursor: 0,
+  windowMs: 3000,
+  playing: false,
+  lastFrame: 0,
+};
+
+// ---- deriving what to draw from a trace -------------------------------------------
+
+function derive(summary, trace) {
+  const bars = [];          // lease bars: {client, token, t0, t1, end}
+  const open = new Map();   // token -> bar
+  const pauses = [];
+  const counts = [];        // cumulative counters after each record
+  let c = { grants: 0, late: 0, zombie: 0, rejected: 0, lostNet: 0 };
+  let firstZombie = null, firstRejected = null;
+  for (const r of trace) {
+    if (r.kind === "granted") {
+      c = { ...c, grants: c.grants + 1 };
+      const bar = { client: r.client, token: r.token, t0: r.t_ms, t1: summary.duration_ms, end: "open" };
+      bars.push(bar);
+      open.set(r.token, bar);
+    } else if (r.kind === "expired" || r.kind === "released") {
+      const bar = open.get(r.token);
+      if (bar) { bar.t1 = r.t_ms; bar.end = r.kind; open.delete(r.token); }
+    } else if (r.kind === "pause") {
+      pauses.push(r);
+    } else if (r.kind === "write") {
+      c = { ...c };
+      if (r.late) c.late += 1;
+      if (r.zombie) { c.zombie += 1; if (!firstZombie) firstZombie = r; }
+      if (r.outcome === "rejected") { c.rejected += 1; if (!firstRejected) firstRejected = r; }
+      if (r.outcome === "accepted") c.lostNet += r.value_before + 1 - r.value;
+    }
+    counts.push(c);
+  }
+  return { bars, pauses, counts, firstZombie, firstRejected };
+}
+
+/** Index of the last record at or before t (-1 for none). */
+function lastAt(trace, t) {
+  let lo = 0, hi = trace.length - 1, ans = -1;
+  while (lo <= hi) {
+    const mid = (lo + hi) >> 1;
+    if (trace[mid].t_ms <= t) { ans = mid; lo = mid + 1; } else hi = mid - 1;
+  }
+  return ans;
+}
+
+// ---- running ------------------------------------------------------------------------
+
+function request() {
+  const num = (id) => { const v = $(id).value.trim(); return v === "" ? undefined : Number(v); };
+  const body = {
+    scenario: $("scenario").value,
+    seed: num("seed"),
+    clients: num("clients"),
+    lease_ms: num("lease"),
+    pauses: $("pauses").value,
+    duration_ms: num("duration") === undefined ? undefined : Math.round(num("duration") * 1000),
+  };
+  const renew = num("renew");
+  if (renew !== undefined && renew > 0) body.renew_fraction = renew;
+  if ($("fencing").value) body.fencing = $("fencing").value === "on";
+  if ($("compare").checked) { body.compare = true; delete body.fencing; }
+  return body;
+}
+
+async function run() {
+  Fenced.banner(null);
+  const button = $("run");
+  button.disabled = true;
+  button.textContent = "Running…";
+  try {
+    const data = await Fenced.call("POST", "/v1/sim/runs", request());
+    state.runs = data.runs.map((r) => ({ summary: r.summary, trace: r.trace, d: derive(r.summary, r.trace) }));
+    const dur = state.runs[0].summary.duration_ms;
+    $("scrub").max = String(dur);
+    setCursor(dur);
+    layoutPanels();
+    draw();
+    return state.runs;
+  } catch (e) {
+    Fenced.banner(`The simulation was refused: ${e.message}`);
+    throw e;
+  } finally {
+    button.disabled = false;
+    button.textContent = "Run";
+  }
+}
+
+// ---- panels ---------------------------------------------------------------------------
+
+function layoutPanels() {
+  const host = $("panels");
+  host.replaceChildren();
+  host.classList.toggle("two", state.runs.length > 1);
+  state.runs.forEach((run, i) => {
+    const s = run.summary;
+    const title = state.runs.length > 1 ? `fencing ${s.fencing ? "on" : "off"}` : `${s.scenario}, seed ${s.seed}`;
+    const panel = Fenced.el("article", { class: "panel", "data-fencing": s.fencing ? "on" : "off" });
+    panel.append(
+      Fenced.el("h2", {}, title),
+      Fenced.el("div", { class: "counters", id: `counters-${i}` }),
+      Fenced.el("p", { class: "panel-verdict", id: `verdict-${i}` }),
+      Fenced.el("div", { class: "seq", id: `seq-${i}` }),
+    );
+    host.append(panel);
+  });
+}
+
+function setCursor(t) {
+  const max = state.runs.length ? state.runs[0].summary.duration_ms : 0;
+  state.cursor = Math.max(0, Math.min(max, Math.round(t)));
+  $("scrub").value = String(state.cursor);
+  $("clock").textContent = `t = ${state.cursor} ms`;
+}
+
+function draw() {
+  state.runs.forEach((run, i) => {
+    drawCounters(run, i);
+    drawPanel(run, $(`seq-${i}`));
+  });
+  drawVerdict();
+}
+
+function drawCounters(run, i) {
+  const idx = lastAt(run.trace, state.cursor);
+  const c = idx >= 0 ? run.d.counts[idx] : { grants: 0, late: 0, zombie: 0, rejected: 0, lostNet: 0 };
+  const items = [
+    ["grants", c.grants, ""],
+    ["late writes", c.late, ""],
+    ["zombie writes", c.zombie, c.zombie > 0 ? "bad" : "good"],
+    ["stale writes rejected", c.rejected, c.rejected > 0 ? "note" : ""],
+    ["lost updates", Math.max(0, c.lostNet), c.lostNet > 0 ? "bad" : "good"],
+  ];
+  const host = $(`counters-${i}`);
+  host.replaceChildren(...items.map(([k, v, cls]) =>
+    Fenced.el("div", { class: `counter ${cls}`, "data-counter": k.replace(/ /g, "_") },
+      Fenced.el("span", { class: "v" }, String(v)), Fenced.el("span", { class: "k" }, k))));
+  const s = run.summary;
+  const v = $(`verdict-${i}`);
+  v.textContent = s.safe
+    ? `Safe over the whole run: ${s.stale_writes_rejected} stale writes refused, final counter ${s.final_value}.`
+    : `Unsafe over the whole run: ${s.zombie_writes} zombie writes, ${s.lost_updates} lost updates.`;
+  v.className = `panel-verdict ${s.safe ? "good" : "bad"}`;
+}
+
+function drawVerdict() {
+  const v = $("verdict");
+  v.replaceChildren();
+  const bad = state.runs.find((r) => !r.summary.safe);
+  if (!bad) {
+    const rej = state.runs.map((r) => r.d.firstRejected).find((x) => x);
+    v.className = "verdict good";
+    v.append("Safe: no zombie write, no lost update.");
+    if (rej) {
+      v.append(` The gate refused a stale write at t=${rej.t_ms} ms (c${rej.client}, token ${rej.token}). `);
+      v.append(jumpLink(rej.t_ms, "Show the refusal", "jump-rejected"));
+    }
+    return;
+  }
+  const z = bad.d.firstZombie;
+  v.className = "verdict bad";
+  if (z) {
+    v.append(`Unsafe: first zombie write at t=${z.t_ms} ms: c${z.client} wrote ${z.value} with token ${z.token} after a newer holder touched the resource. `);
+    v.append(jumpLink(z.t_ms, "Show the violation", "jump-violation"));
+  } else {
+    v.append(`Unsafe: ${bad.summary.lost_updates} lost updates.`);
+  }
+}
+
+function jumpLink(t, text, id) {
+  const a = Fenced.el("a", { href: "#", id, class: "jump" }, text);
+  a.addEventListener("click", (e) => { e.preventDefault(); stop(); setCursor(t + 40); draw(); });
+  return a;
+}
+
+function laneNames(s) {
+  const names = ["lock service"];
+  for (let c = 0; c < s.clients; c++) names.push(`c${c}`);
+  names.push("resource");
+  return names;
+}
+
+function drawPanel(run, host) {
+  const s = run.summary;
+  const width = Math.max(320, host.clientWidth || 800);
+  const names = laneNames(s);
+  const height = names.length * LANE_H + 26;
+  const plotW = width - LABEL_W - 10;
+  const t1 = Math.max(state.cursor + state.windowMs * 0.3, state.windowMs);
+  const t0 = t1 - state.windowMs;
+  const x = (t) => LABEL_W + ((t - t0) / state.windowMs) * plotW;
+  const laneY = (i) => 14 + i * LANE_H + LANE_H / 2;
+  const lockY = laneY(0), resY = laneY(names.length - 1), cy = (c) => laneY(1 + c);
+  const svg = Fenced.svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, class: "seq-svg", role: "img",
+    "aria-label": `Sequence panel, ${s.scenario}, fencing ${s.fencing ? "on" : "off"}` });
+  // Lanes.
+  names.forEach((n, i) => {
+    svg.append(Fenced.svg("line", { x1: LABEL_W, x2: width - 10, y1: laneY(i), y2: laneY(i), class: "lane" }));
+    const label = Fenced.svg("text", { x: 8, y: laneY(i) + 4, class: "lane-label" });
+    label.textContent = n;
+    svg.append(label);
+  });
+  const visible = (a, b) => b >= t0 && a <= Math.min(t1, state.cursor);
+  const clip = (t) => Math.max(t0, Math.min(t, state.cursor, t1));
+  // Lease bars and pauses.
+  for (const b of run.d.bars) {
+    if (!visible(b.t0, b.t1)) continue;
+    const r = Fenced.svg("rect", { x: x(clip(b.t0)), y: cy(b.client) - 7, width: Math.max(1, x(clip(b.t1)) - x(clip(b.t0))), height: 14, rx: 3, class: `lease ${b.end}` });
+    tip(r, `lease of token #${b.token}, c${b.client}: granted ${b.t0} ms, ${b.end === "open" ? "still held" : `${b.end} ${b.t1} ms`}`);
+    svg.append(r);
+    if (x(clip(b.t1)) - x(clip(b.t0)) > 30) {
+      const t = Fenced.svg("text", { x: x(clip(b.t0)) + 3, y: cy(b.client) + 4, class: "lease-label" });
+      t.textContent = `#${b.token}`;
+      svg.append(t);
+    }
+  }
+  for (const p of run.d.pauses) {
+    const end = p.t_ms + p.duration_ms;
+    if (!visible(p.t_ms, end)) continue;
+    const r = Fenced.svg("rect", { x: x(clip(p.t_ms)), y: cy(p.client) - 14, width: Math.max(2, x(clip(end)) - x(clip(p.t_ms))), height: 28, class: "pause" });
+    tip(r, `c${p.client} paused ${p.duration_ms} ms (${p.cause})`);
+    svg.append(r);
+  }
+  // Arrows and marks, up to the cursor.
+  const from = lastAt(run.trace, t0 - 1) + 1;
+  for (let i = from; i < run.trace.length; i++) {
+    const r = run.trace[i];
+    if (r.t_ms > state.cursor || r.t_ms > t1) break;
+    const y = cy(r.client);
+    switch (r.kind) {
+      case "acquire": arrow(svg, x(r.t_ms), y, x(r.t_ms) + 4, lockY, "acquire", r, `c${r.client} asks for the lock`); break;
+      case "granted": arrow(svg, x(r.t_ms), lockY, x(r.t_ms) + 4, y, "grant", r, `granted token #${r.token} to c${r.client}`, `#${r.token}`); break;
+      case "keepalive": if (!r.ok) mark(svg, x(r.t_ms), lockY, "ka-lost", "?", r, `keepalive from c${r.client}: lease gone`); break;
+      case "expired": {
+        mark(svg, x(r.t_ms), lockY, "expired", "✕", r, `lease of token #${r.token} (c${r.client}) expired`);
+        svg.append(Fenced.svg("line", { x1: x(r.t_ms), x2: x(r.t_ms), y1: lockY, y2: y, class: "expired-line" }));
+        break;
+      }
+      case "read": {
+        const cls = r.outcome === "rejected" ? "read rejected" : "read";
+        arrow(svg, x(Math.max(t0, r.sent_ms)), y, x(r.t_ms), resY, cls, r,
+          `${r.fenced ? "fenced read" : "read"} by c${r.client}${r.token ? ` with token #${r.token}` : ""}: ${r.outcome === "rejected" ? "refused" : `= ${r.value}`}`);
+        break;
+      }
+      case "write": {
+        const cls = r.zombie ? "write zombie" : r.outcome === "rejected" ? "write rejected" : "write";
+        const what = r.zombie ? "ZOMBIE WRITE accepted" : r.outcome === "rejected" ? "REFUSED: stale token" : "accepted";
+        const label = r.zombie ? "ZOMBIE" : r.outcome === "rejected" ? "✕ stale" : null;
+        arrow(svg, x(Math.max(t0, r.sent_ms)), y, x(r.t_ms), resY, cls, r,
+          `write ${r.value} by c${r.client}${r.token ? ` with token #${r.token}` : ""} (counter was ${r.value_before}): ${what}${r.late ? ", late" : ""}`, label);
+        break;
+      }
+      case "crash": mark(svg, x(r.t_ms), y, "crash", "☠", r, `c${r.client} crashed`); break;
+      case "aborted": mark(svg, x(r.t_ms), y, "aborted", "⊘", r, `c${r.client} knew its lease was gone and skipped its write`); break;
+      default: break;
+    }
+  }
+  // The cursor.
+  if (state.cursor >= t0 && state.cursor <= t1) {
+    svg.append(Fenced.svg("line", { x1: x(state.cursor), x2: x(state.cursor), y1: 4, y2: height - 18, class: "cursor" }));
+  }
+  const axis = Fenced.svg("text", { x: LABEL_W, y: height - 4, class: "axis" });
+  axis.textContent = `${Math.max(0, Math.round(t0))} ms`;
+  const axis2 = Fenced.svg("text", { x: width - 10, y: height - 4, class: "axis", "text-anchor": "end" });
+  axis2.textContent = `${Math.round(t1)} ms`;
+  svg.append(axis, axis2);
+  host.replaceChildren(svg);
+}
+
+function arrow(svg, x1, y1, x2, y2, cls, r, text, label) {
+  const g = Fenced.svg("g", { class: `arrow ${cls}`, "data-seq": r.seq, "data-t": r.t_ms });
+  g.append(Fenced.svg("line", { x1, y1, x2, y2 }));
+  const dir = y2 > y1 ? 1 : -1;
+  g.append(Fenced.svg("path", { d: `M${x2},${y2} l-4,${-7 * dir} l8,0 z` }));
+  g.append(Fenced.svg("line", { x1, y1, x2, y2, class: "hit" }));
+  if (label) {
+    const t = Fenced.svg("text", { x: x2 + 5, y: (y1 + y2) / 2, class: "arrow-label" });
+    t.textContent = label;
+    g.append(t);
+  }
+  tip(g, `t=${r.t_ms} ms: ${text}`);
+  svg.append(g);
+}
+
+function mark(svg, x, y, cls, glyph, r, text) {
+  const t = Fenced.svg("text", { x, y: y + 5, class: `mark ${cls}`, "text-anchor": "middle", "data-seq": r.seq });
+  t.textContent = glyph;
+  tip(t, `t=${r.t_ms} ms: ${text}`);
+  svg.append(t);
+}
+
+function tip(node, text) {
+  node.addEventListener("mouseenter", (e) => { const d = $("tip"); d.textContent = text; d.hidden = false; place(e); });
+  node.addEventListener("mousemove", place);
+  node.addEventListener("mouseleave", () => { $("tip").hidden = true; });
+}
+
+function place(e) {
+  const d = $("tip");
+  d.style.left = `${Math.min(e.clientX + 12, window.innerWidth - d.offsetWidth - 8)}px`;
+  d.style.top = `${e.clientY + 14}px`;
+}
+
+// ---- playing ---------------------------------------------------------------------------
+
+function stop() {
+  state.playing = false;
+  $("play").textContent = "▶︎ Play";
+}
+
+function play() {
+  if (!state.runs.length) return;
+  if (state.playing) { stop(); return; }
+  if (state.cursor >= state.runs[0].summary.duration_ms) setCursor(0);
+  state.playing = true;
+  $("play").textContent = "❚❚ Pause";
+  state.lastFrame = performance.now();
+  requestAnimationFrame(frame);
+}
+
+function frame(now) {
+  if (!state.playing) return;
+  const dt = now - state.lastFrame;
+  state.lastFrame = now;
+  setCursor(state.cursor + (dt / 1000) * (state.windowMs / 4));
+  draw();
+  if (state.cursor >= state.runs[0].summary.duration_ms) { stop(); return; }
+  requestAnimationFrame(frame);
+}
+
+function step(dir) {
+  if (!state.runs.length) return;
+  stop();
+  const tr = state.runs[0].trace;
+  const i = lastAt(tr, state.cursor);
+  if (dir > 0) {
+    const next = tr.find((r, j) => j > i && r.t_ms > state.cursor);
+    if (next) setCursor(next.t_ms);
+  } else {
+    const j = lastAt(tr, state.cursor - 1);
+    if (j >= 0) setCursor(tr[j].t_ms);
+  }
+  draw();
+}
+
+// ---- sweep -------------------------------------------------------------------------------
+
+async function sweep() {
+  Fenced.banner(null);
+  const b = $("sweep-run");
+  b.disabled = true;
+  b.textContent = "Sweeping…";
+  try {
+    const leases = $("sweep-leases").value.split(",").map((x) => Number(x.trim()));
+    const body = {
+      scenario: $("scenario").value === "occ" ? "default" : $("scenario").value,
+      leases,
+      seeds: [Number($("sweep-from").value), Number($("sweep-to").value)],
+      lease_ms: Number($("lease").value),
+      duration_ms: Math.round(Number($("sweep-duration").value) * 1000),
+    };
+    const data = await Fenced.call("POST", "/v1/sim/sweeps", body);
+    $("sweep-chart").innerHTML = data.svg;
+    const t = $("sweep-table");
+    t.replaceChildren(Fenced.el("tr", {}, ...["lease", "fencing", "seeds", "zombie writes", "lost updates", "stale refused"].map((h) => Fenced.el("th", {}, h))));
+    for (const r of data.rows) {
+      t.append(Fenced.el("tr", { class: r.fencing === "on" ? "on" : "off" },
+        ...[`${r.lease_ms} ms`, r.fencing, r.seeds, r.zombie_writes, r.lost_updates, r.stale_writes_rejected].map((v) => Fenced.el("td", {}, String(v)))));
+    }
+    t.hidden = false;
+  } catch (e) {
+    Fenced.banner(`The sweep was refused: ${e.message}`);
+  } finally {
+    b.disabled = false;
+    b.textContent = "Run sweep";
+  }
+}
+
+// ---- the guided tour ------------------------------------------------------------------------
+
+const TOUR = [
+  {
+    title: "1 · The zombie write",
+    setup: { scenario: "default", fencing: "", compare: false, renew: "" },
+    text: (runs) => {
+      const z = runs[0].d.firstZombie;
+      return z
+        ? `Fencing off. c${z.client} took the lock with token ${z.token}, read the counter and stopped (look for the shaded pause). Its lease expired, the lock service gave the lock to someone else, and c${z.client} woke up and wrote anyway: the resource accepted it. The red arrow is a zombie write; both clients followed the protocol.`
+        : "Fencing off: no zombie write in this run; try another seed.";
+    },
+    jump: (runs) => runs[0].d.firstZombie,
+  },
+  {
+    title: "2 · Fencing on",
+    setup: { scenario: "default", fencing: "", compare: true, renew: "" },
+    text: () => "The same seed twice: fencing off on the left, on on the right. The pause still happens, the lease still expires, the paused client still writes. With fencing the resource has already seen a newer token and refuses the write (the orange ✕). Nothing about the lock changed; the resource did.",
+    jump: (runs) => runs[1] && runs[1].d.firstRejected,
+  },
+  {
+    title: "3 · A longer lease",
+    setup: { scenario: "long-lease", fencing: "", compare: false, renew: "" },
+    text: (runs) => `Four times the lease: ${runs[0].summary.zombie_writes} zombie writes in this run instead of many. Rarer, not gone: a longer lease only asks for a longer pause, and pause length is not yours to bound. Run the sweep below to see it over many seeds.`,
+    jump: (runs) => runs[0].d.firstZombie,
+  },
+  {
+    title: "4 · Renewal",
+    setup: { scenario: "renewal", fencing: "", compare: false, renew: "" },
+    text: (runs) => {
+      const m = runs[0].summary.zombie_pause_ms_min;
+      return `Renewing at half the lease survives pauses shorter than half a lease, and nothing longer: ${m ? `the shortest pause behind a zombie write here was ${m} ms, against a ${runs[0].summary.lease_ms} ms lease.` : "no zombie in this run; try other seeds."} Only the token, checked by the resource, has no such parameter.`;
+    },
+    jump: (runs) => runs[0].d.firstZombie,
+  },
+  {
+    title: "Your turn",
+    text: () => "Change the scenario, seed, lease, renewal, fencing or pause model and press Run. Hover an arrow to see its event; scrub, step or play the timeline.",
+  },
+];
+
+let tourStep = 0;
+
+async function showTour(i) {
+  tourStep = i;
+  const step = TOUR[i];
+  $("tour").hidden = false;
+  $("tour-title").textContent = step.title;
+  $("tour-step").textContent = `${i + 1} / ${TOUR.length}`;
+  $("tour-next").textContent = i === TOUR.length - 1 ? "Done" : "Next";
+  $("tour-text").textContent = "…";
+  if (step.setup) {
+    $("scenario").value = step.setup.scenario;
+    $("fencing").value = step.setup.fencing;
+    $("compare").checked = step.setup.compare;
+    $("renew").value = step.setup.renew;
+    $("seed").value = "1";
+    try {
+      const runs = await run();
+      const at = step.jump && step.jump(runs);
+      if (at) { setCursor(at.t_ms + 40); draw(); }
+    } catch (_) { /* the banner says why */ }
+  }
+  $("tour-text").textContent = step.text(state.runs);
+}
+
+function endTour() {
+  $("tour").hidden = true;
+  try { localStorage.setItem("fenced-tour-done", "1"); } catch (_) { /* private mode */ }
+}
+
+// ---- wiring --------------------------------------------------------------------------------
+
+$("run").addEventListener("click", () => { stop(); run().catch(() => {}); });
+$("scrub").addEventListener("input", (e) => { stop(); setCursor(Number(e.target.value)); draw(); });
+$("play").addEventListener("click", play);
+$("step").addEventListener("click", () => step(1));
+$("step-back").addEventListener("click", () => step(-1));
+$("zoom").addEventListener("change", (e) => { state.windowMs = Number(e.target.value); draw(); });
+$("sweep-run").addEventListener("click", sweep);
+$("tour-next").addEventListener("click", () => (tourStep + 1 < TOUR.length ? showTour(tourStep + 1) : endTour()));
+$("tour-skip").addEventListener("click", endTour);
+$("tour-open").addEventListener("click", () => showTour(0));
+window.addEventListener("resize", () => { if (state.runs.length) draw(); });
+
+(function start() {
+  let done = false;
+  try { done = localStorage.getItem("fenced-tour-done") === "1"; } catch (_) { /* private mode */ }
+  if (!done && !new URLSearchParams(location.search).has("notour")) showTour(0);
+  else run().catch(() => {});
+})();

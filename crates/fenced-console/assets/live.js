@@ -1,0 +1,116 @@
+// The live page: the running server's locks, its fenced store's marks, and its event
+// feed, updating without reload.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const keys = new Map(); // key -> {highest_seen, last}
+const FEED_MAX = 200;
+
+function headers() {
+  const t = $("token").value.trim() || sessionStorage.getItem("fenced-token") || "";
+  return t ? { Authorization: `Bearer ${t}` } : {};
+}
+
+async function getJson(path) {
+  let resp;
+  try { resp = await fetch(path, { headers: headers() }); } catch (e) { throw new Error(`cannot reach the server (${e.message})`); }
+  const text = await resp.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (_) { /* not JSON */ }
+  if (!resp.ok) {
+    const err = data && data.error;
+    throw new Error(err ? `${err.message} (${resp.status} ${err.code})` : `HTTP ${resp.status}`);
+  }
+  return data;
+}
+
+async function refreshLocks() {
+  try {
+    const p = $("prefix").value;
+    const data = await getJson(`/v1/locks${p ? `?prefix=${encodeURIComponent(p)}` : ""}`);
+    const body = $("locks").tBodies[0];
+    body.replaceChildren(...data.locks.map((l) => Fenced.el("tr", { "data-lock": l.name },
+      Fenced.el("td", { class: "name" }, l.name),
+      Fenced.el("td", {}, l.token === null ? "free" : `#${l.token}`),
+      Fenced.el("td", {}, l.expires_in_ms === null ? (l.blocked_for_ms ? `lock-delay ${l.blocked_for_ms} ms` : "") : `${(l.expires_in_ms / 1000).toFixed(1)} s`),
+      Fenced.el("td", {}, String(l.waiters)))));
+    $("locks-empty").hidden = data.locks.length > 0;
+    Fenced.banner(null);
+  } catch (e) {
+    Fenced.banner(`The server answered with an error: ${e.message}`);
+  }
+}
+
+function renderKeys() {
+  const body = $("keys").tBodies[0];
+  const rows = [...keys.entries()].sort((a, b) => a[0].localeCompare(b[0]));
+  body.replaceChildren(...rows.map(([k, v]) => Fenced.el("tr", { "data-key": k },
+    Fenced.el("td", { class: "name" }, k), Fenced.el("td", {}, `#${v.highest_seen}`), Fenced.el("td", { class: v.rejected ? "bad" : "" }, v.last))));
+  $("keys-empty").hidden = rows.length > 0;
+}
+
+function onEvent(kind, data) {
+  let text;
+  switch (kind) {
+    case "granted": text = `granted ${data.name} with token #${data.token} (ttl ${data.ttl_ms} ms)`; break;
+    case "released": text = `released ${data.name} #${data.token} (${data.reason})`; break;
+    case "expired": text = `lease expired: ${data.name} #${data.token}`; break;
+    case "store_accepted":
+      text = `store ${data.op} ${data.key} with #${data.token}: accepted`;
+      keys.set(data.key, { highest_seen: Math.max(data.token, (keys.get(data.key) || { highest_seen: 0 }).highest_seen), last: `${data.op} #${data.token} accepted` });
+      renderKeys();
+      break;
+    case "store_rejected":
+      text = `store ${data.op} ${data.key} with #${data.token}: REJECTED, highest_seen #${data.highest_seen}`;
+      keys.set(data.key, { highest_seen: data.highest_seen, last: `${data.op} #${data.token} rejected`, rejected: true });
+      renderKeys();
+      break;
+    default: return;
+  }
+  const li = Fenced.el("li", { class: `ev ${kind}` }, Fenced.el("time", {}, `${data.at_ms} ms`), " ", text);
+  const feed = $("feed");
+  feed.prepend(li);
+  while (feed.children.length > FEED_MAX) feed.lastChild.remove();
+  if (kind === "granted" || kind === "released" || kind === "expired") refreshLocks();
+}
+
+/** Server-sent events over fetch, so that a bearer token can go with them. */
+async function follow() {
+  for (;;) {
+    try {
+      const resp = await fetch("/v1/events", { headers: { ...headers(), Accept: "text/event-stream" } });
+      if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
+      $("status").textContent = "live";
+      $("status").className = "status good";
+      const reader = resp.body.getReader();
+      const dec = new TextDecoder();
+      let buf = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += dec.decode(value, { stream: true });
+        let i;
+        while ((i = buf.indexOf("\n\n")) >= 0) {
+          const block = buf.slice(0, i);
+          buf = buf.slice(i + 2);
+          let kind = "message", data = "";
+          for (const line of block.split("\n")) {
+            if (line.startsWith("event:")) kind = line.slice(6).trim();
+            else if (line.startsWith("data:")) data += line.slice(5).trim();
+          }
+          if (data) { try { onEvent(kind, JSON.parse(data)); } catch (_) { /* a comment or keep-alive */ } }
+        }
+      }
+    } catch (e) {
+      $("status").textContent = `reconnecting (${e.message})`;
+      $("status").className = "status bad";
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+}
+
+$("token").addEventListener("change", () => { sessionStorage.setItem("fenced-token", $("token").value.trim()); refreshLocks(); });
+$("prefix").addEventListener("input", refreshLocks);
+refreshLocks();
+setInterval(refreshLocks, 1000);
+follow();

@@ -1,6 +1,7 @@
 //! End-to-end tests of the `fenced` binary: one integration-test binary, a module per
 //! subcommand family.
 
+mod console;
 mod exec;
 mod server;
 mod sim;

@@ -1,0 +1,162 @@
+// The web console in a real browser: Debian's Chromium driven by playwright-core.
+// Run by crates/fenced/tests/it/console.rs against a real `fenced server`, which sets
+// FENCED_URL; screenshots go to SCREENSHOT_DIR.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { mkdirSync } from "node:fs";
+import { chromium } from "playwright-core";
+
+const URL = process.env.FENCED_URL;
+const SHOTS = process.env.SCREENSHOT_DIR || "screenshots";
+const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
+assert.ok(URL, "FENCED_URL must point at a running fenced server");
+mkdirSync(SHOTS, { recursive: true });
+
+let browser;
+const errors = [];
+
+before(async () => {
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+      "--disable-sync", "--no-first-run", "--disable-quic"],
+  });
+});
+
+after(async () => { await browser?.close(); });
+
+/** A fresh page that records console errors and uncaught exceptions. */
+async function open(path, viewport = { width: 1366, height: 900 }) {
+  const context = await browser.newContext({ viewport });
+  const page = await context.newPage();
+  page.on("console", (m) => { if (m.type() === "error") errors.push(`${path}: ${m.text()}`); });
+  page.on("pageerror", (e) => errors.push(`${path}: ${e.message}`));
+  await page.goto(URL + path);
+  return page;
+}
+
+async function counter(page, panel, name) {
+  return Number(await page.locator(`#counters-${panel} [data-counter=${name}] .v`).textContent());
+}
+
+test("the tour opens on the first visit and tells the zombie write", async () => {
+  const page = await open("/");
+  await page.locator("#tour").waitFor({ state: "visible" });
+  assert.match(await page.locator("#tour-title").textContent(), /zombie write/);
+  await page.locator("#tour-text").filter({ hasText: "accepted it" }).waitFor({ timeout: 20000 });
+  await page.locator("#tour-next").click();
+  await page.locator("#tour-title").filter({ hasText: "Fencing on" }).waitFor();
+  await page.locator("#tour-skip").click();
+  assert.equal(await page.locator("#tour").isVisible(), false);
+  await page.context().close();
+});
+
+test("default: a zombie write counted and drawn; scrub to it", async () => {
+  const page = await open("/?notour");
+  await page.selectOption("#scenario", "default");
+  await page.locator("#run").click();
+  await page.locator("#verdict.bad").waitFor();
+  assert.ok((await counter(page, 0, "zombie_writes")) > 0, "zombie writes counted");
+  assert.ok((await counter(page, 0, "lost_updates")) > 0, "lost updates counted");
+  // Jump to the violation: the scrubber moves there and the zombie arrow is drawn.
+  await page.locator("#jump-violation").click();
+  const t = Number(await page.locator("#scrub").inputValue());
+  const zombie = page.locator(".arrow.zombie").first();
+  await zombie.waitFor();
+  assert.ok(Math.abs(Number(await zombie.getAttribute("data-t")) - t) <= 40, "the cursor sits at the zombie write");
+  // Hovering the arrow tells its event.
+  await zombie.hover({ force: true });
+  assert.match(await page.locator("#tip").textContent(), /ZOMBIE WRITE accepted/);
+  // The counters follow the cursor: at the start of the run nothing has happened.
+  await page.locator("#scrub").fill("0");
+  assert.equal(await counter(page, 0, "zombie_writes"), 0);
+  await page.locator("#jump-violation").click();
+  await page.screenshot({ path: `${SHOTS}/lab.png`, fullPage: true });
+  await page.context().close();
+});
+
+test("fencing on: zero zombie writes and a rejected write drawn", async () => {
+  const page = await open("/?notour");
+  await page.selectOption("#scenario", "default");
+  await page.selectOption("#fencing", "on");
+  await page.locator("#run").click();
+  await page.locator("#verdict.good").waitFor();
+  assert.equal(await counter(page, 0, "zombie_writes"), 0);
+  assert.equal(await counter(page, 0, "lost_updates"), 0);
+  assert.ok((await counter(page, 0, "stale_writes_rejected")) > 0);
+  await page.locator("#jump-rejected").click();
+  await page.locator(".arrow.write.rejected").first().waitFor();
+  await page.context().close();
+});
+
+test("compare runs the same seed with fencing off and on side by side", async () => {
+  const page = await open("/?notour");
+  await page.locator("#compare").check();
+  await page.locator("#run").click();
+  await page.locator("article.panel[data-fencing=on]").waitFor();
+  assert.equal(await page.locator("article.panel").count(), 2);
+  assert.ok((await counter(page, 0, "zombie_writes")) > 0);
+  assert.equal(await counter(page, 1, "zombie_writes"), 0);
+  await page.locator("#jump-violation").click();
+  await page.screenshot({ path: `${SHOTS}/lab-compare.png`, fullPage: true });
+  await page.context().close();
+});
+
+test("the sweep draws its chart", async () => {
+  const page = await open("/?notour");
+  await page.fill("#sweep-to", "3");
+  await page.fill("#sweep-leases", "1,4");
+  await page.fill("#sweep-duration", "30");
+  await page.locator("#sweep-run").click();
+  await page.locator("#sweep-chart svg").waitFor();
+  assert.equal(await page.locator("#sweep-table tr.on").count(), 2);
+  await page.context().close();
+});
+
+test("a server error is shown as a clear message", async () => {
+  const page = await open("/?notour");
+  await page.fill("#clients", "500");
+  await page.locator("#run").click();
+  await page.locator("#banner").waitFor({ state: "visible" });
+  assert.match(await page.locator("#banner").textContent(), /clients: the console runs 1 to 32 clients/);
+  // The refused request is the one console error this test causes on purpose.
+  const i = errors.findIndex((e) => e.includes("status of 400"));
+  assert.ok(i >= 0, "the browser saw the 400");
+  errors.splice(i, 1);
+  await page.context().close();
+});
+
+test("a narrow screen keeps the laboratory usable", async () => {
+  const page = await open("/?notour", { width: 390, height: 844 });
+  await page.locator("#run").click();
+  await page.locator("#verdict.bad").waitFor();
+  const box = await page.locator("#run").boundingBox();
+  assert.ok(box && box.x + box.width <= 390, "the Run button is on screen");
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `the page does not scroll sideways (${overflow}px)`);
+  await page.screenshot({ path: `${SHOTS}/lab-narrow.png`, fullPage: true });
+  await page.context().close();
+});
+
+test("the live page shows a lock acquired through the API, and store writes", async () => {
+  const page = await open("/live");
+  await page.locator("#status.good").waitFor();
+  const api = page.context().request;
+  const grant = await api.post(`${URL}/v1/locks/demo%2Forders/acquire`, { data: { ttl_ms: 30000 } });
+  assert.equal(grant.status(), 200);
+  const { token } = await grant.json();
+  await page.locator('tr[data-lock="demo/orders"]').waitFor();
+  assert.match(await page.locator('tr[data-lock="demo/orders"]').textContent(), new RegExp(`#${token}`));
+  const w = await api.put(`${URL}/v1/store/demo-key`, { headers: { "Fencing-Token": String(token) }, data: "v1" });
+  assert.equal(w.status(), 200);
+  const stale = await api.put(`${URL}/v1/store/demo-key`, { headers: { "Fencing-Token": String(token - 1 > 0 ? token - 1 : 0) }, data: "old" });
+  assert.ok([409, 400].includes(stale.status()));
+  await page.locator('tr[data-key="demo-key"]').waitFor();
+  await page.locator("#feed li.granted").first().waitFor();
+  await page.screenshot({ path: `${SHOTS}/live.png`, fullPage: true });
+  await page.context().close();
+});
+
+test("no console errors on any page", () => {
+  assert.deepEqual(errors, []);
+});
