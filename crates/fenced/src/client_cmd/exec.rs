@@ -71,14 +71,18 @@ pub async fn run(client: &Client, a: ExecArgs, _global: &Global) -> anyhow::Resu
         }
     };
     let pgid = child.id().expect("a child just spawned has a pid") as libc::pid_t;
-    let status = supervise(&mut child, pgid, &guard, grace).await?;
+    let (status, stopped_for_loss) = supervise(&mut child, pgid, &guard, grace).await?;
     let lost = guard.lost_reason();
     let released = guard.release().await;
+    if stopped_for_loss {
+        return Ok(ExitCode::from(EXIT_LOST));
+    }
+    // The command finished, but the lock may have been lost while it was finishing.
     if let Some(reason) = lost.or(match released {
         Err(Error::Lost(r)) => Some(r),
         _ => None,
     }) {
-        eprintln!("fenced exec: lock '{}' lost: {reason}", a.name);
+        eprintln!("fenced exec: lock '{}' lost before the command finished: {reason}", a.name);
         return Ok(ExitCode::from(EXIT_LOST));
     }
     Ok(ExitCode::from(exit_code(status)))
@@ -86,13 +90,13 @@ pub async fn run(client: &Client, a: ExecArgs, _global: &Global) -> anyhow::Resu
 
 /// Waits for the command, forwarding SIGINT, SIGTERM and SIGHUP to its group and
 /// stopping the group when the lock is lost. Returns the command's status once nothing
-/// of its group is left running.
+/// of its group is left running, and whether it was stopped because the lock was lost.
 async fn supervise(
     child: &mut Child,
     pgid: libc::pid_t,
     guard: &LockGuard,
     grace: Duration,
-) -> anyhow::Result<ExitStatus> {
+) -> anyhow::Result<(ExitStatus, bool)> {
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
@@ -104,11 +108,11 @@ async fn supervise(
                 let status = status?;
                 // The command is done; whatever it left in its group must not outlive the lock.
                 stop_group(child, pgid, grace).await?;
-                return Ok(status);
+                return Ok((status, false));
             }
             reason = &mut lost => {
-                eprintln!("fenced exec: lock lost ({reason}); stopping the command");
-                return stop_group(child, pgid, grace).await;
+                eprintln!("fenced exec: lock '{}' lost ({reason}); stopping the command", guard.name());
+                return Ok((stop_group(child, pgid, grace).await?, true));
             }
             _ = sigint.recv() => killpg(pgid, libc::SIGINT),
             _ = sigterm.recv() => killpg(pgid, libc::SIGTERM),
