@@ -39,6 +39,13 @@ impl TestServer {
 
     /// Starts on `config.data_dir` (which may hold a previous run's state).
     pub fn on(config: Config) -> TestServer {
+        let server = TestServer::spawn(config);
+        server.wait_live();
+        server
+    }
+
+    /// Starts without waiting for plain-HTTP liveness (for TLS).
+    pub fn spawn(config: Config) -> TestServer {
         let dir = config.data_dir.clone();
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         std_listener.set_nonblocking(true).unwrap();
@@ -55,9 +62,7 @@ impl TestServer {
                 .unwrap();
             });
         });
-        let server = TestServer { addr, dir, stop: Some(stop), thread: Some(thread) };
-        server.wait_live();
-        server
+        TestServer { addr, dir, stop: Some(stop), thread: Some(thread) }
     }
 
     fn wait_live(&self) {
@@ -203,4 +208,14 @@ pub fn eventually(secs: u64, mut f: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(20));
     }
     panic!("condition not reached within {secs} s");
+}
+
+/// Writes raw bytes and reads whatever comes back until the server closes.
+pub fn request_raw(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(bytes);
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    raw
 }

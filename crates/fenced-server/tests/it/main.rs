@@ -6,3 +6,4 @@ mod harness;
 mod input;
 mod limits;
 mod restart;
+mod tls;

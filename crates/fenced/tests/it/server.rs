@@ -219,3 +219,51 @@ fn load(addr: SocketAddr, i: usize, seen: &Mutex<Seen>, stop: &AtomicBool) {
         }
     }
 }
+
+fn sigterm_and_wait(server: &mut Server) -> std::process::ExitStatus {
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "server did not exit on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_drains_answers_waiters_and_records_a_clean_shutdown() {
+    let dir = scratch("sigterm");
+    let mut server = Server::start(&dir);
+    let addr = server.addr;
+    let (st, _) = call(addr, "POST", "/v1/locks/a/acquire", "{\"ttl_ms\":60000}", &[]).unwrap();
+    assert_eq!(st, 200);
+    let waiter = std::thread::spawn(move || {
+        call(addr, "POST", "/v1/locks/a/acquire", "{\"ttl_ms\":60000,\"wait_ms\":60000}", &[]).unwrap()
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while call(addr, "GET", "/v1/locks/a", "", &[]).unwrap().1["waiters"] != 1 {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let status = sigterm_and_wait(&mut server);
+    assert!(status.success(), "{status}");
+    let (st, e) = waiter.join().unwrap();
+    assert_eq!((st, e["error"]["code"].as_str()), (503, Some("shutting_down")), "{e}");
+
+    // A lease was live at that shutdown: the next start takes the grace.
+    let mut server = Server::start(&dir);
+    let (_, ready) = call(server.addr, "GET", "/readyz", "", &[]).unwrap();
+    assert_eq!(ready["recovering"], true, "{ready}");
+    // No lease is live at this shutdown: the next start needs no grace.
+    assert!(sigterm_and_wait(&mut server).success());
+    let server = Server::start(&dir);
+    let (_, ready) = call(server.addr, "GET", "/readyz", "", &[]).unwrap();
+    assert_eq!(ready["recovering"], false, "{ready}");
+    let (st, g) = call(server.addr, "POST", "/v1/locks/a/acquire", "{\"ttl_ms\":1000}", &[]).unwrap();
+    assert_eq!(st, 200, "{g}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
