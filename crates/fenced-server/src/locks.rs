@@ -132,7 +132,9 @@ impl Locks {
         self.settle(&mut inner, now);
     }
 
-    /// The next time the timer task must run.
+    /// Makes new tokens durable, executes the effects (which may produce more: a grant
+    /// nobody listens for is given back), and wakes the timer task if a call armed an
+    /// earlier deadline than the one it sleeps towards.
     fn settle(&self, inner: &mut Inner, now: u64) {
         loop {
             self.cover_tokens(inner);

@@ -106,12 +106,20 @@ async fn method_not_allowed() -> ApiError {
 async fn observe(State(app): State<App>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = req.method().clone();
-    let path = req.uri().path().to_owned();
+    let path = redact(req.uri().path());
     let resp = next.run(req).await;
     let elapsed = started.elapsed();
     app.metrics.observe_request(elapsed);
     tracing::debug!(%method, %path, status = resp.status().as_u16(), us = elapsed.as_micros() as u64, "request");
     resp
+}
+
+/// A path fit for the logs: lease ids are capabilities, so they are masked.
+fn redact(path: &str) -> String {
+    path.split('/')
+        .map(|seg| if LeaseId::from_hex(seg).is_some() { "{lease_id}" } else { seg })
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 async fn auth(State(app): State<App>, req: Request, next: Next) -> Response {

@@ -45,6 +45,29 @@ fn lease_lock_and_waiter_counts() {
 }
 
 #[test]
+fn waiters_per_lock() {
+    let s = TestServer::with(|c| c.waiters_per_lock_max = 1);
+    let (a, b, w) = (s.lease(30_000), s.lease(30_000), s.lease(30_000));
+    s.acquire("p1", &format!("{{\"lease_id\":\"{a}\"}}"));
+    s.acquire("p2", &format!("{{\"lease_id\":\"{a}\"}}"));
+    let addr = s.addr;
+    let body = format!("{{\"lease_id\":\"{b}\",\"wait_ms\":30000}}");
+    let first =
+        std::thread::spawn(move || crate::harness::request(addr, "POST", "/v1/locks/p1/acquire", &[], body.as_bytes()));
+    eventually(10, || s.call("GET", "/v1/locks/p1", "").1["waiters"] == 1);
+    let (st, e) = s.acquire("p1", &format!("{{\"lease_id\":\"{w}\",\"wait_ms\":30000}}"));
+    assert_eq!((st, code(&e)), (429, "too_many_waiters"), "{e}");
+    // Another lock still has room.
+    let body = format!("{{\"lease_id\":\"{w}\",\"wait_ms\":30000}}");
+    let second =
+        std::thread::spawn(move || crate::harness::request(addr, "POST", "/v1/locks/p2/acquire", &[], body.as_bytes()));
+    eventually(10, || s.call("GET", "/v1/locks/p2", "").1["waiters"] == 1);
+    s.call("DELETE", &format!("/v1/leases/{a}"), "");
+    assert_eq!(first.join().unwrap().status, 200);
+    assert_eq!(second.join().unwrap().status, 200);
+}
+
+#[test]
 fn ttl_wait_and_lock_delay_ranges() {
     let s = TestServer::with(|c| {
         c.ttl_ms_min = 500;
