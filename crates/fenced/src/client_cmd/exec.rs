@@ -183,3 +183,19 @@ pub async fn interrupted() {
         _ = sigterm.recv() => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::ExitStatus;
+
+    use super::exit_code;
+
+    #[test]
+    fn exit_codes_follow_the_shell() {
+        assert_eq!(exit_code(ExitStatus::from_raw(0)), 0);
+        assert_eq!(exit_code(ExitStatus::from_raw(5 << 8)), 5);
+        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGKILL)), 128 + 9);
+        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGTERM)), 128 + 15);
+    }
+}
