@@ -18,8 +18,8 @@ async fn the_auth_token_is_sent_and_its_absence_is_a_typed_error() {
         other => panic!("expected Unauthorised, got {other:?}"),
     }
     let client = Client::builder().endpoint(server.endpoint()).auth_token("s3cret").build().expect("client");
-    let guard = client.lock("secured").ttl(Duration::from_millis(600)).try_acquire().await.expect("acquire");
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    let guard = client.lock("secured").ttl(Duration::from_millis(1500)).try_acquire().await.expect("acquire");
+    tokio::time::sleep(Duration::from_millis(2000)).await;
     assert!(guard.is_valid(), "keepalives carry the token too: {:?}", guard.lost_reason());
     guard.release().await.expect("release");
 }
