@@ -353,3 +353,49 @@ fn bearer_auth_guards_v1_only() {
     }
     let _ = std::fs::remove_file(token_file);
 }
+
+#[test]
+fn mutual_exclusion_under_contention_with_the_store_as_witness() {
+    let s = TestServer::start();
+    let addr = s.addr;
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut tokens = Vec::new();
+                for _ in 0..25 {
+                    let r = crate::harness::request(
+                        addr,
+                        "POST",
+                        "/v1/locks/mx/acquire",
+                        &[],
+                        b"{\"ttl_ms\":30000,\"wait_ms\":60000}",
+                    );
+                    let g = r.json();
+                    assert_eq!(r.status, 200, "{g}");
+                    let (t, lease) = (token(&g), g["lease_id"].as_str().unwrap().to_string());
+                    // While we hold it, we are the holder and the newest writer.
+                    let v = crate::harness::request(addr, "GET", "/v1/locks/mx", &[], b"").json();
+                    assert_eq!(v["token"].as_u64(), Some(t), "{v}");
+                    let ts = t.to_string();
+                    let w =
+                        crate::harness::request(addr, "PUT", "/v1/store/mx", &[("fencing-token", &ts)], ts.as_bytes());
+                    assert_eq!(w.status, 200, "holder {t} refused: {}", w.text());
+                    let rel = format!("{{\"lease_id\":\"{lease}\"}}");
+                    let r = crate::harness::request(addr, "POST", "/v1/locks/mx/release", &[], rel.as_bytes());
+                    assert_eq!(r.status, 200);
+                    let r = crate::harness::request(addr, "DELETE", &format!("/v1/leases/{lease}"), &[], b"");
+                    assert_eq!(r.status, 204);
+                    tokens.push(t);
+                }
+                tokens
+            })
+        })
+        .collect();
+    let mut all: Vec<u64> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let n = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), n, "a token was granted twice");
+    assert_eq!(s.get("/v1/store/mx").text(), all.last().unwrap().to_string(), "the last holder wrote last");
+    assert_eq!(s.call("GET", "/v1/locks/mx", "").1["held"], false);
+}
