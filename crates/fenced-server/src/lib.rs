@@ -12,7 +12,6 @@ mod events;
 mod listener;
 mod locks;
 mod metrics;
-mod store;
 
 use std::future::Future;
 use std::sync::atomic::AtomicU64;
@@ -28,7 +27,7 @@ pub use config::{Config, ConfigError};
 
 use crate::locks::{Locks, TOKEN_BLOCK};
 use crate::metrics::Metrics;
-use crate::store::{MetaKey, Store, StoreError};
+use fenced_store::{MetaKey, Store, StoreError};
 
 /// The OpenAPI 3 document served at `/openapi.json`.
 pub const OPENAPI_JSON: &str = api::OPENAPI_DOC;

@@ -16,7 +16,7 @@ use tokio::sync::{broadcast, oneshot, Notify};
 
 use crate::events::Event;
 use crate::metrics::{inc, Metrics};
-use crate::store::{MetaKey, Store};
+use fenced_store::{MetaKey, Store};
 
 /// Tokens reserved per durable ceiling write.
 pub const TOKEN_BLOCK: u64 = 1_000_000;

@@ -29,7 +29,7 @@ pub use ops::OPENAPI_DOC;
 use crate::config::Config;
 use crate::locks::Locks;
 use crate::metrics::Metrics;
-use crate::store::{MetaKey, Store};
+use fenced_store::{MetaKey, Store};
 
 /// Every route, as the OpenAPI document must describe it: (method, path).
 pub const ROUTES: &[(&str, &str)] = &[

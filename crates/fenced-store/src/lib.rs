@@ -1,23 +1,29 @@
-//! Durable state on redb: the token ceiling, the TTL high-water mark, the clean-shutdown
-//! record, and the fenced key-value store (each value with its `highest_seen` mark, in
-//! one record, so that both change in the same transaction).
+//! Durable state of the Fenced server: the token ceiling, the TTL high-water mark, the
+//! clean-shutdown record, and the fenced key-value store (each value with its
+//! `highest_seen` mark, in one record, so that both change in the same transaction).
 //!
-//! One writer thread owns every write transaction and batches the requests that queue
-//! while a commit is in flight into the next transaction (group commit). Every commit
-//! is `Durability::Immediate`: it returns after fsync. Replies are sent only after the
-//! commit returned, so nothing is acknowledged before it is durable.
+//! The storage engine sits behind the narrow [`Backend`] trait: [`RedbBackend`] (the
+//! default, durable: every commit returns after fsync) and [`MemoryBackend`] (tests,
+//! measurements). One writer thread owns every write transaction and batches the
+//! requests that queue while a commit is in flight into the next transaction (group
+//! commit). Replies are sent only after the commit returned, so nothing is
+//! acknowledged before it is durable.
+
+mod backend;
+mod memory;
+mod redb_backend;
+
+pub use backend::{Backend, Txn};
+pub use memory::MemoryBackend;
+pub use redb_backend::RedbBackend;
 
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use fenced_core::gate::{admit, Admission, Op};
 use fenced_core::Token;
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
-
-const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
-const KV: TableDefinition<&str, &[u8]> = TableDefinition::new("kv");
 
 const TOKEN_CEILING: &str = "token_ceiling";
 const TTL_MS_HWM: &str = "ttl_ms_hwm";
@@ -35,7 +41,7 @@ pub enum StoreError {
     Closed,
 }
 
-fn db_err(e: impl std::fmt::Display) -> StoreError {
+pub(crate) fn db_err(e: impl std::fmt::Display) -> StoreError {
     StoreError::Db(e.to_string())
 }
 
@@ -85,7 +91,7 @@ impl Reply {
 /// closes the database.
 #[derive(Clone)]
 pub struct Store {
-    db: std::sync::Arc<Database>,
+    backend: Arc<dyn Backend>,
     tx: mpsc::Sender<Request>,
 }
 
@@ -93,28 +99,28 @@ impl Store {
     /// Opens (or creates) `dir/fenced.redb`, reads what the last run left, and starts
     /// the writer thread. Join the returned handle after dropping every `Store`.
     pub fn open(dir: &Path) -> Result<(Store, Recovered, JoinHandle<()>), StoreError> {
-        std::fs::create_dir_all(dir).map_err(db_err)?;
-        let db = std::sync::Arc::new(Database::create(dir.join("fenced.redb")).map_err(db_err)?);
-        let txn = db.begin_write().map_err(db_err)?;
-        let recovered = {
-            let meta = txn.open_table(META).map_err(db_err)?;
-            txn.open_table(KV).map_err(db_err)?;
-            let get =
-                |k: &str| -> Result<Option<u64>, StoreError> { Ok(meta.get(k).map_err(db_err)?.map(|v| v.value())) };
-            Recovered {
-                token_ceiling: get(TOKEN_CEILING)?.unwrap_or(1).max(1),
-                ttl_ms_hwm: get(TTL_MS_HWM)?.unwrap_or(0),
-                clean_grace_ms: get(CLEAN_GRACE_MS)?,
-            }
-        };
-        txn.commit().map_err(db_err)?;
+        Store::with_backend(Arc::new(RedbBackend::open(dir)?))
+    }
+
+    /// The same over any backend.
+    pub fn with_backend(backend: Arc<dyn Backend>) -> Result<(Store, Recovered, JoinHandle<()>), StoreError> {
+        let mut recovered = None;
+        backend.transact(&mut |t| {
+            recovered = Some(Recovered {
+                token_ceiling: t.meta_get(TOKEN_CEILING)?.unwrap_or(1).max(1),
+                ttl_ms_hwm: t.meta_get(TTL_MS_HWM)?.unwrap_or(0),
+                clean_grace_ms: t.meta_get(CLEAN_GRACE_MS)?,
+            });
+            Ok(())
+        })?;
+        let recovered = recovered.expect("the body ran");
         let (tx, rx) = mpsc::channel();
-        let writer_db = db.clone();
+        let writer_backend = backend.clone();
         let handle = std::thread::Builder::new()
             .name("fenced-store".into())
-            .spawn(move || writer(writer_db, rx))
+            .spawn(move || writer(&*writer_backend, rx))
             .map_err(db_err)?;
-        Ok((Store { db, tx }, recovered, handle))
+        Ok((Store { backend, tx }, recovered, handle))
     }
 
     /// A fenced write: admitted iff `token >= highest_seen`; value and mark commit together.
@@ -134,11 +140,9 @@ impl Store {
 
     /// A plain read: no token, the mark does not move.
     pub async fn read(&self, key: String) -> Result<StoreAnswer, StoreError> {
-        let db = self.db.clone();
+        let backend = self.backend.clone();
         tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read().map_err(db_err)?;
-            let table = txn.open_table(KV).map_err(db_err)?;
-            let (mark, value) = decode(table.get(key.as_str()).map_err(db_err)?.map(|v| v.value().to_vec()));
+            let (mark, value) = decode(backend.kv_get(&key)?);
             Ok(StoreAnswer { admission: admit(mark, None, Op::Read), value })
         })
         .await
@@ -200,7 +204,7 @@ fn decode(raw: Option<Vec<u8>>) -> (Option<Token>, Option<Vec<u8>>) {
 }
 
 /// The writer thread: one transaction per batch of queued requests.
-fn writer(db: std::sync::Arc<Database>, rx: mpsc::Receiver<Request>) {
+fn writer(backend: &dyn Backend, rx: mpsc::Receiver<Request>) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < BATCH_MAX {
@@ -209,7 +213,7 @@ fn writer(db: std::sync::Arc<Database>, rx: mpsc::Receiver<Request>) {
                 Err(_) => break,
             }
         }
-        match apply(&db, &batch) {
+        match apply(backend, &batch) {
             Ok(answers) => {
                 for (req, answer) in batch.into_iter().zip(answers) {
                     match req {
@@ -236,45 +240,46 @@ fn writer(db: std::sync::Arc<Database>, rx: mpsc::Receiver<Request>) {
 }
 
 /// Runs a batch in one durable transaction; one answer per request (`None` for meta).
-fn apply(db: &Database, batch: &[Request]) -> Result<Vec<Option<StoreAnswer>>, StoreError> {
-    let txn = db.begin_write().map_err(db_err)?;
+fn apply(backend: &dyn Backend, batch: &[Request]) -> Result<Vec<Option<StoreAnswer>>, StoreError> {
     let mut answers = Vec::with_capacity(batch.len());
-    {
-        let mut kv = txn.open_table(KV).map_err(db_err)?;
-        let mut meta = txn.open_table(META).map_err(db_err)?;
+    backend.transact(&mut |t| {
+        answers.clear();
         for req in batch {
-            let answer = match req {
-                Request::Put { key, token, value, .. } => {
-                    let (mark, _) = decode(kv.get(key.as_str()).map_err(db_err)?.map(|v| v.value().to_vec()));
-                    let admission = admit(mark, *token, Op::Write);
-                    if let Admission::Accepted { token, .. } = admission {
-                        assert!(mark.is_none_or(|m| token >= m), "store mark would regress");
-                        kv.insert(key.as_str(), encode(Some(token), Some(value)).as_slice()).map_err(db_err)?;
-                    }
-                    Some(StoreAnswer { admission, value: None })
-                }
-                Request::FencedRead { key, token, .. } => {
-                    let (mark, value) = decode(kv.get(key.as_str()).map_err(db_err)?.map(|v| v.value().to_vec()));
-                    let admission = admit(mark, Some(*token), Op::Read);
-                    let admitted = matches!(admission, Admission::Accepted { .. });
-                    if admitted && mark != Some(*token) {
-                        kv.insert(key.as_str(), encode(Some(*token), value.as_deref()).as_slice()).map_err(db_err)?;
-                    }
-                    Some(StoreAnswer { admission, value: if admitted { value } else { None } })
-                }
-                Request::Meta { key, value, .. } => {
-                    match value {
-                        Some(v) => meta.insert(*key, *v).map_err(db_err)?,
-                        None => meta.remove(*key).map_err(db_err)?,
-                    };
-                    None
-                }
-            };
-            answers.push(answer);
+            answers.push(apply_one(t, req)?);
         }
-    }
-    txn.commit().map_err(db_err)?;
+        Ok(())
+    })?;
     Ok(answers)
+}
+
+fn apply_one(t: &mut dyn Txn, req: &Request) -> Result<Option<StoreAnswer>, StoreError> {
+    Ok(match req {
+        Request::Put { key, token, value, .. } => {
+            let (mark, _) = decode(t.kv_get(key)?);
+            let admission = admit(mark, *token, Op::Write);
+            if let Admission::Accepted { token, .. } = admission {
+                assert!(mark.is_none_or(|m| token >= m), "store mark would regress");
+                t.kv_put(key, &encode(Some(token), Some(value)))?;
+            }
+            Some(StoreAnswer { admission, value: None })
+        }
+        Request::FencedRead { key, token, .. } => {
+            let (mark, value) = decode(t.kv_get(key)?);
+            let admission = admit(mark, Some(*token), Op::Read);
+            let admitted = matches!(admission, Admission::Accepted { .. });
+            if admitted && mark != Some(*token) {
+                t.kv_put(key, &encode(Some(*token), value.as_deref()))?;
+            }
+            Some(StoreAnswer { admission, value: if admitted { value } else { None } })
+        }
+        Request::Meta { key, value, .. } => {
+            match value {
+                Some(v) => t.meta_put(key, *v)?,
+                None => t.meta_delete(key)?,
+            }
+            None
+        }
+    })
 }
 
 #[cfg(test)]
@@ -287,6 +292,64 @@ mod tests {
         assert_eq!(decode(Some(encode(t, Some(b"v")))), (t, Some(b"v".to_vec())));
         assert_eq!(decode(Some(encode(t, None))), (t, None));
         assert_eq!(decode(None), (None, None));
+    }
+
+    /// The fence rule through the store's public surface, on any backend.
+    async fn check_gate(store: &Store) {
+        let put = |t: u64, v: &str| store.put("k".into(), Token::new(t), v.as_bytes().to_vec());
+        assert!(put(5, "five").await.unwrap().admission.is_accepted());
+        assert!(matches!(put(4, "four").await.unwrap().admission, Admission::Rejected { .. }));
+        let none = store.put("k".into(), None, b"x".to_vec()).await.unwrap();
+        assert!(matches!(none.admission, Admission::TokenRequired { .. }));
+        let r = store.fenced_read("k".into(), Token::new(9).unwrap()).await.unwrap();
+        assert_eq!(r.value.as_deref(), Some(&b"five"[..]));
+        assert!(matches!(put(8, "eight").await.unwrap().admission, Admission::Rejected { .. }));
+        let r = store.fenced_read("k".into(), Token::new(8).unwrap()).await.unwrap();
+        assert_eq!((r.value, r.admission.is_accepted()), (None, false));
+        let r = store.read("k".into()).await.unwrap();
+        assert_eq!((r.value.as_deref(), r.admission.highest_seen()), (Some(&b"five"[..]), Token::new(9)));
+        // A fenced read of an absent key leaves a mark and no value.
+        let r = store.fenced_read("absent".into(), Token::new(3).unwrap()).await.unwrap();
+        assert_eq!(r.value, None);
+        assert_eq!(store.read("absent".into()).await.unwrap().admission.highest_seen(), Token::new(3));
+    }
+
+    #[test]
+    fn a_failed_transaction_leaves_nothing_on_either_backend() {
+        let dir = std::env::temp_dir().join(format!("fenced-store-abort-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let backends: [Arc<dyn Backend>; 2] =
+            [Arc::new(MemoryBackend::default()), Arc::new(RedbBackend::open(&dir).unwrap())];
+        for b in backends {
+            let r = b.transact(&mut |t| {
+                t.kv_put("k", b"v")?;
+                t.meta_put("m", 1)?;
+                assert_eq!(t.kv_get("k")?, Some(b"v".to_vec()), "a transaction reads its own writes");
+                Err(StoreError::Closed)
+            });
+            assert!(r.is_err());
+            assert_eq!(b.kv_get("k").unwrap(), None);
+            b.transact(&mut |t| {
+                assert_eq!(t.meta_get("m")?, None);
+                Ok(())
+            })
+            .unwrap();
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn the_gate_on_both_backends() {
+        let (mem, _, h1) = Store::with_backend(Arc::new(MemoryBackend::default())).unwrap();
+        check_gate(&mem).await;
+        let dir = std::env::temp_dir().join(format!("fenced-store-gate-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (disk, _, h2) = Store::open(&dir).unwrap();
+        check_gate(&disk).await;
+        drop((mem, disk));
+        h1.join().unwrap();
+        h2.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]
