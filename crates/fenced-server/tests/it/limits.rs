@@ -1,7 +1,7 @@
 //! Every limit: over it, the status from the design (413, 429 or 503) with a JSON
 //! error, and nothing changes.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -113,23 +113,46 @@ fn name_body_and_value_sizes() {
     assert_eq!((r.status, code(&r.json())), (400, "invalid_key"));
 }
 
+/// A keep-alive connection that the server has accepted and answered once, so it
+/// holds a connection permit; None when the server refused it.
+fn held_connection(addr: std::net::SocketAddr) -> Option<TcpStream> {
+    let mut c = TcpStream::connect(addr).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /livez HTTP/1.1\r\nhost: x\r\n\r\n").ok()?;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 512];
+    // The answer to /livez is small: read until its body has arrived.
+    while !String::from_utf8_lossy(&got).contains("}") {
+        let n = c.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200").then_some(c)
+}
+
 #[test]
 fn connections_over_the_limit_get_503() {
     let s = TestServer::with(|c| c.connections_max = 2);
-    let hold1 = TcpStream::connect(s.addr).unwrap();
-    let hold2 = TcpStream::connect(s.addr).unwrap();
-    // Both are accepted (each holds a permit) once the server has seen them; a third
-    // connection is then answered 503 and closed.
+    // Connections of the start-up probe may still hold permits for a moment: retry
+    // until two connections are held for sure.
+    let mut held = Vec::new();
     eventually(10, || {
-        let mut c = TcpStream::connect(s.addr).unwrap();
-        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut raw = Vec::new();
-        let _ = c.read_to_end(&mut raw);
-        let text = String::from_utf8_lossy(&raw);
-        text.starts_with("HTTP/1.1 503") && text.contains("too_many_connections")
+        if let Some(c) = held_connection(s.addr) {
+            held.push(c);
+        }
+        held.len() == 2
     });
-    drop((hold1, hold2));
-    eventually(10, || s.get("/livez").status == 200);
+    // A third connection is answered 503 and closed without a request.
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut raw = Vec::new();
+    let _ = c.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw);
+    assert!(text.starts_with("HTTP/1.1 503") && text.contains("too_many_connections"), "{text}");
+    drop(held);
+    eventually(10, || held_connection(s.addr).is_some());
     let m = s.get("/metrics").text();
     assert!(!m.contains("fenced_connections_refused_total 0"), "{m}");
 }
