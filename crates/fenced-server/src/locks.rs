@@ -56,8 +56,8 @@ pub struct Locks {
 }
 
 impl Locks {
-    /// `ceiling` is durable already; the table's first token is `ceiling` itself only
-    /// if the caller made a higher ceiling durable first (see `lib.rs`).
+    /// `ceiling` must be durable already and above every token `table` has minted or
+    /// will mint first; `lib.rs` commits `first_token + TOKEN_BLOCK` before serving.
     pub fn new(table: LockTable, ceiling: u64, store: Store, metrics: Arc<Metrics>) -> Locks {
         let (events, _) = broadcast::channel(1024);
         Locks {
