@@ -49,6 +49,9 @@ pub struct Config {
     pub list_locks_max: usize,
     /// How long a shutdown waits for in-flight requests before closing anyway.
     pub shutdown_drain_ms: u64,
+    /// Tokens reserved per durable ceiling write (one fsync per this many grants, and
+    /// this many tokens skipped at each restart).
+    pub token_block: u64,
 }
 
 impl Default for Config {
@@ -74,6 +77,7 @@ impl Default for Config {
             connections_max: 4096,
             list_locks_max: 1000,
             shutdown_drain_ms: 10_000,
+            token_block: 1_000_000,
         }
     }
 }
@@ -148,6 +152,9 @@ impl Config {
         }
         if self.value_bytes_max > self.body_bytes_max {
             return bad("value_bytes_max must not exceed body_bytes_max");
+        }
+        if self.token_block == 0 || self.token_block > 1 << 40 {
+            return bad("token_block must be between 1 and 2^40");
         }
         if self.connections_max == 0 || self.store_key_bytes_max == 0 || self.list_locks_max == 0 {
             return bad("connections_max, store_key_bytes_max and list_locks_max must be positive");

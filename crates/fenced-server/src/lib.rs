@@ -25,7 +25,7 @@ use tokio::sync::{watch, Semaphore};
 pub use api::ROUTES;
 pub use config::{Config, ConfigError};
 
-use crate::locks::{Locks, TOKEN_BLOCK};
+use crate::locks::Locks;
 use crate::metrics::Metrics;
 use fenced_store::{MetaKey, Store, StoreError};
 
@@ -76,7 +76,7 @@ pub async fn run(
     // Tokens restart at the old ceiling, above everything handed out before; the new
     // ceiling is durable before the first grant.
     let first_token = recovered.token_ceiling;
-    let ceiling = first_token + TOKEN_BLOCK;
+    let ceiling = first_token + config.token_block;
     store.set_meta(MetaKey::TokenCeiling, Some(ceiling)).await?;
     tracing::info!(
         data_dir = %config.data_dir.display(),
@@ -88,7 +88,7 @@ pub async fn run(
 
     let metrics = Arc::new(Metrics::default());
     let table = LockTable::new(config.limits(), Token::new(first_token).expect("ceiling >= 1"), grace_ms);
-    let locks = Arc::new(Locks::new(table, ceiling, store.clone(), metrics.clone()));
+    let locks = Arc::new(Locks::new(table, ceiling, config.token_block, store.clone(), metrics.clone()));
     let (stop_tx, stop_rx) = watch::channel(false);
     let app = Arc::new(api::AppInner {
         locks: locks.clone(),

@@ -18,9 +18,6 @@ use crate::events::Event;
 use crate::metrics::{inc, Metrics};
 use fenced_store::{MetaKey, Store};
 
-/// Tokens reserved per durable ceiling write.
-pub const TOKEN_BLOCK: u64 = 1_000_000;
-
 /// How a queued acquire ends.
 #[derive(Debug)]
 pub enum WaitOutcome {
@@ -40,6 +37,8 @@ pub struct Inner {
     waiters: HashMap<WaiterId, Pending>,
     /// Every token below this is covered by a durable ceiling.
     ceiling: u64,
+    /// How far above the last token a new ceiling goes.
+    token_block: u64,
     /// The deadline the timer task sleeps towards.
     armed_ms: Option<u64>,
     /// Set at shutdown: no new waits.
@@ -57,11 +56,18 @@ pub struct Locks {
 
 impl Locks {
     /// `ceiling` must be durable already and above every token `table` has minted or
-    /// will mint first; `lib.rs` commits `first_token + TOKEN_BLOCK` before serving.
-    pub fn new(table: LockTable, ceiling: u64, store: Store, metrics: Arc<Metrics>) -> Locks {
+    /// will mint first; `lib.rs` commits `first_token + token_block` before serving.
+    pub fn new(table: LockTable, ceiling: u64, token_block: u64, store: Store, metrics: Arc<Metrics>) -> Locks {
         let (events, _) = broadcast::channel(1024);
         Locks {
-            inner: Mutex::new(Inner { table, waiters: HashMap::new(), ceiling, armed_ms: None, closed: false }),
+            inner: Mutex::new(Inner {
+                table,
+                waiters: HashMap::new(),
+                ceiling,
+                token_block,
+                armed_ms: None,
+                closed: false,
+            }),
             start: Instant::now(),
             timer: Notify::new(),
             events,
@@ -172,8 +178,8 @@ impl Locks {
         if last.get() < inner.ceiling {
             return;
         }
-        let ceiling = last.get() + TOKEN_BLOCK;
-        // Rare (once per TOKEN_BLOCK grants): a blocking fsync under the table lock.
+        let ceiling = last.get() + inner.token_block;
+        // Rare (once per `token_block` grants): a blocking fsync under the table lock.
         if let Err(e) = self.store.set_meta_blocking(MetaKey::TokenCeiling, Some(ceiling)) {
             // Handing the token out would break monotonicity after a crash; stop instead.
             tracing::error!(error = %e, "cannot make the token ceiling durable; exiting");

@@ -31,6 +31,8 @@ impl Server {
             .args(["server", "--listen", &addr.to_string(), "--data-dir"])
             .arg(dir)
             .env("FENCED_LOG", "warn")
+            // Small token blocks: the load crosses many durable ceilings before the kill.
+            .env("FENCED_TOKEN_BLOCK", "7")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
