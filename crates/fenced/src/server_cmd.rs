@@ -34,12 +34,12 @@ pub struct ServerArgs {
     /// Open client connections at once.
     #[arg(long)]
     pub connections_max: Option<u64>,
-    /// Print the effective configuration as TOML and exit.
+    /// Print the effective configuration (TOML, or JSON with --json) and exit.
     #[arg(long)]
     pub print_config: bool,
 }
 
-pub fn run(args: ServerArgs, _global: &Global) -> anyhow::Result<ExitCode> {
+pub fn run(args: ServerArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let file_text = match &args.config {
         Some(path) => Some(
             std::fs::read_to_string(path)
@@ -67,7 +67,11 @@ pub fn run(args: ServerArgs, _global: &Global) -> anyhow::Result<ExitCode> {
     let config =
         Config::layered(file_text.as_deref(), env, &flags).map_err(|e| BadArgument::new("config", e.to_string()))?;
     if args.print_config {
-        print!("{}", config.to_toml());
+        if global.json() {
+            println!("{}", serde_json::to_string_pretty(&config)?);
+        } else {
+            print!("{}", config.to_toml());
+        }
         return Ok(ExitCode::SUCCESS);
     }
     fenced_server::init_logging();
