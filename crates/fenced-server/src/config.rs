@@ -49,6 +49,9 @@ pub struct Config {
     pub list_locks_max: usize,
     /// How long a shutdown waits for in-flight requests before closing anyway.
     pub shutdown_drain_ms: u64,
+    /// A connection with no request in flight that moves no byte this long is closed
+    /// (0: never). Event streams send a keep-alive comment at a third of it.
+    pub idle_timeout_ms: u64,
     /// Tokens reserved per durable ceiling write (one fsync per this many grants, and
     /// this many tokens skipped at each restart).
     pub token_block: u64,
@@ -77,6 +80,7 @@ impl Default for Config {
             connections_max: 4096,
             list_locks_max: 1000,
             shutdown_drain_ms: 10_000,
+            idle_timeout_ms: 60_000,
             token_block: 1_000_000,
         }
     }

@@ -107,6 +107,7 @@ pub async fn run(
         tls,
         conns: Arc::new(Semaphore::new(config.connections_max)),
         metrics: metrics.clone(),
+        idle: (config.idle_timeout_ms > 0).then(|| Duration::from_millis(config.idle_timeout_ms)),
     };
     tracing::info!(addr = %listener.tcp.local_addr()?, tls = listener.tls.is_some(), "serving");
 
@@ -125,7 +126,8 @@ pub async fn run(
         let _ = drain_rx.wait_for(|stop| *stop).await;
         tokio::time::sleep(Duration::from_millis(drain_ms)).await;
     };
-    let serve = axum::serve(listener, router).with_graceful_shutdown(signal);
+    let serve = axum::serve(listener, router.into_make_service_with_connect_info::<listener::ConnMeta>())
+        .with_graceful_shutdown(signal);
     let drained = tokio::select! {
         r = serve => { r?; true }
         _ = drain_deadline => { tracing::warn!("drain deadline passed; closing with requests in flight"); false }

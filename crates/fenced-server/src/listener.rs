@@ -1,18 +1,25 @@
 //! The accept loop's listener: a connection limit (a semaphore permit rides along with
-//! each connection) and optional TLS, handshaking lazily on the connection's own task
-//! so a slow handshake never stalls `accept`.
+//! each connection), optional TLS, handshaking lazily on the connection's own task so a
+//! slow handshake never stalls `accept`, and an idle timeout: a connection with no
+//! request in flight that moves no byte for `idle_timeout_ms` is closed (slow or stalled
+//! request heads, forgotten keep-alive connections). A request in flight (a waiting
+//! acquire) is never cut: the `observe` middleware counts it in the connection's
+//! [`ConnMeta`].
 
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::{server::TlsStream, Accept, TlsAcceptor};
@@ -27,13 +34,45 @@ pub struct FencedListener {
     pub tls: Option<TlsAcceptor>,
     pub conns: Arc<Semaphore>,
     pub metrics: Arc<Metrics>,
+    /// None: no idle timeout.
+    pub idle: Option<Duration>,
+}
+
+/// What a request knows of its connection (axum's `ConnectInfo`).
+#[derive(Clone, Debug)]
+pub struct ConnMeta {
+    pub remote: SocketAddr,
+    /// Requests of this connection being handled now.
+    pub in_flight: Arc<AtomicUsize>,
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, FencedListener>> for ConnMeta {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, FencedListener>) -> Self {
+        stream.remote_addr().clone()
+    }
+}
+
+/// Counts a request in flight on its connection for as long as it lives.
+pub struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    pub fn new(meta: &ConnMeta) -> InFlight {
+        meta.in_flight.fetch_add(1, Ordering::AcqRel);
+        InFlight(meta.in_flight.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl axum::serve::Listener for FencedListener {
     type Io = Conn;
-    type Addr = SocketAddr;
+    type Addr = ConnMeta;
 
-    async fn accept(&mut self) -> (Conn, SocketAddr) {
+    async fn accept(&mut self) -> (Conn, ConnMeta) {
         loop {
             let (stream, addr) = match self.tcp.accept().await {
                 Ok(x) => x,
@@ -56,12 +95,21 @@ impl axum::serve::Listener for FencedListener {
                 None => Io::Plain(stream),
                 Some(acceptor) => Io::Handshaking(Box::pin(acceptor.accept(stream))),
             };
-            return (Conn { io, _permit: permit }, addr);
+            let meta = ConnMeta { remote: addr, in_flight: Arc::new(AtomicUsize::new(0)) };
+            let conn = Conn {
+                io,
+                _permit: permit,
+                in_flight: meta.in_flight.clone(),
+                idle: self.idle,
+                last_io: Instant::now(),
+                sleep: None,
+            };
+            return (conn, meta);
         }
     }
 
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.tcp.local_addr()
+    fn local_addr(&self) -> io::Result<ConnMeta> {
+        Ok(ConnMeta { remote: self.tcp.local_addr()?, in_flight: Arc::default() })
     }
 }
 
@@ -89,6 +137,11 @@ pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
 pub struct Conn {
     io: Io,
     _permit: OwnedSemaphorePermit,
+    in_flight: Arc<AtomicUsize>,
+    idle: Option<Duration>,
+    /// The last time a byte moved either way.
+    last_io: Instant,
+    sleep: Option<Pin<Box<Sleep>>>,
 }
 
 enum Io {
@@ -98,6 +151,26 @@ enum Io {
 }
 
 impl Conn {
+    /// Called when a read is pending: an error once the connection has been idle, with
+    /// no request in flight, for the idle timeout; else arms the wake-up for that moment.
+    fn poll_idle(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
+        let idle = self.idle?;
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let deadline = self.last_io + idle;
+        let timed_out = || Some(io::Error::new(io::ErrorKind::TimedOut, "idle connection"));
+        if Instant::now() >= deadline {
+            return timed_out();
+        }
+        let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        sleep.as_mut().reset(deadline);
+        if sleep.as_mut().poll(cx).is_ready() {
+            return timed_out();
+        }
+        None
+    }
+
     fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if let Io::Handshaking(accept) = &mut self.io {
             let stream = ready!(accept.as_mut().poll(cx))?;
@@ -110,11 +183,26 @@ impl Conn {
 impl AsyncRead for Conn {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        ready!(this.poll_handshake(cx))?;
-        match &mut this.io {
-            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-            Io::Handshaking(_) => unreachable!("handshake finished above"),
+        let before = buf.filled().len();
+        let r = match this.poll_handshake(cx) {
+            Poll::Ready(Ok(())) => match &mut this.io {
+                Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+                Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+                Io::Handshaking(_) => unreachable!("handshake finished above"),
+            },
+            other => other,
+        };
+        match r {
+            Poll::Pending => match this.poll_idle(cx) {
+                Some(e) => Poll::Ready(Err(e)),
+                None => Poll::Pending,
+            },
+            Poll::Ready(r) => {
+                if buf.filled().len() > before {
+                    this.last_io = Instant::now();
+                }
+                Poll::Ready(r)
+            }
         }
     }
 }
@@ -123,11 +211,17 @@ impl AsyncWrite for Conn {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         ready!(this.poll_handshake(cx))?;
-        match &mut this.io {
+        let r = match &mut this.io {
             Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
             Io::Handshaking(_) => unreachable!("handshake finished above"),
+        };
+        if let Poll::Ready(Ok(n)) = r {
+            if n > 0 {
+                this.last_io = Instant::now();
+            }
         }
+        r
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -48,7 +48,11 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/livez"),
     ("get", "/readyz"),
     ("get", "/openapi.json"),
+    ("post", "/v1/sim/runs"),
+    ("post", "/v1/sim/sweeps"),
     ("get", "/"),
+    ("get", "/live"),
+    ("get", "/assets/{name}"),
 ];
 
 /// What every handler shares.
@@ -80,10 +84,11 @@ pub fn router(app: App) -> Router {
         .route("/v1/locks/{*rest}", get(locks::get_one).post(locks::action))
         .route("/v1/store/{*key}", get(store::read).put(store::write))
         .route("/v1/events", get(ops::events))
+        .merge(fenced_console::api())
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(app.clone(), auth));
     Router::new()
-        .route("/", get(ops::index))
+        .merge(fenced_console::pages())
         .route("/livez", get(ops::livez))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
@@ -105,12 +110,16 @@ async fn method_not_allowed() -> ApiError {
 
 async fn observe(State(app): State<App>, req: Request, next: Next) -> Response {
     let started = Instant::now();
+    // While this lives the connection is busy: the idle timeout does not apply.
+    let conn = req.extensions().get::<axum::extract::ConnectInfo<crate::listener::ConnMeta>>().map(|i| i.0.clone());
+    let _busy = conn.as_ref().map(crate::listener::InFlight::new);
+    let remote = conn.map(|c| c.remote);
     let method = req.method().clone();
     let path = redact(req.uri().path());
     let resp = next.run(req).await;
     let elapsed = started.elapsed();
     app.metrics.observe_request(elapsed);
-    tracing::debug!(%method, %path, status = resp.status().as_u16(), us = elapsed.as_micros() as u64, "request");
+    tracing::debug!(?remote, %method, %path, status = resp.status().as_u16(), us = elapsed.as_micros() as u64, "request");
     resp
 }
 

@@ -15,11 +15,6 @@ use tokio::sync::broadcast::error::RecvError;
 use super::{json, App};
 
 pub const OPENAPI_DOC: &str = include_str!("../../assets/openapi.json");
-const INDEX: &str = include_str!("../../assets/index.html");
-
-pub async fn index() -> Html<&'static str> {
-    Html(INDEX)
-}
 
 pub async fn livez() -> Response {
     json(StatusCode::OK, &json!({ "status": "live" }))
@@ -63,5 +58,8 @@ pub async fn events(State(app): State<App>) -> Sse<impl Stream<Item = Result<Sse
         };
         Some((Ok(ev), (rx, shutdown)))
     });
-    Sse::new(s).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+    // Comments keep the stream from looking idle to the connection's idle timeout.
+    let idle_ms = app.config.idle_timeout_ms;
+    let every_ms = if idle_ms == 0 { 15_000 } else { (idle_ms / 3).clamp(10, 15_000) };
+    Sse::new(s).keep_alive(KeepAlive::new().interval(Duration::from_millis(every_ms)))
 }

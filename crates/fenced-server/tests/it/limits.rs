@@ -156,3 +156,38 @@ fn connections_over_the_limit_get_503() {
     let m = s.get("/metrics").text();
     assert!(!m.contains("fenced_connections_refused_total 0"), "{m}");
 }
+
+#[test]
+fn idle_connections_are_closed_but_waiting_requests_are_not() {
+    let s = TestServer::with(|c| c.idle_timeout_ms = 300);
+    let closed = |mut c: TcpStream| {
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut raw = Vec::new();
+        // EOF or a reset: either way the server let go; a read time-out panics.
+        match c.read_to_end(&mut raw) {
+            Ok(_) => {}
+            Err(e) => assert_ne!(e.kind(), std::io::ErrorKind::WouldBlock, "still open after 10 s"),
+        }
+        raw
+    };
+    // Silent, and a request head that never ends.
+    assert!(closed(TcpStream::connect(s.addr).unwrap()).is_empty());
+    let mut slow = TcpStream::connect(s.addr).unwrap();
+    slow.write_all(b"GET /livez HTTP/1.1\r\nhost: x\r\n").unwrap();
+    closed(slow);
+    // A keep-alive connection after its answer.
+    let kept = held_connection(s.addr).expect("accepted");
+    closed(kept);
+    // A waiting acquire outlives the idle timeout many times over.
+    let (a, b) = (s.lease(30_000), s.lease(30_000));
+    s.acquire("idle", &format!("{{\"lease_id\":\"{a}\"}}"));
+    let addr = s.addr;
+    let body = format!("{{\"lease_id\":\"{b}\",\"wait_ms\":30000}}");
+    let w = std::thread::spawn(move || {
+        crate::harness::request(addr, "POST", "/v1/locks/idle/acquire", &[], body.as_bytes())
+    });
+    eventually(10, || s.call("GET", "/v1/locks/idle", "").1["waiters"] == 1);
+    std::thread::sleep(Duration::from_millis(1500));
+    s.call("POST", "/v1/locks/idle/release", &format!("{{\"lease_id\":\"{a}\"}}"));
+    assert_eq!(w.join().unwrap().status, 200);
+}
