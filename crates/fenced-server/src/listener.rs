@@ -152,21 +152,26 @@ enum Io {
 
 impl Conn {
     /// Called when a read is pending: an error once the connection has been idle, with
-    /// no request in flight, for the idle timeout; else arms the wake-up for that moment.
+    /// no request in flight, for the idle timeout. The wake-up timer is re-armed only
+    /// when it fires early (the connection was busy meanwhile), not on every read:
+    /// resetting a tokio timer per request costs a driver lock.
     fn poll_idle(&mut self, cx: &mut Context<'_>) -> Option<io::Error> {
         let idle = self.idle?;
         if self.in_flight.load(Ordering::Acquire) > 0 {
             return None;
         }
-        let deadline = self.last_io + idle;
         let timed_out = || Some(io::Error::new(io::ErrorKind::TimedOut, "idle connection"));
+        let deadline = self.last_io + idle;
         if Instant::now() >= deadline {
             return timed_out();
         }
         let sleep = self.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-        sleep.as_mut().reset(deadline);
-        if sleep.as_mut().poll(cx).is_ready() {
-            return timed_out();
+        while sleep.as_mut().poll(cx).is_ready() {
+            let deadline = self.last_io + idle;
+            if Instant::now() >= deadline {
+                return timed_out();
+            }
+            sleep.as_mut().reset(deadline);
         }
         None
     }
