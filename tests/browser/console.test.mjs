@@ -142,16 +142,23 @@ test("the live page shows a lock acquired through the API, and store writes", as
   const page = await open("/live");
   await page.locator("#status.good").waitFor();
   const api = page.context().request;
+  // An old holder, released; then a new one that holds the lock.
+  const first = await api.post(`${URL}/v1/locks/demo%2Forders/acquire`, { data: { ttl_ms: 30000 } });
+  assert.equal(first.status(), 200);
+  const old = await first.json();
+  assert.equal((await api.post(`${URL}/v1/locks/demo%2Forders/release`, { data: { lease_id: old.lease_id } })).status(), 200);
   const grant = await api.post(`${URL}/v1/locks/demo%2Forders/acquire`, { data: { ttl_ms: 30000 } });
   assert.equal(grant.status(), 200);
   const { token } = await grant.json();
-  await page.locator('tr[data-lock="demo/orders"]').waitFor();
-  assert.match(await page.locator('tr[data-lock="demo/orders"]').textContent(), new RegExp(`#${token}`));
-  const w = await api.put(`${URL}/v1/store/demo-key`, { headers: { "Fencing-Token": String(token) }, data: "v1" });
+  assert.ok(token > old.token);
+  await page.locator('tr[data-lock="demo/orders"]').filter({ hasText: `#${token}` }).waitFor();
+  // The new holder writes; the old one's late write is refused, and the page says so.
+  const w = await api.put(`${URL}/v1/store/demo-key`, { headers: { "Fencing-Token": String(token) }, data: "new" });
   assert.equal(w.status(), 200);
-  const stale = await api.put(`${URL}/v1/store/demo-key`, { headers: { "Fencing-Token": String(token - 1 > 0 ? token - 1 : 0) }, data: "old" });
-  assert.ok([409, 400].includes(stale.status()));
-  await page.locator('tr[data-key="demo-key"]').waitFor();
+  const stale = await api.put(`${URL}/v1/store/demo-key`, { headers: { "Fencing-Token": String(old.token) }, data: "old" });
+  assert.equal(stale.status(), 409);
+  await page.locator('tr[data-key="demo-key"]').filter({ hasText: `#${token}` }).waitFor();
+  await page.locator("#feed li.store_rejected").first().waitFor();
   await page.locator("#feed li.granted").first().waitFor();
   await page.screenshot({ path: `${SHOTS}/live.png`, fullPage: true });
   await page.context().close();
