@@ -20,9 +20,23 @@ fn sim_json_has_the_design_fields_and_tells_the_story() {
     let d = json(&fenced(&["sim", "--scenario", "default", "--seed", "2", "--json"]));
     let f = json(&fenced(&["sim", "--scenario", "fencing", "--seed", "2", "--json"]));
     for k in [
-        "scenario", "seed", "clients", "duration_ms", "lease_ms", "fencing", "renew_fraction", "grants",
-        "lease_expiries", "pauses", "writes_attempted", "writes_accepted", "late_writes", "zombie_writes",
-        "stale_writes_rejected", "lost_updates", "events",
+        "scenario",
+        "seed",
+        "clients",
+        "duration_ms",
+        "lease_ms",
+        "fencing",
+        "renew_fraction",
+        "grants",
+        "lease_expiries",
+        "pauses",
+        "writes_attempted",
+        "writes_accepted",
+        "late_writes",
+        "zombie_writes",
+        "stale_writes_rejected",
+        "lost_updates",
+        "events",
     ] {
         assert!(d.get(k).is_some(), "summary lacks {k}");
     }
@@ -37,8 +51,22 @@ fn sim_json_has_the_design_fields_and_tells_the_story() {
 #[test]
 fn flags_override_the_scenario() {
     let v = json(&fenced(&[
-        "sim", "--scenario", "long-lease", "--lease", "750ms", "--clients", "6", "--duration", "90s", "--renew-at",
-        "0.25", "--fencing", "on", "--pauses", "gc", "--json",
+        "sim",
+        "--scenario",
+        "long-lease",
+        "--lease",
+        "750ms",
+        "--clients",
+        "6",
+        "--duration",
+        "90s",
+        "--renew-at",
+        "0.25",
+        "--fencing",
+        "on",
+        "--pauses",
+        "gc",
+        "--json",
     ]));
     assert_eq!(v["lease_ms"], 3_000, "long-lease is four times the base lease");
     assert_eq!(v["clients"], 6);
@@ -103,7 +131,16 @@ fn sweep_prints_json_csv_and_an_svg() {
     std::fs::create_dir_all(&dir).unwrap();
     let svg = dir.join("s.svg");
     let v = json(&fenced(&[
-        "sim", "sweep", "--seeds", "1..3", "--leases", "1,4", "--duration", "60s", "--json", "--svg",
+        "sim",
+        "sweep",
+        "--seeds",
+        "1..3",
+        "--leases",
+        "1,4",
+        "--duration",
+        "60s",
+        "--json",
+        "--svg",
         svg.to_str().unwrap(),
     ]));
     let rows = v.as_array().unwrap();
