@@ -143,6 +143,8 @@ struct World<'a, S: TraceSink> {
     records: u64,
     table: LockTable,
     service_timer_at: Option<u64>,
+    /// Reused buffer for the table's effects (no allocation per service call).
+    effects: Vec<Effect>,
     /// Queued acquires: which client and attempt each waiter is.
     waiters: HashMap<WaiterId, (u32, u32), BuildHasherDefault<DefaultHasher>>,
     names: Vec<LockName>,
@@ -177,6 +179,7 @@ impl<'a, S: TraceSink> World<'a, S> {
             records: 0,
             table: LockTable::new(limits, Token::FIRST, 0),
             service_timer_at: None,
+            effects: Vec::new(),
             waiters: HashMap::default(),
             names: (0..locks).map(|k| LockName::new(&format!("counter/{k}")).expect("valid name")).collect(),
             gate: FenceGate::new(),
@@ -573,8 +576,9 @@ impl<'a, S: TraceSink> World<'a, S> {
 
     /// Carries out the table's effects and re-arms its timer.
     fn after_service_call(&mut self) {
-        let effects: Vec<Effect> = self.table.drain_effects().collect();
-        for e in effects {
+        let mut effects = std::mem::take(&mut self.effects);
+        effects.extend(self.table.drain_effects());
+        for e in effects.drain(..) {
             match e {
                 Effect::Granted { grant, waiter, .. } => {
                     if let Some(w) = waiter {
@@ -609,6 +613,7 @@ impl<'a, S: TraceSink> World<'a, S> {
                 Effect::LeaseExpired { .. } => {}
             }
         }
+        self.effects = effects;
         if let Some(t) = self.table.poll_timeout() {
             if self.service_timer_at.is_none_or(|s| t < s) {
                 self.service_timer_at = Some(t);

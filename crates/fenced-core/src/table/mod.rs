@@ -296,7 +296,7 @@ impl LockTable {
         }
         let expires_at_ms = now_ms + ttl_ms;
         self.leases.insert(id, Lease { ttl_ms, expires_at_ms, held: Vec::new(), waiting: Vec::new() });
-        self.timers.push(expires_at_ms, Timer::LeaseExpiry(id));
+        self.push_timer(expires_at_ms, Timer::LeaseExpiry(id));
         Ok(LeaseInfo { id, ttl_ms, expires_at_ms })
     }
 
@@ -442,6 +442,27 @@ impl LockTable {
         self.leases.get(&id).map(|l| LeaseInfo { id, ttl_ms: l.ttl_ms, expires_at_ms: l.expires_at_ms })
     }
 
+    /// Arms a timer, first sweeping out dead entries when they outnumber the live
+    /// subjects (see `timers.rs`).
+    fn push_timer(&mut self, at_ms: u64, timer: Timer) {
+        let live = self.leases.len() + self.waiters.len() + self.locks.len() + 1;
+        if self.timers.len() > 2 * live + 1_024 {
+            let (leases, waiters, locks) = (&self.leases, &self.waiters, &self.locks);
+            self.timers.retain(|t| match t {
+                Timer::LeaseExpiry(id) => leases.contains_key(id),
+                Timer::WaitDeadline(w) => waiters.contains_key(w),
+                Timer::LockDelayEnds(name) => locks.contains_key(name),
+                Timer::GrantsResume => true,
+            });
+        }
+        self.timers.push(at_ms, timer);
+    }
+
+    /// Timer entries held, live or dead (for tests and metrics).
+    pub fn timer_entries(&self) -> usize {
+        self.timers.len()
+    }
+
     fn grants_open(&self, now_ms: u64) -> bool {
         now_ms >= self.grants_resume_at_ms
     }
@@ -459,7 +480,7 @@ impl LockTable {
         self.next_waiter += 1;
         lock.queue.push_back(id);
         self.leases.get_mut(&req.lease).expect("checked by acquire").waiting.push(id);
-        self.timers.push(now_ms + req.wait_ms, Timer::WaitDeadline(id));
+        self.push_timer(now_ms + req.wait_ms, Timer::WaitDeadline(id));
         self.waiters.insert(id, Waiter { name: req.name, lease: req.lease, lock_delay_ms: req.lock_delay_ms });
         Ok(id)
     }

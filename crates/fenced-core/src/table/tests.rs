@@ -310,6 +310,26 @@ fn prefix_listing() {
     assert_eq!(t.locks_with_prefix("", 3, 0).len(), 3);
 }
 
+#[test]
+fn dead_timers_do_not_pile_up() {
+    // Leases that come and go, and waits that end in a grant long before their
+    // deadline: without the sweep every one would leave an entry for its whole TTL or
+    // wait.
+    let mut t = table();
+    t.grant_lease(LeaseId(0), TTL * 100, 0).unwrap();
+    t.acquire(acq("a", 0, 0), 0).unwrap();
+    for i in 1..=50_000u128 {
+        t.grant_lease(LeaseId(i), 300_000, 1).unwrap();
+        t.acquire(acq("b", i, 300_000), 1).unwrap();
+        t.release(&name("b"), LeaseId(i), 1).unwrap();
+        t.revoke(LeaseId(i), 1).unwrap();
+    }
+    assert!(t.timer_entries() < 5_000, "{} timer entries for {} live leases", t.timer_entries(), t.lease_count());
+    // The live ones survived the sweeps: lease 0 still expires on time.
+    t.handle_timeout(TTL * 100);
+    assert_eq!(t.lease_count(), 0);
+}
+
 mod props {
     use super::*;
     use proptest::prelude::*;

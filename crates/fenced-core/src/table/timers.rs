@@ -1,9 +1,12 @@
 //! The table's timer queue: a min-heap of (time, insertion order, what).
 //!
-//! Entries are never removed early. A timer whose subject is gone (a revoked lease, a
+//! Entries are not removed one by one. A timer whose subject is gone (a revoked lease, a
 //! granted waiter) is skipped when it fires, and a lease's expiry timer re-arms itself
 //! when the lease was kept alive meanwhile. That keeps keepalive, the hottest call, free
-//! of heap work.
+//! of heap work. So that dead entries cannot pile up (a granted waiter's deadline would
+//! otherwise sit in the heap for its whole wait), the table sweeps them out with
+//! `retain` whenever they outnumber the live subjects: linear work once per doubling,
+//! constant per timer amortised, and the heap stays the size of what is live.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -30,6 +33,15 @@ impl Timers {
     pub(super) fn push(&mut self, at_ms: u64, timer: Timer) {
         self.pushed += 1;
         self.heap.push(Reverse((at_ms, self.pushed, timer)));
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// Keeps only the entries `live` says still have a subject.
+    pub(super) fn retain(&mut self, mut live: impl FnMut(&Timer) -> bool) {
+        self.heap.retain(|Reverse((_, _, t))| live(t));
     }
 
     pub(super) fn next_at(&self) -> Option<u64> {
