@@ -138,6 +138,16 @@ test("a narrow screen keeps the laboratory usable", async () => {
   await page.context().close();
 });
 
+test("the live page lists store keys that existed before it opened", async () => {
+  const setup = await browser.newContext();
+  const put = await setup.request.put(`${URL}/v1/store/before-page`, { headers: { "Fencing-Token": "3" }, data: "x" });
+  assert.equal(put.status(), 200);
+  await setup.close();
+  const page = await open("/live");
+  await page.locator('tr[data-key="before-page"]').filter({ hasText: "#3" }).waitFor();
+  await page.context().close();
+});
+
 test("the live page shows a lock acquired through the API, and store writes", async () => {
   const page = await open("/live");
   await page.locator("#status.good").waitFor();

@@ -41,6 +41,21 @@ async function refreshLocks() {
   }
 }
 
+/** The store's keys with their marks, as the server has them. */
+async function refreshKeys() {
+  try {
+    const data = await getJson("/v1/store?limit=200");
+    for (const k of data.keys) {
+      const seen = keys.get(k.key);
+      const last = k.value_bytes === null ? "fenced read only" : `${k.value_bytes} bytes`;
+      keys.set(k.key, { highest_seen: k.highest_seen, last: seen ? seen.last : last, rejected: seen && seen.rejected });
+    }
+    renderKeys();
+  } catch (e) {
+    Fenced.banner(`The server answered with an error: ${e.message}`);
+  }
+}
+
 function renderKeys() {
   const body = $("keys").tBodies[0];
   const rows = [...keys.entries()].sort((a, b) => a[0].localeCompare(b[0]));
@@ -57,7 +72,7 @@ function onEvent(kind, data) {
     case "expired": text = `lease expired: ${data.name} #${data.token}`; break;
     case "store_accepted":
       text = `store ${data.op} ${data.key} with #${data.token}: accepted`;
-      keys.set(data.key, { highest_seen: Math.max(data.token, (keys.get(data.key) || { highest_seen: 0 }).highest_seen), last: `${data.op} #${data.token} accepted` });
+      keys.set(data.key, { highest_seen: Math.max(data.token, (keys.get(data.key) || { highest_seen: 0 }).highest_seen || 0), last: `${data.op} #${data.token} accepted` });
       renderKeys();
       break;
     case "store_rejected":
@@ -109,8 +124,10 @@ async function follow() {
   }
 }
 
-$("token").addEventListener("change", () => { sessionStorage.setItem("fenced-token", $("token").value.trim()); refreshLocks(); });
+$("token").addEventListener("change", () => { sessionStorage.setItem("fenced-token", $("token").value.trim()); refreshLocks(); refreshKeys(); });
 $("prefix").addEventListener("input", refreshLocks);
 refreshLocks();
+refreshKeys();
 setInterval(refreshLocks, 1000);
+setInterval(refreshKeys, 2000);
 follow();

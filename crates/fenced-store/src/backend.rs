@@ -10,6 +10,10 @@ pub trait Backend: Send + Sync + 'static {
 
     /// A value of the kv table as last committed.
     fn kv_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Up to `limit` records of the kv table whose keys start with `prefix`, in key
+    /// order, as last committed.
+    fn kv_scan(&self, prefix: &str, limit: usize) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
 }
 
 /// The operations inside one transaction; reads see the transaction's own writes.

@@ -149,6 +149,24 @@ impl Store {
         .map_err(db_err)?
     }
 
+    /// Keys starting with `prefix`, in order, at most `limit`: each with its mark and
+    /// the size of its value (`None` for a key fenced by a read but never written).
+    pub async fn list(&self, prefix: String, limit: usize) -> Result<Vec<KeyInfo>, StoreError> {
+        let backend = self.backend.clone();
+        tokio::task::spawn_blocking(move || {
+            let rows = backend.kv_scan(&prefix, limit)?;
+            Ok(rows
+                .into_iter()
+                .map(|(key, raw)| {
+                    let (highest_seen, value) = decode(Some(raw));
+                    KeyInfo { key, highest_seen, value_bytes: value.map(|v| v.len()) }
+                })
+                .collect())
+        })
+        .await
+        .map_err(db_err)?
+    }
+
     /// Makes a meta value durable, from async code.
     pub async fn set_meta(&self, key: MetaKey, value: Option<u64>) -> Result<(), StoreError> {
         let (tx, rx) = oneshot::channel();
@@ -184,6 +202,16 @@ impl MetaKey {
             MetaKey::CleanGraceMs => CLEAN_GRACE_MS,
         }
     }
+}
+
+/// One key of the fenced store, as `Store::list` sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyInfo {
+    pub key: String,
+    /// The mark: the highest token any write or fenced read of the key carried.
+    pub highest_seen: Option<Token>,
+    /// The value's length, `None` when only a fenced read ever touched the key.
+    pub value_bytes: Option<usize>,
 }
 
 /// Record layout: 8 bytes of mark (little-endian, 0 for none), 1 byte "has a value",

@@ -68,4 +68,13 @@ impl Backend for MemoryBackend {
     fn kv_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.state.lock().unwrap_or_else(|p| p.into_inner()).kv.get(key).cloned())
     }
+
+    fn kv_scan(&self, prefix: &str, limit: usize) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut hits: Vec<(String, Vec<u8>)> =
+            state.kv.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        hits.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        hits.truncate(limit);
+        Ok(hits)
+    }
 }

@@ -68,4 +68,18 @@ impl Backend for RedbBackend {
         let table = txn.open_table(KV).map_err(db_err)?;
         Ok(table.get(key).map_err(db_err)?.map(|v| v.value().to_vec()))
     }
+
+    fn kv_scan(&self, prefix: &str, limit: usize) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let table = txn.open_table(KV).map_err(db_err)?;
+        let mut out = Vec::new();
+        for entry in table.range(prefix..).map_err(db_err)? {
+            let (k, v) = entry.map_err(db_err)?;
+            if !k.value().starts_with(prefix) || out.len() >= limit {
+                break;
+            }
+            out.push((k.value().to_string(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
 }

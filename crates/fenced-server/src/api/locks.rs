@@ -266,8 +266,21 @@ pub async fn list(
     State(app): State<App>,
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
-    let max = app.config.list_locks_max;
+    let (prefix, limit) = list_params(query, app.config.list_locks_max, app.config.lock_name_bytes_max, "lock name")?;
+    let (locks, now) = app.locks.with(|t, now| (t.locks_with_prefix(&prefix, limit, now), now));
+    let views: Vec<Value> = locks.iter().map(|l| lock_view(l, now)).collect();
+    Ok(json(StatusCode::OK, &json!({ "locks": views })))
+}
+
+/// `prefix` and `limit` of a listing: the limit 1 to `max` (default `max`), the prefix
+/// no longer than `prefix_bytes_max` (nothing longer could match).
+pub(super) fn list_params(
+    query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
+    max: usize,
+    prefix_bytes_max: usize,
+    what: &str,
+) -> Result<(String, usize), ApiError> {
+    let Query(mut q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
     let limit = match q.get("limit") {
         None => max,
         Some(s) => s
@@ -276,13 +289,11 @@ pub async fn list(
             .filter(|n| (1..=max).contains(n))
             .ok_or_else(|| ApiError::bad_request("invalid_query", format!("limit is between 1 and {max}")))?,
     };
-    let prefix = q.get("prefix").map(String::as_str).unwrap_or("");
-    if prefix.len() > app.config.lock_name_bytes_max {
-        return Err(ApiError::bad_request("invalid_query", "the prefix is longer than any lock name"));
+    let prefix = q.remove("prefix").unwrap_or_default();
+    if prefix.len() > prefix_bytes_max {
+        return Err(ApiError::bad_request("invalid_query", format!("the prefix is longer than any {what}")));
     }
-    let (locks, now) = app.locks.with(|t, now| (t.locks_with_prefix(prefix, limit, now), now));
-    let views: Vec<Value> = locks.iter().map(|l| lock_view(l, now)).collect();
-    Ok(json(StatusCode::OK, &json!({ "locks": views })))
+    Ok((prefix, limit))
 }
 
 /// A lock as clients see it. The holder's lease id is not shown: it is the

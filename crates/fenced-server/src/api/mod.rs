@@ -41,6 +41,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/locks/{name}/check"),
     ("get", "/v1/locks/{name}"),
     ("get", "/v1/locks"),
+    ("get", "/v1/store"),
     ("put", "/v1/store/{key}"),
     ("get", "/v1/store/{key}"),
     ("get", "/v1/events"),
@@ -82,6 +83,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/leases/{id}/keepalive", post(leases::keepalive))
         .route("/v1/locks", get(locks::list))
         .route("/v1/locks/{*rest}", get(locks::get_one).post(locks::action))
+        .route("/v1/store", get(store::list))
         .route("/v1/store/{*key}", get(store::read).put(store::write))
         .route("/v1/events", get(ops::events))
         .merge(fenced_console::api())

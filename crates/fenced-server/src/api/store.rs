@@ -1,7 +1,9 @@
 //! The built-in fenced store: the reference resource guarded by the fence gate.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use fenced_core::{Admission, Token};
@@ -13,6 +15,22 @@ use crate::metrics::inc;
 
 const FENCING_TOKEN: &str = "fencing-token";
 const HIGHEST_SEEN: &str = "fencing-highest-seen";
+
+/// `GET /v1/store?prefix=P&limit=N`: keys with their `highest_seen` marks and value
+/// sizes, in key order (what the live page shows). Values are not included.
+pub async fn list(
+    State(app): State<App>,
+    query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let max = app.config.list_locks_max;
+    let (prefix, limit) = super::locks::list_params(query, max, app.config.store_key_bytes_max, "key")?;
+    let keys = app.store.list(prefix, limit).await.map_err(ApiError::internal)?;
+    let views: Vec<serde_json::Value> = keys
+        .iter()
+        .map(|k| json!({ "key": k.key, "highest_seen": k.highest_seen.map(Token::get), "value_bytes": k.value_bytes }))
+        .collect();
+    Ok(super::json(StatusCode::OK, &json!({ "keys": views })))
+}
 
 /// `PUT /v1/store/{key}` with `Fencing-Token: N`; the body is the value.
 pub async fn write(

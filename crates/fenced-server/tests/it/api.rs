@@ -265,6 +265,37 @@ fn fenced_store_fresh_stale_and_fenced_reads() {
 }
 
 #[test]
+fn store_keys_are_listed_with_their_marks() {
+    let s = TestServer::start();
+    for (key, tok, body) in [("orders/2", "7", "bb"), ("orders/1", "5", "a"), ("jobs/1", "9", "ccc")] {
+        assert_eq!(
+            s.request("PUT", &format!("/v1/store/{key}"), &[("Fencing-Token", tok)], body.as_bytes()).status,
+            200
+        );
+    }
+    // A fenced read of a key never written still leaves a mark.
+    assert_eq!(s.request("GET", "/v1/store/orders/3", &[("Fencing-Token", "11")], b"").status, 404);
+    // A refused write changes nothing in the listing.
+    assert_eq!(s.request("PUT", "/v1/store/orders/2", &[("Fencing-Token", "6")], b"zzzz").status, 409);
+    let r = s.get("/v1/store?prefix=orders/");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.json(),
+        serde_json::json!({"keys": [
+            {"key": "orders/1", "highest_seen": 5, "value_bytes": 1},
+            {"key": "orders/2", "highest_seen": 7, "value_bytes": 2},
+            {"key": "orders/3", "highest_seen": 11, "value_bytes": null},
+        ]})
+    );
+    assert_eq!(s.get("/v1/store").json()["keys"].as_array().unwrap().len(), 4);
+    assert_eq!(s.get("/v1/store?limit=1").json()["keys"][0]["key"], "jobs/1");
+    for bad in ["/v1/store?limit=0", "/v1/store?limit=x", &format!("/v1/store?prefix={}", "p".repeat(5_000))] {
+        let r = s.get(bad);
+        assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("invalid_query")), "{bad}");
+    }
+}
+
+#[test]
 fn events_stream_grants_releases_expiries_and_store_outcomes() {
     let s = TestServer::start();
     let mut c = TcpStream::connect(s.addr).unwrap();
