@@ -50,10 +50,10 @@ pub fn api<S: Clone + Send + Sync + 'static>() -> Router<S> {
 
 pub fn api_with<S: Clone + Send + Sync + 'static>(limits: Limits) -> Router<S> {
     Router::new()
-        .route("/v1/sim/runs", post(move |body: Bytes| async move { runs(limits, body).await.unwrap_or_else(|e| e) }))
+        .route("/v1/sim/runs", post(move |body: Bytes| async move { runs(limits, body).await.unwrap_or_else(IntoResponse::into_response) }))
         .route(
             "/v1/sim/sweeps",
-            post(move |body: Bytes| async move { sweeps(limits, body).await.unwrap_or_else(|e| e) }),
+            post(move |body: Bytes| async move { sweeps(limits, body).await.unwrap_or_else(IntoResponse::into_response) }),
         )
 }
 
@@ -85,16 +85,29 @@ struct SweepRequest {
     duration_ms: Option<u64>,
 }
 
-fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
-    let body = serde_json::json!({ "error": { "code": code, "message": message.into() } });
-    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+/// A request the API will not run, as the design's error body.
+struct Refusal {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
 }
 
-fn bad(field: &str, message: impl std::fmt::Display) -> Response {
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } });
+        (self.status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    }
+}
+
+fn error(status: StatusCode, code: &'static str, message: impl Into<String>) -> Refusal {
+    Refusal { status, code, message: message.into() }
+}
+
+fn bad(field: &str, message: impl std::fmt::Display) -> Refusal {
     error(StatusCode::BAD_REQUEST, "bad_parameter", format!("{field}: {message}"))
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(limits: &Limits, body: &Bytes) -> Result<T, Response> {
+fn parse<T: for<'de> Deserialize<'de>>(limits: &Limits, body: &Bytes) -> Result<T, Refusal> {
     if body.len() > limits.body_bytes_max {
         let m = format!("the request body is {} bytes; at most {} are accepted", body.len(), limits.body_bytes_max);
         return Err(error(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", m));
@@ -108,7 +121,7 @@ fn parse<T: for<'de> Deserialize<'de>>(limits: &Limits, body: &Bytes) -> Result<
     })
 }
 
-fn scenario(name: Option<&str>) -> Result<Scenario, Response> {
+fn scenario(name: Option<&str>) -> Result<Scenario, Refusal> {
     let name = name.unwrap_or("default");
     Scenario::parse(name).ok_or_else(|| bad("scenario", format!("unknown scenario '{name}'")))
 }
@@ -119,7 +132,7 @@ fn base_config(
     clients: Option<u32>,
     lease_ms: Option<u64>,
     duration_ms: Option<u64>,
-) -> Result<Config, Response> {
+) -> Result<Config, Refusal> {
     let mut c = Config::new(scenario, 1);
     if let Some(l) = lease_ms {
         c = c.with_base_lease(l);
@@ -139,7 +152,7 @@ fn base_config(
     Ok(c)
 }
 
-async fn blocking<T: Send + 'static>(limits: Limits, f: impl FnOnce() -> T + Send + 'static) -> Result<T, Response> {
+async fn blocking<T: Send + 'static>(limits: Limits, f: impl FnOnce() -> T + Send + 'static) -> Result<T, Refusal> {
     let task = tokio::task::spawn_blocking(f);
     match tokio::time::timeout(limits.timeout, task).await {
         Ok(Ok(v)) => Ok(v),
@@ -154,7 +167,7 @@ async fn blocking<T: Send + 'static>(limits: Limits, f: impl FnOnce() -> T + Sen
     }
 }
 
-async fn runs(limits: Limits, body: Bytes) -> Result<Response, Response> {
+async fn runs(limits: Limits, body: Bytes) -> Result<Response, Refusal> {
     let req: RunRequest = parse(&limits, &body)?;
     let sc = scenario(req.scenario.as_deref())?;
     let mut c = base_config(&limits, sc, req.clients, req.lease_ms, req.duration_ms)?;
@@ -218,7 +231,7 @@ async fn runs(limits: Limits, body: Bytes) -> Result<Response, Response> {
     }
 }
 
-async fn sweeps(limits: Limits, body: Bytes) -> Result<Response, Response> {
+async fn sweeps(limits: Limits, body: Bytes) -> Result<Response, Refusal> {
     let req: SweepRequest = parse(&limits, &body)?;
     let sc = scenario(req.scenario.as_deref())?;
     let mut base = base_config(&limits, sc, req.clients, None, req.duration_ms)?;

@@ -37,7 +37,7 @@ pub struct BadArgument {
 }
 
 impl BadArgument {
-    pub fn new(arg: &'static str, message: impl Into<String>) -> anyhow::Error {
+    pub fn error(arg: &'static str, message: impl Into<String>) -> anyhow::Error {
         anyhow::Error::new(BadArgument { arg, message: message.into() })
     }
 }

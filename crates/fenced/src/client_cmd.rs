@@ -79,7 +79,7 @@ pub struct GetArgs {
 
 pub fn run(cmd: ClientCmd, global: &Global) -> anyhow::Result<ExitCode> {
     let client = Client::builder().endpoint(&global.endpoint).build().map_err(|e| match e {
-        Error::BadRequest(m) => BadArgument::new("--endpoint", m),
+        Error::BadRequest(m) => BadArgument::error("--endpoint", m),
         e => e.into(),
     })?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the runtime")?;
@@ -96,15 +96,15 @@ pub fn run(cmd: ClientCmd, global: &Global) -> anyhow::Result<ExitCode> {
 
 /// Checks what the server would refuse anyway, so that it exits with status 2.
 fn hold_options(name: &str, hold: &HoldArgs) -> anyhow::Result<(Duration, Duration)> {
-    LockName::new(name).map_err(|e| BadArgument::new("NAME", e.to_string()))?;
+    LockName::new(name).map_err(|e| BadArgument::error("NAME", e.to_string()))?;
     if hold.ttl == 0 {
-        return Err(BadArgument::new("--ttl", "the TTL must be more than 0"));
+        return Err(BadArgument::error("--ttl", "the TTL must be more than 0"));
     }
     Ok((Duration::from_millis(hold.ttl), Duration::from_millis(hold.wait)))
 }
 
 fn token_arg(raw: u64) -> anyhow::Result<Token> {
-    Token::new(raw).ok_or_else(|| BadArgument::new("--token", "0 is never a fencing token"))
+    Token::new(raw).ok_or_else(|| BadArgument::error("--token", "0 is never a fencing token"))
 }
 
 /// Prints a grant the way `lock` and `exec -v` show it.

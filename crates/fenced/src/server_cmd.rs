@@ -43,7 +43,7 @@ pub fn run(args: ServerArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let file_text = match &args.config {
         Some(path) => Some(
             std::fs::read_to_string(path)
-                .map_err(|e| BadArgument::new("--config", format!("cannot read {path}: {e}")))?,
+                .map_err(|e| BadArgument::error("--config", format!("cannot read {path}: {e}")))?,
         ),
         None => None,
     };
@@ -65,7 +65,7 @@ pub fn run(args: ServerArgs, global: &Global) -> anyhow::Result<ExitCode> {
     }
     let env = std::env::vars().filter(|(k, _)| k.starts_with("FENCED_") && k != "FENCED_CONFIG" && k != "FENCED_LOG");
     let config =
-        Config::layered(file_text.as_deref(), env, &flags).map_err(|e| BadArgument::new("config", e.to_string()))?;
+        Config::layered(file_text.as_deref(), env, &flags).map_err(|e| BadArgument::error("config", e.to_string()))?;
     if args.print_config {
         if global.json() {
             println!("{}", serde_json::to_string_pretty(&config)?);

@@ -112,7 +112,7 @@ impl RunArgs {
         if let Some(p) = self.pauses {
             c.pauses = p;
         }
-        c.validate().map_err(|e| BadArgument::new(e.field, e.message))?;
+        c.validate().map_err(|e| BadArgument::error(e.field, e.message))?;
         Ok(c)
     }
 }

@@ -43,12 +43,12 @@ fn parse_multiples(s: &str) -> anyhow::Result<Vec<u64>> {
         .map(|p| p.trim().parse::<u64>().ok().filter(|m| (1..=1_000).contains(m)))
         .collect::<Option<Vec<u64>>>()
         .ok_or_else(|| {
-            BadArgument::new("--leases", format!("'{s}' is not a list of multiples from 1 to 1000, like 1,2,4,8"))
+            BadArgument::error("--leases", format!("'{s}' is not a list of multiples from 1 to 1000, like 1,2,4,8"))
         })
 }
 
 fn parse_seeds(s: &str) -> anyhow::Result<std::ops::RangeInclusive<u64>> {
-    let bad = || BadArgument::new("--seeds", format!("'{s}' is not a range like 1..20"));
+    let bad = || BadArgument::error("--seeds", format!("'{s}' is not a range like 1..20"));
     let (a, b) = s.split_once("..").ok_or_else(bad)?;
     let b = b.strip_prefix('=').unwrap_or(b);
     let (a, b): (u64, u64) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
@@ -66,7 +66,7 @@ pub fn run(a: SweepArgs, g: &Global) -> anyhow::Result<ExitCode> {
     }
     base.duration_ms = a.duration;
     let spec = Spec { base, multiples: parse_multiples(&a.leases)?, seeds: parse_seeds(&a.seeds)? };
-    spec.validate().map_err(|e| BadArgument::new(e.field, e.message))?;
+    spec.validate().map_err(|e| BadArgument::error(e.field, e.message))?;
     let bar = ProgressBar::new(spec.runs());
     bar.set_style(
         ProgressStyle::with_template("{spinner} sweep {bar:40} {pos}/{len} runs, {elapsed} elapsed, ~{eta} left")

@@ -40,7 +40,7 @@ pub struct ExecArgs {
 pub async fn run(client: &Client, a: ExecArgs, _global: &Global) -> anyhow::Result<ExitCode> {
     let (ttl, wait) = hold_options(&a.name, &a.hold)?;
     let grace = Duration::from_millis(a.grace);
-    let (program, args) = a.command.split_first().ok_or_else(|| BadArgument::new("CMD", "no command given"))?;
+    let (program, args) = a.command.split_first().ok_or_else(|| BadArgument::error("CMD", "no command given"))?;
     let guard = match client.lock(&a.name).ttl(ttl).wait(wait).acquire().await {
         Ok(g) => g,
         Err(Error::LockHeld { name }) => {
