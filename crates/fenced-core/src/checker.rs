@@ -257,13 +257,6 @@ impl Checker {
         }
     }
 
-    /// For histories whose writes do not know the value they overwrote (real processes
-    /// against a real store): every acknowledged increment must be in the final value.
-    /// Returns the number of increments missing.
-    pub fn missing_increments(acknowledged: u64, final_value: u64) -> u64 {
-        acknowledged.saturating_sub(final_value)
-    }
-
     fn end_live(&mut self, token: Token) {
         if self.live == Some(token) {
             self.live = None;

@@ -104,6 +104,24 @@ impl TraceSink for Vec<Record> {
     }
 }
 
+/// Kept in memory only when asked for (`--diagram` beside `--trace`).
+impl TraceSink for Option<Vec<Record>> {
+    fn record(&mut self, r: &Record) {
+        if let Some(v) = self {
+            v.push(*r);
+        }
+    }
+}
+
+/// Two sinks at once, so that one run can both write a trace and keep its records.
+impl<A: TraceSink, B: TraceSink> TraceSink for (A, B) {
+    const ENABLED: bool = A::ENABLED || B::ENABLED;
+    fn record(&mut self, r: &Record) {
+        self.0.record(r);
+        self.1.record(r);
+    }
+}
+
 /// JSON lines to a writer. IO errors are kept and reported once at the end.
 pub struct JsonLines<W: Write> {
     out: W,

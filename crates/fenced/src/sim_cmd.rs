@@ -126,21 +126,20 @@ pub fn run(a: SimArgs, g: &Global) -> anyhow::Result<ExitCode> {
     if a.bench {
         return bench(&cfg, g);
     }
-    let mut records: Vec<Record> = Vec::new();
-    let summary = match (&a.trace, a.diagram) {
-        (Some(path), _) => {
+    // One run serves the trace file and the diagram alike.
+    let mut records: Option<Vec<Record>> = a.diagram.then(Vec::new);
+    let summary = match &a.trace {
+        Some(path) => {
             let file = File::create(path).with_context(|| format!("cannot create the trace file {path}"))?;
-            let mut sink = JsonLines::new(BufWriter::new(file));
+            let mut sink = (JsonLines::new(BufWriter::new(file)), records.take());
             let s = fenced_sim::run(&cfg, &mut sink)?;
-            sink.finish().with_context(|| format!("writing the trace to {path}"))?;
-            if a.diagram {
-                records = fenced_sim::run(&cfg, &mut Vec::new()).map(|_| Vec::new())?;
-                fenced_sim::run(&cfg, &mut records)?;
-            }
+            let (json, kept) = sink;
+            json.finish().with_context(|| format!("writing the trace to {path}"))?;
+            records = kept;
             s
         }
-        (None, true) => fenced_sim::run(&cfg, &mut records)?,
-        (None, false) => fenced_sim::run(&cfg, &mut ())?,
+        None if records.is_some() => fenced_sim::run(&cfg, &mut records)?,
+        None => fenced_sim::run(&cfg, &mut ())?,
     };
     let mut out = std::io::stdout().lock();
     if g.json() {
@@ -149,7 +148,7 @@ pub fn run(a: SimArgs, g: &Global) -> anyhow::Result<ExitCode> {
         write!(out, "{}", text(&summary))?;
     }
     if a.diagram {
-        let d = fenced_sim::diagram::render(&records, &summary);
+        let d = fenced_sim::diagram::render(records.as_deref().unwrap_or_default(), &summary);
         if g.json() {
             eprint!("{d}");
         } else {

@@ -94,12 +94,6 @@ fn serial_history_is_clean() {
 }
 
 #[test]
-fn missing_increments_from_a_final_value() {
-    assert_eq!(Checker::missing_increments(10, 7), 3);
-    assert_eq!(Checker::missing_increments(10, 12), 0, "unacknowledged writes may have applied");
-}
-
-#[test]
 fn lost_updates_are_net_of_increments_that_come_back() {
     // Counter at 5. A zombie that read 0 writes 1 (five increments gone), then a holder
     // that read 5 writes 6: four of them are back, one is lost for good.
