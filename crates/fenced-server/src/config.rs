@@ -55,6 +55,11 @@ pub struct Config {
     /// Tokens reserved per durable ceiling write (one fsync per this many grants, and
     /// this many tokens skipped at each restart).
     pub token_block: u64,
+    /// Fenced-store keys starting with this take writes without a `Fencing-Token`
+    /// (last writer wins, no mark kept). Empty, the default: every key is fenced. For
+    /// demonstrating what fencing prevents (`fenced demo --fencing off`), not for data
+    /// that matters.
+    pub unfenced_prefix: String,
 }
 
 impl Default for Config {
@@ -82,6 +87,7 @@ impl Default for Config {
             shutdown_drain_ms: 10_000,
             idle_timeout_ms: 60_000,
             token_block: 1_000_000,
+            unfenced_prefix: String::new(),
         }
     }
 }
@@ -160,10 +166,18 @@ impl Config {
         if self.token_block == 0 || self.token_block > 1 << 40 {
             return bad("token_block must be between 1 and 2^40");
         }
+        if self.unfenced_prefix.chars().any(char::is_control) {
+            return bad("unfenced_prefix must not hold control characters");
+        }
         if self.connections_max == 0 || self.store_key_bytes_max == 0 || self.list_locks_max == 0 {
             return bad("connections_max, store_key_bytes_max and list_locks_max must be positive");
         }
         Ok(())
+    }
+
+    /// Whether `key` is under `unfenced_prefix` (never, when the prefix is empty).
+    pub fn is_unfenced(&self, key: &str) -> bool {
+        !self.unfenced_prefix.is_empty() && key.starts_with(&self.unfenced_prefix)
     }
 
     /// The core's limits.
@@ -184,7 +198,8 @@ impl Config {
 /// Parses a raw string as the TOML type the default of `key` has (paths and the
 /// address are strings, everything else is an integer).
 fn typed(key: &str, raw: &str) -> Result<toml::Value, ConfigError> {
-    let is_string = matches!(key, "listen" | "data_dir" | "auth_token_file" | "tls_cert" | "tls_key");
+    let is_string =
+        matches!(key, "listen" | "data_dir" | "auth_token_file" | "tls_cert" | "tls_key" | "unfenced_prefix");
     if is_string {
         return Ok(toml::Value::String(raw.to_string()));
     }
@@ -209,6 +224,13 @@ mod tests {
         assert_eq!(c.ttl_ms_max, 6000);
         assert_eq!(c.wait_ms_max, 7000);
         assert_eq!(c.leases_max, Config::default().leases_max);
+        assert!(!c.is_unfenced("anything"), "no key is unfenced by default");
+        let env = vec![("FENCED_UNFENCED_PREFIX".to_string(), "scratch/".to_string())];
+        let u = Config::layered(Some("unfenced_prefix = \"file/\""), env, &[]).unwrap();
+        assert_eq!(u.unfenced_prefix, "scratch/");
+        assert!(u.is_unfenced("scratch/x") && !u.is_unfenced("file/x"));
+        let u = Config::layered(None, vec![], &[("unfenced_prefix", "flag/".into())]).unwrap();
+        assert!(u.is_unfenced("flag/x"));
         let printed = Config::layered(Some(&c.to_toml()), vec![], &[]).unwrap();
         assert_eq!(printed, c);
     }

@@ -66,9 +66,28 @@ pub struct StoreAnswer {
 }
 
 enum Request {
-    Put { key: String, token: Option<Token>, value: Vec<u8>, reply: oneshot::Sender<Result<StoreAnswer, StoreError>> },
-    FencedRead { key: String, token: Token, reply: oneshot::Sender<Result<StoreAnswer, StoreError>> },
-    Meta { key: &'static str, value: Option<u64>, reply: Reply },
+    Put {
+        key: String,
+        token: Option<Token>,
+        value: Vec<u8>,
+        reply: oneshot::Sender<Result<StoreAnswer, StoreError>>,
+    },
+    FencedRead {
+        key: String,
+        token: Token,
+        reply: oneshot::Sender<Result<StoreAnswer, StoreError>>,
+    },
+    /// A write past the gate, for keys the server keeps unfenced: no mark, last writer wins.
+    PutUnfenced {
+        key: String,
+        value: Vec<u8>,
+        reply: Reply,
+    },
+    Meta {
+        key: &'static str,
+        value: Option<u64>,
+        reply: Reply,
+    },
 }
 
 /// Meta writes come from async handlers (a TTL high-water mark) and from inside the
@@ -127,6 +146,15 @@ impl Store {
     pub async fn put(&self, key: String, token: Option<Token>, value: Vec<u8>) -> Result<StoreAnswer, StoreError> {
         let (reply, rx) = oneshot::channel();
         self.tx.send(Request::Put { key, token, value, reply }).map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// An unfenced write: stores `value` with no mark (dropping any mark the key had),
+    /// durably, whatever token wrote before. Only for keys the server is configured to
+    /// leave unfenced; the gate does not see it.
+    pub async fn put_unfenced(&self, key: String, value: Vec<u8>) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(Request::PutUnfenced { key, value, reply: Reply::Async(tx) }).map_err(|_| StoreError::Closed)?;
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
@@ -248,7 +276,7 @@ fn writer(backend: &dyn Backend, rx: mpsc::Receiver<Request>) {
                         Request::Put { reply, .. } | Request::FencedRead { reply, .. } => {
                             drop(reply.send(Ok(answer.expect("store ops answer"))))
                         }
-                        Request::Meta { reply, .. } => reply.send(Ok(())),
+                        Request::Meta { reply, .. } | Request::PutUnfenced { reply, .. } => reply.send(Ok(())),
                     }
                 }
             }
@@ -258,7 +286,7 @@ fn writer(backend: &dyn Backend, rx: mpsc::Receiver<Request>) {
                     let err = || StoreError::Db(e.to_string());
                     match req {
                         Request::Put { reply, .. } | Request::FencedRead { reply, .. } => drop(reply.send(Err(err()))),
-                        Request::Meta { reply, .. } => reply.send(Err(err())),
+                        Request::Meta { reply, .. } | Request::PutUnfenced { reply, .. } => reply.send(Err(err())),
                     }
                 }
             }
@@ -267,7 +295,8 @@ fn writer(backend: &dyn Backend, rx: mpsc::Receiver<Request>) {
     tracing::debug!("store writer done");
 }
 
-/// Runs a batch in one durable transaction; one answer per request (`None` for meta).
+/// Runs a batch in one durable transaction; one answer per request (`None` for meta
+/// and unfenced writes).
 fn apply(backend: &dyn Backend, batch: &[Request]) -> Result<Vec<Option<StoreAnswer>>, StoreError> {
     let mut answers = Vec::with_capacity(batch.len());
     backend.transact(&mut |t| {
@@ -299,6 +328,10 @@ fn apply_one(t: &mut dyn Txn, req: &Request) -> Result<Option<StoreAnswer>, Stor
                 t.kv_put(key, &encode(Some(*token), value.as_deref()))?;
             }
             Some(StoreAnswer { admission, value: if admitted { value } else { None } })
+        }
+        Request::PutUnfenced { key, value, .. } => {
+            t.kv_put(key, &encode(None, Some(value)))?;
+            None
         }
         Request::Meta { key, value, .. } => {
             match value {
@@ -340,6 +373,11 @@ mod tests {
         let r = store.fenced_read("absent".into(), Token::new(3).unwrap()).await.unwrap();
         assert_eq!(r.value, None);
         assert_eq!(store.read("absent".into()).await.unwrap().admission.highest_seen(), Token::new(3));
+        // An unfenced write: last writer wins, no mark kept (a mark it finds is dropped).
+        store.put_unfenced("absent".into(), b"u1".to_vec()).await.unwrap();
+        store.put_unfenced("absent".into(), b"u2".to_vec()).await.unwrap();
+        let r = store.read("absent".into()).await.unwrap();
+        assert_eq!((r.value.as_deref(), r.admission.highest_seen()), (Some(&b"u2"[..]), None));
     }
 
     #[test]

@@ -34,6 +34,10 @@ pub struct ServerArgs {
     /// Open client connections at once.
     #[arg(long)]
     pub connections_max: Option<u64>,
+    /// Fenced-store keys starting with this take writes without a token (last writer
+    /// wins): for demonstrations only [default: none].
+    #[arg(long)]
+    pub unfenced_prefix: Option<String>,
     /// Print the effective configuration (TOML, or JSON with --json) and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -54,6 +58,7 @@ pub fn run(args: ServerArgs, global: &Global) -> anyhow::Result<ExitCode> {
         ("auth_token_file", &args.auth_token_file),
         ("tls_cert", &args.tls_cert),
         ("tls_key", &args.tls_key),
+        ("unfenced_prefix", &args.unfenced_prefix),
     ];
     for (key, value) in strings {
         if let Some(v) = value {

@@ -58,6 +58,22 @@ impl Store {
         }
     }
 
+    /// `PUT /v1/store/{key}` without a token, for a key under the server's
+    /// `unfenced_prefix` (last writer wins; the server answers 428 `token_required`, here
+    /// `Error::Server`, for any other key). Nothing guards such a write: this exists to
+    /// show what fencing prevents, as `fenced demo --fencing off` does.
+    pub async fn put_unfenced(&self, key: &str, value: &[u8]) -> Result<(), Error> {
+        let path = format!("/v1/store/{}", segment(key));
+        let r = self
+            .transport
+            .send(Method::PUT, &path, &[], Some(Bytes::copy_from_slice(value)), self.transport.request_timeout)
+            .await?;
+        match r.status {
+            200 | 201 | 204 => Ok(()),
+            _ => Err(r.api_error().into_error()),
+        }
+    }
+
     /// `GET /v1/store/{key}`, fenced when `token` is given.
     pub async fn get(&self, key: &str, token: Option<Token>) -> Result<Fenced<StoreRead>, Error> {
         let path = format!("/v1/store/{}", segment(key));

@@ -32,7 +32,8 @@ pub async fn list(
     Ok(super::json(StatusCode::OK, &json!({ "keys": views })))
 }
 
-/// `PUT /v1/store/{key}` with `Fencing-Token: N`; the body is the value.
+/// `PUT /v1/store/{key}` with `Fencing-Token: N`; the body is the value. A key under
+/// the configured `unfenced_prefix` takes the write without a token instead.
 pub async fn write(
     State(app): State<App>,
     Path(key): Path<String>,
@@ -42,6 +43,13 @@ pub async fn write(
     let key = store_key(&app, key)?;
     let token = fencing_token(&headers)?;
     let value = read_body(&headers, body, app.config.value_bytes_max, "value").await?;
+    if app.config.is_unfenced(&key) {
+        if token.is_some() {
+            return Err(token_on_unfenced(&app, &key));
+        }
+        app.store.put_unfenced(key.clone(), value.to_vec()).await.map_err(ApiError::internal)?;
+        return Ok(json(StatusCode::OK, &json!({ "key": key, "unfenced": true })));
+    }
     let Some(token) = token else {
         return Err(ApiError::new(
             StatusCode::PRECONDITION_REQUIRED,
@@ -73,7 +81,11 @@ pub async fn write(
 /// `GET /v1/store/{key}`, a fenced read when `Fencing-Token` is present.
 pub async fn read(State(app): State<App>, Path(key): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
     let key = store_key(&app, key)?;
-    let answer = match fencing_token(&headers)? {
+    let token = fencing_token(&headers)?;
+    if token.is_some() && app.config.is_unfenced(&key) {
+        return Err(token_on_unfenced(&app, &key));
+    }
+    let answer = match token {
         Some(token) => app.store.fenced_read(key.clone(), token).await,
         None => app.store.read(key.clone()).await,
     }
@@ -116,6 +128,20 @@ fn stale(app: &App, key: String, token: Token, highest_seen: Token, op: &'static
     )
     .with("token", t)
     .with("highest_seen", h)
+}
+
+/// A token sent for an unfenced key is refused rather than ignored: the caller believes
+/// it is protected, and it is not.
+fn token_on_unfenced(app: &App, key: &str) -> ApiError {
+    ApiError::bad_request(
+        "unfenced_key",
+        format!(
+            "key '{key}' is under the unfenced prefix '{}': it keeps no mark, so a Fencing-Token would protect \
+             nothing; write it without one, or use a key outside the prefix",
+            app.config.unfenced_prefix
+        ),
+    )
+    .with("unfenced_prefix", app.config.unfenced_prefix.clone())
 }
 
 fn store_key(app: &App, key: String) -> Result<String, ApiError> {
