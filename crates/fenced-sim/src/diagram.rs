@@ -56,8 +56,7 @@ pub fn render(records: &[Record], summary: &Summary) -> String {
         .filter(|(i, r)| (r.client == writer || *i >= granted_at) && shown(r, writer, &others))
         .map(|(_, r)| r)
         .collect();
-    let mut out = String::new();
-    header(&mut out, &lanes);
+    let mut sheet = Sheet::new(&lane_names(&lanes));
     let pause = window.iter().find(|r| r.kind == Kind::Pause && r.client == writer);
     let paused = |t: u64| {
         pause.is_some_and(
@@ -67,13 +66,14 @@ pub fn render(records: &[Record], summary: &Summary) -> String {
     let cut = rows.len() > ROWS_MAX;
     for (i, r) in rows.iter().enumerate() {
         if cut && i == ROWS_MAX / 2 {
-            let _ = writeln!(out, "{:>TIME_W$}  (rows left out)", "...");
+            sheet.gap();
         }
         if cut && i >= ROWS_MAX / 2 && i < rows.len() - ROWS_MAX / 2 {
             continue;
         }
-        row(&mut out, &lanes, r, paused(r.t_ms) && !(r.kind == Kind::Pause && r.client == writer));
+        row(&mut sheet, &lanes, r, paused(r.t_ms) && !(r.kind == Kind::Pause && r.client == writer));
     }
+    let mut out = sheet.finish();
     let _ = writeln!(out);
     out.push_str(&narrate(&window[granted_at..], &write, summary));
     out
@@ -100,26 +100,19 @@ fn shown(r: &Record, writer: u32, others: &[u32]) -> bool {
         }
 }
 
-fn header(out: &mut String, lanes: &[Lane]) {
-    let mut line = format!("{:>TIME_W$}  ", "t (ms)");
-    for l in lanes {
-        let name = match l {
+fn lane_names(lanes: &[Lane]) -> Vec<String> {
+    lanes
+        .iter()
+        .map(|l| match l {
             Lane::Client(c) => format!("c{c}"),
             Lane::Lock => "lock service".into(),
             Lane::Resource => "resource".into(),
-        };
-        let _ = write!(line, "{name:<LANE_W$}");
-    }
-    let _ = writeln!(out, "{}", line.trim_end());
+        })
+        .collect()
 }
 
 /// One event as a row: an arrow between two lanes, or a note on one.
-fn row(out: &mut String, lanes: &[Lane], r: &Record, writer_paused: bool) {
-    let width = lanes.len() * LANE_W;
-    let mut cells: Vec<char> = vec![' '; width];
-    for (i, l) in lanes.iter().enumerate() {
-        cells[i * LANE_W] = if writer_paused && i == 0 && matches!(l, Lane::Client(_)) { '┆' } else { '│' };
-    }
+fn row(sheet: &mut Sheet, lanes: &[Lane], r: &Record, writer_paused: bool) {
     let tok = |r: &Record| r.token.map_or(String::new(), |t| format!(" #{t}"));
     let client = lane_of(lanes, Lane::Client(r.client)).unwrap_or(0);
     let lock = lane_of(lanes, Lane::Lock).expect("lock lane");
@@ -152,23 +145,69 @@ fn row(out: &mut String, lanes: &[Lane], r: &Record, writer_paused: bool) {
         (Kind::Restart, _) => (client, None, "restarted".to_string()),
         _ => (client, None, r.kind.name().to_string()),
     };
-    let mut note = String::new();
-    match to {
-        Some(to) if to != from => arrow(&mut cells, from * LANE_W, to * LANE_W, &label, &mut note),
-        _ => {
-            // A note beside its lane, written over empty space only.
-            let x = from * LANE_W + 2;
-            let text: Vec<char> = label.chars().collect();
-            if x + text.len() < width && cells[x..x + text.len()].iter().all(|c| *c == ' ' || *c == '│') {
-                cells[x..x + text.len()].copy_from_slice(&text);
-            } else {
-                note = label;
+    sheet.row(r.t_ms, from, to, &label, writer_paused.then_some(0));
+}
+
+/// A text sequence diagram under construction: named lanes side by side, time in ms on
+/// the left, one row per event. The simulator's story and `fenced demo` both draw with
+/// it, so the two look alike.
+pub struct Sheet {
+    /// How many lanes there are.
+    lanes: usize,
+    /// The text drawn so far.
+    out: String,
+}
+
+impl Sheet {
+    /// A sheet with one lane per name, left to right, and its header row.
+    pub fn new<S: AsRef<str>>(names: &[S]) -> Sheet {
+        let mut line = format!("{:>TIME_W$}  ", "t (ms)");
+        for name in names {
+            let _ = write!(line, "{:<LANE_W$}", name.as_ref());
+        }
+        let mut out = String::new();
+        let _ = writeln!(out, "{}", line.trim_end());
+        Sheet { lanes: names.len(), out }
+    }
+
+    /// One row at `t_ms`: an arrow from lane `from` to lane `to` carrying `label`, or,
+    /// when `to` is `None` (or `from`), a note beside lane `from`. A label too long for
+    /// its place goes to the end of the row. Lane `dashed` is drawn `┆` (a process that
+    /// is stopped).
+    pub fn row(&mut self, t_ms: u64, from: usize, to: Option<usize>, label: &str, dashed: Option<usize>) {
+        let width = self.lanes * LANE_W;
+        let mut cells: Vec<char> = vec![' '; width];
+        for i in 0..self.lanes {
+            cells[i * LANE_W] = if dashed == Some(i) { '┆' } else { '│' };
+        }
+        let mut note = String::new();
+        match to {
+            Some(to) if to != from => arrow(&mut cells, from * LANE_W, to * LANE_W, label, &mut note),
+            _ => {
+                // A note beside its lane, written over empty space only.
+                let x = from * LANE_W + 2;
+                let text: Vec<char> = label.chars().collect();
+                if x + text.len() < width && cells[x..x + text.len()].iter().all(|c| *c == ' ' || *c == '│') {
+                    cells[x..x + text.len()].copy_from_slice(&text);
+                } else {
+                    note = label.to_string();
+                }
             }
         }
+        let line: String = cells.into_iter().collect();
+        let line = if note.is_empty() { line.trim_end().to_string() } else { format!("{}  {note}", line.trim_end()) };
+        let _ = writeln!(self.out, "{t_ms:>TIME_W$}  {line}");
     }
-    let line: String = cells.into_iter().collect();
-    let line = if note.is_empty() { line.trim_end().to_string() } else { format!("{}  {note}", line.trim_end()) };
-    let _ = writeln!(out, "{:>TIME_W$}  {line}", r.t_ms);
+
+    /// A row saying that rows were left out here.
+    pub fn gap(&mut self) {
+        let _ = writeln!(self.out, "{:>TIME_W$}  (rows left out)", "...");
+    }
+
+    /// The diagram as text, one line per row.
+    pub fn finish(self) -> String {
+        self.out
+    }
 }
 
 /// Draws `──label──▶` from column `a` to column `b`; a label too long for the gap goes

@@ -50,6 +50,15 @@ impl fmt::Display for BadArgument {
 
 impl std::error::Error for BadArgument {}
 
+/// Parses `on`/`off` (or `true`/`false`), as `--fencing` takes it.
+pub fn on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" | "true" => Ok(true),
+        "off" | "false" => Ok(false),
+        _ => Err(format!("'{s}' is neither on nor off")),
+    }
+}
+
 /// Parses a duration written like `750ms`, `90s`, `10m`, `1h` (or a bare number of
 /// milliseconds) into milliseconds.
 pub fn duration_ms(s: &str) -> Result<u64, String> {

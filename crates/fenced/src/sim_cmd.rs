@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use fenced_sim::trace::JsonLines;
 use fenced_sim::{Config, PauseModel, Record, Scenario, Summary};
 
-use crate::args::{duration_ms, BadArgument, Global};
+use crate::args::{duration_ms, on_off, BadArgument, Global};
 
 #[derive(Args, Debug)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -77,14 +77,6 @@ fn pause_model(s: &str) -> Result<PauseModel, String> {
         let names: Vec<&str> = PauseModel::ALL.iter().map(|s| s.name()).collect();
         format!("unknown pause model '{s}': choose one of {}", names.join(", "))
     })
-}
-
-fn on_off(s: &str) -> Result<bool, String> {
-    match s {
-        "on" | "true" => Ok(true),
-        "off" | "false" => Ok(false),
-        _ => Err(format!("'{s}' is neither on nor off")),
-    }
 }
 
 impl RunArgs {
