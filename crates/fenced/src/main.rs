@@ -6,6 +6,8 @@
 mod args;
 #[cfg(feature = "client")]
 mod client_cmd;
+#[cfg(all(feature = "server", feature = "client"))]
+mod demo_cmd;
 #[cfg(feature = "server")]
 mod server_cmd;
 mod sim_cmd;
@@ -37,6 +39,14 @@ enum Cmd {
     #[cfg(feature = "client")]
     #[command(flatten)]
     Client(client_cmd::ClientCmd),
+    /// The zombie write on real processes: a holder frozen past its lease, and fencing
+    /// stopping its write.
+    #[cfg(all(feature = "server", feature = "client"))]
+    Demo(demo_cmd::DemoArgs),
+    /// One worker process of `fenced demo` (started by it, not by hand).
+    #[cfg(all(feature = "server", feature = "client"))]
+    #[command(hide = true)]
+    DemoWorker(demo_cmd::worker::WorkerArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +57,10 @@ fn main() -> ExitCode {
         Cmd::Sim(a) => sim_cmd::run(a, &cli.global),
         #[cfg(feature = "client")]
         Cmd::Client(c) => client_cmd::run(c, &cli.global),
+        #[cfg(all(feature = "server", feature = "client"))]
+        Cmd::Demo(a) => demo_cmd::run(a, &cli.global),
+        #[cfg(all(feature = "server", feature = "client"))]
+        Cmd::DemoWorker(a) => demo_cmd::worker::run(a, &cli.global),
     };
     match result {
         Ok(code) => code,

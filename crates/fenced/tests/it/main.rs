@@ -2,6 +2,7 @@
 //! subcommand family.
 
 mod console;
+mod demo;
 mod exec;
 mod server;
 mod sim;
