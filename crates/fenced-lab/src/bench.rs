@@ -1,0 +1,635 @@
+//! `fenced bench`: load against Fenced and the lock services people run instead
+//! (etcd, Redis, PostgreSQL), each driven by this one program the way its users drive
+//! it, with the durability of every figure stated next to it.
+//!
+//! Workloads: `uncontended` (each client its own lock, acquire+release cycles),
+//! `contended` (every client on one lock: Fenced and etcd queue waiters, Redis and
+//! PostgreSQL clients poll), `keepalive` (M leases kept alive at a third of their TTL;
+//! the server's CPU and false expiries), `store` (a durable write, 16 bytes). Closed
+//! loop by default; with a rate, an open loop whose latencies count from the moment
+//! each operation was due, so a stalled server is not hidden by clients that waited
+//! for it (no coordinated omission). See [`driver`] for each target's recipe.
+
+pub mod driver;
+mod keepalive;
+pub mod stats;
+
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::{sleep, sleep_until, timeout, Instant};
+
+use crate::peers::Service;
+use driver::{Conn, ConnOptions, Held, Writer};
+use stats::{cpu_time, percentiles, record, Tally};
+
+/// A system `fenced bench` can drive.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BenchTarget {
+    Fenced,
+    Etcd,
+    /// Redis as it is usually run for locks: no persistence when spawned.
+    Redis,
+    /// Redis with the append-only file fsynced on every write, when spawned.
+    RedisAof,
+    Postgres,
+}
+
+impl BenchTarget {
+    pub const ALL: [BenchTarget; 5] =
+        [BenchTarget::Fenced, BenchTarget::Etcd, BenchTarget::Redis, BenchTarget::RedisAof, BenchTarget::Postgres];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BenchTarget::Fenced => "fenced",
+            BenchTarget::Etcd => "etcd",
+            BenchTarget::Redis => "redis",
+            BenchTarget::RedisAof => "redis-aof",
+            BenchTarget::Postgres => "postgres",
+        }
+    }
+
+    /// Where the target usually listens, for `--endpoint` left at Fenced's default.
+    pub fn default_endpoint(self) -> &'static str {
+        match self {
+            BenchTarget::Fenced => "http://127.0.0.1:7400",
+            BenchTarget::Etcd => "http://127.0.0.1:2379",
+            BenchTarget::Redis | BenchTarget::RedisAof => "redis://127.0.0.1:6379/",
+            BenchTarget::Postgres => "host=127.0.0.1 port=5432 user=postgres dbname=postgres",
+        }
+    }
+
+    /// `endpoint` in the form the target's client takes (`host:port` gets a scheme).
+    pub fn normalise_endpoint(self, endpoint: &str) -> String {
+        let bare = !endpoint.contains("://");
+        match self {
+            BenchTarget::Etcd | BenchTarget::Fenced if bare => format!("http://{endpoint}"),
+            BenchTarget::Redis | BenchTarget::RedisAof if bare => format!("redis://{endpoint}/"),
+            _ => endpoint.to_owned(),
+        }
+    }
+
+    /// Whether it can run `w`.
+    pub fn supports(self, w: Workload) -> bool {
+        w != Workload::Keepalive || matches!(self, BenchTarget::Fenced | BenchTarget::Redis | BenchTarget::RedisAof)
+    }
+}
+
+impl fmt::Display for BenchTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for BenchTarget {
+    type Err = String;
+    fn from_str(s: &str) -> Result<BenchTarget, String> {
+        BenchTarget::ALL.into_iter().find(|t| t.name() == s).ok_or_else(|| {
+            let names: Vec<_> = BenchTarget::ALL.iter().map(|t| t.name()).collect();
+            format!("unknown target '{s}' (one of: {})", names.join(", "))
+        })
+    }
+}
+
+/// What the clients do.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    Uncontended,
+    Contended,
+    Keepalive,
+    Store,
+}
+
+impl Workload {
+    pub const ALL: [Workload; 4] = [Workload::Uncontended, Workload::Contended, Workload::Keepalive, Workload::Store];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Uncontended => "uncontended",
+            Workload::Contended => "contended",
+            Workload::Keepalive => "keepalive",
+            Workload::Store => "store",
+        }
+    }
+
+    fn locks(self) -> bool {
+        matches!(self, Workload::Uncontended | Workload::Contended)
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Workload {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Workload, String> {
+        Workload::ALL
+            .into_iter()
+            .find(|w| w.name() == s)
+            .ok_or_else(|| format!("unknown workload '{s}' (one of: uncontended, contended, keepalive, store)"))
+    }
+}
+
+/// One measurement: a workload against a target.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    pub target: BenchTarget,
+    pub workload: Workload,
+    /// Bench clients, each with its own connection (for keepalive: connections).
+    pub clients: u32,
+    /// The measured time.
+    pub duration: Duration,
+    /// How long a holder keeps the lock before releasing it.
+    pub hold: Duration,
+    /// Operations per second over all clients, for an open loop; `None`: closed loop.
+    pub rate: Option<f64>,
+    /// Leases of the keepalive workload.
+    pub leases: u32,
+    /// Every lease's TTL (etcd: whole seconds).
+    pub ttl: Duration,
+}
+
+impl BenchConfig {
+    /// A one-line error for settings that cannot make a run.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=1024).contains(&self.clients) {
+            return Err(format!("--clients must be between 1 and 1024, not {}", self.clients));
+        }
+        if self.duration < Duration::from_millis(100) || self.duration > Duration::from_secs(3600) {
+            return Err(format!("--duration must be between 100ms and 1h, not {:?}", self.duration));
+        }
+        if self.hold > Duration::from_secs(10) {
+            return Err(format!("--hold must be at most 10s, not {:?}", self.hold));
+        }
+        if let Some(r) = self.rate {
+            if !(r.is_finite() && r > 0.0 && r <= 10_000_000.0) {
+                return Err(format!("--rate must be a number of operations per second above 0, not {r}"));
+            }
+            if self.workload == Workload::Keepalive {
+                return Err("--rate: the keepalive workload's rate is set by --leases and --ttl".into());
+            }
+        }
+        if self.ttl < Duration::from_millis(300) || self.ttl > Duration::from_secs(300) {
+            return Err(format!("--ttl must be between 300ms and 300s, not {:?}", self.ttl));
+        }
+        if self.target == BenchTarget::Etcd && (self.ttl.subsec_nanos() != 0 || self.ttl < Duration::from_secs(2)) {
+            return Err(format!(
+                "--ttl must be whole seconds, at least 2s, for etcd (its leases are), not {:?}",
+                self.ttl
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.leases) {
+            return Err(format!("--leases must be between 1 and 1000000, not {}", self.leases));
+        }
+        if !self.target.supports(self.workload) {
+            return Err(format!("the {} workload is built for fenced and redis, not {}", self.workload, self.target));
+        }
+        Ok(())
+    }
+
+    fn options(&self) -> ConnOptions {
+        ConnOptions { ttl: self.ttl, op_timeout: Duration::from_secs(10) }
+    }
+
+    /// How long a contended acquire may wait: every other client may be ahead of it.
+    fn wait(&self) -> Duration {
+        (self.hold * self.clients * 4).max(Duration::from_secs(10))
+    }
+}
+
+/// A target to bench: started by us on a free loopback port, or already running.
+#[derive(Debug)]
+pub struct Peer {
+    pub target: BenchTarget,
+    /// In the form the target's client takes.
+    pub endpoint: String,
+    /// The server's process id, when we started it (PostgreSQL: none, it has many).
+    pub pid: Option<u32>,
+    /// Killed and removed when the peer drops.
+    _service: Option<Service>,
+}
+
+impl Peer {
+    /// Starts `target` (blocking until it listens). `fenced_bin` is the `fenced`
+    /// executable, for the Fenced server.
+    pub fn spawn(target: BenchTarget, fenced_bin: &Path) -> Result<Peer> {
+        let service = match target {
+            BenchTarget::Fenced => Service::fenced(fenced_bin, &[])?,
+            BenchTarget::Etcd => Service::etcd()?,
+            BenchTarget::Redis => Service::redis(false)?,
+            BenchTarget::RedisAof => Service::redis(true)?,
+            BenchTarget::Postgres => Service::postgres()?,
+        };
+        let endpoint = match target {
+            BenchTarget::Redis | BenchTarget::RedisAof => format!("redis://{}/", service.addr),
+            BenchTarget::Postgres => service.pg_config(),
+            _ => service.url(),
+        };
+        let pid = if target == BenchTarget::Postgres { None } else { service.pid() };
+        Ok(Peer { target, endpoint, pid, _service: Some(service) })
+    }
+
+    /// A target already running at `endpoint`.
+    pub fn external(target: BenchTarget, endpoint: &str) -> Peer {
+        Peer { target, endpoint: target.normalise_endpoint(endpoint), pid: None, _service: None }
+    }
+
+    /// What the figures of `w` on this peer have on disk before their answer.
+    async fn durability(&self, w: Workload) -> String {
+        match (self.target, w) {
+            (BenchTarget::Fenced, Workload::Store) => {
+                "each write fsynced before its answer (redb, group commit)".into()
+            }
+            (BenchTarget::Fenced, Workload::Keepalive) => "leases in memory (not persisted; start-up grace)".into(),
+            (BenchTarget::Fenced, _) => {
+                "token ceiling fsynced once per 1,000,000 grants; leases in memory (start-up grace)".into()
+            }
+            (BenchTarget::Etcd, _) => "fsync per commit (etcd default)".into(),
+            (BenchTarget::Redis | BenchTarget::RedisAof, _) => driver::redis_durability(&self.endpoint)
+                .await
+                .unwrap_or_else(|e| format!("unknown (CONFIG GET refused: {e:#})")),
+            (BenchTarget::Postgres, _) => pg_durability(&self.endpoint).await,
+        }
+    }
+}
+
+async fn pg_durability(endpoint: &str) -> String {
+    let probe = async {
+        let db = driver::pg_connect(endpoint, Duration::from_secs(5)).await?;
+        let fsync: String = db.query_one("SHOW fsync", &[]).await?.get(0);
+        let sync: String = db.query_one("SHOW synchronous_commit", &[]).await?.get(0);
+        anyhow::Ok(format!("WAL fsync={fsync}, synchronous_commit={sync} (PostgreSQL default: fsync per commit)"))
+    };
+    probe.await.unwrap_or_else(|e| format!("unknown ({e:#})"))
+}
+
+/// What one run measured. Latencies are in microseconds.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchReport {
+    pub target: BenchTarget,
+    pub workload: Workload,
+    pub clients: u32,
+    /// What was on disk before each answer.
+    pub durability: String,
+    /// How the target was driven.
+    pub recipe: &'static str,
+    /// `closed` (each client sends when its previous answer came) or `open` (at a rate).
+    pub mode: &'static str,
+    pub rate_per_s: Option<f64>,
+    pub hold_ms: u64,
+    /// The measured time.
+    pub duration_ms: u64,
+    /// Completed operations: lock cycles (acquire+release), writes, keepalives.
+    pub ops: u64,
+    pub errors: u64,
+    pub first_error: Option<String>,
+    pub ops_per_s: f64,
+    /// Latency of one operation (a whole cycle for the lock workloads).
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+    /// The acquire alone (lock workloads).
+    pub acquire_p50_us: Option<u64>,
+    pub acquire_p99_us: Option<u64>,
+    /// Fairness (lock workloads): the fewest and most cycles one client completed, and
+    /// how many completed none.
+    pub grants_per_client_min: Option<u64>,
+    pub grants_per_client_max: Option<u64>,
+    pub starved_clients: Option<u64>,
+    /// Keepalive workload: leases, their TTL, and those lost while kept alive.
+    pub leases: Option<u32>,
+    pub ttl_ms: Option<u64>,
+    pub false_expiries: Option<u64>,
+    pub late_keepalives: Option<u64>,
+    /// The server's CPU time over the measured window, when we started it.
+    pub server_cpu_s: Option<f64>,
+    /// The server's CPU time per operation.
+    pub server_cpu_us_per_op: Option<f64>,
+    /// This bench process's CPU time over the window (it shares the machine).
+    pub client_cpu_s: Option<f64>,
+    /// With repeated runs, every run's throughput; this report is the median run.
+    pub runs_ops_per_s: Vec<f64>,
+}
+
+/// What a run is doing, for a progress bar.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct Progress {
+    pub elapsed_ms: u64,
+    pub ops: u64,
+}
+
+/// Runs `cfg` against `peer`. Bounded in time: set-up, the duration, then at most one
+/// wait and one request timeout for operations in flight.
+pub async fn run(cfg: &BenchConfig, peer: &Peer, progress: watch::Sender<Progress>) -> Result<BenchReport> {
+    if let Err(e) = cfg.validate() {
+        bail!(e);
+    }
+    let durability = peer.durability(cfg.workload).await;
+    let ops = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let ticker = {
+        let ops = ops.clone();
+        tokio::spawn(async move {
+            loop {
+                sleep(Duration::from_millis(200)).await;
+                let elapsed_ms = started.elapsed().as_millis() as u64;
+                let _ = progress.send(Progress { elapsed_ms, ops: ops.load(Ordering::Relaxed) });
+            }
+        })
+    };
+    let measured = match cfg.workload {
+        Workload::Keepalive => run_keepalive(cfg, peer, ops).await,
+        _ => run_clients(cfg, peer, ops).await,
+    };
+    ticker.abort();
+    let mut r = measured?;
+    r.durability = durability;
+    if r.ops == 0 {
+        bail!(
+            "{} {}: no operation succeeded ({})",
+            cfg.target,
+            cfg.workload,
+            r.first_error.as_deref().unwrap_or("no error either")
+        );
+    }
+    Ok(r)
+}
+
+/// The median run by throughput, with every run's throughput.
+pub fn median(mut runs: Vec<BenchReport>) -> Option<BenchReport> {
+    let all: Vec<f64> = runs.iter().map(|r| r.ops_per_s).collect();
+    runs.sort_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s));
+    let mid = runs.len().checked_sub(1)? / 2;
+    let mut m = runs.swap_remove(mid);
+    m.runs_ops_per_s = all;
+    Some(m)
+}
+
+fn recipe(target: BenchTarget, w: Workload) -> &'static str {
+    match (target, w) {
+        (BenchTarget::Fenced, Workload::Store) => "PUT /v1/store/{key} with the writer's token (fenced-client)",
+        (BenchTarget::Fenced, Workload::Keepalive) => "POST /v1/leases/{id}/keepalive, keep-alive HTTP/1.1",
+        (BenchTarget::Fenced, _) => "fenced-client: acquire with its own lease; release and end the lease",
+        (BenchTarget::Etcd, Workload::Store) => "Put",
+        (BenchTarget::Etcd, _) => "a session lease per client, kept alive; Lock with it, Unlock",
+        (BenchTarget::Redis | BenchTarget::RedisAof, Workload::Store) => "SET",
+        (BenchTarget::Redis | BenchTarget::RedisAof, Workload::Keepalive) => "a key with a TTL, PEXPIRE",
+        (BenchTarget::Redis | BenchTarget::RedisAof, _) => "SET NX PX, compare-and-delete (EVALSHA); waiters poll every 1 ms",
+        (BenchTarget::Postgres, Workload::Store) => "fenced-client PgKv: one conditional upsert",
+        (BenchTarget::Postgres, _) => {
+            "lease row: INSERT .. ON CONFLICT DO UPDATE .. WHERE expires_at < now(), token from a sequence; DELETE by token; waiters poll every 1 ms, SELECT before trying"
+        }
+    }
+}
+
+fn blank_report(cfg: &BenchConfig) -> BenchReport {
+    BenchReport {
+        target: cfg.target,
+        workload: cfg.workload,
+        clients: cfg.clients,
+        durability: String::new(),
+        recipe: recipe(cfg.target, cfg.workload),
+        mode: if cfg.rate.is_some() { "open" } else { "closed" },
+        rate_per_s: cfg.rate,
+        hold_ms: cfg.hold.as_millis() as u64,
+        duration_ms: 0,
+        ops: 0,
+        errors: 0,
+        first_error: None,
+        ops_per_s: 0.0,
+        p50_us: 0,
+        p99_us: 0,
+        p999_us: 0,
+        max_us: 0,
+        acquire_p50_us: None,
+        acquire_p99_us: None,
+        grants_per_client_min: None,
+        grants_per_client_max: None,
+        starved_clients: None,
+        leases: None,
+        ttl_ms: None,
+        false_expiries: None,
+        late_keepalives: None,
+        server_cpu_s: None,
+        server_cpu_us_per_op: None,
+        client_cpu_s: None,
+        runs_ops_per_s: Vec::new(),
+    }
+}
+
+/// One bench client's connection, for the workload at hand.
+enum Work {
+    Lock(Conn),
+    Store(Writer),
+}
+
+/// The lock and store workloads: connect every client, warm each connection with one
+/// operation, then run them together for the duration.
+async fn run_clients(cfg: &BenchConfig, peer: &Peer, ops: Arc<AtomicU64>) -> Result<BenchReport> {
+    let o = cfg.options();
+    driver::prepare(cfg.target, &peer.endpoint, o).await?;
+    let mut connecting = JoinSet::new();
+    for id in 0..cfg.clients {
+        let (cfg, endpoint) = (cfg.clone(), peer.endpoint.clone());
+        connecting.spawn(async move {
+            let mut work = if cfg.workload.locks() {
+                Work::Lock(Conn::connect(cfg.target, &endpoint, id, o).await?)
+            } else {
+                Work::Store(Writer::connect(cfg.target, &endpoint, id, o).await?)
+            };
+            // Warm-up, not measured: the connection is open and the names exist.
+            once(&mut work, &cfg, id).await.with_context(|| format!("cannot reach {} at {endpoint}", cfg.target))?;
+            anyhow::Ok((id, work))
+        });
+    }
+    let mut works = Vec::new();
+    let connected = timeout(Duration::from_secs(30), async {
+        while let Some(joined) = connecting.join_next().await {
+            works.push(joined??);
+        }
+        anyhow::Ok(())
+    })
+    .await;
+    match connected {
+        Ok(r) => r?,
+        Err(_) => bail!("{} at {}: the clients could not connect within 30 s", cfg.target, peer.endpoint),
+    }
+
+    let start = Instant::now() + Duration::from_millis(50);
+    let end = start + cfg.duration;
+    let mut clients = JoinSet::new();
+    for (id, work) in works {
+        let (cfg, ops) = (cfg.clone(), ops.clone());
+        clients.spawn(async move { client_loop(work, cfg, id, start, end, ops).await });
+    }
+    sleep_until(start).await;
+    let (server0, client0) = (peer.pid.and_then(cpu_time), cpu_time(std::process::id()));
+    let drain = cfg.wait() + o.op_timeout + Duration::from_secs(5);
+    let mut tallies = Vec::new();
+    let joined = timeout(cfg.duration + drain, async {
+        while let Some(t) = clients.join_next().await {
+            tallies.push(t?);
+        }
+        anyhow::Ok(())
+    })
+    .await;
+    let finished = Instant::now();
+    let (server1, client1) = (peer.pid.and_then(cpu_time), cpu_time(std::process::id()));
+    match joined {
+        Ok(r) => r?,
+        Err(_) => bail!("{} {}: clients still busy {drain:?} after the end of the run", cfg.target, cfg.workload),
+    }
+
+    let mut r = blank_report(cfg);
+    let elapsed = finished - start;
+    r.duration_ms = elapsed.as_millis() as u64;
+    let mut latency = stats::histogram();
+    let mut acquire = stats::histogram();
+    let mut per_client = Vec::new();
+    for t in &tallies {
+        latency.add(&t.latency)?;
+        acquire.add(&t.acquire)?;
+        r.ops += t.ops;
+        r.errors += t.errors;
+        per_client.push(t.ops);
+        if r.first_error.is_none() {
+            r.first_error.clone_from(&t.first_error);
+        }
+    }
+    [r.p50_us, r.p99_us, r.p999_us, r.max_us] = percentiles(&latency);
+    r.ops_per_s = r.ops as f64 / elapsed.as_secs_f64();
+    if cfg.workload.locks() {
+        let [a50, a99, ..] = percentiles(&acquire);
+        r.acquire_p50_us = Some(a50);
+        r.acquire_p99_us = Some(a99);
+        r.grants_per_client_min = per_client.iter().min().copied();
+        r.grants_per_client_max = per_client.iter().max().copied();
+        r.starved_clients = Some(per_client.iter().filter(|&&n| n == 0).count() as u64);
+    }
+    cpu_fields(&mut r, server0.zip(server1), client0.zip(client1));
+    Ok(r)
+}
+
+fn cpu_fields(r: &mut BenchReport, server: Option<(Duration, Duration)>, client: Option<(Duration, Duration)>) {
+    if let Some((a, b)) = server {
+        let cpu = b.saturating_sub(a);
+        r.server_cpu_s = Some(cpu.as_secs_f64());
+        r.server_cpu_us_per_op = (r.ops > 0).then(|| cpu.as_secs_f64() * 1e6 / r.ops as f64);
+    }
+    if let Some((a, b)) = client {
+        r.client_cpu_s = Some(b.saturating_sub(a).as_secs_f64());
+    }
+}
+
+/// The name client `id` locks, or the key it writes.
+fn name(w: Workload, id: u32) -> String {
+    match w {
+        Workload::Contended => "bench/one".into(),
+        Workload::Store => format!("bench/store/{id}"),
+        _ => format!("bench/own/{id}"),
+    }
+}
+
+/// One operation; for the lock workloads returns when the lock was acquired.
+async fn once(work: &mut Work, cfg: &BenchConfig, id: u32) -> Result<Option<Instant>> {
+    let o = cfg.options();
+    let name = name(cfg.workload, id);
+    match work {
+        Work::Lock(conn) => {
+            let held: Held = conn.acquire(&name, o, cfg.wait()).await?;
+            let acquired = Instant::now();
+            if !cfg.hold.is_zero() {
+                sleep(cfg.hold).await;
+            }
+            conn.release(held, o).await?;
+            Ok(Some(acquired))
+        }
+        Work::Store(w) => {
+            w.write(&name, o).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Client `id`'s loop until `end`: back to back (closed loop), or each operation at
+/// its due time (open loop, `rate / clients` per second, latency from the due time).
+async fn client_loop(
+    mut work: Work,
+    cfg: BenchConfig,
+    id: u32,
+    start: Instant,
+    end: Instant,
+    ops: Arc<AtomicU64>,
+) -> Tally {
+    let mut t = Tally::default();
+    let interval = cfg.rate.map(|r| Duration::from_secs_f64(f64::from(cfg.clients) / r));
+    let phase = interval.map_or(Duration::ZERO, |iv| iv * id / cfg.clients);
+    sleep_until(start).await;
+    let mut k: u32 = 0;
+    loop {
+        let due = match interval {
+            Some(iv) => start + phase + iv.saturating_mul(k),
+            None => Instant::now(),
+        };
+        if due >= end {
+            break;
+        }
+        k = k.saturating_add(1);
+        sleep_until(due).await;
+        match once(&mut work, &cfg, id).await {
+            Ok(acquired) => {
+                let done = Instant::now();
+                record(&mut t.latency, done - due);
+                if let Some(a) = acquired {
+                    record(&mut t.acquire, a - due);
+                }
+                t.ops += 1;
+                ops.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                t.failed(&e);
+                if interval.is_none() {
+                    // Do not spin on a failing target.
+                    sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
+    if let Work::Store(w) = work {
+        w.close().await;
+    }
+    t
+}
+
+async fn run_keepalive(cfg: &BenchConfig, peer: &Peer, ops: Arc<AtomicU64>) -> Result<BenchReport> {
+    let k = keepalive::run(cfg, &peer.endpoint, peer.pid, ops).await?;
+    let mut r = blank_report(cfg);
+    r.mode = "open";
+    r.duration_ms = k.window.as_millis() as u64;
+    r.ops = k.tally.ops;
+    r.errors = k.tally.errors;
+    r.first_error = k.tally.first_error;
+    r.ops_per_s = r.ops as f64 / k.window.as_secs_f64();
+    r.rate_per_s = Some(f64::from(cfg.leases) * 3.0 / cfg.ttl.as_secs_f64());
+    [r.p50_us, r.p99_us, r.p999_us, r.max_us] = percentiles(&k.tally.latency);
+    r.leases = Some(cfg.leases);
+    r.ttl_ms = Some(cfg.ttl.as_millis() as u64);
+    r.false_expiries = Some(k.false_expiries);
+    r.late_keepalives = Some(k.late);
+    cpu_fields(&mut r, k.server_cpu.map(|c| (Duration::ZERO, c)), k.client_cpu.map(|c| (Duration::ZERO, c)));
+    Ok(r)
+}

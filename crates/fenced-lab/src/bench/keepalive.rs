@@ -1,0 +1,320 @@
+//! The keepalive workload: M leases, each kept alive at a third of its TTL on a fixed
+//! schedule (an open loop: latency counts from the moment a keepalive was due), spread
+//! over the clients' connections; the server's CPU time over the measured window, and
+//! the leases that expired although they were being kept alive.
+//!
+//! The first third of a TTL creates the leases (on the same schedule, not measured);
+//! the measured window follows. Fenced is driven over plain keep-alive HTTP/1.1 (the
+//! client library keeps a lease alive only under a lock guard, whose own loop gives no
+//! latencies); Redis's lease is a key with a TTL, kept alive by `PEXPIRE`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{sleep_until, timeout, Instant};
+
+use super::driver::redis_connect;
+use super::stats::{cpu_time, record, Tally};
+use super::{BenchConfig, BenchTarget};
+
+/// What the keepalive workload found.
+#[derive(Debug)]
+pub struct KeepaliveOutcome {
+    /// Keepalives in the measured window, with their latencies.
+    pub tally: Tally,
+    /// Keepalives the server answered "no such lease": it expired while kept alive.
+    pub false_expiries: u64,
+    /// Keepalives that came back more than a TTL after the previous successful one was
+    /// sent: a client could no longer trust its lease, whatever the server said.
+    pub late: u64,
+    /// The measured window.
+    pub window: Duration,
+    /// The server's CPU time over the window, when its pid is known.
+    pub server_cpu: Option<Duration>,
+    /// This process's CPU time over the window.
+    pub client_cpu: Option<Duration>,
+}
+
+/// Runs the workload: `cfg.leases` leases of `cfg.ttl` over `cfg.clients` connections,
+/// measured for `cfg.duration` after the creation pass. `ops` counts keepalives for the
+/// progress bar.
+pub async fn run(
+    cfg: &BenchConfig,
+    endpoint: &str,
+    server_pid: Option<u32>,
+    ops: Arc<AtomicU64>,
+) -> Result<KeepaliveOutcome> {
+    let (target, leases, ttl, duration) = (cfg.target, cfg.leases, cfg.ttl, cfg.duration);
+    let period = ttl / 3;
+    let conns = cfg.clients.min(leases).max(1);
+    let mut handles = Vec::new();
+    let mut links = Vec::new();
+    for _ in 0..conns {
+        links.push(Link::connect(target, endpoint).await?);
+    }
+    let t0 = Instant::now() + Duration::from_millis(100);
+    let measure_from = t0 + period;
+    let end = measure_from + duration;
+    for (c, link) in links.into_iter().enumerate() {
+        let n = (leases as usize).saturating_sub(c).div_ceil(conns as usize);
+        let slot = period / n.max(1) as u32;
+        let offset = slot * c as u32 / conns;
+        let ops = ops.clone();
+        handles.push(tokio::spawn(async move {
+            one_connection(link, n, ttl, t0 + offset, slot, measure_from, end, ops).await
+        }));
+    }
+    let cpu_at = |pid: Option<u32>| pid.and_then(cpu_time);
+    sleep_until(measure_from).await;
+    let (server0, client0) = (cpu_at(server_pid), cpu_at(Some(std::process::id())));
+    sleep_until(end).await;
+    let (server1, client1) = (cpu_at(server_pid), cpu_at(Some(std::process::id())));
+    let mut out = KeepaliveOutcome {
+        tally: Tally::default(),
+        false_expiries: 0,
+        late: 0,
+        window: duration,
+        server_cpu: server0.zip(server1).map(|(a, b)| b.saturating_sub(a)),
+        client_cpu: client0.zip(client1).map(|(a, b)| b.saturating_sub(a)),
+    };
+    for h in handles {
+        // Each connection stops at `end`; a request in flight is bounded by its timeout.
+        let one = timeout(REQUEST_TIMEOUT * 2, h).await.context("a keepalive connection did not stop")??;
+        out.tally.latency.add(&one.tally.latency)?;
+        out.tally.ops += one.tally.ops;
+        out.tally.errors += one.tally.errors;
+        if out.tally.first_error.is_none() {
+            out.tally.first_error = one.tally.first_error;
+        }
+        out.false_expiries += one.false_expiries;
+        out.late += one.late;
+    }
+    Ok(out)
+}
+
+/// The bound on one request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+struct Lease {
+    /// Fenced's lease id, or Redis's key.
+    id: String,
+    /// When the last successful create or keepalive was sent.
+    sent_ok: Instant,
+}
+
+struct ConnOutcome {
+    tally: Tally,
+    false_expiries: u64,
+    late: u64,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn one_connection(
+    mut link: Link,
+    n: usize,
+    ttl: Duration,
+    first: Instant,
+    slot: Duration,
+    measure_from: Instant,
+    end: Instant,
+    ops: Arc<AtomicU64>,
+) -> ConnOutcome {
+    let mut out = ConnOutcome { tally: Tally::default(), false_expiries: 0, late: 0 };
+    let mut leases: Vec<Lease> = Vec::with_capacity(n);
+    let mut k: u64 = 0;
+    loop {
+        let due = first + Duration::from_nanos((slot.as_nanos() as u64).saturating_mul(k));
+        if due >= end || n == 0 {
+            return out;
+        }
+        let i = (k % n as u64) as usize;
+        k += 1;
+        sleep_until(due).await;
+        let sent = Instant::now();
+        if i >= leases.len() {
+            // The creation pass.
+            match link.create(ttl).await {
+                Ok(id) => leases.push(Lease { id, sent_ok: sent }),
+                Err(e) => {
+                    out.tally.failed(&e);
+                    // Without its lease this connection has nothing to keep alive.
+                    return out;
+                }
+            }
+            continue;
+        }
+        let alive = link.keepalive(&leases[i].id, ttl).await;
+        let now = Instant::now();
+        let measured = due >= measure_from;
+        match alive {
+            Ok(true) => {
+                if now > leases[i].sent_ok + ttl {
+                    out.late += u64::from(measured);
+                }
+                leases[i].sent_ok = sent;
+                if measured {
+                    record(&mut out.tally.latency, now - due);
+                    out.tally.ops += 1;
+                    ops.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Ok(false) => {
+                out.false_expiries += u64::from(measured);
+                match link.create(ttl).await {
+                    Ok(id) => leases[i] = Lease { id, sent_ok: sent },
+                    Err(e) => {
+                        out.tally.failed(&e);
+                        return out;
+                    }
+                }
+            }
+            Err(e) => {
+                out.tally.failed(&e);
+                if link.reconnect().await.is_err() {
+                    return out;
+                }
+            }
+        }
+    }
+}
+
+/// One connection of the keepalive workload.
+enum Link {
+    Fenced(HttpConn),
+    Redis { conn: redis::aio::MultiplexedConnection, next_key: u64, prefix: String },
+}
+
+impl Link {
+    async fn connect(target: BenchTarget, endpoint: &str) -> Result<Link> {
+        let unreachable = || format!("cannot reach {target} at {endpoint}");
+        match target {
+            BenchTarget::Fenced => {
+                let addr = endpoint
+                    .strip_prefix("http://")
+                    .context("the keepalive workload speaks plain HTTP: an http:// endpoint")?
+                    .trim_end_matches('/')
+                    .to_owned();
+                Ok(Link::Fenced(HttpConn::connect(addr).await.with_context(unreachable)?))
+            }
+            BenchTarget::Redis | BenchTarget::RedisAof => {
+                static N: AtomicU64 = AtomicU64::new(0);
+                let conn = redis_connect(endpoint, REQUEST_TIMEOUT).await.with_context(unreachable)?;
+                let prefix = format!("bench:lease:{}:{}:", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+                Ok(Link::Redis { conn, next_key: 0, prefix })
+            }
+            other => bail!("the keepalive workload is built for fenced and redis, not {other}"),
+        }
+    }
+
+    async fn reconnect(&mut self) -> Result<()> {
+        if let Link::Fenced(c) = self {
+            *c = HttpConn::connect(c.addr.clone()).await?;
+        }
+        Ok(())
+    }
+
+    /// A new lease of `ttl`.
+    async fn create(&mut self, ttl: Duration) -> Result<String> {
+        let ttl_ms = ttl.as_millis() as u64;
+        match self {
+            Link::Fenced(c) => {
+                let (status, body) =
+                    c.call("POST", "/v1/leases", format!("{{\"ttl_ms\":{ttl_ms}}}").as_bytes()).await?;
+                if status != 201 {
+                    bail!("creating a lease: HTTP {status}: {}", String::from_utf8_lossy(&body));
+                }
+                let v: serde_json::Value = serde_json::from_slice(&body).context("a lease's JSON")?;
+                Ok(v["lease_id"].as_str().context("a lease without lease_id")?.to_owned())
+            }
+            Link::Redis { conn, next_key, prefix } => {
+                let key = format!("{prefix}{next_key}");
+                *next_key += 1;
+                redis::cmd("SET").arg(&key).arg(1).arg("PX").arg(ttl_ms).query_async::<()>(conn).await?;
+                Ok(key)
+            }
+        }
+    }
+
+    /// Keeps `lease` alive; `false` when the server no longer has it.
+    async fn keepalive(&mut self, lease: &str, ttl: Duration) -> Result<bool> {
+        match self {
+            Link::Fenced(c) => {
+                let (status, body) = c.call("POST", &format!("/v1/leases/{lease}/keepalive"), b"").await?;
+                match status {
+                    200 => Ok(true),
+                    404 => Ok(false),
+                    _ => bail!("keepalive: HTTP {status}: {}", String::from_utf8_lossy(&body)),
+                }
+            }
+            Link::Redis { conn, .. } => {
+                let set: i64 = redis::cmd("PEXPIRE").arg(lease).arg(ttl.as_millis() as u64).query_async(conn).await?;
+                Ok(set == 1)
+            }
+        }
+    }
+}
+
+/// A keep-alive HTTP/1.1 connection that sends one request at a time.
+struct HttpConn {
+    addr: String,
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl HttpConn {
+    async fn connect(addr: String) -> Result<HttpConn> {
+        let stream =
+            timeout(Duration::from_secs(2), TcpStream::connect(&addr)).await.context("connect timed out")??;
+        stream.set_nodelay(true)?;
+        Ok(HttpConn { addr, stream, buf: Vec::with_capacity(4096) })
+    }
+
+    /// Sends a request; returns the status and the body.
+    async fn call(&mut self, method: &str, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>)> {
+        timeout(REQUEST_TIMEOUT, self.exchange(method, path, body)).await.context("no answer within 10 s")?
+    }
+
+    async fn exchange(&mut self, method: &str, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>)> {
+        let mut req = format!(
+            "{method} {path} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            self.addr,
+            body.len()
+        )
+        .into_bytes();
+        req.extend_from_slice(body);
+        self.stream.write_all(&req).await?;
+        loop {
+            if let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&self.buf[..end]).to_ascii_lowercase();
+                let status: u16 = head.get(9..12).and_then(|s| s.parse().ok()).context("a malformed status line")?;
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map(|v| v.trim().parse())
+                    .transpose()?
+                    .unwrap_or(0);
+                while self.buf.len() < end + 4 + len {
+                    self.read_more().await?;
+                }
+                let body = self.buf[end + 4..end + 4 + len].to_vec();
+                self.buf.drain(..end + 4 + len);
+                return Ok((status, body));
+            }
+            self.read_more().await?;
+        }
+    }
+
+    async fn read_more(&mut self) -> Result<()> {
+        let mut chunk = [0u8; 4096];
+        let n = self.stream.read(&mut chunk).await?;
+        if n == 0 {
+            bail!("the server closed the connection");
+        }
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(())
+    }
+}

@@ -1,0 +1,180 @@
+//! End-to-end tests of `fenced bench`: short runs against a spawned Fenced and a
+//! spawned Redis. They check what the command reports, never how fast anything was.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn fenced(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fenced")).args(args).output().expect("run fenced")
+}
+
+fn json(o: &Output) -> Value {
+    assert!(o.status.success(), "fenced bench failed: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("valid JSON")
+}
+
+/// `redis-server` on the PATH; without it the Redis tests skip, except under CI.
+fn have_redis() -> bool {
+    let found =
+        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("redis-server").is_file()));
+    if !found {
+        assert!(std::env::var_os("CI").is_none(), "redis-server is needed (apt-get install -y redis-server)");
+        eprintln!("skipping: redis-server is not installed (apt-get install -y redis-server)");
+    }
+    found
+}
+
+/// The fields every report has, with ops done and percentiles in order.
+fn check_report(r: &Value, target: &str, workload: &str) {
+    for k in ["target", "workload", "clients", "durability", "ops_per_s", "p50_us", "p99_us", "p999_us", "max_us"] {
+        assert!(r.get(k).is_some(), "{target} {workload}: the report lacks {k}: {r}");
+    }
+    assert_eq!(r["target"], target);
+    assert_eq!(r["workload"], workload);
+    assert!(!r["durability"].as_str().unwrap().is_empty(), "{r}");
+    assert!(r["ops_per_s"].as_f64().unwrap() > 0.0, "{target} {workload}: no operation: {r}");
+    let p: Vec<u64> = ["p50_us", "p99_us", "p999_us", "max_us"].iter().map(|k| r[k].as_u64().unwrap()).collect();
+    assert!(p[0] <= p[1] && p[1] <= p[2] && p[2] <= p[3], "{target} {workload}: percentiles out of order: {p:?}");
+}
+
+/// FIFO hand-off: every client got the lock.
+fn check_fairness(r: &Value) {
+    let (lo, hi) = (r["grants_per_client_min"].as_u64(), r["grants_per_client_max"].as_u64());
+    assert!(lo.is_some() && hi.is_some() && lo <= hi, "fairness fields: {r}");
+    assert_eq!(r["starved_clients"], 0, "{r}");
+}
+
+#[test]
+fn fenced_lock_workloads_report_figures_and_fairness() {
+    let v = json(&fenced(&[
+        "bench",
+        "--spawn",
+        "--workload",
+        "uncontended,contended",
+        "--clients",
+        "4",
+        "--duration",
+        "1s",
+        "--json",
+    ]));
+    let runs = v.as_array().expect("an array for two workloads");
+    assert_eq!(runs.len(), 2);
+    check_report(&runs[0], "fenced", "uncontended");
+    check_report(&runs[1], "fenced", "contended");
+    assert_eq!(runs[0]["clients"], 4);
+    check_fairness(&runs[1]);
+    assert!(runs[0]["server_cpu_s"].is_number(), "a spawned server's CPU is measured: {}", runs[0]);
+}
+
+#[test]
+fn fenced_store_and_keepalive_open_loop() {
+    let store = json(&fenced(&[
+        "bench",
+        "--spawn",
+        "--workload",
+        "store",
+        "--clients",
+        "2",
+        "--duration",
+        "1s",
+        "--rate",
+        "200",
+        "--json",
+    ]));
+    check_report(&store, "fenced", "store");
+    assert_eq!(store["mode"], "open");
+    assert!(store["durability"].as_str().unwrap().contains("fsync"), "{store}");
+    let ka = json(&fenced(&[
+        "bench",
+        "--spawn",
+        "--workload",
+        "keepalive",
+        "--leases",
+        "300",
+        "--ttl",
+        "1500ms",
+        "--clients",
+        "3",
+        "--duration",
+        "1s",
+        "--json",
+    ]));
+    check_report(&ka, "fenced", "keepalive");
+    assert_eq!(ka["leases"], 300);
+    assert_eq!(ka["false_expiries"], 0, "leases kept alive at a third of their TTL must not expire: {ka}");
+    assert!(ka["server_cpu_s"].is_number(), "{ka}");
+}
+
+#[test]
+fn redis_both_durabilities_and_the_comparison_table() {
+    if !have_redis() {
+        return;
+    }
+    let v = json(&fenced(&[
+        "bench",
+        "--spawn",
+        "--compare",
+        "fenced,redis,redis-aof",
+        "--workload",
+        "contended,store",
+        "--clients",
+        "3",
+        "--duration",
+        "1s",
+        "--json",
+    ]));
+    let runs = v.as_array().expect("an array with --compare");
+    let targets: Vec<(&str, &str)> =
+        runs.iter().map(|r| (r["target"].as_str().unwrap(), r["workload"].as_str().unwrap())).collect();
+    assert_eq!(
+        targets,
+        [
+            ("fenced", "contended"),
+            ("fenced", "store"),
+            ("redis", "contended"),
+            ("redis", "store"),
+            ("redis-aof", "contended"),
+            ("redis-aof", "store")
+        ]
+    );
+    for r in runs {
+        check_report(r, r["target"].as_str().unwrap(), r["workload"].as_str().unwrap());
+    }
+    assert!(runs[2]["grants_per_client_min"].is_u64(), "{}", runs[2]);
+    assert_eq!(runs[2]["durability"], "none (no AOF, no RDB)");
+    assert_eq!(runs[4]["durability"], "AOF, appendfsync always");
+
+    let text = fenced(&["bench", "--spawn", "--compare", "fenced,redis", "--clients", "2", "--duration", "500ms"]);
+    assert!(text.status.success(), "{}", String::from_utf8_lossy(&text.stderr));
+    let table = String::from_utf8_lossy(&text.stdout);
+    assert!(table.contains("fenced÷") && table.contains("redis") && table.contains("1.00×"), "{table}");
+}
+
+#[test]
+fn bad_arguments_exit_2_with_one_line() {
+    for args in [
+        &["bench", "--target", "zookeeper"][..],
+        &["bench", "--compare", "fenced,redis"],
+        &["bench", "--contended", "--workload", "store"],
+        &["bench", "--workload", "sideways"],
+        &["bench", "--target", "etcd", "--workload", "keepalive"],
+        &["bench", "--target", "etcd", "--ttl", "1500ms"],
+        &["bench", "--clients", "0"],
+        &["bench", "--rate", "0"],
+        &["bench", "--duration", "soon"],
+    ] {
+        let o = fenced(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.starts_with("error:"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn an_unreachable_endpoint_says_so() {
+    let o = fenced(&["bench", "--endpoint", "http://127.0.0.1:1", "--duration", "1s"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("cannot reach fenced at http://127.0.0.1:1"), "{err}");
+}
