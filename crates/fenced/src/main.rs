@@ -4,6 +4,8 @@
 //! calls on the library crates. Exit status 2 means bad arguments.
 
 mod args;
+#[cfg(feature = "lab")]
+mod bench_cmd;
 #[cfg(feature = "client")]
 mod client_cmd;
 #[cfg(all(feature = "server", feature = "client"))]
@@ -12,6 +14,8 @@ mod demo_cmd;
 mod server_cmd;
 mod sim_cmd;
 mod sweep_cmd;
+#[cfg(feature = "lab")]
+mod torture_cmd;
 
 use std::process::ExitCode;
 
@@ -47,6 +51,15 @@ enum Cmd {
     #[cfg(all(feature = "server", feature = "client"))]
     #[command(hide = true)]
     DemoWorker(demo_cmd::worker::WorkerArgs),
+    /// Fault injection: workers, pauses, crashes and delays against Fenced and its peers.
+    #[cfg(feature = "lab")]
+    Torture(torture_cmd::TortureArgs),
+    /// Load side by side with etcd, Redis and PostgreSQL, durability stated per row.
+    #[cfg(feature = "lab")]
+    Bench(bench_cmd::BenchArgs),
+    #[cfg(feature = "lab")]
+    #[command(hide = true)]
+    TortureWorker(torture_cmd::WorkerArgs),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +74,12 @@ fn main() -> ExitCode {
         Cmd::Demo(a) => demo_cmd::run(a, &cli.global),
         #[cfg(all(feature = "server", feature = "client"))]
         Cmd::DemoWorker(a) => demo_cmd::worker::run(a, &cli.global),
+        #[cfg(feature = "lab")]
+        Cmd::Torture(a) => torture_cmd::run(a, &cli.global),
+        #[cfg(feature = "lab")]
+        Cmd::Bench(a) => bench_cmd::run(a, &cli.global),
+        #[cfg(feature = "lab")]
+        Cmd::TortureWorker(a) => torture_cmd::run_worker(a),
     };
     match result {
         Ok(code) => code,

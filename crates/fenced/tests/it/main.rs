@@ -1,8 +1,10 @@
 //! End-to-end tests of the `fenced` binary: one integration-test binary, a module per
 //! subcommand family.
 
+mod bench;
 mod console;
 mod demo;
 mod exec;
 mod server;
 mod sim;
+mod torture;

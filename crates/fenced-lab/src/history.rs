@@ -1,0 +1,319 @@
+//! A torture run's history, and its analysis by the core's checker.
+//!
+//! Workers record every operation with the real time it was invoked and completed
+//! (microseconds since the Unix epoch: one clock for every process on the machine).
+//! The nemesis records its faults. [`analyse`] turns the lot into the checker's events,
+//! placed so that every finding is certain rather than likely:
+//!
+//! - a read or write raises the resource's mark when it *completed* (it had reached the
+//!   resource by then), and a write is judged when it was *invoked* (it reached the
+//!   resource after that). A write is a zombie only if an operation under a newer token
+//!   had completed before the write was even sent.
+//! - lost updates are Jepsen's: acknowledged increments missing from the final counter.
+//! - tokens must respect real time: a grant that completed before another was asked for
+//!   carries the lower token, across restarts too.
+
+use std::collections::HashMap;
+
+use fenced_core::checker::{Checker, Event, EventKind, FindingKind, Outcome as CheckOutcome};
+use fenced_core::Token;
+use serde::{Deserialize, Serialize};
+
+/// What a recorded operation was.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    Acquire,
+    Read,
+    Write,
+    Release,
+}
+
+/// How it ended, as the worker saw it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpResult {
+    /// Done (a grant, a value read, a write acknowledged).
+    Ok,
+    /// Refused by the resource for a stale token.
+    Rejected,
+    /// Definitely not done (a lock not granted).
+    Failed,
+    /// May or may not have happened (a time-out, a dropped connection).
+    Unknown,
+}
+
+/// One operation of one worker.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct Op {
+    pub worker: u32,
+    /// The worker's lock cycle this operation belongs to.
+    pub cycle: u64,
+    pub kind: OpKind,
+    pub start_us: u64,
+    pub end_us: u64,
+    pub result: OpResult,
+    /// The lock service's token for the cycle's grant, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<u64>,
+    /// The value read or written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A fault the nemesis injected.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+#[serde(tag = "fault", rename_all = "snake_case")]
+pub enum Fault {
+    /// SIGSTOP of a worker at `start_us`, SIGCONT at `end_us`.
+    Pause { worker: u32, start_us: u64, end_us: u64 },
+    /// kill -9 of the lock service at `start_us`, listening again at `end_us`.
+    Restart { start_us: u64, end_us: u64 },
+    /// Every byte between workers and lock service held `delay_ms`, from `start_us` to `end_us`.
+    Delay { delay_ms: u64, start_us: u64, end_us: u64 },
+}
+
+/// What the history shows.
+#[derive(Clone, Default, PartialEq, Eq, Debug, Serialize)]
+pub struct Analysis {
+    pub grants: u64,
+    pub writes_attempted: u64,
+    /// Increments acknowledged to their worker.
+    pub acknowledged: u64,
+    /// Writes whose outcome the worker never learned.
+    pub writes_indeterminate: u64,
+    pub lost_updates: u64,
+    pub zombie_writes: u64,
+    pub stale_writes_rejected: u64,
+    pub stale_reads_rejected: u64,
+    /// `None` where the lock service mints no tokens.
+    pub token_regressions: Option<u64>,
+    /// Each violation, with the operations that prove it, for a person.
+    pub proofs: Vec<String>,
+}
+
+/// The most proofs written out.
+const PROOFS_MAX: usize = 20;
+
+/// Analyses a history: `ops` from every worker, `faults` from the nemesis, the counter's
+/// `final_value` read after the run, `tokens` whether the lock service mints tokens
+/// (when not, grants are ranked by completion time to give each holder an order).
+pub fn analyse(ops: &[Op], faults: &[Fault], final_value: u64, tokens: bool, fenced: bool) -> Analysis {
+    let mut a = Analysis::default();
+    // The token each (worker, cycle) acted under.
+    let mut grant_of: HashMap<(u32, u64), u64> = HashMap::new();
+    let mut grants: Vec<&Op> = ops.iter().filter(|o| o.kind == OpKind::Acquire && o.result == OpResult::Ok).collect();
+    grants.sort_by_key(|o| (o.end_us, o.worker));
+    for (rank, g) in grants.iter().enumerate() {
+        let token = if tokens { g.token.unwrap_or(0) } else { rank as u64 + 1 };
+        grant_of.insert((g.worker, g.cycle), token);
+    }
+    a.grants = grants.len() as u64;
+    if tokens {
+        let (n, proofs) = regressions(&grants);
+        a.token_regressions = Some(n);
+        a.proofs.extend(proofs);
+    }
+
+    // The checker's events, each with the operation it came from.
+    let mut events: Vec<(u64, u8, Event, Option<&Op>)> = Vec::with_capacity(ops.len() + faults.len());
+    let tok = |o: &Op| grant_of.get(&(o.worker, o.cycle)).copied().and_then(Token::new);
+    for o in ops {
+        let held = tok(o);
+        let outcome = match o.result {
+            OpResult::Ok => CheckOutcome::Accepted,
+            OpResult::Rejected => CheckOutcome::Rejected,
+            OpResult::Failed | OpResult::Unknown => CheckOutcome::Unknown,
+        };
+        let value = o.value.unwrap_or(0);
+        let (t, kind) = match o.kind {
+            OpKind::Acquire if o.result == OpResult::Ok => match held {
+                Some(token) => (o.end_us, EventKind::Granted { token }),
+                None => continue,
+            },
+            OpKind::Read if o.result == OpResult::Ok => {
+                (o.end_us, EventKind::Read { held, fenced, value, outcome: CheckOutcome::Accepted })
+            }
+            OpKind::Read => {
+                if o.result == OpResult::Rejected {
+                    a.stale_reads_rejected += 1;
+                }
+                continue;
+            }
+            OpKind::Write => (o.start_us, EventKind::Write { held, fenced, value, value_before: None, outcome }),
+            _ => continue,
+        };
+        // At one instant, completions (which raise the mark) before invocations.
+        let order = if matches!(kind, EventKind::Write { .. }) { 1 } else { 0 };
+        events.push((t, order, Event { t_ms: t / 1000, client: o.worker, kind }, Some(o)));
+    }
+    for f in faults {
+        if let Fault::Pause { worker, start_us, end_us } = *f {
+            let kind = EventKind::Paused { duration_ms: (end_us - start_us) / 1000 };
+            events.push((start_us, 0, Event { t_ms: start_us / 1000, client: worker, kind }, None));
+        }
+    }
+    events.sort_by_key(|(t, order, ..)| (*t, *order));
+
+    let mut checker = Checker::new();
+    for (_, _, e, _) in &events {
+        checker.observe(e);
+    }
+    let report = checker.finish();
+    a.writes_attempted = report.writes_attempted;
+    a.zombie_writes = report.zombie_writes;
+    a.stale_writes_rejected = report.stale_writes_rejected;
+    a.acknowledged = ops.iter().filter(|o| o.kind == OpKind::Write && o.result == OpResult::Ok).count() as u64;
+    a.writes_indeterminate =
+        ops.iter().filter(|o| o.kind == OpKind::Write && o.result == OpResult::Unknown).count() as u64;
+    a.lost_updates = a.acknowledged.saturating_sub(final_value);
+    if a.lost_updates > 0 {
+        a.proofs.push(format!(
+            "lost updates: {} increments were acknowledged but the counter ends at {final_value}, {} short",
+            a.acknowledged, a.lost_updates
+        ));
+    }
+    for f in report.findings.iter().filter(|f| matches!(f.kind, FindingKind::ZombieWrite { .. })) {
+        if a.proofs.len() >= PROOFS_MAX {
+            break;
+        }
+        let FindingKind::ZombieWrite { token, highest_seen, pause_ms } = f.kind else { continue };
+        let Some(write) = events[f.event].3 else { continue };
+        // The operation under the newer token that completed before the write was sent.
+        let newer = events[..f.event]
+            .iter()
+            .rev()
+            .filter_map(|(_, _, e, op)| {
+                op.filter(|_| matches!(e.kind, EventKind::Read { .. } | EventKind::Write { .. }))
+            })
+            .find(|o| tok(o).map(Token::get) == Some(highest_seen.get()));
+        let mut proof = format!(
+            "zombie write: worker {} wrote {} under token {} at {} (after a {} ms pause), accepted",
+            write.worker,
+            write.value.unwrap_or(0),
+            token.get(),
+            us(write.start_us),
+            pause_ms
+        );
+        if let Some(n) = newer {
+            proof += &format!(
+                "; worker {} had already {} under the newer token {} at {}",
+                n.worker,
+                if n.kind == OpKind::Read { "read" } else { "written" },
+                highest_seen.get(),
+                us(n.end_us)
+            );
+        }
+        a.proofs.push(proof);
+    }
+    a
+}
+
+/// Token order against real time: for every grant, every grant that completed before it
+/// was asked for must carry a lower token. Quadratic-free: a sweep in start order.
+fn regressions(grants: &[&Op]) -> (u64, Vec<String>) {
+    let mut by_end: Vec<&Op> = grants.to_vec();
+    by_end.sort_by_key(|o| o.end_us);
+    let mut by_start: Vec<&Op> = grants.to_vec();
+    by_start.sort_by_key(|o| o.start_us);
+    let (mut n, mut proofs) = (0u64, Vec::new());
+    let mut highest: Option<&Op> = None;
+    let mut i = 0;
+    for g in by_start {
+        while i < by_end.len() && by_end[i].end_us < g.start_us {
+            if highest.is_none_or(|h| by_end[i].token > h.token) {
+                highest = Some(by_end[i]);
+            }
+            i += 1;
+        }
+        if let Some(h) = highest.filter(|h| h.token >= g.token) {
+            n += 1;
+            if proofs.len() < PROOFS_MAX {
+                proofs.push(format!(
+                    "token regression: worker {} was granted {} at {}, after worker {} had been granted {} at {}",
+                    g.worker,
+                    g.token.unwrap_or(0),
+                    us(g.end_us),
+                    h.worker,
+                    h.token.unwrap_or(0),
+                    us(h.end_us)
+                ));
+            }
+        }
+    }
+    (n, proofs)
+}
+
+/// A timestamp for a person: seconds with milliseconds, Unix time.
+fn us(t: u64) -> String {
+    format!("{}.{:06}s", t / 1_000_000, t % 1_000_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(worker: u32, cycle: u64, kind: OpKind, start_us: u64, end_us: u64, token: u64, value: Option<u64>) -> Op {
+        Op { worker, cycle, kind, start_us, end_us, result: OpResult::Ok, token: Some(token), value, error: None }
+    }
+
+    /// Worker 0 reads 0 under token 1, pauses; worker 1 takes token 2, reads 0, writes 1;
+    /// worker 0 wakes and writes 1 with its stale token: accepted without fencing.
+    fn zombie_history(result: OpResult) -> Vec<Op> {
+        let mut late = op(0, 0, OpKind::Write, 900, 910, 1, Some(1));
+        late.result = result;
+        vec![
+            op(0, 0, OpKind::Acquire, 0, 10, 1, None),
+            op(0, 0, OpKind::Read, 20, 30, 1, Some(0)),
+            op(1, 0, OpKind::Acquire, 15, 500, 2, None),
+            op(1, 0, OpKind::Read, 510, 520, 2, Some(0)),
+            op(1, 0, OpKind::Write, 530, 540, 2, Some(1)),
+            op(1, 0, OpKind::Release, 550, 560, 2, None),
+            late,
+        ]
+    }
+
+    #[test]
+    fn an_unfenced_stale_write_is_a_zombie_and_loses_an_update() {
+        let a = analyse(&zombie_history(OpResult::Ok), &[], 1, true, false);
+        assert_eq!((a.acknowledged, a.zombie_writes, a.lost_updates), (2, 1, 1));
+        assert_eq!(a.token_regressions, Some(0));
+        assert!(a.proofs.iter().any(|p| p.contains("zombie write: worker 0")), "{:?}", a.proofs);
+    }
+
+    #[test]
+    fn a_refused_stale_write_loses_nothing() {
+        let a = analyse(&zombie_history(OpResult::Rejected), &[], 1, true, true);
+        assert_eq!((a.acknowledged, a.zombie_writes, a.lost_updates, a.stale_writes_rejected), (1, 0, 0, 1));
+    }
+
+    #[test]
+    fn a_write_concurrent_with_the_newer_read_is_not_called_a_zombie() {
+        // The newer read completes after the old write was sent: no certainty, no finding.
+        let mut h = zombie_history(OpResult::Ok);
+        h[6].start_us = 515;
+        h[6].end_us = 600;
+        let a = analyse(&h, &[], 2, true, false);
+        assert_eq!(a.zombie_writes, 0);
+    }
+
+    #[test]
+    fn tokens_must_follow_real_time() {
+        let grants = vec![op(0, 0, OpKind::Acquire, 0, 10, 5, None), op(1, 0, OpKind::Acquire, 20, 30, 4, None)];
+        let a = analyse(&grants, &[], 0, true, true);
+        assert_eq!(a.token_regressions, Some(1));
+        // Overlapping requests may complete in either order.
+        let grants = vec![op(0, 0, OpKind::Acquire, 0, 40, 5, None), op(1, 0, OpKind::Acquire, 20, 30, 4, None)];
+        assert_eq!(analyse(&grants, &[], 0, true, true).token_regressions, Some(0));
+    }
+
+    #[test]
+    fn without_tokens_grants_are_ranked_by_completion() {
+        let mut h = zombie_history(OpResult::Ok);
+        h.iter_mut().for_each(|o| o.token = None);
+        let a = analyse(&h, &[], 1, false, false);
+        assert_eq!((a.zombie_writes, a.lost_updates, a.token_regressions), (1, 1, None));
+    }
+}

@@ -1,0 +1,339 @@
+//! The services a run needs, started as real processes on free loopback ports with
+//! temporary data directories: a Fenced server, Redis, etcd and PostgreSQL from Debian.
+//!
+//! Each [`Service`] can be killed with SIGKILL and started again on the same port and
+//! data directory (the nemesis's crash), and is always killed and its directory removed
+//! when dropped, whatever path the run took.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// The key prefix a lab-started Fenced server leaves unfenced (writes need no token).
+pub const UNFENCED_PREFIX: &str = "unfenced/";
+
+/// How long a service may take to listen after it was started.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A directory removed when dropped.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Result<TempDir> {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("fenced-{tag}-{}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(&p).with_context(|| format!("create {}", p.display()))?;
+        Ok(TempDir(p))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A free TCP port on 127.0.0.1 (free when asked; the service binds it just after).
+pub fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0").context("bind a loopback port")?.local_addr()?.port())
+}
+
+/// Sends `sig` to a process. Errors only when the process is gone.
+pub fn signal(pid: u32, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill(2) takes no pointers; a stale pid at worst signals nothing.
+    if unsafe { libc::kill(pid as libc::pid_t, sig) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `true` when running as root (PostgreSQL then runs as the `postgres` user).
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// One service process.
+#[derive(Debug)]
+pub struct Service {
+    /// What it is, for messages: `fenced`, `redis`, `etcd`, `postgres`.
+    pub name: &'static str,
+    /// Where clients connect.
+    pub addr: SocketAddr,
+    program: PathBuf,
+    args: Vec<OsString>,
+    /// Its data directory and log, removed on drop.
+    dir: TempDir,
+    child: Option<Child>,
+    /// PostgreSQL is started and stopped through pg_ctl.
+    pg_bin: Option<PathBuf>,
+}
+
+impl Service {
+    /// A Fenced server from `bin` (`fenced`), with the lab's unfenced prefix.
+    pub fn fenced(bin: &Path, extra: &[&str]) -> Result<Service> {
+        let dir = TempDir::new("lab-fenced")?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let mut args: Vec<OsString> = ["server", "--listen", &addr.to_string(), "--unfenced-prefix", UNFENCED_PREFIX]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        args.push("--data-dir".into());
+        args.push(dir.path().join("data").into());
+        args.extend(extra.iter().map(OsString::from));
+        Service::launch("fenced", bin.to_path_buf(), args, addr, dir, None)
+    }
+
+    /// Redis (`redis-server`): `durable` turns on the append-only file with an fsync per
+    /// write (`appendfsync always`); otherwise no persistence at all.
+    pub fn redis(durable: bool) -> Result<Service> {
+        let program = find_program("redis-server", "apt-get install -y redis-server")?;
+        let dir = TempDir::new("lab-redis")?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let port = addr.port().to_string();
+        let appendonly = if durable { "yes" } else { "no" };
+        let mut args: Vec<OsString> = [
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--protected-mode",
+            "no",
+            "--appendonly",
+            appendonly,
+        ]
+        .map(OsString::from)
+        .to_vec();
+        if durable {
+            args.extend(["--appendfsync", "always"].map(OsString::from));
+        }
+        args.push("--dir".into());
+        args.push(dir.path().into());
+        Service::launch("redis", program, args, addr, dir, None)
+    }
+
+    /// A single etcd node (`etcd`) with its default durability (fsync per commit).
+    pub fn etcd() -> Result<Service> {
+        let program = find_program("etcd", "apt-get install -y etcd-server")?;
+        let dir = TempDir::new("lab-etcd")?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let peer = format!("http://127.0.0.1:{}", free_port()?);
+        let client = format!("http://{addr}");
+        let args: Vec<OsString> = [
+            "--name",
+            "lab",
+            "--listen-client-urls",
+            &client,
+            "--advertise-client-urls",
+            &client,
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+            "--initial-cluster",
+            &format!("lab={peer}"),
+            "--log-level",
+            "warn",
+        ]
+        .iter()
+        .map(OsString::from)
+        .chain([OsString::from("--data-dir"), dir.path().join("data").into()])
+        .collect();
+        Service::launch("etcd", program, args, addr, dir, None)
+    }
+
+    /// A PostgreSQL cluster (Debian's `postgresql`), on a loopback TCP port, with its
+    /// default durability. The user is `postgres`, trusted, database `postgres`.
+    pub fn postgres() -> Result<Service> {
+        let bin = pg_bin()
+            .context("PostgreSQL binaries not found under /usr/lib/postgresql/*/bin (apt-get install -y postgresql)")?;
+        let dir = TempDir::new("lab-pg")?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        if is_root() {
+            let ok = Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir.path()).status();
+            if !ok.map(|s| s.success()).unwrap_or(false) {
+                bail!("could not give {} to the postgres user", dir.path().display());
+            }
+        }
+        let data = dir.path().join("data");
+        pg_tool(&bin, "initdb", &[&data, "-U".as_ref(), "postgres".as_ref(), "-A".as_ref(), "trust".as_ref()])?;
+        let mut s = Service {
+            name: "postgres",
+            addr,
+            program: PathBuf::new(),
+            args: Vec::new(),
+            dir,
+            child: None,
+            pg_bin: Some(bin),
+        };
+        s.restart()?;
+        Ok(s)
+    }
+
+    fn launch(
+        name: &'static str,
+        program: PathBuf,
+        args: Vec<OsString>,
+        addr: SocketAddr,
+        dir: TempDir,
+        pg_bin: Option<PathBuf>,
+    ) -> Result<Service> {
+        let mut s = Service { name, addr, program, args, dir, child: None, pg_bin };
+        s.restart()?;
+        Ok(s)
+    }
+
+    /// `tokio-postgres` connection string (PostgreSQL only).
+    pub fn pg_config(&self) -> String {
+        format!("host=127.0.0.1 port={} user=postgres dbname=postgres", self.addr.port())
+    }
+
+    /// `http://addr`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// kill -9, and reap. PostgreSQL is stopped in immediate mode (its crash).
+    pub fn crash(&mut self) {
+        if let Some(bin) = &self.pg_bin {
+            let data = self.dir.path().join("data");
+            let _ = pg_tool(bin, "pg_ctl", &[&data, "-m".as_ref(), "immediate".as_ref(), "stop".as_ref()]);
+            return;
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = signal(child.id(), libc::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the service again on the same port and data directory, and waits until
+    /// it accepts connections.
+    pub fn restart(&mut self) -> Result<()> {
+        self.crash();
+        let log_path = self.dir.path().join(format!("{}.log", self.name));
+        if let Some(bin) = &self.pg_bin {
+            let data = self.dir.path().join("data");
+            let opts = format!(
+                "-c listen_addresses=127.0.0.1 -p {} -k {} -c max_connections=200",
+                self.addr.port(),
+                self.dir.path().display()
+            );
+            let args: [&Path; 7] = [
+                &data,
+                "-l".as_ref(),
+                log_path.as_ref(),
+                "-o".as_ref(),
+                opts.as_ref(),
+                "-w".as_ref(),
+                "start".as_ref(),
+            ];
+            pg_tool(bin, "pg_ctl", &args)?;
+            return self.wait_listening(START_TIMEOUT);
+        }
+        let log = fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+        let child = Command::new(&self.program)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("start {}", self.program.display()))?;
+        self.child = Some(child);
+        self.wait_listening(START_TIMEOUT)
+    }
+
+    fn wait_listening(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if let Some(child) = &mut self.child {
+                if let Some(status) = child.try_wait()? {
+                    self.child = None;
+                    bail!("{} exited ({status}) before listening on {}: {}", self.name, self.addr, self.log_tail());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("{} did not listen on {} within {timeout:?}: {}", self.name, self.addr, self.log_tail());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The last lines of the service's log, for an error message.
+    pub fn log_tail(&self) -> String {
+        let path = self.dir.path().join(format!("{}.log", self.name));
+        let Ok(mut f) = fs::File::open(&path) else { return "(no log)".into() };
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        let _ = f.seek(SeekFrom::Start(len.saturating_sub(1500)));
+        let mut s = String::new();
+        let _ = f.read_to_string(&mut s);
+        s.trim().to_owned()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.crash();
+    }
+}
+
+/// `name` on the PATH, or an error naming the package that provides it.
+fn find_program(name: &str, install: &str) -> Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .with_context(|| format!("`{name}` not found on PATH ({install})"))
+}
+
+fn pg_bin() -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|b| b.join("initdb").exists() && b.join("pg_ctl").exists())
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+/// Runs a PostgreSQL tool (as the `postgres` user when we are root): `-D data rest...`.
+fn pg_tool(bin: &Path, tool: &str, args: &[&Path]) -> Result<()> {
+    let mut c = if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(bin.join(tool));
+        c
+    } else {
+        Command::new(bin.join(tool))
+    };
+    c.arg("-D").args(args).stdin(Stdio::null()).stdout(Stdio::null());
+    let out = c.output().with_context(|| format!("run {tool}"))?;
+    if !out.status.success() {
+        bail!("{tool} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}

@@ -1,0 +1,386 @@
+//! `fenced torture`: the counter workload in separate worker processes against one
+//! target, a seeded nemesis injecting faults, and the checker's verdict.
+//!
+//! The run: start the target's services on free loopback ports with temporary data
+//! directories, put a delay proxy between the workers and the lock service, start the
+//! workers, inject faults until the recovery phase, let the workers finish, read the
+//! final counter, analyse the history. Everything started is stopped and removed on
+//! every path: services and workers are killed when their handles drop.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use rand_chacha::ChaCha8Rng;
+use rand_core::{Rng as _, SeedableRng};
+use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::{mpsc, watch};
+use tokio::time::{sleep, timeout, Instant};
+
+use crate::history::{analyse, Fault, Op, OpKind, OpResult};
+use crate::peers::{signal, Service};
+use crate::proxy::DelayProxy;
+use crate::target::{Driver, Endpoints, Target};
+use crate::worker::{now_us, WorkerSpec};
+
+/// The faults the nemesis may inject.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
+pub struct Faults {
+    /// SIGSTOP a worker between its read and its write, for longer than the TTL.
+    pub pause: bool,
+    /// kill -9 the lock service and start it again on the same data directory.
+    pub crash: bool,
+    /// Hold the bytes between workers and lock service.
+    pub delay: bool,
+}
+
+impl Faults {
+    pub const ALL: Faults = Faults { pause: true, crash: true, delay: true };
+}
+
+/// One torture run.
+#[derive(Clone, Debug)]
+pub struct TortureConfig {
+    pub target: Target,
+    pub duration: Duration,
+    pub seed: u64,
+    pub workers: u32,
+    pub ttl: Duration,
+    /// The longest "work" between a worker's read and its write.
+    pub work: Duration,
+    /// The last stretch of the run, without faults.
+    pub recovery: Duration,
+    pub faults: Faults,
+    /// The `fenced` executable: the server, and the workers (`fenced torture-worker`).
+    pub fenced_bin: PathBuf,
+}
+
+impl TortureConfig {
+    /// A one-line error for settings that cannot make a run.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.workers < 2 || self.workers > 64 {
+            return Err(format!("--workers must be between 2 and 64, not {}", self.workers));
+        }
+        if self.ttl < self.target.min_ttl() || self.ttl > Duration::from_secs(60) {
+            return Err(format!(
+                "--ttl must be between {:?} and 60s for {}, not {:?}",
+                self.target.min_ttl(),
+                self.target,
+                self.ttl
+            ));
+        }
+        if self.target == Target::Etcd && self.ttl.subsec_nanos() != 0 {
+            return Err(format!("--ttl must be whole seconds for etcd (its leases are), not {:?}", self.ttl));
+        }
+        if self.duration < Duration::from_secs(2) || self.duration > Duration::from_secs(3600) {
+            return Err(format!("--duration must be between 2s and 1h, not {:?}", self.duration));
+        }
+        if self.recovery >= self.duration {
+            return Err(format!(
+                "--recovery ({:?}) must be shorter than --duration ({:?})",
+                self.recovery, self.duration
+            ));
+        }
+        Ok(())
+    }
+
+    fn op_timeout(&self) -> Duration {
+        (self.ttl * 3).max(Duration::from_secs(3))
+    }
+}
+
+/// What a run found, in the design's words.
+#[derive(Clone, Debug, Serialize)]
+pub struct TortureReport {
+    pub target: Target,
+    pub seed: u64,
+    pub duration_ms: u64,
+    pub workers: u32,
+    pub ttl_ms: u64,
+    /// Whether the resource checks tokens.
+    pub fencing: bool,
+    pub grants: u64,
+    pub writes_attempted: u64,
+    pub acknowledged: u64,
+    pub writes_indeterminate: u64,
+    pub final_value: u64,
+    pub lost_updates: u64,
+    pub zombie_writes: u64,
+    pub stale_writes_rejected: u64,
+    pub stale_reads_rejected: u64,
+    pub pauses_injected: u64,
+    pub restarts_injected: u64,
+    pub delays_injected: u64,
+    /// `null` for a lock service that mints no tokens (Redis).
+    pub token_regressions: Option<u64>,
+    /// No lost update, no zombie write, no token regression.
+    pub safe: bool,
+    /// The operations that prove each violation.
+    pub proofs: Vec<String>,
+    #[serde(skip)]
+    pub history: Vec<Op>,
+    #[serde(skip)]
+    pub faults: Vec<Fault>,
+}
+
+/// What the run is doing, for a progress bar.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct Progress {
+    pub elapsed_ms: u64,
+    pub ops: u64,
+    pub faults: u64,
+}
+
+/// A worker process; killed when dropped.
+struct Worker {
+    child: Child,
+    pid: u32,
+}
+
+/// Runs one torture run.
+pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Result<TortureReport> {
+    cfg.validate().map_err(anyhow::Error::msg)?;
+    let bin = cfg.fenced_bin.clone();
+    let target = cfg.target;
+    let (lock, pg) = tokio::task::spawn_blocking(move || -> Result<(Service, Option<Service>)> {
+        let lock = match target {
+            Target::Redis => Service::redis(true)?,
+            Target::Etcd => Service::etcd()?,
+            _ => Service::fenced(&bin, &[])?,
+        };
+        let pg = if target == Target::Postgres { Some(Service::postgres()?) } else { None };
+        Ok((lock, pg))
+    })
+    .await??;
+    let lock_addr = lock.addr;
+    let lock = Arc::new(Mutex::new(lock));
+    let proxy = DelayProxy::start(lock_addr).await?;
+    let endpoints = Endpoints { lock: proxy.addr.to_string(), pg: pg.as_ref().map(Service::pg_config) };
+
+    let start_us = now_us();
+    let until_us = start_us + cfg.duration.as_micros() as u64;
+    let faults_until = Instant::now() + cfg.duration - cfg.recovery;
+    let (ops_tx, mut ops_rx) = mpsc::unbounded_channel::<Op>();
+    let mut workers = Vec::new();
+    let mut stderr_tasks = Vec::new();
+    for w in 0..cfg.workers {
+        let spec = WorkerSpec {
+            target,
+            endpoints: endpoints.clone(),
+            worker: w,
+            seed: cfg.seed,
+            until_us,
+            ttl_ms: cfg.ttl.as_millis() as u64,
+            work_ms: cfg.work.as_millis() as u64,
+            op_timeout_ms: cfg.op_timeout().as_millis() as u64,
+        };
+        let mut child = Command::new(&cfg.fenced_bin)
+            .arg("torture-worker")
+            .arg(serde_json::to_string(&spec)?)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("start worker {w} ({})", cfg.fenced_bin.display()))?;
+        let pid = child.id().context("a worker without a pid")?;
+        let stdout = child.stdout.take().context("worker stdout")?;
+        let mut stderr = child.stderr.take().context("worker stderr")?;
+        let tx = ops_tx.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Ok(op) = serde_json::from_str::<Op>(&line) {
+                    let _ = tx.send(op);
+                }
+            }
+        });
+        stderr_tasks.push(tokio::spawn(async move {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s).await;
+            s
+        }));
+        workers.push(Worker { child, pid });
+    }
+    drop(ops_tx);
+
+    // The nemesis, while the history streams in.
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    let mut history: Vec<Op> = Vec::new();
+    let mut faults: Vec<Fault> = Vec::new();
+    let mut pending_reads: Vec<u32> = Vec::new();
+    let mut plan: Vec<u8> = Vec::new();
+    let ttl_ms = cfg.ttl.as_millis() as u64;
+    let pumped = |history: &mut Vec<Op>, reads: &mut Vec<u32>, rx: &mut mpsc::UnboundedReceiver<Op>| {
+        while let Ok(op) = rx.try_recv() {
+            if op.kind == OpKind::Read && op.result == OpResult::Ok {
+                reads.push(op.worker);
+            }
+            history.push(op);
+        }
+    };
+    let report_progress = |history: &Vec<Op>, faults: &Vec<Fault>| {
+        let _ = progress.send(Progress {
+            elapsed_ms: now_us().saturating_sub(start_us) / 1000,
+            ops: history.len() as u64,
+            faults: faults.len() as u64,
+        });
+    };
+    while Instant::now() < faults_until {
+        let gap = Duration::from_millis(ttl_ms / 2 + rng.next_u64() % (ttl_ms * 3 / 2 + 1));
+        let wake = (Instant::now() + gap).min(faults_until);
+        while Instant::now() < wake {
+            sleep(Duration::from_millis(50).min(wake - Instant::now())).await;
+            pumped(&mut history, &mut pending_reads, &mut ops_rx);
+            report_progress(&history, &faults);
+        }
+        if Instant::now() >= faults_until {
+            break;
+        }
+        // Faults come in rounds, a seeded shuffle of every enabled kind (pauses twice:
+        // they are the seeds' story), so a short run still sees each kind.
+        if plan.is_empty() {
+            plan = [(cfg.faults.pause, 0u8), (cfg.faults.pause, 0), (cfg.faults.crash, 1), (cfg.faults.delay, 2)]
+                .into_iter()
+                .filter_map(|(on, f)| on.then_some(f))
+                .collect();
+            for i in (1..plan.len()).rev() {
+                plan.swap(i, rng.next_u64() as usize % (i + 1));
+            }
+        }
+        let Some(fault) = plan.pop() else { continue };
+        match fault {
+            0 => {
+                // Freeze the next worker that has just read: it holds the lock and is
+                // about to write.
+                pending_reads.clear();
+                let deadline = Instant::now() + cfg.ttl * 2;
+                let victim = loop {
+                    pumped(&mut history, &mut pending_reads, &mut ops_rx);
+                    if let Some(w) = pending_reads.first() {
+                        break Some(*w);
+                    }
+                    if Instant::now() >= deadline {
+                        break None;
+                    }
+                    sleep(Duration::from_millis(1)).await;
+                };
+                let Some(w) = victim else { continue };
+                let pid = workers[w as usize].pid;
+                if signal(pid, libc::SIGSTOP).is_err() {
+                    continue;
+                }
+                let from = now_us();
+                let hold = ttl_ms + ttl_ms / 5 + rng.next_u64() % (ttl_ms * 3 / 2 + 1);
+                sleep(Duration::from_millis(hold)).await;
+                let _ = signal(pid, libc::SIGCONT);
+                faults.push(Fault::Pause { worker: w, start_us: from, end_us: now_us() });
+            }
+            1 => {
+                let from = now_us();
+                let down = Duration::from_millis(100 + rng.next_u64() % 500);
+                let svc = lock.clone();
+                tokio::task::spawn_blocking(move || {
+                    let mut s = svc.lock().expect("service lock");
+                    s.crash();
+                    std::thread::sleep(down);
+                    s.restart()
+                })
+                .await??;
+                faults.push(Fault::Restart { start_us: from, end_us: now_us() });
+            }
+            _ => {
+                let delay_ms = ttl_ms / 2 + rng.next_u64() % (ttl_ms + 1);
+                let hold = Duration::from_millis(1000 + rng.next_u64() % 2000);
+                let from = now_us();
+                proxy.set_delay(Duration::from_millis(delay_ms));
+                let end = (Instant::now() + hold).min(faults_until);
+                while Instant::now() < end {
+                    sleep(Duration::from_millis(50).min(end - Instant::now())).await;
+                    pumped(&mut history, &mut pending_reads, &mut ops_rx);
+                }
+                proxy.set_delay(Duration::ZERO);
+                faults.push(Fault::Delay { delay_ms, start_us: from, end_us: now_us() });
+            }
+        }
+        report_progress(&history, &faults);
+    }
+
+    // Recovery: no faults; the workers finish their last cycle and exit.
+    let grace = cfg.op_timeout() * 4 + cfg.ttl * 6;
+    let exit_by = Instant::now() + Duration::from_micros(until_us.saturating_sub(now_us())) + grace;
+    for (w, worker) in workers.iter_mut().enumerate() {
+        let status = loop {
+            pumped(&mut history, &mut pending_reads, &mut ops_rx);
+            report_progress(&history, &faults);
+            match timeout(Duration::from_millis(100), worker.child.wait()).await {
+                Ok(status) => break status?,
+                Err(_) if Instant::now() > exit_by => bail!("worker {w} did not finish within {grace:?} of the end"),
+                Err(_) => {}
+            }
+        };
+        if !status.success() {
+            let err = stderr_tasks.remove(0).await.unwrap_or_default();
+            bail!("worker {w} failed ({status}): {}", err.trim());
+        }
+        stderr_tasks.remove(0);
+    }
+    while let Some(op) = ops_rx.recv().await {
+        history.push(op);
+    }
+    drop(proxy);
+
+    // The counter as it ends, read directly (not through the proxy).
+    let direct = Endpoints { lock: lock_addr.to_string(), pg: endpoints.pg.clone() };
+    let final_value = read_counter(target, &direct, cfg.op_timeout()).await?;
+    drop(pg);
+    drop(lock);
+
+    let a = analyse(&history, &faults, final_value, target.has_tokens(), target.fenced());
+    let count = |f: fn(&Fault) -> bool| faults.iter().filter(|x| f(x)).count() as u64;
+    Ok(TortureReport {
+        target,
+        seed: cfg.seed,
+        duration_ms: cfg.duration.as_millis() as u64,
+        workers: cfg.workers,
+        ttl_ms,
+        fencing: target.fenced(),
+        grants: a.grants,
+        writes_attempted: a.writes_attempted,
+        acknowledged: a.acknowledged,
+        writes_indeterminate: a.writes_indeterminate,
+        final_value,
+        lost_updates: a.lost_updates,
+        zombie_writes: a.zombie_writes,
+        stale_writes_rejected: a.stale_writes_rejected,
+        stale_reads_rejected: a.stale_reads_rejected,
+        pauses_injected: count(|f| matches!(f, Fault::Pause { .. })),
+        restarts_injected: count(|f| matches!(f, Fault::Restart { .. })),
+        delays_injected: count(|f| matches!(f, Fault::Delay { .. })),
+        token_regressions: a.token_regressions,
+        safe: a.lost_updates == 0 && a.zombie_writes == 0 && a.token_regressions.unwrap_or(0) == 0,
+        proofs: a.proofs,
+        history,
+        faults,
+    })
+}
+
+/// Reads the final counter, retrying while the service comes back from a crash.
+async fn read_counter(target: Target, ep: &Endpoints, op_timeout: Duration) -> Result<u64> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let attempt = async {
+            let mut d = Driver::connect(target, ep, op_timeout, 0).await?;
+            d.counter().await
+        };
+        match attempt.await {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() > deadline => return Err(e.context("read the final counter")),
+            Err(_) => sleep(Duration::from_millis(200)).await,
+        }
+    }
+}

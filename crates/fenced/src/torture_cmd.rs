@@ -1,0 +1,289 @@
+//! `fenced torture`: fault injection against Fenced and the locks people use today.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use fenced_lab::target::Target;
+use fenced_lab::torture::{self, Faults, Progress, TortureConfig, TortureReport};
+use fenced_lab::worker::{self, WorkerSpec};
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::sync::watch;
+
+use crate::args::{duration_ms, BadArgument, Global};
+
+#[derive(Args, Debug)]
+pub struct TortureArgs {
+    /// The system under test: fenced, fenced-unfenced, redis, etcd or postgres.
+    #[arg(long, default_value = "fenced")]
+    target: String,
+    /// Run several targets in turn with the same seed and print one table: a
+    /// comma-separated list, or `all`.
+    #[arg(long, value_name = "TARGETS")]
+    compare: Option<String>,
+    /// How long the workers run, faults and recovery included.
+    #[arg(long, default_value = "30s", value_parser = duration_ms)]
+    duration: u64,
+    /// Drives the nemesis and the workers' work times: the same seed, the same plan.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Worker processes.
+    #[arg(long, default_value_t = 5)]
+    workers: u32,
+    /// The lock's lease (etcd's are whole seconds, at least 2 s).
+    #[arg(long, default_value = "2s", value_parser = duration_ms)]
+    ttl: u64,
+    /// The longest work between a worker's read and its write.
+    #[arg(long, default_value = "50ms", value_parser = duration_ms)]
+    work: u64,
+    /// The last stretch without faults (default: a fifth of the run, at least 3 TTLs).
+    #[arg(long, value_parser = duration_ms)]
+    recovery: Option<u64>,
+    /// Faults to inject: a comma-separated subset of pause, crash, delay; or none.
+    #[arg(long, default_value = "pause,crash,delay")]
+    faults: String,
+    /// Write every operation and fault as JSON lines to this file.
+    #[arg(long, value_name = "FILE")]
+    history: Option<PathBuf>,
+}
+
+/// The worker processes' entry point (`fenced torture-worker SPEC`), not for people.
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    /// The worker's settings as JSON.
+    spec: String,
+}
+
+pub fn run_worker(a: WorkerArgs) -> anyhow::Result<ExitCode> {
+    let spec: WorkerSpec = serde_json::from_str(&a.spec).context("a torture worker's spec")?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    rt.block_on(worker::run(spec, &mut out))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run(a: TortureArgs, g: &Global) -> anyhow::Result<ExitCode> {
+    let targets: Vec<Target> = match &a.compare {
+        Some(list) if list == "all" => Ok(Target::ALL.to_vec()),
+        Some(list) => list.split(',').map(|t| t.trim().parse()).collect::<Result<_, _>>(),
+        None => a.target.parse().map(|t| vec![t]),
+    }
+    .map_err(|e: String| BadArgument::error(if a.compare.is_some() { "--compare" } else { "--target" }, e))?;
+    let faults = parse_faults(&a.faults).map_err(|e| BadArgument::error("--faults", e))?;
+    let duration = Duration::from_millis(a.duration);
+    let ttl = Duration::from_millis(a.ttl);
+    let recovery = a.recovery.map(Duration::from_millis).unwrap_or_else(|| (duration / 5).max(ttl * 3));
+    let configs: Vec<TortureConfig> = targets
+        .iter()
+        .map(|&target| TortureConfig {
+            target,
+            duration,
+            seed: a.seed,
+            workers: a.workers,
+            ttl,
+            work: Duration::from_millis(a.work),
+            recovery,
+            faults,
+            fenced_bin: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("fenced")),
+        })
+        .collect();
+    for c in &configs {
+        c.validate().map_err(|e| BadArgument::error("torture", e))?;
+    }
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let mut reports = Vec::new();
+    let mut history = match &a.history {
+        Some(p) => {
+            Some(std::io::BufWriter::new(std::fs::File::create(p).with_context(|| format!("create {}", p.display()))?))
+        }
+        None => None,
+    };
+    for cfg in &configs {
+        let report = match rt.block_on(one(cfg))? {
+            Some(r) => r,
+            None => {
+                eprintln!("interrupted: every service and worker this run started has been stopped");
+                return Ok(ExitCode::from(130));
+            }
+        };
+        if let Some(h) = history.as_mut() {
+            for op in &report.history {
+                serde_json::to_writer(&mut *h, &serde_json::json!({ "target": report.target, "op": op }))?;
+                h.write_all(b"\n")?;
+            }
+            for f in &report.faults {
+                serde_json::to_writer(&mut *h, &serde_json::json!({ "target": report.target, "fault": f }))?;
+                h.write_all(b"\n")?;
+            }
+        }
+        reports.push(report);
+    }
+    if let Some(mut h) = history {
+        h.flush()?;
+    }
+
+    if g.json() {
+        let v = if a.compare.is_some() { serde_json::to_value(&reports)? } else { serde_json::to_value(&reports[0])? };
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else if a.compare.is_some() {
+        print!("{}", table(&reports));
+    } else {
+        print!("{}", text(&reports[0]));
+    }
+    // Fencing on and unsafe is a bug in Fenced (or in its adapter): say so and fail.
+    let broken: Vec<&TortureReport> = reports.iter().filter(|r| r.fencing && !r.safe).collect();
+    for r in &broken {
+        eprintln!("error: {} lost safety with fencing on (seed {}):", r.target, r.seed);
+        for p in &r.proofs {
+            eprintln!("  {p}");
+        }
+    }
+    Ok(if broken.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// One run with a progress bar; `None` when interrupted (everything already stopped).
+async fn one(cfg: &TortureConfig) -> anyhow::Result<Option<TortureReport>> {
+    let (tx, mut rx) = watch::channel(Progress::default());
+    let bar = ProgressBar::new(cfg.duration.as_millis() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} torture {prefix} {bar:30} {msg}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(cfg.target.name());
+    let ticker = {
+        let bar = bar.clone();
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let p = *rx.borrow();
+                bar.set_position(p.elapsed_ms);
+                bar.set_message(format!("{:.0} s, {} ops, {} faults", p.elapsed_ms as f64 / 1000.0, p.ops, p.faults));
+            }
+        })
+    };
+    let result = tokio::select! {
+        r = torture::run(cfg, tx) => Some(r),
+        _ = interrupted() => None,
+    };
+    ticker.abort();
+    bar.finish_and_clear();
+    result.transpose()
+}
+
+/// Ctrl-C or SIGTERM.
+async fn interrupted() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
+    }
+}
+
+fn parse_faults(s: &str) -> Result<Faults, String> {
+    let mut f = Faults { pause: false, crash: false, delay: false };
+    if s == "none" {
+        return Ok(f);
+    }
+    for part in s.split(',').map(str::trim) {
+        match part {
+            "pause" => f.pause = true,
+            "crash" => f.crash = true,
+            "delay" => f.delay = true,
+            other => return Err(format!("unknown fault '{other}' (pause, crash, delay, or none)")),
+        }
+    }
+    Ok(f)
+}
+
+fn regressions(r: &TortureReport) -> String {
+    r.token_regressions.map_or_else(|| "n/a".into(), |n| n.to_string())
+}
+
+fn verdict(r: &TortureReport) -> &'static str {
+    match (r.safe, r.fencing) {
+        (true, _) => "safe",
+        (false, true) => "UNSAFE (a bug)",
+        (false, false) => "unsafe",
+    }
+}
+
+fn text(r: &TortureReport) -> String {
+    let mut s = format!(
+        "torture {}: seed {}, {:.1} s, {} workers, lease {} ms, fencing {}\n",
+        r.target,
+        r.seed,
+        r.duration_ms as f64 / 1000.0,
+        r.workers,
+        r.ttl_ms,
+        if r.fencing { "on" } else { "off" }
+    );
+    s += &format!(
+        "  faults: {} pauses, {} restarts, {} network delays\n",
+        r.pauses_injected, r.restarts_injected, r.delays_injected
+    );
+    s += &format!(
+        "  {} grants; {} writes, {} acknowledged, {} indeterminate; final counter {}\n",
+        r.grants, r.writes_attempted, r.acknowledged, r.writes_indeterminate, r.final_value
+    );
+    s += &format!(
+        "  lost updates {}, zombie writes {}, stale writes rejected {}, token regressions {}\n",
+        r.lost_updates,
+        r.zombie_writes,
+        r.stale_writes_rejected,
+        regressions(r)
+    );
+    s += &format!("  verdict: {}\n", verdict(r));
+    for p in r.proofs.iter().take(5) {
+        s += &format!("    {p}\n");
+    }
+    s
+}
+
+fn table(reports: &[TortureReport]) -> String {
+    let Some(first) = reports.first() else { return String::new() };
+    let mut s = format!(
+        "torture --compare: seed {}, {:.1} s each, {} workers, lease {} ms\n\n",
+        first.seed,
+        first.duration_ms as f64 / 1000.0,
+        first.workers,
+        first.ttl_ms
+    );
+    s += &format!(
+        "{:<16} {:>7} {:>6} {:>6} {:>6} {:>7} {:>8} {:>6} {:>8} {:>6} {:>11}  {}\n",
+        "target",
+        "fencing",
+        "acked",
+        "final",
+        "lost",
+        "zombie",
+        "rejected",
+        "pauses",
+        "restarts",
+        "delays",
+        "regressions",
+        "verdict"
+    );
+    for r in reports {
+        s += &format!(
+            "{:<16} {:>7} {:>6} {:>6} {:>6} {:>7} {:>8} {:>6} {:>8} {:>6} {:>11}  {}\n",
+            r.target.name(),
+            if r.fencing { "on" } else { "off" },
+            r.acknowledged,
+            r.final_value,
+            r.lost_updates,
+            r.zombie_writes,
+            r.stale_writes_rejected,
+            r.pauses_injected,
+            r.restarts_injected,
+            r.delays_injected,
+            regressions(r),
+            verdict(r)
+        );
+    }
+    s
+}
