@@ -315,6 +315,8 @@ pub struct BenchReport {
     pub ttl_ms: Option<u64>,
     pub false_expiries: Option<u64>,
     pub late_keepalives: Option<u64>,
+    /// Keepalives due in the window but not sent by its end (the schedule was not kept).
+    pub keepalives_unsent: Option<u64>,
     /// The server's CPU time over the measured window, when we started it.
     pub server_cpu_s: Option<f64>,
     /// The server's CPU time per operation.
@@ -424,6 +426,7 @@ fn blank_report(cfg: &BenchConfig) -> BenchReport {
         ttl_ms: None,
         false_expiries: None,
         late_keepalives: None,
+        keepalives_unsent: None,
         server_cpu_s: None,
         server_cpu_us_per_op: None,
         client_cpu_s: None,
@@ -630,6 +633,7 @@ async fn run_keepalive(cfg: &BenchConfig, peer: &Peer, ops: Arc<AtomicU64>) -> R
     r.ttl_ms = Some(cfg.ttl.as_millis() as u64);
     r.false_expiries = Some(k.false_expiries);
     r.late_keepalives = Some(k.late);
+    r.keepalives_unsent = Some(k.unsent);
     cpu_fields(&mut r, k.server_cpu.map(|c| (Duration::ZERO, c)), k.client_cpu.map(|c| (Duration::ZERO, c)));
     Ok(r)
 }

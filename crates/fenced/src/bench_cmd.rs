@@ -264,8 +264,9 @@ fn text(r: &BenchReport) -> String {
     }
     if let (Some(n), Some(ttl), Some(fe), Some(late)) = (r.leases, r.ttl_ms, r.false_expiries, r.late_keepalives) {
         s += &format!(
-            "  {n} leases, TTL {ttl} ms, each kept alive every {} ms; false expiries {fe}, late keepalives {late}\n",
-            ttl / 3
+            "  {n} leases, TTL {ttl} ms, each kept alive every {} ms; false expiries {fe}, late keepalives {late}, unsent at the end {}\n",
+            ttl / 3,
+            r.keepalives_unsent.unwrap_or(0)
         );
     }
     let c = cpu(r);

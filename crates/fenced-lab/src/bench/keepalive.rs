@@ -31,6 +31,9 @@ pub struct KeepaliveOutcome {
     /// Keepalives that came back more than a TTL after the previous successful one was
     /// sent: a client could no longer trust its lease, whatever the server said.
     pub late: u64,
+    /// Keepalives due in the window that were still unsent at its end: the client (or
+    /// the server behind it) fell that far behind the schedule.
+    pub unsent: u64,
     /// The measured window.
     pub window: Duration,
     /// The server's CPU time over the window, when its pid is known.
@@ -77,6 +80,7 @@ pub async fn run(
         tally: Tally::default(),
         false_expiries: 0,
         late: 0,
+        unsent: 0,
         window: duration,
         server_cpu: server0.zip(server1).map(|(a, b)| b.saturating_sub(a)),
         client_cpu: client0.zip(client1).map(|(a, b)| b.saturating_sub(a)),
@@ -92,6 +96,7 @@ pub async fn run(
         }
         out.false_expiries += one.false_expiries;
         out.late += one.late;
+        out.unsent += one.unsent;
     }
     Ok(out)
 }
@@ -110,6 +115,7 @@ struct ConnOutcome {
     tally: Tally,
     false_expiries: u64,
     late: u64,
+    unsent: u64,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -123,12 +129,18 @@ async fn one_connection(
     end: Instant,
     ops: Arc<AtomicU64>,
 ) -> ConnOutcome {
-    let mut out = ConnOutcome { tally: Tally::default(), false_expiries: 0, late: 0 };
+    let mut out = ConnOutcome { tally: Tally::default(), false_expiries: 0, late: 0, unsent: 0 };
     let mut leases: Vec<Lease> = Vec::with_capacity(n);
     let mut k: u64 = 0;
     loop {
         let due = first + Duration::from_nanos((slot.as_nanos() as u64).saturating_mul(k));
         if due >= end || n == 0 {
+            return out;
+        }
+        if Instant::now() >= end {
+            // Behind schedule at the end: what was due and not sent is counted, not sent.
+            let behind = end.saturating_duration_since(due.max(measure_from));
+            out.unsent = (behind.as_nanos() / slot.as_nanos().max(1)) as u64 + 1;
             return out;
         }
         let i = (k % n as u64) as usize;
