@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use fenced_core::{Admission, Token};
 use serde_json::json;
 
-use super::{json, read_body, ApiError, App};
+use super::{json, read_body, ApiError, App, AppInner};
 use crate::events::Event;
 use crate::metrics::inc;
 
@@ -42,6 +42,17 @@ pub async fn write(
     let key = store_key(&app, key)?;
     let token = fencing_token(&headers)?;
     let value = read_body(&headers, body, app.config.value_bytes_max, "value").await?;
+    let highest_seen = write_value(&app, key.clone(), token, value.to_vec()).await?;
+    let t = highest_seen.get();
+    Ok(json(StatusCode::OK, &json!({ "key": key, "token": t, "highest_seen": t })))
+}
+
+/// A fenced write (HTTP and the wire protocol) of a checked key: the new mark when
+/// accepted. No token is 428 `token_required`; a stale one is 409 `stale_token`.
+pub async fn write_value(app: &AppInner, key: String, token: Option<Token>, value: Vec<u8>) -> Result<Token, ApiError> {
+    if value.len() > app.config.value_bytes_max {
+        return Err(ApiError::too_large("value", app.config.value_bytes_max));
+    }
     let Some(token) = token else {
         return Err(ApiError::new(
             StatusCode::PRECONDITION_REQUIRED,
@@ -49,22 +60,17 @@ pub async fn write(
             "a write to the fenced store needs a Fencing-Token header",
         ));
     };
-    let answer = app.store.put(key.clone(), Some(token), value.to_vec()).await.map_err(ApiError::internal)?;
+    let answer = app.store.put(key.clone(), Some(token), value).await.map_err(ApiError::internal)?;
     match answer.admission {
         Admission::Accepted { token, .. } => {
             inc(&app.metrics.store_writes_accepted);
             let t = token.get();
-            app.locks.publish(|| Event::StoreAccepted {
-                at_ms: app.locks.now_ms(),
-                key: key.clone(),
-                token: t,
-                op: "write",
-            });
-            Ok(json(StatusCode::OK, &json!({ "key": key, "token": t, "highest_seen": t })))
+            app.locks.publish(|| Event::StoreAccepted { at_ms: app.locks.now_ms(), key, token: t, op: "write" });
+            Ok(token)
         }
         Admission::Rejected { token, highest_seen } => {
             inc(&app.metrics.stale_writes_rejected);
-            Err(stale(&app, key, token, highest_seen, "write"))
+            Err(stale(app, key, token, highest_seen, "write"))
         }
         other => Err(ApiError::internal(format!("unexpected admission {other:?}"))),
     }
@@ -73,14 +79,29 @@ pub async fn write(
 /// `GET /v1/store/{key}`, a fenced read when `Fencing-Token` is present.
 pub async fn read(State(app): State<App>, Path(key): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
     let key = store_key(&app, key)?;
-    let answer = match fencing_token(&headers)? {
+    let (mark, value) = read_value(&app, key, fencing_token(&headers)?).await?;
+    let mut resp = (StatusCode::OK, [(header::CONTENT_TYPE, "application/octet-stream")], value).into_response();
+    if let Some(m) = mark {
+        resp.headers_mut().insert(HIGHEST_SEEN, HeaderValue::from(m.get()));
+    }
+    Ok(resp)
+}
+
+/// A read of a checked key (HTTP and the wire protocol), fenced when `token` is
+/// given: the key's mark and its value. Absent is 404 `not_found` (with the mark).
+pub async fn read_value(
+    app: &AppInner,
+    key: String,
+    token: Option<Token>,
+) -> Result<(Option<Token>, Vec<u8>), ApiError> {
+    let answer = match token {
         Some(token) => app.store.fenced_read(key.clone(), token).await,
         None => app.store.read(key.clone()).await,
     }
     .map_err(ApiError::internal)?;
     if let Admission::Rejected { token, highest_seen } = answer.admission {
         inc(&app.metrics.stale_reads_rejected);
-        return Err(stale(&app, key, token, highest_seen, "read"));
+        return Err(stale(app, key, token, highest_seen, "read"));
     }
     if let Admission::Accepted { token, .. } = answer.admission {
         let t = token.get();
@@ -99,14 +120,10 @@ pub async fn read(State(app): State<App>, Path(key): Path<String>, headers: Head
             None => e,
         });
     };
-    let mut resp = (StatusCode::OK, [(header::CONTENT_TYPE, "application/octet-stream")], value).into_response();
-    if let Some(m) = mark {
-        resp.headers_mut().insert(HIGHEST_SEEN, HeaderValue::from(m.get()));
-    }
-    Ok(resp)
+    Ok((mark, value))
 }
 
-fn stale(app: &App, key: String, token: Token, highest_seen: Token, op: &'static str) -> ApiError {
+fn stale(app: &AppInner, key: String, token: Token, highest_seen: Token, op: &'static str) -> ApiError {
     let (t, h) = (token.get(), highest_seen.get());
     app.locks.publish(|| Event::StoreRejected { at_ms: app.locks.now_ms(), key, token: t, highest_seen: h, op });
     ApiError::new(
@@ -118,7 +135,7 @@ fn stale(app: &App, key: String, token: Token, highest_seen: Token, op: &'static
     .with("highest_seen", h)
 }
 
-fn store_key(app: &App, key: String) -> Result<String, ApiError> {
+pub fn store_key(app: &AppInner, key: String) -> Result<String, ApiError> {
     let max = app.config.store_key_bytes_max;
     if key.is_empty() || key.len() > max || key.chars().any(char::is_control) {
         return Err(ApiError::bad_request(
