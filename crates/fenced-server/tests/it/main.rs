@@ -7,3 +7,4 @@ mod input;
 mod limits;
 mod restart;
 mod tls;
+mod wire;
