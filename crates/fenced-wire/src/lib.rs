@@ -131,9 +131,12 @@ pub enum FrameError {
     Malformed { id: u32, what: &'static str },
 }
 
-/// One complete frame at the start of `buf`: `(id, op, payload, bytes used)`, or
-/// `None` when more bytes are needed. `max` bounds the declared length.
-pub fn split_frame(buf: &[u8], max: usize) -> Result<Option<(u32, u8, &[u8], usize)>, FrameError> {
+/// A complete frame at the start of a buffer: `(id, op, payload, bytes used)`.
+pub type Split<'a> = (u32, u8, &'a [u8], usize);
+
+/// One complete frame at the start of `buf`, or `None` when more bytes are needed.
+/// `max` bounds the declared length.
+pub fn split_frame(buf: &[u8], max: usize) -> Result<Option<Split<'_>>, FrameError> {
     if buf.len() < 4 {
         return Ok(None);
     }
