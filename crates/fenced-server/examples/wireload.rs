@@ -241,6 +241,63 @@ impl Redis {
     }
 }
 
+/// One Redis connection shared by many tasks, commands pipelined: a writer task sends
+/// what has queued in one write, a reader task hands replies back in order. This is
+/// what a multiplexing Redis client (redis-rs `MultiplexedConnection`) does, the
+/// like-for-like peer of one `fenced://` connection.
+#[derive(Clone)]
+struct RedisMux {
+    tx: tokio::sync::mpsc::UnboundedSender<(Vec<u8>, tokio::sync::oneshot::Sender<String>)>,
+}
+
+impl RedisMux {
+    async fn new(addr: SocketAddr) -> RedisMux {
+        let s = TcpStream::connect(addr).await.unwrap();
+        s.set_nodelay(true).unwrap();
+        let (mut rd, mut wr) = s.into_split();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(Vec<u8>, tokio::sync::oneshot::Sender<String>)>();
+        let (qtx, mut qrx) = tokio::sync::mpsc::unbounded_channel::<tokio::sync::oneshot::Sender<String>>();
+        tokio::spawn(async move {
+            let mut buf = Vec::new();
+            while let Some((cmd, reply)) = rx.recv().await {
+                buf.extend_from_slice(&cmd);
+                let _ = qtx.send(reply);
+                while let Ok((cmd, reply)) = rx.try_recv() {
+                    buf.extend_from_slice(&cmd);
+                    let _ = qtx.send(reply);
+                }
+                if wr.write_all(&buf).await.is_err() {
+                    return;
+                }
+                buf.clear();
+            }
+        });
+        tokio::spawn(async move {
+            let mut buf: Vec<u8> = Vec::new();
+            let mut chunk = vec![0u8; 65536];
+            loop {
+                // Replies here are single lines (+OK, $-1, :1).
+                while let Some(eol) = buf.windows(2).position(|w| w == b"\r\n") {
+                    let line = String::from_utf8_lossy(&buf[..eol]).into_owned();
+                    buf.drain(..eol + 2);
+                    let _ = qrx.recv().await.expect("a caller per reply").send(line);
+                }
+                match rd.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+        });
+        RedisMux { tx }
+    }
+
+    async fn call(&self, cmd: &[u8]) -> String {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.tx.send((cmd.to_vec(), tx)).unwrap();
+        rx.await.unwrap()
+    }
+}
+
 const CAD: &str = "if redis.call('get',KEYS[1]) == ARGV[1] then return redis.call('del',KEYS[1]) else return 0 end";
 
 /// Redis: SET NX PX + compare-and-delete per cycle; on one shared key the clients
@@ -279,6 +336,38 @@ async fn redis_cycles(addr: SocketAddr, clients: usize, shared_lock: bool, dur: 
     let elapsed = start.elapsed();
     let lock = if shared_lock { "one key, spinning" } else { "own keys" };
     report(&format!("redis no persistence, {clients} clients, connection each, {lock}"), results, elapsed);
+}
+
+/// Redis on own keys through one pipelined connection shared by all clients.
+async fn redis_mux_cycles(addr: SocketAddr, clients: usize, dur: Duration) {
+    let start = Instant::now() + Duration::from_millis(300);
+    let mux = RedisMux::new(addr).await;
+    let mut tasks = Vec::new();
+    for i in 0..clients {
+        let r = mux.clone();
+        tasks.push(tokio::spawn(async move {
+            let (key, val) = (format!("mux-{i}"), format!("holder-{i}"));
+            let set = resp(&["SET", &key, &val, "NX", "PX", "10000"]);
+            let del = resp(&["EVAL", CAD, "1", &key, &val]);
+            tokio::time::sleep_until(start.into()).await;
+            let (mut c, mut a, mut n) = (hist(), hist(), 0u64);
+            while start.elapsed() < dur {
+                let t = Instant::now();
+                assert_eq!(r.call(&set).await, "+OK");
+                a.record(t.elapsed().as_micros().max(1) as u64).unwrap();
+                assert_eq!(r.call(&del).await, ":1");
+                c.record(t.elapsed().as_micros().max(1) as u64).unwrap();
+                n += 1;
+            }
+            (n, c, a)
+        }));
+    }
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.unwrap());
+    }
+    let elapsed = start.elapsed();
+    report(&format!("redis no persistence, {clients} clients, one connection, own keys"), results, elapsed);
 }
 
 /// Creates `n` leases over one raw wire connection, pipelined.
@@ -351,6 +440,7 @@ async fn run(bin: String, dur: Duration) {
         fenced_cycles(&http_ep, Sharing::OneClient, clients, false, dur).await;
         if let Some((_, addr)) = &redis {
             redis_cycles(*addr, clients, false, dur).await;
+            redis_mux_cycles(*addr, clients, dur).await;
         }
     }
     fenced_cycles(&wire_ep, Sharing::OneClient, 16, true, dur).await;
