@@ -1,35 +1,38 @@
 //! The client handle, its builder, and lock requests.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use fenced_core::{LeaseId, LockName, Token};
 use hyper::Method;
 use tokio::time::Instant;
+
+use crate::conn::Conn;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 use crate::guard::{Grant, LockGuard};
-use crate::http::{segment, Transport};
+use crate::http::segment;
 use crate::resource::Store;
 use crate::validity;
-use crate::wire::{self, CheckBody, GrantBody, LeaseBody};
+use crate::wire;
 
 /// The endpoint used when neither the builder nor `FENCED_ENDPOINT` names one.
 pub const ENDPOINT_DEFAULT: &str = "http://127.0.0.1:7400";
 
-/// A handle on one lock service. Cheap to clone; clones share one connection pool.
+/// A handle on one lock service. Cheap to clone; clones share one connection pool
+/// (`http://`, `https://`) or one multiplexed connection (`fenced://`).
 #[derive(Clone, Debug)]
 pub struct Client {
-    /// The HTTP side.
-    transport: Arc<Transport>,
+    /// The transport the endpoint's scheme chose.
+    conn: Conn,
 }
 
 /// Configures a [`Client`].
 #[derive(Clone, Debug)]
 pub struct ClientBuilder {
-    /// `http://host:port`; `FENCED_ENDPOINT`, else [`ENDPOINT_DEFAULT`].
+    /// `http://host:port`, `https://host:port` or `fenced://host:port` (the binary
+    /// wire protocol); `FENCED_ENDPOINT`, else [`ENDPOINT_DEFAULT`].
     endpoint: Option<String>,
     /// Sent as `Authorization: Bearer ..`; `FENCED_AUTH_TOKEN` by default.
     auth_token: Option<String>,
@@ -96,9 +99,8 @@ impl ClientBuilder {
             })?),
             (None, None) => None,
         };
-        let transport =
-            Transport::new(&endpoint, auth.as_deref(), self.connect_timeout, self.request_timeout, ca.as_deref())?;
-        Ok(Client { transport })
+        let conn = Conn::new(&endpoint, auth.as_deref(), self.connect_timeout, self.request_timeout, ca.as_deref())?;
+        Ok(Client { conn })
     }
 }
 
@@ -134,9 +136,9 @@ impl Client {
         ClientBuilder::default()
     }
 
-    /// The endpoint, `http://host:port`.
+    /// The endpoint, `http://host:port` (or `https://`, `fenced://`).
     pub fn endpoint(&self) -> &str {
-        &self.transport.base
+        self.conn.endpoint()
     }
 
     /// Starts a lock request; nothing is sent until `acquire` or `try_acquire`.
@@ -175,7 +177,8 @@ impl Client {
             Some(p) => format!("/v1/locks?prefix={}", segment(p)),
             None => "/v1/locks".to_owned(),
         };
-        let r = self.transport.send(Method::GET, &path, &[], None, self.transport.request_timeout).await?;
+        let t = self.conn.http("listing locks")?;
+        let r = t.send(Method::GET, &path, &[], None, t.request_timeout).await?;
         if !r.is_success() {
             return Err(r.api_error().into_error());
         }
@@ -185,7 +188,8 @@ impl Client {
     /// One lock as the server describes it.
     pub async fn lock_info(&self, name: &str) -> Result<serde_json::Value, Error> {
         let path = format!("/v1/locks/{}", segment(name));
-        let r = self.transport.send(Method::GET, &path, &[], None, self.transport.request_timeout).await?;
+        let t = self.conn.http("describing a lock")?;
+        let r = t.send(Method::GET, &path, &[], None, t.request_timeout).await?;
         if !r.is_success() {
             return Err(r.api_error().into_error());
         }
@@ -195,40 +199,28 @@ impl Client {
     /// Asks whether `token` is still the current grant of `name` (Chubby's
     /// CheckSequencer). Returns whether it is, and the current holder's token.
     pub async fn check(&self, name: &str, token: Token) -> Result<(bool, Option<Token>), Error> {
-        let path = format!("/v1/locks/{}/check", segment(name));
-        let body = serde_json::json!({ "token": token.get() });
-        let r = self.transport.json(Method::POST, &path, &body, self.transport.request_timeout).await?;
-        if !r.is_success() {
-            return Err(r.api_error().into_error());
-        }
-        let b: CheckBody = r.json()?;
+        let b = self.conn.check(name, token).await?.map_err(|e| e.into_error())?;
         Ok((b.current, b.token.and_then(Token::new)))
     }
 
     /// Keeps a lease alive once; answers its TTL. `Error::NotFound` once it is gone.
     pub async fn keepalive(&self, lease: LeaseId) -> Result<Duration, Error> {
-        let path = format!("/v1/leases/{}/keepalive", lease.to_hex());
-        let r = self.transport.send(Method::POST, &path, &[], None, self.transport.request_timeout).await?;
-        if !r.is_success() {
-            return Err(r.api_error().into_error());
-        }
-        Ok(Duration::from_millis(r.json::<LeaseBody>()?.ttl_ms))
+        let ttl_ms = self.conn.keepalive(lease, self.conn.request_timeout()).await?.map_err(|e| e.into_error())?;
+        Ok(Duration::from_millis(ttl_ms))
     }
 
     /// Revokes a lease: every lock held under it is released. Idempotent.
     pub async fn revoke_lease(&self, lease: LeaseId) -> Result<(), Error> {
-        let path = format!("/v1/leases/{}", lease.to_hex());
-        let r = self.transport.send(Method::DELETE, &path, &[], None, self.transport.request_timeout).await?;
-        if r.is_success() || r.status == 404 {
-            Ok(())
-        } else {
-            Err(r.api_error().into_error())
+        match self.conn.revoke(lease).await? {
+            Ok(()) => Ok(()),
+            Err(e) if e.status == 404 => Ok(()),
+            Err(e) => Err(e.into_error()),
         }
     }
 
     /// The server's built-in fenced key-value store.
     pub fn store(&self) -> Store {
-        Store::new(self.transport.clone())
+        Store::new(self.conn.clone())
     }
 }
 
@@ -280,20 +272,17 @@ impl LockRequest {
         if ttl_ms == 0 {
             return Err(Error::BadRequest("the TTL must be at least 1 ms".into()));
         }
-        let transport = &self.client.transport;
-        let path = format!("/v1/locks/{}/acquire", segment(name.as_str()));
+        let conn = &self.client.conn;
         let give_up_at = Instant::now() + wait;
         let grant_started = Instant::now();
         let (body, sent_at) = loop {
             let wait_left = give_up_at.saturating_duration_since(Instant::now());
             let wait_ms = u64::try_from(wait_left.as_millis()).unwrap_or(u64::MAX);
-            let req = serde_json::json!({ "ttl_ms": ttl_ms, "wait_ms": wait_ms });
             let sent_at = Instant::now();
-            let r = transport.json(Method::POST, &path, &req, transport.request_timeout + wait_left).await?;
-            if r.is_success() {
-                break (r.json::<GrantBody>()?, sent_at);
-            }
-            let api = r.api_error();
+            let api = match conn.acquire(&name, ttl_ms, wait_ms, conn.request_timeout() + wait_left).await? {
+                Ok(body) => break (body, sent_at),
+                Err(api) => api,
+            };
             match (api.status, api.code.as_str()) {
                 (409, "lock_held") => return Err(Error::LockHeld { name: name.to_string() }),
                 // The server refuses grants right after a crash, until every lease that
@@ -330,6 +319,6 @@ impl LockRequest {
                 Err(_) => {} // the guard's own keepalive retries until the deadline
             }
         }
-        Ok(LockGuard::start(grant, transport.clone()))
+        Ok(LockGuard::start(grant, conn.clone()))
     }
 }

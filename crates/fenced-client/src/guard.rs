@@ -12,15 +12,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use fenced_core::{LeaseId, LockName, Token};
-use hyper::Method;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, timeout_at, Instant};
 use tokio_util::sync::CancellationToken;
 
+use crate::conn::Conn;
 use crate::error::{Error, LostReason};
-use crate::http::{segment, Transport};
 use crate::validity;
-use crate::wire::LeaseBody;
 
 /// A held lock. Dropping it stops the keepalive and releases the lock in the
 /// background (best effort); call [`LockGuard::release`] to know that it happened.
@@ -28,8 +26,8 @@ use crate::wire::LeaseBody;
 pub struct LockGuard {
     /// State shared with the keepalive task.
     shared: Arc<Shared>,
-    /// The HTTP side, for release.
-    transport: Arc<Transport>,
+    /// The lock service, for release.
+    conn: Conn,
     /// Stops the keepalive task on release or drop.
     stop: CancellationToken,
     /// The keepalive task, awaited on release.
@@ -94,7 +92,7 @@ pub(crate) struct Grant {
 }
 
 impl LockGuard {
-    pub(crate) fn start(grant: Grant, transport: Arc<Transport>) -> LockGuard {
+    pub(crate) fn start(grant: Grant, conn: Conn) -> LockGuard {
         let shared = Arc::new(Shared {
             name: grant.name,
             token: grant.token,
@@ -107,8 +105,8 @@ impl LockGuard {
             keepalive_paused: AtomicBool::new(false),
         });
         let stop = CancellationToken::new();
-        let task = tokio::spawn(keepalive_loop(shared.clone(), transport.clone(), stop.clone(), grant.sent_at));
-        LockGuard { shared, transport, stop, task: Some(task) }
+        let task = tokio::spawn(keepalive_loop(shared.clone(), conn.clone(), stop.clone(), grant.sent_at));
+        LockGuard { shared, conn, stop, task: Some(task) }
     }
 
     /// The fencing token of this grant: pass it with every operation on the resource.
@@ -188,7 +186,7 @@ impl LockGuard {
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
-        let result = release_on_server(&self.transport, &self.shared).await;
+        let result = release_on_server(&self.conn, &self.shared).await;
         match self.lost_reason() {
             Some(reason) => Err(Error::Lost(reason)),
             None => result,
@@ -203,9 +201,9 @@ impl Drop for LockGuard {
         task.abort();
         // Best effort: without a runtime (or while it shuts down) the lease simply expires.
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let (transport, shared) = (self.transport.clone(), self.shared.clone());
+            let (conn, shared) = (self.conn.clone(), self.shared.clone());
             handle.spawn(async move {
-                let _ = release_on_server(&transport, &shared).await;
+                let _ = release_on_server(&conn, &shared).await;
             });
         }
     }
@@ -213,29 +211,24 @@ impl Drop for LockGuard {
 
 /// Releases the lock, then deletes the lease, which only this guard used. A lease the
 /// server no longer knows is already released.
-async fn release_on_server(transport: &Transport, shared: &Shared) -> Result<(), Error> {
-    let lease = shared.lease_id.to_hex();
-    let path = format!("/v1/locks/{}/release", segment(shared.name.as_str()));
-    let body = serde_json::json!({ "lease_id": lease });
-    let release = transport.json(Method::POST, &path, &body, transport.request_timeout).await?;
-    let released_ok = release.is_success() || release.status == 404 || release.status == 409;
-    let delete =
-        transport.send(Method::DELETE, &format!("/v1/leases/{lease}"), &[], None, transport.request_timeout).await?;
-    if !delete.is_success() && delete.status != 404 {
-        return Err(delete.api_error().into_error());
+async fn release_on_server(conn: &Conn, shared: &Shared) -> Result<(), Error> {
+    let (release, revoke) = conn.release_and_revoke(&shared.name, shared.lease_id).await?;
+    if let Err(e) = revoke {
+        if e.status != 404 {
+            return Err(e.into_error());
+        }
     }
-    if !released_ok {
-        return Err(release.api_error().into_error());
+    match release {
+        Err(e) if e.status != 404 && e.status != 409 => Err(e.into_error()),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Keeps the lease alive at a third of the TTL and fires the lost signal at the
 /// client-side deadline when no keepalive got through. Retries a keepalive that failed
 /// in transit (keepalive is idempotent) for as long as the deadline allows.
-async fn keepalive_loop(shared: Arc<Shared>, transport: Arc<Transport>, stop: CancellationToken, sent_at: Instant) {
-    let lease = shared.lease_id.to_hex();
-    let path = format!("/v1/leases/{lease}/keepalive");
+async fn keepalive_loop(shared: Arc<Shared>, conn: Conn, stop: CancellationToken, sent_at: Instant) {
+    let lease = shared.lease_id;
     let retry_step = (shared.ttl / 10).max(Duration::from_millis(10));
     let mut next = validity::next_keepalive(sent_at, shared.ttl);
     loop {
@@ -252,7 +245,7 @@ async fn keepalive_loop(shared: Arc<Shared>, transport: Arc<Transport>, stop: Ca
         let sent_at = Instant::now();
         let attempt = tokio::select! {
             _ = stop.cancelled() => return,
-            r = timeout_at(deadline, transport.send(Method::POST, &path, &[], None, transport.request_timeout)) => r,
+            r = timeout_at(deadline, conn.keepalive(lease, conn.request_timeout())) => r,
         };
         let response = match attempt {
             // The answer could not arrive before the deadline: the lease may be gone.
@@ -266,17 +259,14 @@ async fn keepalive_loop(shared: Arc<Shared>, transport: Arc<Transport>, stop: Ca
         if Instant::now() >= deadline {
             return shared.mark_lost(LostReason::KeepaliveTooLate);
         }
-        match response.status {
-            200 => match response.json::<LeaseBody>() {
-                Ok(body) => {
-                    shared.extend(sent_at, Duration::from_millis(body.ttl_ms));
-                    next = validity::next_keepalive(sent_at, shared.ttl);
-                }
-                Err(_) => next = Instant::now() + retry_step,
-            },
-            404 => return shared.mark_lost(LostReason::LeaseNotFound),
-            401 | 403 => return shared.mark_lost(LostReason::Unauthorised),
-            _ => next = Instant::now() + retry_step,
+        match response {
+            Ok(ttl_ms) => {
+                shared.extend(sent_at, Duration::from_millis(ttl_ms));
+                next = validity::next_keepalive(sent_at, shared.ttl);
+            }
+            Err(e) if e.status == 404 => return shared.mark_lost(LostReason::LeaseNotFound),
+            Err(e) if e.status == 401 || e.status == 403 => return shared.mark_lost(LostReason::Unauthorised),
+            Err(_) => next = Instant::now() + retry_step,
         }
     }
 }

@@ -20,9 +20,11 @@
 //! safe: pass it to a [`FencedResource`].
 
 mod client;
+mod conn;
 mod error;
 mod guard;
 mod http;
+mod mux;
 pub mod resource;
 pub mod validity;
 mod wire;

@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 pub struct Config {
     /// Address to listen on.
     pub listen: String,
+    /// Address of the binary wire protocol's listener (plain TCP); none: off.
+    pub wire_listen: Option<String>,
     /// Directory of the embedded database.
     pub data_dir: PathBuf,
     /// File holding the bearer token every `/v1` call must present; none: no auth.
@@ -66,6 +68,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: "127.0.0.1:7400".into(),
+            wire_listen: None,
             data_dir: PathBuf::from("./fenced-data"),
             auth_token_file: None,
             tls_cert: None,
@@ -145,7 +148,7 @@ impl Config {
         // Optional paths are absent from the serialized defaults; list them by hand.
         let mut keys: Vec<String> =
             toml::Table::try_from(Config::default()).expect("serializes").keys().cloned().collect();
-        keys.extend(["auth_token_file", "tls_cert", "tls_key"].map(String::from));
+        keys.extend(["wire_listen", "auth_token_file", "tls_cert", "tls_key"].map(String::from));
         keys
     }
 
@@ -153,6 +156,10 @@ impl Config {
         let bad = |m: &str| Err(ConfigError::Invalid(m.to_string()));
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return bad("tls_cert and tls_key go together");
+        }
+        if self.wire_listen.is_some() && self.tls_cert.is_some() {
+            // The wire protocol has no TLS yet: it must not serve in clear beside HTTPS.
+            return bad("wire_listen serves plain TCP and cannot be combined with tls_cert");
         }
         if self.ttl_ms_min == 0 || self.ttl_ms_min > self.ttl_ms_max {
             return bad("need 0 < ttl_ms_min <= ttl_ms_max");
@@ -198,8 +205,10 @@ impl Config {
 /// Parses a raw string as the TOML type the default of `key` has (paths and the
 /// address are strings, everything else is an integer).
 fn typed(key: &str, raw: &str) -> Result<toml::Value, ConfigError> {
-    let is_string =
-        matches!(key, "listen" | "data_dir" | "auth_token_file" | "tls_cert" | "tls_key" | "unfenced_prefix");
+    let is_string = matches!(
+        key,
+        "listen" | "wire_listen" | "data_dir" | "auth_token_file" | "tls_cert" | "tls_key" | "unfenced_prefix"
+    );
     if is_string {
         return Ok(toml::Value::String(raw.to_string()));
     }
@@ -221,6 +230,10 @@ mod tests {
         let env = vec![("FENCED_TTL_MS_MAX".to_string(), "6000".to_string()), ("OTHER".into(), "x".into())];
         let c = Config::layered(Some(file), env, &[("listen", "127.0.0.1:2".into())]).unwrap();
         assert_eq!(c.listen, "127.0.0.1:2");
+        assert_eq!(c.wire_listen, None);
+        let w = Config::layered(None, vec![("FENCED_WIRE_LISTEN".into(), "127.0.0.1:3".into())], &[]).unwrap();
+        assert_eq!(w.wire_listen.as_deref(), Some("127.0.0.1:3"));
+        assert_eq!(Config::layered(Some(&w.to_toml()), vec![], &[]).unwrap(), w);
         assert_eq!(c.ttl_ms_max, 6000);
         assert_eq!(c.wait_ms_max, 7000);
         assert_eq!(c.leases_max, Config::default().leases_max);

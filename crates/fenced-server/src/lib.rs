@@ -12,6 +12,7 @@ mod events;
 mod listener;
 mod locks;
 mod metrics;
+mod wire;
 
 use std::future::Future;
 use std::sync::atomic::AtomicU64;
@@ -42,10 +43,30 @@ pub enum ServerError {
     Setup(String),
 }
 
-/// Serves on `listener` until `shutdown` resolves, then drains in-flight requests
-/// (bounded by `shutdown_drain_ms`) and closes the database.
+/// Serves on `listener` (and on `config.wire_listen` when set) until `shutdown`
+/// resolves, then drains in-flight requests (bounded by `shutdown_drain_ms`) and
+/// closes the database.
 pub async fn run(
     listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let wire = match &config.wire_listen {
+        None => None,
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|e| ServerError::Setup(format!("cannot listen on {addr} (wire_listen): {e}")))?,
+        ),
+    };
+    run_with_wire(listener, wire, config, shutdown).await
+}
+
+/// [`run`] with the wire protocol's listener bound by the caller (tests bind port 0);
+/// `config.wire_listen` is not read.
+pub async fn run_with_wire(
+    listener: TcpListener,
+    wire: Option<TcpListener>,
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
@@ -101,11 +122,20 @@ pub async fn run(
         grace_until_ms: grace_ms,
         shutdown: stop_rx.clone(),
     });
-    let router = api::router(app);
+    let router = api::router(app.clone());
+    let conns = Arc::new(Semaphore::new(config.connections_max));
+    if let Some(w) = &wire {
+        tracing::info!(addr = %w.local_addr()?, "serving the wire protocol");
+    }
+    let wire_serve = async {
+        if let Some(w) = wire {
+            wire::serve(w, app, conns.clone(), stop_rx.clone()).await;
+        }
+    };
     let listener = listener::FencedListener {
         tcp: listener,
         tls,
-        conns: Arc::new(Semaphore::new(config.connections_max)),
+        conns: conns.clone(),
         metrics: metrics.clone(),
         idle: (config.idle_timeout_ms > 0).then(|| Duration::from_millis(config.idle_timeout_ms)),
     };
@@ -128,8 +158,9 @@ pub async fn run(
     };
     let serve = axum::serve(listener, router.into_make_service_with_connect_info::<listener::ConnMeta>())
         .with_graceful_shutdown(signal);
+    let both = async { tokio::join!(serve, wire_serve).0 };
     let drained = tokio::select! {
-        r = serve => { r?; true }
+        r = both => { r?; true }
         _ = drain_deadline => { tracing::warn!("drain deadline passed; closing with requests in flight"); false }
     };
     let _ = timers.await;

@@ -23,6 +23,8 @@ pub struct Metrics {
     pub stale_writes_rejected: AtomicU64,
     pub stale_reads_rejected: AtomicU64,
     pub connections_refused: AtomicU64,
+    /// Frames received on wire-protocol connections.
+    pub wire_requests: AtomicU64,
     requests: AtomicU64,
     latency_buckets: [AtomicU64; BUCKETS_S.len()],
     latency_sum_us: AtomicU64,
@@ -51,7 +53,7 @@ impl Metrics {
 
     pub fn render(&self, g: &Gauges) -> String {
         let mut out = String::with_capacity(4096);
-        let counters: [(&str, &str, u64); 12] = [
+        let counters: [(&str, &str, u64); 13] = [
             ("fenced_grants_total", "Locks granted.", self.grants.load(Relaxed)),
             ("fenced_releases_total", "Locks released explicitly.", self.releases.load(Relaxed)),
             ("fenced_revoked_releases_total", "Locks released by a lease revoke.", self.revoked_releases.load(Relaxed)),
@@ -80,6 +82,7 @@ impl Metrics {
                 "Connections refused over connections_max.",
                 self.connections_refused.load(Relaxed),
             ),
+            ("fenced_wire_requests_total", "Requests on wire-protocol connections.", self.wire_requests.load(Relaxed)),
         ];
         for (name, help, v) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");

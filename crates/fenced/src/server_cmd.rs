@@ -16,6 +16,9 @@ pub struct ServerArgs {
     /// Address to listen on [default: 127.0.0.1:7400].
     #[arg(long)]
     pub listen: Option<String>,
+    /// Address of the binary wire protocol (plain TCP; clients use fenced://HOST:PORT) [default: off].
+    #[arg(long)]
+    pub wire_listen: Option<String>,
     /// Directory of the embedded database [default: ./fenced-data].
     #[arg(long)]
     pub data_dir: Option<String>,
@@ -54,6 +57,7 @@ pub fn run(args: ServerArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let mut flags: Vec<(&str, String)> = Vec::new();
     let strings = [
         ("listen", &args.listen),
+        ("wire_listen", &args.wire_listen),
         ("data_dir", &args.data_dir),
         ("auth_token_file", &args.auth_token_file),
         ("tls_cert", &args.tls_cert),

@@ -5,3 +5,4 @@ mod guard;
 mod resources;
 mod secure;
 mod support;
+mod wire;

@@ -80,6 +80,25 @@ impl Server {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// Starts with the wire protocol on a second free port as well.
+    pub async fn start_wire(extra: &[String]) -> Server {
+        let mut args = vec!["--wire-listen".to_owned(), format!("127.0.0.1:{}", free_port())];
+        args.extend_from_slice(extra);
+        Server::start_with(&args).await
+    }
+
+    /// `fenced://127.0.0.1:PORT` when started with `start_wire`.
+    pub fn wire_endpoint(&self) -> String {
+        let at = self.args.iter().position(|a| a == "--wire-listen").expect("started with start_wire");
+        format!("fenced://{}", self.args[at + 1])
+    }
+
+    /// A client on the wire protocol.
+    pub fn wire_client(&self) -> Client {
+        let endpoint = self.wire_endpoint();
+        Client::builder().endpoint(endpoint).request_timeout(Duration::from_secs(5)).build().expect("client")
+    }
+
     pub fn client(&self) -> Client {
         Client::builder().endpoint(self.endpoint()).request_timeout(Duration::from_secs(5)).build().expect("client")
     }
@@ -99,8 +118,10 @@ impl Server {
     }
 
     async fn wait_live(&self) {
+        let wire = self.args.iter().position(|a| a == "--wire-listen").map(|at| self.args[at + 1].clone());
         for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            let http = std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok();
+            if http && wire.as_ref().is_none_or(|w| std::net::TcpStream::connect(w).is_ok()) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;

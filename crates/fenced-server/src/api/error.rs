@@ -50,14 +50,22 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The body every transport sends: `{"error":{"code","message",...details}}`.
+    pub fn body(&self) -> Value {
         let mut inner = Map::new();
         inner.insert("code".into(), json!(self.code));
         inner.insert("message".into(), json!(self.message));
-        inner.extend(self.details);
-        let retry_ms = inner.get("retry_after_ms").and_then(Value::as_u64);
-        let mut resp = super::json(self.status, &json!({ "error": inner }));
+        inner.extend(self.details.iter().map(|(k, v)| (k.clone(), v.clone())));
+        json!({ "error": inner })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = self.body();
+        let retry_ms = body["error"].get("retry_after_ms").and_then(Value::as_u64);
+        let mut resp = super::json(self.status, &body);
         if let Some(ms) = retry_ms {
             let secs = ms.div_ceil(1000).max(1);
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));

@@ -4,11 +4,11 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use fenced_core::LeaseError;
+use fenced_core::{LeaseError, LeaseId};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{json, new_lease_id, parse_lease_id, ApiError, App};
+use super::{json, new_lease_id, parse_lease_id, ApiError, App, AppInner};
 use crate::metrics::inc;
 
 #[derive(Deserialize)]
@@ -23,12 +23,30 @@ struct Empty {}
 
 pub async fn create(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     let req: CreateLease = app.json_body(&headers, body).await?;
-    app.check_ttl(req.ttl_ms)?;
-    app.ensure_ttl_hwm(req.ttl_ms).await?;
+    let (id, ttl_ms) = create_lease(&app, req.ttl_ms).await?;
+    Ok(json(StatusCode::CREATED, &json!({ "lease_id": id.to_hex(), "ttl_ms": ttl_ms })))
+}
+
+/// Creates a lease (HTTP and the wire protocol): its id and TTL.
+pub async fn create_lease(app: &AppInner, ttl_ms: u64) -> Result<(LeaseId, u64), ApiError> {
+    app.check_ttl(ttl_ms)?;
+    app.ensure_ttl_hwm(ttl_ms).await?;
     let id = new_lease_id()?;
-    let info = app.locks.with(|t, now| t.grant_lease(id, req.ttl_ms, now)).map_err(lease_error)?;
+    let info = app.locks.with(|t, now| t.grant_lease(id, ttl_ms, now)).map_err(lease_error)?;
     inc(&app.metrics.leases_created);
-    Ok(json(StatusCode::CREATED, &json!({ "lease_id": id.to_hex(), "ttl_ms": info.ttl_ms })))
+    Ok((id, info.ttl_ms))
+}
+
+/// Keeps a lease alive (HTTP and the wire protocol): its TTL.
+pub fn keepalive_lease(app: &AppInner, id: LeaseId) -> Result<u64, ApiError> {
+    let info = app.locks.with(|t, now| t.keepalive(id, now)).map_err(lease_error)?;
+    inc(&app.metrics.keepalives);
+    Ok(info.ttl_ms)
+}
+
+/// Revokes a lease and releases its locks (HTTP and the wire protocol).
+pub fn revoke_lease(app: &AppInner, id: LeaseId) -> Result<(), ApiError> {
+    app.locks.with(|t, now| t.revoke(id, now)).map_err(lease_error)
 }
 
 pub async fn keepalive(
@@ -39,14 +57,12 @@ pub async fn keepalive(
 ) -> Result<Response, ApiError> {
     let _: Empty = app.json_body(&headers, body).await?;
     let id = parse_lease_id(&id)?;
-    let info = app.locks.with(|t, now| t.keepalive(id, now)).map_err(lease_error)?;
-    inc(&app.metrics.keepalives);
-    Ok(json(StatusCode::OK, &json!({ "lease_id": id.to_hex(), "ttl_ms": info.ttl_ms })))
+    let ttl_ms = keepalive_lease(&app, id)?;
+    Ok(json(StatusCode::OK, &json!({ "lease_id": id.to_hex(), "ttl_ms": ttl_ms })))
 }
 
 pub async fn revoke(State(app): State<App>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
-    let id = parse_lease_id(&id)?;
-    app.locks.with(|t, now| t.revoke(id, now)).map_err(lease_error)?;
+    revoke_lease(&app, parse_lease_id(&id)?)?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-use super::{json, new_lease_id, parse_lease_id, ApiError, App};
+use super::{json, new_lease_id, parse_lease_id, ApiError, App, AppInner};
 use crate::locks::{Locks, Started, WaitOutcome};
 use crate::metrics::inc;
 
@@ -60,24 +60,59 @@ pub async fn action(
             let (name, req) = (lock_name(&app, name)?, app.json_body(&headers, body).await?);
             acquire(app, name, req).await
         }
-        "release" => release(&app, lock_name(&app, name)?, app.json_body(&headers, body).await?),
-        "check" => check(&app, lock_name(&app, name)?, app.json_body(&headers, body).await?),
+        "release" => {
+            let (name, req): (_, ReleaseBody) = (lock_name(&app, name)?, app.json_body(&headers, body).await?);
+            let token = release_lock(&app, &name, parse_lease_id(&req.lease_id)?)?;
+            Ok(json(StatusCode::OK, &json!({ "name": name.as_str(), "token": token.get(), "released": true })))
+        }
+        "check" => {
+            let (name, req): (_, CheckBody) = (lock_name(&app, name)?, app.json_body(&headers, body).await?);
+            let (current, holder) = check_token(&app, &name, req.token)?;
+            Ok(json(
+                StatusCode::OK,
+                &json!({ "name": name.as_str(), "current": current, "token": holder.map(Token::get) }),
+            ))
+        }
         _ => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", "use /v1/locks/{name}/acquire, /release or /check")),
     }
 }
 
-fn lock_name(app: &App, name: &str) -> Result<LockName, ApiError> {
+pub fn lock_name(app: &AppInner, name: &str) -> Result<LockName, ApiError> {
     LockName::with_len_max(name, app.config.lock_name_bytes_max).map_err(|e| {
         ApiError::bad_request("invalid_name", e.to_string()).with("len_max", app.config.lock_name_bytes_max)
     })
 }
 
 async fn acquire(app: App, name: LockName, req: AcquireBody) -> Result<Response, ApiError> {
-    let (lease, implicit) = match (&req.lease_id, req.ttl_ms) {
-        (Some(id), None) => (parse_lease_id(id)?, None),
+    let lease = match (&req.lease_id, req.ttl_ms) {
+        (Some(id), None) => Some(parse_lease_id(id)?),
+        (None, Some(_)) => None,
+        _ => return Err(ApiError::bad_request("invalid_field", "give exactly one of lease_id and ttl_ms")),
+    };
+    let req = AcquireReq { lease, ttl_ms: req.ttl_ms, wait_ms: req.wait_ms, lock_delay_ms: req.lock_delay_ms };
+    acquire_grant(app, name, req).await.map(|g| grant_response(&g))
+}
+
+/// An acquire as every transport asks for it: exactly one of `lease` and `ttl_ms`.
+pub struct AcquireReq {
+    /// An existing lease to hold the lock under.
+    pub lease: Option<LeaseId>,
+    /// An implicit lease for this request alone.
+    pub ttl_ms: Option<u64>,
+    /// How long to queue server-side; 0 is a try-lock.
+    pub wait_ms: u64,
+    /// Lock-delay after a holder's lease expires.
+    pub lock_delay_ms: u64,
+}
+
+/// Acquire (HTTP and the wire protocol): granted, or why not. Dropping the future
+/// while it waits withdraws the waiter (and revokes an implicit lease).
+pub async fn acquire_grant(app: App, name: LockName, req: AcquireReq) -> Result<Grant, ApiError> {
+    let (lease, implicit) = match (req.lease, req.ttl_ms) {
+        (Some(id), None) => (id, None),
         (None, Some(ttl_ms)) => {
             app.check_ttl(ttl_ms)?;
-            check_wait(&app, &req)?;
+            check_wait(&app, req.wait_ms, req.lock_delay_ms)?;
             app.ensure_ttl_hwm(ttl_ms).await?;
             let id = new_lease_id()?;
             app.locks.with(|t, now| t.grant_lease(id, ttl_ms, now)).map_err(super::leases::lease_error)?;
@@ -93,16 +128,16 @@ async fn acquire(app: App, name: LockName, req: AcquireBody) -> Result<Response,
             let _ = app.locks.with(|t, now| t.revoke(id, now));
         }
     }
-    result.map(|g| grant_response(&g))
+    result
 }
 
-fn check_wait(app: &App, req: &AcquireBody) -> Result<(), ApiError> {
+fn check_wait(app: &AppInner, wait_ms: u64, lock_delay_ms: u64) -> Result<(), ApiError> {
     let c = &app.config;
-    if req.wait_ms > c.wait_ms_max {
+    if wait_ms > c.wait_ms_max {
         return Err(ApiError::bad_request("wait_out_of_range", format!("wait_ms is at most {}", c.wait_ms_max))
             .with("wait_ms_max", c.wait_ms_max));
     }
-    if req.lock_delay_ms > c.lock_delay_ms_max {
+    if lock_delay_ms > c.lock_delay_ms_max {
         return Err(ApiError::bad_request(
             "lock_delay_out_of_range",
             format!("lock_delay_ms is at most {}", c.lock_delay_ms_max),
@@ -113,13 +148,13 @@ fn check_wait(app: &App, req: &AcquireBody) -> Result<(), ApiError> {
 }
 
 async fn acquire_with(
-    app: &App,
+    app: &AppInner,
     name: LockName,
     lease: LeaseId,
     implicit: Option<LeaseId>,
-    req: &AcquireBody,
+    req: &AcquireReq,
 ) -> Result<Grant, ApiError> {
-    check_wait(app, req)?;
+    check_wait(app, req.wait_ms, req.lock_delay_ms)?;
     let wait_ms = req.wait_ms;
     let cmd = Acquire { name: name.clone(), lease, wait_ms, lock_delay_ms: req.lock_delay_ms };
     match app.locks.acquire(cmd, implicit).map_err(acquire_error)? {
@@ -232,22 +267,21 @@ fn grant_response(g: &Grant) -> Response {
     )
 }
 
-fn release(app: &App, name: LockName, req: ReleaseBody) -> Result<Response, ApiError> {
-    let lease = parse_lease_id(&req.lease_id)?;
-    match app.locks.with(|t, now| t.release(&name, lease, now)) {
-        Ok(token) => {
-            Ok(json(StatusCode::OK, &json!({ "name": name.as_str(), "token": token.get(), "released": true })))
-        }
+/// Release (HTTP and the wire protocol): the released grant's token.
+pub fn release_lock(app: &AppInner, name: &LockName, lease: LeaseId) -> Result<Token, ApiError> {
+    match app.locks.with(|t, now| t.release(name, lease, now)) {
+        Ok(token) => Ok(token),
         Err(ReleaseError::NotHolder { .. }) => {
             Err(ApiError::new(StatusCode::CONFLICT, "not_holder", "this lease does not hold the lock"))
         }
     }
 }
 
-fn check(app: &App, name: LockName, req: CheckBody) -> Result<Response, ApiError> {
-    let token = Token::new(req.token).ok_or_else(|| ApiError::bad_request("invalid_token", "a token is at least 1"))?;
-    let (current, holder) = app.locks.with(|t, now| t.check(&name, token, now));
-    Ok(json(StatusCode::OK, &json!({ "name": name.as_str(), "current": current, "token": holder.map(Token::get) })))
+/// CheckSequencer (HTTP and the wire protocol): whether `raw` is the current grant,
+/// and the holder's token.
+pub fn check_token(app: &AppInner, name: &LockName, raw: u64) -> Result<(bool, Option<Token>), ApiError> {
+    let token = Token::new(raw).ok_or_else(|| ApiError::bad_request("invalid_token", "a token is at least 1"))?;
+    Ok(app.locks.with(|t, now| t.check(name, token, now)))
 }
 
 /// `GET /v1/locks/{name}`.

@@ -24,7 +24,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 pub use error::ApiError;
+pub use leases::{create_lease, keepalive_lease, revoke_lease};
+pub use locks::{acquire_grant, check_token, lock_name, release_lock, AcquireReq};
 pub use ops::OPENAPI_DOC;
+pub use store::{read_value, store_key, write_value};
 
 use crate::config::Config;
 use crate::locks::Locks;
@@ -141,15 +144,15 @@ async fn auth(State(app): State<App>, req: Request, next: Next) -> Response {
             .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
             .unwrap_or_default();
         if !constant_time_eq(presented, expected) {
-            return ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "this call needs 'Authorization: Bearer <token>'",
-            )
-            .into_response();
+            return unauthorized().into_response();
         }
     }
     next.run(req).await
+}
+
+/// 401 for a call without the bearer token (HTTP and the wire protocol).
+pub fn unauthorized() -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "this call needs 'Authorization: Bearer <token>'")
 }
 
 /// Compares without an early exit, so the time taken does not reveal how many leading

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use fenced_core::{Admission, Token};
 use serde_json::json;
 
-use super::{json, read_body, ApiError, App};
+use super::{json, read_body, ApiError, App, AppInner};
 use crate::events::Event;
 use crate::metrics::inc;
 
@@ -43,12 +43,23 @@ pub async fn write(
     let key = store_key(&app, key)?;
     let token = fencing_token(&headers)?;
     let value = read_body(&headers, body, app.config.value_bytes_max, "value").await?;
-    if app.config.is_unfenced(&key) {
-        if token.is_some() {
-            return Err(token_on_unfenced(&app, &key));
-        }
+    if token.is_none() && app.config.is_unfenced(&key) {
         app.store.put_unfenced(key.clone(), value.to_vec()).await.map_err(ApiError::internal)?;
         return Ok(json(StatusCode::OK, &json!({ "key": key, "unfenced": true })));
+    }
+    let highest_seen = write_value(&app, key.clone(), token, value.to_vec()).await?;
+    let t = highest_seen.get();
+    Ok(json(StatusCode::OK, &json!({ "key": key, "token": t, "highest_seen": t })))
+}
+
+/// A fenced write (HTTP and the wire protocol) of a checked key: the new mark when
+/// accepted. No token is 428 `token_required`; a stale one is 409 `stale_token`.
+pub async fn write_value(app: &AppInner, key: String, token: Option<Token>, value: Vec<u8>) -> Result<Token, ApiError> {
+    if value.len() > app.config.value_bytes_max {
+        return Err(ApiError::too_large("value", app.config.value_bytes_max));
+    }
+    if token.is_some() && app.config.is_unfenced(&key) {
+        return Err(token_on_unfenced(app, &key));
     }
     let Some(token) = token else {
         return Err(ApiError::new(
@@ -57,22 +68,17 @@ pub async fn write(
             "a write to the fenced store needs a Fencing-Token header",
         ));
     };
-    let answer = app.store.put(key.clone(), Some(token), value.to_vec()).await.map_err(ApiError::internal)?;
+    let answer = app.store.put(key.clone(), Some(token), value).await.map_err(ApiError::internal)?;
     match answer.admission {
         Admission::Accepted { token, .. } => {
             inc(&app.metrics.store_writes_accepted);
             let t = token.get();
-            app.locks.publish(|| Event::StoreAccepted {
-                at_ms: app.locks.now_ms(),
-                key: key.clone(),
-                token: t,
-                op: "write",
-            });
-            Ok(json(StatusCode::OK, &json!({ "key": key, "token": t, "highest_seen": t })))
+            app.locks.publish(|| Event::StoreAccepted { at_ms: app.locks.now_ms(), key, token: t, op: "write" });
+            Ok(token)
         }
         Admission::Rejected { token, highest_seen } => {
             inc(&app.metrics.stale_writes_rejected);
-            Err(stale(&app, key, token, highest_seen, "write"))
+            Err(stale(app, key, token, highest_seen, "write"))
         }
         other => Err(ApiError::internal(format!("unexpected admission {other:?}"))),
     }
@@ -82,8 +88,23 @@ pub async fn write(
 pub async fn read(State(app): State<App>, Path(key): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
     let key = store_key(&app, key)?;
     let token = fencing_token(&headers)?;
+    let (mark, value) = read_value(&app, key, token).await?;
+    let mut resp = (StatusCode::OK, [(header::CONTENT_TYPE, "application/octet-stream")], value).into_response();
+    if let Some(m) = mark {
+        resp.headers_mut().insert(HIGHEST_SEEN, HeaderValue::from(m.get()));
+    }
+    Ok(resp)
+}
+
+/// A read of a checked key (HTTP and the wire protocol), fenced when `token` is
+/// given: the key's mark and its value. Absent is 404 `not_found` (with the mark).
+pub async fn read_value(
+    app: &AppInner,
+    key: String,
+    token: Option<Token>,
+) -> Result<(Option<Token>, Vec<u8>), ApiError> {
     if token.is_some() && app.config.is_unfenced(&key) {
-        return Err(token_on_unfenced(&app, &key));
+        return Err(token_on_unfenced(app, &key));
     }
     let answer = match token {
         Some(token) => app.store.fenced_read(key.clone(), token).await,
@@ -92,7 +113,7 @@ pub async fn read(State(app): State<App>, Path(key): Path<String>, headers: Head
     .map_err(ApiError::internal)?;
     if let Admission::Rejected { token, highest_seen } = answer.admission {
         inc(&app.metrics.stale_reads_rejected);
-        return Err(stale(&app, key, token, highest_seen, "read"));
+        return Err(stale(app, key, token, highest_seen, "read"));
     }
     if let Admission::Accepted { token, .. } = answer.admission {
         let t = token.get();
@@ -111,14 +132,10 @@ pub async fn read(State(app): State<App>, Path(key): Path<String>, headers: Head
             None => e,
         });
     };
-    let mut resp = (StatusCode::OK, [(header::CONTENT_TYPE, "application/octet-stream")], value).into_response();
-    if let Some(m) = mark {
-        resp.headers_mut().insert(HIGHEST_SEEN, HeaderValue::from(m.get()));
-    }
-    Ok(resp)
+    Ok((mark, value))
 }
 
-fn stale(app: &App, key: String, token: Token, highest_seen: Token, op: &'static str) -> ApiError {
+fn stale(app: &AppInner, key: String, token: Token, highest_seen: Token, op: &'static str) -> ApiError {
     let (t, h) = (token.get(), highest_seen.get());
     app.locks.publish(|| Event::StoreRejected { at_ms: app.locks.now_ms(), key, token: t, highest_seen: h, op });
     ApiError::new(
@@ -132,7 +149,7 @@ fn stale(app: &App, key: String, token: Token, highest_seen: Token, op: &'static
 
 /// A token sent for an unfenced key is refused rather than ignored: the caller believes
 /// it is protected, and it is not.
-fn token_on_unfenced(app: &App, key: &str) -> ApiError {
+fn token_on_unfenced(app: &AppInner, key: &str) -> ApiError {
     ApiError::bad_request(
         "unfenced_key",
         format!(
@@ -144,7 +161,7 @@ fn token_on_unfenced(app: &App, key: &str) -> ApiError {
     .with("unfenced_prefix", app.config.unfenced_prefix.clone())
 }
 
-fn store_key(app: &App, key: String) -> Result<String, ApiError> {
+pub fn store_key(app: &AppInner, key: String) -> Result<String, ApiError> {
     let max = app.config.store_key_bytes_max;
     if key.is_empty() || key.len() > max || key.chars().any(char::is_control) {
         return Err(ApiError::bad_request(

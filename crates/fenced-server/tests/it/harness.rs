@@ -12,6 +12,8 @@ use serde_json::Value;
 
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// The wire protocol's listener (every test server has one).
+    pub wire: SocketAddr,
     pub dir: PathBuf,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -50,19 +52,23 @@ impl TestServer {
         let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         std_listener.set_nonblocking(true).unwrap();
         let addr = std_listener.local_addr().unwrap();
+        let wire_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        wire_listener.set_nonblocking(true).unwrap();
+        let wire = wire_listener.local_addr().unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
-                fenced_server::run(listener, config, async move {
+                let wire = tokio::net::TcpListener::from_std(wire_listener).unwrap();
+                fenced_server::run_with_wire(listener, Some(wire), config, async move {
                     let _ = stopped.await;
                 })
                 .await
                 .unwrap();
             });
         });
-        TestServer { addr, dir, stop: Some(stop), thread: Some(thread) }
+        TestServer { addr, wire, dir, stop: Some(stop), thread: Some(thread) }
     }
 
     fn wait_live(&self) {

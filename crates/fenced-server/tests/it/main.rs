@@ -8,3 +8,4 @@ mod limits;
 mod restart;
 mod tls;
 mod unfenced;
+mod wire;

@@ -1,0 +1,265 @@
+//! The calls the client makes, over either transport: HTTP/JSON (`http://`,
+//! `https://`) or the binary wire protocol (`fenced://`). Each answers
+//! `Ok(Ok(value))`, `Ok(Err(api_error))` (the server's error, the same code and
+//! details on both transports) or `Err(error)` (it could not be asked).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use fenced_core::{LeaseId, LockName, Token};
+use fenced_wire::Request;
+use hyper::Method;
+
+use crate::error::{ApiError, Error};
+use crate::http::{segment, Transport};
+use crate::mux::{Mux, Reply};
+use crate::resource::StoreRead;
+use crate::wire::{self, CheckBody, GrantBody, LeaseBody, StoreBody};
+
+/// The server's answer: a value or its error.
+pub(crate) type Answer<T> = Result<T, ApiError>;
+
+/// The header carrying the operation's token.
+const FENCING_TOKEN: &str = "fencing-token";
+/// The header carrying the key's mark on a read.
+const FENCING_HIGHEST_SEEN: &str = "fencing-highest-seen";
+
+/// One lock service, over one transport. Cloning shares the connections.
+#[derive(Clone, Debug)]
+pub(crate) enum Conn {
+    /// `http://` or `https://`: pooled HTTP/1.1 connections.
+    Http(Arc<Transport>),
+    /// `fenced://`: one multiplexed wire-protocol connection.
+    Wire(Arc<Mux>),
+}
+
+impl Conn {
+    pub fn new(
+        endpoint: &str,
+        auth: Option<&str>,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+        ca_pem: Option<&[u8]>,
+    ) -> Result<Conn, Error> {
+        if endpoint.starts_with("fenced://") {
+            return Ok(Conn::Wire(Arc::new(Mux::new(endpoint, auth, connect_timeout, request_timeout)?)));
+        }
+        Ok(Conn::Http(Transport::new(endpoint, auth, connect_timeout, request_timeout, ca_pem)?))
+    }
+
+    pub fn endpoint(&self) -> &str {
+        match self {
+            Conn::Http(t) => &t.base,
+            Conn::Wire(m) => &m.endpoint,
+        }
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        match self {
+            Conn::Http(t) => t.request_timeout,
+            Conn::Wire(m) => m.request_timeout,
+        }
+    }
+
+    /// The HTTP transport, for the calls only the HTTP API has (the views).
+    pub fn http(&self, what: &str) -> Result<&Transport, Error> {
+        match self {
+            Conn::Http(t) => Ok(t),
+            Conn::Wire(_) => {
+                Err(Error::BadRequest(format!("{what} is served over HTTP only; use an http:// endpoint for it")))
+            }
+        }
+    }
+
+    /// Acquire under an implicit lease of `ttl_ms`, queueing up to `wait_ms`.
+    pub async fn acquire(
+        &self,
+        name: &LockName,
+        ttl_ms: u64,
+        wait_ms: u64,
+        timeout: Duration,
+    ) -> Result<Answer<GrantBody>, Error> {
+        match self {
+            Conn::Http(t) => {
+                let path = format!("/v1/locks/{}/acquire", segment(name.as_str()));
+                let req = serde_json::json!({ "ttl_ms": ttl_ms, "wait_ms": wait_ms });
+                let r = t.json(Method::POST, &path, &req, timeout).await?;
+                if r.is_success() {
+                    Ok(Ok(r.json::<GrantBody>()?))
+                } else {
+                    Ok(Err(r.api_error()))
+                }
+            }
+            Conn::Wire(m) => {
+                let req = Request::Acquire {
+                    name: name.as_str(),
+                    lease: None,
+                    ttl_ms: Some(ttl_ms),
+                    wait_ms,
+                    lock_delay_ms: 0,
+                };
+                match m.call(req, true, timeout).await? {
+                    Reply::Granted { token, lease, ttl_ms } => Ok(Ok(GrantBody {
+                        name: name.to_string(),
+                        token: token.get(),
+                        lease_id: lease.to_hex(),
+                        ttl_ms,
+                    })),
+                    other => unexpected(other),
+                }
+            }
+        }
+    }
+
+    /// Releases `name` held under `lease`, then revokes the lease (on the wire, both
+    /// in one round trip: the server runs them in order).
+    pub async fn release_and_revoke(&self, name: &LockName, lease: LeaseId) -> Result<(Answer<()>, Answer<()>), Error> {
+        match self {
+            Conn::Http(t) => {
+                let path = format!("/v1/locks/{}/release", segment(name.as_str()));
+                let body = serde_json::json!({ "lease_id": lease.to_hex() });
+                let release = t.json(Method::POST, &path, &body, t.request_timeout).await?;
+                let path = format!("/v1/leases/{}", lease.to_hex());
+                let revoke = t.send(Method::DELETE, &path, &[], None, t.request_timeout).await?;
+                let answer = |r: crate::http::Response| if r.is_success() { Ok(()) } else { Err(r.api_error()) };
+                Ok((answer(release), answer(revoke)))
+            }
+            Conn::Wire(m) => {
+                let reqs =
+                    [(Request::Release { name: name.as_str(), lease }, false), (Request::Revoke { lease }, false)];
+                let mut replies = m.call_many(&reqs, m.request_timeout).await?.into_iter();
+                let mut next = || match replies.next() {
+                    Some(Reply::Error(e)) => Ok(Err(e)),
+                    Some(Reply::Released | Reply::Done) => Ok(Ok(())),
+                    other => unexpected(other.unwrap_or(Reply::Done)),
+                };
+                Ok((next()?, next()?))
+            }
+        }
+    }
+
+    /// Keeps `lease` alive once: its TTL.
+    pub async fn keepalive(&self, lease: LeaseId, timeout: Duration) -> Result<Answer<u64>, Error> {
+        match self {
+            Conn::Http(t) => {
+                let path = format!("/v1/leases/{}/keepalive", lease.to_hex());
+                let r = t.send(Method::POST, &path, &[], None, timeout).await?;
+                if !r.is_success() {
+                    return Ok(Err(r.api_error()));
+                }
+                Ok(Ok(r.json::<LeaseBody>()?.ttl_ms))
+            }
+            Conn::Wire(m) => match m.call(Request::Keepalive { lease }, false, timeout).await? {
+                Reply::Lease { ttl_ms } => Ok(Ok(ttl_ms)),
+                other => unexpected(other),
+            },
+        }
+    }
+
+    pub async fn revoke(&self, lease: LeaseId) -> Result<Answer<()>, Error> {
+        match self {
+            Conn::Http(t) => {
+                let path = format!("/v1/leases/{}", lease.to_hex());
+                let r = t.send(Method::DELETE, &path, &[], None, t.request_timeout).await?;
+                Ok(if r.is_success() { Ok(()) } else { Err(r.api_error()) })
+            }
+            Conn::Wire(m) => match m.call(Request::Revoke { lease }, false, m.request_timeout).await? {
+                Reply::Done => Ok(Ok(())),
+                other => unexpected(other),
+            },
+        }
+    }
+
+    pub async fn check(&self, name: &str, token: Token) -> Result<Answer<CheckBody>, Error> {
+        match self {
+            Conn::Http(t) => {
+                let path = format!("/v1/locks/{}/check", segment(name));
+                let body = serde_json::json!({ "token": token.get() });
+                let r = t.json(Method::POST, &path, &body, t.request_timeout).await?;
+                if !r.is_success() {
+                    return Ok(Err(r.api_error()));
+                }
+                Ok(Ok(r.json()?))
+            }
+            Conn::Wire(m) => match m.call(Request::Check { name, token: token.get() }, false, m.request_timeout).await?
+            {
+                Reply::Checked { current, token } => Ok(Ok(CheckBody { current, token: token.map(Token::get) })),
+                other => unexpected(other),
+            },
+        }
+    }
+
+    /// A fenced write: the key's new mark.
+    pub async fn put(&self, key: &str, token: Token, value: &[u8]) -> Result<Answer<Token>, Error> {
+        match self {
+            Conn::Http(t) => {
+                let path = format!("/v1/store/{}", segment(key));
+                let headers = [(FENCING_TOKEN, token.get().to_string())];
+                let r = t
+                    .send(Method::PUT, &path, &headers, Some(Bytes::copy_from_slice(value)), t.request_timeout)
+                    .await?;
+                match r.status {
+                    200 | 201 | 204 if r.body.is_empty() => Ok(Ok(token)),
+                    200 | 201 => {
+                        let b: StoreBody = r.json()?;
+                        if b.token != token.get() {
+                            return Err(wire::bad_answer("the store echoed another token"));
+                        }
+                        Ok(Ok(wire::token(b.highest_seen)?))
+                    }
+                    _ => Ok(Err(r.api_error())),
+                }
+            }
+            Conn::Wire(m) => {
+                let req = Request::Put { key, token: Some(token), value };
+                match m.call(req, false, m.request_timeout).await? {
+                    Reply::Written { highest_seen } => Ok(Ok(highest_seen)),
+                    other => unexpected(other),
+                }
+            }
+        }
+    }
+
+    /// A read, fenced when `token` is given; an absent key reads as no value.
+    pub async fn get(&self, key: &str, token: Option<Token>) -> Result<Answer<StoreRead>, Error> {
+        match self {
+            Conn::Http(t) => {
+                let path = format!("/v1/store/{}", segment(key));
+                let headers: Vec<_> = token.map(|t| (FENCING_TOKEN, t.get().to_string())).into_iter().collect();
+                let r = t.send(Method::GET, &path, &headers, None, t.request_timeout).await?;
+                let highest_seen = r
+                    .headers
+                    .get(FENCING_HIGHEST_SEEN)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .and_then(Token::new);
+                match r.status {
+                    200 => Ok(Ok(StoreRead { value: Some(r.body.to_vec()), highest_seen })),
+                    404 => {
+                        let api = r.api_error();
+                        let mark = highest_seen.or_else(|| api.detail_u64("highest_seen").and_then(Token::new));
+                        Ok(Ok(StoreRead { value: None, highest_seen: mark }))
+                    }
+                    _ => Ok(Err(r.api_error())),
+                }
+            }
+            Conn::Wire(m) => match m.call(Request::Get { key, token }, false, m.request_timeout).await? {
+                Reply::Read { highest_seen, value } => Ok(Ok(StoreRead { value: Some(value), highest_seen })),
+                Reply::Error(api) if api.status == 404 => {
+                    let mark = api.detail_u64("highest_seen").and_then(Token::new);
+                    Ok(Ok(StoreRead { value: None, highest_seen: mark }))
+                }
+                other => unexpected(other),
+            },
+        }
+    }
+}
+
+/// An error answer passes through; any other answer to the wrong request is a bug.
+fn unexpected<T>(reply: Reply) -> Result<Answer<T>, Error> {
+    match reply {
+        Reply::Error(e) => Ok(Err(e)),
+        other => Err(wire::bad_answer(&format!("the server answered a different call: {other:?}"))),
+    }
+}

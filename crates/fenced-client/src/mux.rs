@@ -1,0 +1,393 @@
+//! The wire protocol's client side (`fenced://host:port`): one TCP connection shared by
+//! every request of a [`crate::Client`] and its clones, requests tagged with ids, many
+//! in flight at once. Callers append their frames to one buffer and wake a writer task,
+//! which sends whatever has gathered in one write; a reader task hands each answer to
+//! the caller waiting for its id. Under load many requests share each system call, on
+//! both sides.
+//!
+//! The connection opens on the first request and again after it breaks. A request
+//! whose connection could not be opened is retried (it never left); one in flight
+//! when the connection breaks fails with `Unavailable`. A caller that stops waiting
+//! (timeout or a dropped future) forgets its request; for an acquire it also sends
+//! CANCEL, and if the grant raced the cancel, revokes the grant's implicit lease.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fenced_core::{LeaseId, Token};
+use fenced_wire::{self as w, Request, Response};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{oneshot, Notify};
+
+use crate::error::{ApiError, Error};
+
+/// How many times a request whose connection could not be opened is tried.
+const CONNECT_ATTEMPTS_MAX: u32 = 4;
+
+/// Bytes kept free in the read buffer before each read.
+const READ_CHUNK_BYTES: usize = 16 << 10;
+
+/// An answer, owned.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    Done,
+    Lease { ttl_ms: u64 },
+    Granted { token: Token, lease: LeaseId, ttl_ms: u64 },
+    Released,
+    Checked { current: bool, token: Option<Token> },
+    Written { highest_seen: Token },
+    Read { highest_seen: Option<Token>, value: Vec<u8> },
+    Error(ApiError),
+}
+
+/// The multiplexed connection of one client.
+#[derive(Debug)]
+pub(crate) struct Mux {
+    /// `fenced://host:port` as given.
+    pub endpoint: String,
+    /// `host:port`.
+    addr: String,
+    /// The bearer token, sent first on every connection.
+    auth: Option<Vec<u8>>,
+    /// Bound on opening a connection.
+    connect_timeout: Duration,
+    /// Upper bound on one request's round trip; a waiting acquire adds its wait.
+    pub request_timeout: Duration,
+    /// The open connection, if any.
+    current: Mutex<Option<Arc<Link>>>,
+    /// Serializes opening connections.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+/// One open connection.
+#[derive(Debug)]
+struct Link {
+    /// Frames not yet handed to the writer.
+    out: Mutex<Vec<u8>>,
+    /// Wakes the writer.
+    wake: Notify,
+    /// Requests in flight by id; `dead` is set under this lock.
+    slots: Mutex<Slots>,
+    /// The next request id.
+    next_id: AtomicU32,
+    /// Set once the connection broke; nothing more is sent on it.
+    dead: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct Slots {
+    map: HashMap<u32, Slot>,
+    dead: bool,
+}
+
+#[derive(Debug)]
+enum Slot {
+    Waiting(oneshot::Sender<Reply>),
+    /// An acquire with an implicit lease whose caller stopped waiting: a grant that
+    /// still arrives is given back by revoking its lease.
+    Abandoned,
+}
+
+impl Mux {
+    /// `endpoint` is `fenced://host:port`.
+    pub fn new(
+        endpoint: &str,
+        auth: Option<&str>,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+    ) -> Result<Mux, Error> {
+        let endpoint = endpoint.trim_end_matches('/').to_owned();
+        let addr = endpoint.strip_prefix("fenced://").unwrap_or_default();
+        if addr.is_empty() || addr.contains('/') || !addr.contains(':') {
+            return Err(Error::BadRequest(format!("endpoint '{endpoint}' must be fenced://HOST:PORT with no path")));
+        }
+        Ok(Mux {
+            addr: addr.to_owned(),
+            endpoint: endpoint.clone(),
+            auth: auth.map(|t| t.as_bytes().to_vec()),
+            connect_timeout,
+            request_timeout,
+            current: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// Sends `reqs` back to back on one connection (the server runs them in order) and
+    /// waits for every answer, all within `timeout`. `abandon` marks requests (acquires
+    /// with an implicit lease) whose grant must be given back if nobody waits for it.
+    pub async fn call_many(&self, reqs: &[(Request<'_>, bool)], timeout: Duration) -> Result<Vec<Reply>, Error> {
+        let mut backoff = Duration::from_millis(50);
+        let mut attempt = 1;
+        let (link, ids) = loop {
+            let sent = match self.link().await {
+                Ok(link) => link.submit(reqs).map(|ids| (link, ids)),
+                Err(e) => Err(e),
+            };
+            match sent {
+                Ok(x) => break x,
+                Err(e) if attempt >= CONNECT_ATTEMPTS_MAX => return Err(e),
+                Err(_) => {
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                    attempt += 1;
+                }
+            }
+        };
+        let mut waits: Vec<InFlight<'_>> = ids
+            .into_iter()
+            .zip(reqs)
+            .map(|((id, rx), (_, abandon))| InFlight { link: &link, id, rx: Some(rx), abandon: *abandon })
+            .collect();
+        let all = async {
+            let mut replies = Vec::with_capacity(waits.len());
+            for w in waits.iter_mut() {
+                let rx = w.rx.as_mut().expect("not yet answered");
+                let r = rx.await;
+                w.rx = None;
+                replies.push(r.map_err(|_| {
+                    Error::unavailable(format!("{}: the connection closed before the answer", self.endpoint))
+                })?);
+            }
+            Ok(replies)
+        };
+        match tokio::time::timeout(timeout, all).await {
+            Ok(r) => r,
+            Err(_) => {
+                Err(Error::unavailable(format!("{}: no answer within {} ms", self.endpoint, timeout.as_millis())))
+            }
+        }
+    }
+
+    /// One request.
+    pub async fn call(&self, req: Request<'_>, abandon: bool, timeout: Duration) -> Result<Reply, Error> {
+        let mut replies = self.call_many(&[(req, abandon)], timeout).await?;
+        Ok(replies.pop().expect("one answer per request"))
+    }
+
+    /// The open connection, opening one if there is none.
+    async fn link(&self) -> Result<Arc<Link>, Error> {
+        if let Some(l) = self.live() {
+            return Ok(l);
+        }
+        let _one = self.connecting.lock().await;
+        if let Some(l) = self.live() {
+            return Ok(l);
+        }
+        let stream = match tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(Error::unavailable(format!("{}: cannot connect: {e}", self.endpoint))),
+            Err(_) => return Err(Error::unavailable(format!("{}: connect timed out", self.endpoint))),
+        };
+        let _ = stream.set_nodelay(true);
+        let link = Link::start(stream, self.auth.as_deref());
+        *self.current.lock().expect("link lock") = Some(link.clone());
+        Ok(link)
+    }
+
+    fn live(&self) -> Option<Arc<Link>> {
+        self.current.lock().expect("link lock").as_ref().filter(|l| !l.dead.load(Ordering::Acquire)).cloned()
+    }
+}
+
+impl Drop for Mux {
+    fn drop(&mut self) {
+        // The tasks hold the link; ending it closes the connection.
+        if let Some(link) = self.current.get_mut().ok().and_then(Option::take) {
+            link.die();
+        }
+    }
+}
+
+impl Link {
+    fn start(stream: TcpStream, auth: Option<&[u8]>) -> Arc<Link> {
+        let mut out = w::PREAMBLE.to_vec();
+        if let Some(token) = auth {
+            // Id 0 is never a caller's: the answer is dropped. A refused token makes
+            // every later request answer 401 on its own.
+            w::encode_request(&mut out, 0, &Request::Auth { token });
+        }
+        let link = Arc::new(Link {
+            out: Mutex::new(out),
+            wake: Notify::new(),
+            slots: Mutex::new(Slots::default()),
+            next_id: AtomicU32::new(1),
+            dead: AtomicBool::new(false),
+        });
+        let (rd, wr) = stream.into_split();
+        tokio::spawn(read_loop(link.clone(), rd));
+        tokio::spawn(write_loop(link.clone(), wr));
+        link.wake.notify_one();
+        link
+    }
+
+    fn id(&self) -> u32 {
+        loop {
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            if id != 0 {
+                return id;
+            }
+        }
+    }
+
+    /// Registers and queues `reqs`; fails if the connection is already dead.
+    fn submit(&self, reqs: &[(Request<'_>, bool)]) -> Result<Vec<(u32, oneshot::Receiver<Reply>)>, Error> {
+        let mut out = Vec::with_capacity(reqs.len());
+        {
+            let mut slots = self.slots.lock().expect("slots lock");
+            if slots.dead {
+                return Err(Error::unavailable("the connection closed"));
+            }
+            for _ in reqs {
+                let (tx, rx) = oneshot::channel();
+                let id = self.id();
+                slots.map.insert(id, Slot::Waiting(tx));
+                out.push((id, rx));
+            }
+        }
+        {
+            let mut buf = self.out.lock().expect("out lock");
+            for ((req, _), (id, _)) in reqs.iter().zip(&out) {
+                w::encode_request(&mut buf, *id, req);
+            }
+        }
+        self.wake.notify_one();
+        Ok(out)
+    }
+
+    /// Queues a request nobody waits for.
+    fn send_forgotten(&self, req: &Request<'_>) {
+        let id = self.id();
+        w::encode_request(&mut self.out.lock().expect("out lock"), id, req);
+        self.wake.notify_one();
+    }
+
+    fn deliver(&self, id: u32, kind: u8, payload: &[u8]) {
+        let reply = match w::decode_response(id, kind, payload) {
+            Ok(r) => owned(r),
+            Err(e) => Reply::Error(ApiError {
+                status: 200,
+                code: "bad_response".into(),
+                message: format!("could not read the server's answer: {e:?}"),
+                details: serde_json::Map::new(),
+            }),
+        };
+        let slot = self.slots.lock().expect("slots lock").map.remove(&id);
+        match slot {
+            Some(Slot::Waiting(tx)) => drop(tx.send(reply)),
+            Some(Slot::Abandoned) => {
+                if let Reply::Granted { lease, .. } = reply {
+                    // Nobody takes this grant: give it back with its implicit lease.
+                    self.send_forgotten(&Request::Revoke { lease });
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Marks the connection broken: callers in flight get `Unavailable`, the writer ends.
+    fn die(&self) {
+        self.dead.store(true, Ordering::Release);
+        let waiting = {
+            let mut slots = self.slots.lock().expect("slots lock");
+            slots.dead = true;
+            std::mem::take(&mut slots.map)
+        };
+        drop(waiting);
+        self.wake.notify_one();
+    }
+}
+
+/// A request in flight; dropped before its answer, it is forgotten (see the module).
+struct InFlight<'a> {
+    link: &'a Link,
+    id: u32,
+    /// `None` once answered.
+    rx: Option<oneshot::Receiver<Reply>>,
+    abandon: bool,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.rx.is_none() {
+            return;
+        }
+        let mut slots = self.link.slots.lock().expect("slots lock");
+        if slots.map.remove(&self.id).is_some() && self.abandon && !slots.dead {
+            slots.map.insert(self.id, Slot::Abandoned);
+            drop(slots);
+            self.link.send_forgotten(&Request::Cancel { target: self.id });
+        }
+    }
+}
+
+fn owned(r: Response<'_>) -> Reply {
+    match r {
+        Response::Done { .. } => Reply::Done,
+        Response::Lease { ttl_ms, .. } => Reply::Lease { ttl_ms },
+        Response::Granted { token, lease, ttl_ms } => Reply::Granted { token, lease, ttl_ms },
+        Response::Released { .. } => Reply::Released,
+        Response::Checked { current, token } => Reply::Checked { current, token },
+        Response::Written { highest_seen, .. } => Reply::Written { highest_seen },
+        Response::Read { highest_seen, value } => Reply::Read { highest_seen, value: value.to_vec() },
+        Response::Error { status, body } => Reply::Error(ApiError::parse(status, body)),
+    }
+}
+
+async fn read_loop(link: Arc<Link>, mut rd: OwnedReadHalf) {
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
+    let mut start = 0;
+    'read: loop {
+        if buf.capacity() - buf.len() < READ_CHUNK_BYTES / 4 {
+            buf.reserve(READ_CHUNK_BYTES);
+        }
+        match rd.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        loop {
+            match w::split_frame(&buf[start..], u32::MAX as usize) {
+                Ok(Some((id, kind, payload, used))) => {
+                    link.deliver(id, kind, payload);
+                    start += used;
+                }
+                Ok(None) => break,
+                Err(_) => break 'read,
+            }
+        }
+        if start == buf.len() {
+            buf.clear();
+            start = 0;
+        } else if start >= READ_CHUNK_BYTES {
+            buf.drain(..start);
+            start = 0;
+        }
+        if link.dead.load(Ordering::Acquire) {
+            break;
+        }
+    }
+    link.die();
+}
+
+async fn write_loop(link: Arc<Link>, mut wr: OwnedWriteHalf) {
+    let mut buf = Vec::with_capacity(4096);
+    loop {
+        std::mem::swap(&mut *link.out.lock().expect("out lock"), &mut buf);
+        if buf.is_empty() {
+            if link.dead.load(Ordering::Acquire) {
+                let _ = wr.shutdown().await;
+                return;
+            }
+            link.wake.notified().await;
+            continue;
+        }
+        if wr.write_all(&buf).await.is_err() {
+            link.die();
+            return;
+        }
+        buf.clear();
+    }
+}

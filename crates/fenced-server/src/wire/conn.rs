@@ -1,0 +1,301 @@
+//! One wire-protocol connection: read frames, run each through the API's handlers,
+//! write the answers, several per write when several are ready.
+//!
+//! Calls that finish at once (keepalive, release, revoke, check, and an acquire that
+//! is granted or refused on the spot) are answered in the order they came, without a
+//! task or a wake-up of their own. Those that must wait (a queued acquire, the fenced
+//! store's durable calls, a lease that raises the TTL high-water mark) stay in a set
+//! of futures that this one task polls; a queued acquire can be withdrawn with
+//! CANCEL, and everything in flight is dropped, and so withdrawn, when the
+//! connection closes, as an HTTP request is when its connection closes.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use fenced_core::{Grant, LeaseId, Token};
+use fenced_wire::{self as w, op, FrameError, Request, Response};
+use futures_util::future::{AbortHandle, Abortable, FutureExt};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{watch, OwnedSemaphorePermit};
+use tokio::time::Instant;
+
+use crate::api::{self, ApiError, App};
+use crate::metrics::inc;
+
+/// Requests of one connection that may wait at once; past it the connection stops
+/// reading until some finish (the client's further requests wait in the socket).
+pub const IN_FLIGHT_MAX: usize = 1024;
+
+/// Bytes kept free in the read buffer before each read.
+const READ_CHUNK_BYTES: usize = 16 << 10;
+
+/// A request's outcome, owned, ready to encode.
+enum Answer {
+    Done(u8),
+    Lease(u8, LeaseId, u64),
+    Granted(Grant),
+    Released(Token),
+    Checked(bool, Option<Token>),
+    Written(Token),
+    Read(Option<Token>, Vec<u8>),
+    Error(ApiError),
+}
+
+type Pending = Pin<Box<dyn Future<Output = (u32, Answer)> + Send>>;
+
+/// A connection's state apart from its socket and read buffer.
+struct Session {
+    app: App,
+    /// Answers not yet written.
+    out: Vec<u8>,
+    /// Whether the bearer token was presented (always, without auth).
+    authed: bool,
+    /// Requests that must wait.
+    pending: FuturesUnordered<Pending>,
+    /// Waiting acquires, by request id, for CANCEL.
+    cancels: HashMap<u32, AbortHandle>,
+}
+
+pub async fn serve_conn(
+    mut stream: TcpStream,
+    app: App,
+    _permit: OwnedSemaphorePermit,
+    mut stop: watch::Receiver<bool>,
+) {
+    let idle = (app.config.idle_timeout_ms > 0).then(|| Duration::from_millis(app.config.idle_timeout_ms));
+    let frame_max = app.config.body_bytes_max + w::FRAME_OVERHEAD_BYTES;
+    let mut s = Session {
+        authed: app.auth_token.is_none(),
+        app,
+        out: Vec::with_capacity(4096),
+        pending: FuturesUnordered::new(),
+        cancels: HashMap::new(),
+    };
+    let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
+    let mut start = 0;
+    let mut greeted = false;
+    let mut fatal = false;
+    let mut closing = *stop.borrow();
+    let mut last_io = Instant::now();
+    let mut idle_sleep = Box::pin(tokio::time::sleep(idle.unwrap_or(Duration::MAX / 4)));
+    loop {
+        if !greeted && inbuf.len() - start >= w::PREAMBLE.len() {
+            if inbuf[start..start + w::PREAMBLE.len()] == w::PREAMBLE {
+                start += w::PREAMBLE.len();
+                greeted = true;
+            } else {
+                let e = ApiError::bad_request("bad_preamble", "a wire connection starts with FENCED\\0\\x01");
+                s.reply(0, Answer::Error(e));
+                fatal = true;
+            }
+        }
+        while greeted && !fatal && s.pending.len() < IN_FLIGHT_MAX {
+            match w::split_frame(&inbuf[start..], frame_max) {
+                Ok(Some((id, op, payload, used))) => {
+                    s.on_frame(id, op, payload);
+                    start += used;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    // Only a length that cannot be trusted gets here: the stream is lost.
+                    s.frame_error(e);
+                    fatal = true;
+                }
+            }
+        }
+        if start == inbuf.len() {
+            inbuf.clear();
+            start = 0;
+        } else if start >= READ_CHUNK_BYTES {
+            inbuf.drain(..start);
+            start = 0;
+        }
+        while let Some(Some((id, answer))) = s.pending.next().now_or_never() {
+            s.finished(id, answer);
+        }
+        if !s.out.is_empty() {
+            if stream.write_all(&s.out).await.is_err() {
+                return;
+            }
+            s.out.clear();
+            last_io = Instant::now();
+        }
+        if fatal || (closing && s.pending.is_empty()) {
+            let _ = stream.shutdown().await;
+            return;
+        }
+        let can_read = !closing && s.pending.len() < IN_FLIGHT_MAX;
+        if inbuf.capacity() - inbuf.len() < READ_CHUNK_BYTES / 4 {
+            inbuf.reserve(READ_CHUNK_BYTES);
+        }
+        tokio::select! {
+            r = stream.read_buf(&mut inbuf), if can_read => match r {
+                Ok(0) | Err(_) => return,
+                Ok(_) => last_io = Instant::now(),
+            },
+            Some((id, answer)) = s.pending.next(), if !s.pending.is_empty() => s.finished(id, answer),
+            _ = &mut idle_sleep, if idle.is_some() && s.pending.is_empty() => {
+                let deadline = last_io + idle.expect("idle is set");
+                if Instant::now() >= deadline {
+                    return;
+                }
+                idle_sleep.as_mut().reset(deadline);
+            }
+            _ = stop.changed(), if !closing => closing = true,
+        }
+    }
+}
+
+impl Session {
+    fn on_frame(&mut self, id: u32, op: u8, payload: &[u8]) {
+        inc(&self.app.metrics.wire_requests);
+        let req = match w::decode_request(id, op, payload) {
+            Ok(r) => r,
+            Err(e) => return self.frame_error(e),
+        };
+        match req {
+            Request::Auth { token } => {
+                self.authed = match &self.app.auth_token {
+                    None => true,
+                    Some(expected) => api::constant_time_eq(token, expected),
+                };
+                let answer = if self.authed { Answer::Done(op::AUTH) } else { Answer::Error(api::unauthorized()) };
+                return self.reply(id, answer);
+            }
+            Request::Cancel { target } => {
+                if let Some(h) = self.cancels.remove(&target) {
+                    h.abort();
+                }
+                return;
+            }
+            _ if !self.authed => return self.reply(id, Answer::Error(api::unauthorized())),
+            _ => {}
+        }
+        let app = &self.app;
+        let answer = match req {
+            Request::Auth { .. } | Request::Cancel { .. } => unreachable!("answered above"),
+            Request::CreateLease { ttl_ms } => {
+                let app = app.clone();
+                return self.start(id, false, async move {
+                    answer(api::create_lease(&app, ttl_ms).await, |(l, t)| Answer::Lease(op::CREATE_LEASE, l, t))
+                });
+            }
+            Request::Keepalive { lease } => {
+                api::keepalive_lease(app, lease).map(|ttl| Answer::Lease(op::KEEPALIVE, lease, ttl))
+            }
+            Request::Revoke { lease } => api::revoke_lease(app, lease).map(|()| Answer::Done(op::REVOKE)),
+            Request::Acquire { name, lease, ttl_ms, wait_ms, lock_delay_ms } => match api::lock_name(app, name) {
+                Err(e) => Err(e),
+                Ok(name) => {
+                    let app = app.clone();
+                    let req = api::AcquireReq { lease, ttl_ms, wait_ms, lock_delay_ms };
+                    return self.start(id, true, async move {
+                        answer(api::acquire_grant(app, name, req).await, Answer::Granted)
+                    });
+                }
+            },
+            Request::Release { name, lease } => {
+                api::lock_name(app, name).and_then(|n| api::release_lock(app, &n, lease)).map(Answer::Released)
+            }
+            Request::Check { name, token } => api::lock_name(app, name)
+                .and_then(|n| api::check_token(app, &n, token))
+                .map(|(current, holder)| Answer::Checked(current, holder)),
+            Request::Put { key, token, value } => match api::store_key(app, key.to_owned()) {
+                Err(e) => Err(e),
+                Ok(key) => {
+                    let (app, value) = (app.clone(), value.to_vec());
+                    return self.start(id, false, async move {
+                        answer(api::write_value(&app, key, token, value).await, Answer::Written)
+                    });
+                }
+            },
+            Request::Get { key, token } => match api::store_key(app, key.to_owned()) {
+                Err(e) => Err(e),
+                Ok(key) => {
+                    let app = app.clone();
+                    return self.start(id, false, async move {
+                        answer(api::read_value(&app, key, token).await, |(m, v)| Answer::Read(m, v))
+                    });
+                }
+            },
+        };
+        self.reply(id, answer.unwrap_or_else(Answer::Error));
+    }
+
+    /// Runs a call that may have to wait: polled once here, and only if it does not
+    /// finish at once is it kept (with a handle for CANCEL when `cancellable`).
+    fn start(&mut self, id: u32, cancellable: bool, call: impl Future<Output = Answer> + Send + 'static) {
+        let mut call = Box::pin(call);
+        if let Some(answer) = (&mut call).now_or_never() {
+            return self.reply(id, answer);
+        }
+        if cancellable {
+            let (handle, registration) = AbortHandle::new_pair();
+            self.cancels.insert(id, handle);
+            // Aborting drops the call, which withdraws the waiter (see `api::acquire_grant`).
+            self.pending.push(Box::pin(async move {
+                match Abortable::new(call, registration).await {
+                    Ok(answer) => (id, answer),
+                    Err(_) => (id, Answer::Error(cancelled())),
+                }
+            }));
+        } else {
+            self.pending.push(Box::pin(async move { (id, call.await) }));
+        }
+    }
+
+    fn finished(&mut self, id: u32, answer: Answer) {
+        self.cancels.remove(&id);
+        self.reply(id, answer);
+    }
+
+    fn frame_error(&mut self, e: FrameError) {
+        let (id, err) = match e {
+            FrameError::TooLarge { id, max, .. } => (id.unwrap_or(0), ApiError::too_large("frame", max)),
+            FrameError::TooShort { len } => {
+                (0, ApiError::bad_request("invalid_frame", format!("a frame's length is at least 5, not {len}")))
+            }
+            FrameError::UnknownOp { id, op } => {
+                (id, ApiError::bad_request("unknown_op", format!("op {op} is not part of wire protocol version 1")))
+            }
+            FrameError::Malformed { id, what } => {
+                (id, ApiError::bad_request("invalid_frame", format!("the payload does not fit the op: {what}")))
+            }
+        };
+        self.reply(id, Answer::Error(err));
+    }
+
+    fn reply(&mut self, id: u32, answer: Answer) {
+        let body;
+        let resp = match &answer {
+            Answer::Done(op) => Response::Done { op: *op },
+            Answer::Lease(op, lease, ttl_ms) => Response::Lease { op: *op, lease: *lease, ttl_ms: *ttl_ms },
+            Answer::Granted(g) => Response::Granted { token: g.token, lease: g.lease, ttl_ms: g.ttl_ms },
+            Answer::Released(token) => Response::Released { token: *token },
+            Answer::Checked(current, token) => Response::Checked { current: *current, token: *token },
+            Answer::Written(t) => Response::Written { token: *t, highest_seen: *t },
+            Answer::Read(highest_seen, value) => Response::Read { highest_seen: *highest_seen, value },
+            Answer::Error(e) => {
+                body = serde_json::to_vec(&e.body()).expect("a Value serializes");
+                Response::Error { status: e.status.as_u16(), body: &body }
+            }
+        };
+        w::encode_response(&mut self.out, id, &resp);
+    }
+}
+
+fn answer<T>(r: Result<T, ApiError>, ok: impl FnOnce(T) -> Answer) -> Answer {
+    match r {
+        Ok(v) => ok(v),
+        Err(e) => Answer::Error(e),
+    }
+}
+
+fn cancelled() -> ApiError {
+    ApiError::new(StatusCode::CONFLICT, "cancelled", "the client withdrew this request")
+}

@@ -1,0 +1,63 @@
+//! The binary wire protocol's listener (`wire_listen`): length-prefixed frames tagged
+//! with request ids, many requests in flight on one connection (the codec and the
+//! frame layout are in `fenced-wire`). Every request runs through the HTTP API's own
+//! handlers in `api`, so tokens, limits, auth, events, metrics and error codes are the
+//! same; only the framing differs.
+
+mod conn;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+
+use crate::api::{ApiError, App};
+use crate::metrics::inc;
+
+/// Accepts wire connections until `stop` flips, then waits for the open ones to
+/// finish what they have in flight. `conns` is the HTTP listener's permit pool:
+/// `connections_max` counts both.
+pub async fn serve(listener: TcpListener, app: App, conns: Arc<Semaphore>, stop: watch::Receiver<bool>) {
+    let mut tasks = JoinSet::new();
+    let mut stopped = stop.clone();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    match conns.clone().try_acquire_owned() {
+                        Ok(permit) => {
+                            tasks.spawn(conn::serve_conn(stream, app.clone(), permit, stop.clone()));
+                        }
+                        Err(_) => {
+                            inc(&app.metrics.connections_refused);
+                            let _ = stream.try_write(&busy_frame());
+                        }
+                    }
+                }
+                Err(e) => {
+                    // Out of descriptors and the like: back off rather than spin.
+                    tracing::warn!(error = %e, "wire accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            _ = stopped.wait_for(|s| *s) => break,
+        }
+    }
+    drop(listener);
+    while tasks.join_next().await.is_some() {}
+}
+
+/// The answer to a connection over `connections_max`, before it is closed.
+fn busy_frame() -> Vec<u8> {
+    let e =
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_many_connections", "the server is at its connection limit");
+    let body = serde_json::to_vec(&e.body()).expect("a Value serializes");
+    let mut out = Vec::new();
+    fenced_wire::encode_response(&mut out, 0, &fenced_wire::Response::Error { status: 503, body: &body });
+    out
+}

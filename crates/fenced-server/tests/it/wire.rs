@@ -1,0 +1,281 @@
+//! The wire protocol (`wire_listen`) frame by frame over a std socket: every op, many
+//! requests in flight on one connection, bad frames, auth. The same table as HTTP:
+//! what one transport does, the other sees.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use fenced_core::{LeaseId, Token};
+use fenced_wire::{decode_response, encode_request, op, split_frame, Request, Response, PREAMBLE};
+use serde_json::Value;
+
+use crate::harness::TestServer;
+
+/// One raw wire connection.
+struct Wire {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+/// An answer frame: id, kind, payload.
+struct Frame(u32, u8, Vec<u8>);
+
+impl Frame {
+    fn decode(&self) -> Response<'_> {
+        decode_response(self.0, self.1, &self.2).expect("a well-formed answer")
+    }
+
+    /// The status and JSON body of an error answer.
+    fn error(&self) -> (u16, Value) {
+        match self.decode() {
+            Response::Error { status, body } => (status, serde_json::from_slice(body).expect("JSON error body")),
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+
+    fn code(&self) -> String {
+        self.error().1["error"]["code"].as_str().unwrap_or_default().to_string()
+    }
+}
+
+impl Wire {
+    fn open(addr: SocketAddr) -> Wire {
+        let mut w = Wire::raw(addr);
+        w.s.write_all(&PREAMBLE).unwrap();
+        w
+    }
+
+    fn raw(addr: SocketAddr) -> Wire {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Wire { s, buf: Vec::new() }
+    }
+
+    fn send(&mut self, id: u32, req: &Request<'_>) {
+        let mut out = Vec::new();
+        encode_request(&mut out, id, req);
+        self.s.write_all(&out).unwrap();
+    }
+
+    /// The next answer; panics if the connection closes first.
+    fn recv(&mut self) -> Frame {
+        self.try_recv().expect("an answer before the connection closed")
+    }
+
+    fn try_recv(&mut self) -> Option<Frame> {
+        loop {
+            if let Some((id, kind, payload, used)) = split_frame(&self.buf, usize::MAX).unwrap() {
+                let f = Frame(id, kind, payload.to_vec());
+                self.buf.drain(..used);
+                return Some(f);
+            }
+            let mut chunk = [0u8; 4096];
+            match self.s.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    fn call(&mut self, id: u32, req: &Request<'_>) -> Frame {
+        self.send(id, req);
+        let f = self.recv();
+        assert_eq!(f.0, id, "answers of one-at-a-time calls come in order");
+        f
+    }
+
+    fn lease(&mut self, ttl_ms: u64) -> LeaseId {
+        match self.call(1, &Request::CreateLease { ttl_ms }).decode() {
+            Response::Lease { lease, ttl_ms: t, .. } => {
+                assert_eq!(t, ttl_ms);
+                lease
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+fn acquire(name: &str, lease: LeaseId, wait_ms: u64) -> Request<'_> {
+    Request::Acquire { name, lease: Some(lease), ttl_ms: None, wait_ms, lock_delay_ms: 0 }
+}
+
+fn granted(f: &Frame) -> Token {
+    match f.decode() {
+        Response::Granted { token, .. } => token,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+#[test]
+fn every_op_round_trips_on_the_same_table_as_http() {
+    let server = TestServer::start();
+    let mut w = Wire::open(server.wire);
+    let lease = w.lease(5000);
+    assert!(matches!(w.call(2, &Request::Keepalive { lease }).decode(), Response::Lease { op: op::KEEPALIVE, .. }));
+    let t1 = granted(&w.call(3, &acquire("a/b", lease, 0)));
+    // Idempotent re-acquire by the holder: same token.
+    assert_eq!(granted(&w.call(4, &acquire("a/b", lease, 0))), t1);
+    let (s, v) = server.call("GET", "/v1/locks/a%2Fb", "");
+    assert_eq!((s, v["token"].as_u64()), (200, Some(t1.get())), "HTTP sees the wire's grant");
+    let checked = w.call(5, &Request::Check { name: "a/b", token: t1.get() });
+    assert_eq!(checked.decode(), Response::Checked { current: true, token: Some(t1) });
+    assert_eq!(w.call(6, &Request::Release { name: "a/b", lease }).decode(), Response::Released { token: t1 });
+    assert_eq!(w.call(7, &Request::Release { name: "a/b", lease }).code(), "not_holder");
+    // An implicit lease, as the client uses.
+    let implicit = Request::Acquire { name: "c", lease: None, ttl_ms: Some(2000), wait_ms: 0, lock_delay_ms: 0 };
+    let (t2, l2) = match w.call(8, &implicit).decode() {
+        Response::Granted { token, lease, ttl_ms: 2000 } => (token, lease),
+        other => panic!("{other:?}"),
+    };
+    assert!(t2 > t1);
+    assert_eq!(w.call(9, &Request::Revoke { lease: l2 }).decode(), Response::Done { op: op::REVOKE });
+    assert_eq!(w.call(10, &Request::Keepalive { lease: l2 }).code(), "lease_not_found");
+    let (s, v) = server.call("GET", "/v1/locks/c", "");
+    assert_eq!((s, v["held"].as_bool()), (200, Some(false)), "the revoke released it");
+    // The fenced store.
+    let put = |token| Request::Put { key: "k", token: Token::new(token), value: b"v" };
+    assert_eq!(
+        w.call(11, &put(5)).decode(),
+        Response::Written { token: Token::new(5).unwrap(), highest_seen: Token::new(5).unwrap() }
+    );
+    let (status, body) = w.call(12, &put(4)).error();
+    assert_eq!(
+        (status, body["error"]["code"].as_str(), body["error"]["highest_seen"].as_u64()),
+        (409, Some("stale_token"), Some(5))
+    );
+    assert_eq!(w.call(13, &put(0)).error().0, 428, "no token: token_required");
+    let read = w.call(14, &Request::Get { key: "k", token: Token::new(6) });
+    assert_eq!(read.decode(), Response::Read { highest_seen: Token::new(6), value: b"v" });
+    let r = server.request("GET", "/v1/store/k", &[], b"");
+    assert_eq!(r.header("fencing-highest-seen"), Some("6"), "the fenced read raised the mark for HTTP too");
+    assert_eq!(w.call(15, &Request::Get { key: "nope", token: None }).code(), "not_found");
+    // Limits and input errors are the HTTP API's.
+    assert_eq!(w.call(16, &Request::CreateLease { ttl_ms: 1 }).code(), "ttl_out_of_range");
+    assert_eq!(w.call(17, &acquire("", lease, 0)).code(), "invalid_name");
+    assert_eq!(w.call(18, &acquire("x", lease, 10_000_000)).code(), "wait_out_of_range");
+    let both = Request::Acquire { name: "x", lease: Some(lease), ttl_ms: Some(1000), wait_ms: 0, lock_delay_ms: 0 };
+    assert_eq!(w.call(19, &both).code(), "invalid_field");
+    assert_eq!(w.call(20, &Request::Check { name: "x", token: 0 }).code(), "invalid_token");
+    let metrics = server.get("/metrics").text();
+    assert!(metrics.contains("fenced_grants_total 2"), "{metrics}");
+    assert!(metrics.contains("fenced_wire_requests_total 20"), "{metrics}");
+}
+
+#[test]
+fn many_requests_in_flight_on_one_connection() {
+    let server = TestServer::start();
+    let mut w = Wire::open(server.wire);
+    let lease = w.lease(10_000);
+    // 200 requests in one write: acquire and release 100 locks.
+    let names: Vec<String> = (0..100).map(|i| format!("p/{i}")).collect();
+    let mut out = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        encode_request(&mut out, 1000 + 2 * i as u32, &acquire(name, lease, 0));
+        encode_request(&mut out, 1001 + 2 * i as u32, &Request::Release { name, lease });
+    }
+    w.s.write_all(&out).unwrap();
+    let mut tokens = Vec::new();
+    for k in 0..200u32 {
+        let f = w.recv();
+        assert_eq!(f.0, 1000 + k, "calls that finish at once are answered in order");
+        match f.decode() {
+            Response::Granted { token, .. } => tokens.push(token),
+            Response::Released { token } => assert_eq!(Some(&token), tokens.last()),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(tokens.windows(2).all(|p| p[0] < p[1]), "tokens strictly increase");
+    // A queued acquire does not hold up the calls behind it.
+    let mut other = Wire::open(server.wire);
+    let holder = other.lease(10_000);
+    granted(&other.call(2, &acquire("busy", holder, 0)));
+    w.send(50, &acquire("busy", lease, 20_000));
+    w.send(51, &Request::Keepalive { lease });
+    assert_eq!(w.recv().0, 51, "the keepalive overtakes the waiting acquire");
+    other.call(3, &Request::Release { name: "busy", lease: holder });
+    let f = w.recv();
+    assert_eq!(f.0, 50);
+    granted(&f);
+    // CANCEL withdraws a queued acquire: answered `cancelled`, the queue is empty.
+    w.send(60, &acquire("busy", holder, 20_000));
+    let mut check = Wire::open(server.wire);
+    let lease3 = check.lease(10_000);
+    check.send(2, &acquire("busy", lease3, 20_000));
+    crate::harness::eventually(10, || server.call("GET", "/v1/locks/busy", "").1["waiters"] == 2);
+    check.send(3, &Request::Cancel { target: 2 });
+    let f = check.recv();
+    assert_eq!((f.0, f.code()), (2, "cancelled".to_string()));
+    let (_, v) = server.call("GET", "/v1/locks/busy", "");
+    assert_eq!(v["waiters"], 1, "{v}");
+    // Closing a connection withdraws what it had queued, like an HTTP disconnect; the
+    // grant it holds under an explicit lease stays until the lease ends.
+    drop(w);
+    crate::harness::eventually(10, || server.call("GET", "/v1/locks/busy", "").1["waiters"] == 0);
+    assert_eq!(server.call("GET", "/v1/locks/busy", "").1["held"], true);
+    drop(other);
+}
+
+#[test]
+fn bad_frames_get_a_clear_error_and_change_nothing() {
+    let server = TestServer::start();
+    // Not the preamble (an HTTP request on the wire port): named, then closed.
+    let mut w = Wire::raw(server.wire);
+    w.s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+    let f = w.recv();
+    assert_eq!((f.0, f.code()), (0, "bad_preamble".to_string()));
+    assert!(w.try_recv().is_none(), "closed");
+    // An unknown op and a payload that does not fit: named, and the connection goes on.
+    let mut w = Wire::open(server.wire);
+    let mut out = Vec::new();
+    encode_request(&mut out, 7, &Request::CreateLease { ttl_ms: 1000 });
+    out[8] = 99;
+    w.s.write_all(&out).unwrap();
+    let f = w.recv();
+    assert_eq!((f.0, f.error().0, f.code()), (7, 400, "unknown_op".to_string()));
+    let short = [0, 0, 0, 7, 0, 0, 0, 8, op::KEEPALIVE, 1, 2];
+    w.s.write_all(&short).unwrap();
+    let f = w.recv();
+    assert_eq!((f.0, f.code()), (8, "invalid_frame".to_string()));
+    let mut bad_name = Vec::new();
+    encode_request(&mut bad_name, 9, &Request::Release { name: "x", lease: LeaseId(1) });
+    let last = bad_name.len() - 1;
+    bad_name[last] = 0xff;
+    w.s.write_all(&bad_name).unwrap();
+    assert_eq!(w.recv().code(), "invalid_frame");
+    assert!(matches!(w.call(10, &Request::Keepalive { lease: LeaseId(1) }).code().as_str(), "lease_not_found"));
+    // A length over the limit: 413 with its id, then closed (the stream cannot be trusted).
+    let mut w = Wire::open(server.wire);
+    let huge = (2u32 << 20).to_be_bytes();
+    w.s.write_all(&[&huge[..], &[0, 0, 0, 11, op::PUT]].concat()).unwrap();
+    let f = w.recv();
+    assert_eq!((f.0, f.error().0, f.code()), (11, 413, "too_large".to_string()));
+    assert!(w.try_recv().is_none(), "closed");
+    // A length below the header's: closed.
+    let mut w = Wire::open(server.wire);
+    w.s.write_all(&[0, 0, 0, 1, 0]).unwrap();
+    assert_eq!(w.recv().code(), "invalid_frame");
+    assert!(w.try_recv().is_none(), "closed");
+    // Nothing changed.
+    let (_, v) = server.call("GET", "/v1/locks", "");
+    assert_eq!(v["locks"], serde_json::json!([]));
+    let metrics = server.get("/metrics").text();
+    assert!(metrics.contains("fenced_leases 0") && metrics.contains("fenced_grants_total 0"), "{metrics}");
+}
+
+#[test]
+fn without_the_token_every_call_is_refused() {
+    let dir = crate::harness::scratch_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("token");
+    std::fs::write(&file, "s3cret\n").unwrap();
+    let server = TestServer::with(|c| c.auth_token_file = Some(file.clone()));
+    let mut w = Wire::open(server.wire);
+    let (status, body) = w.call(1, &Request::CreateLease { ttl_ms: 1000 }).error();
+    assert_eq!((status, body["error"]["code"].as_str()), (401, Some("unauthorized")));
+    assert_eq!(w.call(2, &Request::Auth { token: b"wrong" }).code(), "unauthorized");
+    assert_eq!(w.call(3, &Request::CreateLease { ttl_ms: 1000 }).code(), "unauthorized");
+    assert_eq!(w.call(4, &Request::Auth { token: b"s3cret" }).decode(), Response::Done { op: op::AUTH });
+    w.lease(1000);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,463 @@
+//! Fenced's binary wire protocol: the frames, their encoding and decoding, no IO.
+//!
+//! The server (`--wire-listen`) and the client (`fenced://host:port`) share this one
+//! codec so the two cannot drift. Semantics, limits and error codes are the HTTP API's:
+//! the server runs every request through the same handlers, and an error answer
+//! carries the HTTP status and the very JSON error body the HTTP API would send.
+//!
+//! A connection opens with the client's 8-byte [`PREAMBLE`]; then both directions are
+//! a stream of frames:
+//!
+//! ```text
+//! len: u32   bytes after this field (big-endian, like every integer here)
+//! id:  u32   chosen by the client; the answer carries the same id
+//! op:  u8    request: the operation; answer: the request's op on success, 0 on error
+//! ...        the payload, below
+//! ```
+//!
+//! Requests on one connection are read in order; those that finish at once (all but a
+//! waiting acquire and the fenced store's durable calls) are answered in order, the
+//! others when they finish, so many can be in flight on one connection.
+
+use fenced_core::{LeaseId, Token};
+
+/// What a client sends first: "FENCED", a zero byte, and the protocol version.
+pub const PREAMBLE: [u8; 8] = *b"FENCED\x00\x01";
+
+/// Bytes of a frame before its payload: length, id, op.
+pub const HEADER_BYTES: usize = 9;
+
+/// A frame's payload beyond the request's body (names, keys, fixed fields); the server
+/// allows `body_bytes_max` plus this.
+pub const FRAME_OVERHEAD_BYTES: usize = 1024;
+
+/// Request operation codes (also the answer's kind on success).
+pub mod op {
+    /// Payload: the bearer token. Answer: empty.
+    pub const AUTH: u8 = 1;
+    /// Payload: `ttl_ms u64`. Answer: `lease u128, ttl_ms u64`.
+    pub const CREATE_LEASE: u8 = 2;
+    /// Payload: `lease u128`. Answer: `lease u128, ttl_ms u64`.
+    pub const KEEPALIVE: u8 = 3;
+    /// Payload: `lease u128`. Answer: empty; the lease's locks are released.
+    pub const REVOKE: u8 = 4;
+    /// Payload: `flags u8` (1: lease given, 2: ttl given; exactly one), `lease u128`,
+    /// `ttl_ms u64`, `wait_ms u64`, `lock_delay_ms u64`, then the name (the rest).
+    /// Answer: `token u64, lease u128, ttl_ms u64`.
+    pub const ACQUIRE: u8 = 5;
+    /// Payload: `lease u128`, then the name. Answer: `token u64`.
+    pub const RELEASE: u8 = 6;
+    /// Payload: `token u64`, then the name. Answer: `current u8, token u64` (0: none).
+    pub const CHECK: u8 = 7;
+    /// Payload: `token u64` (0: none), `key_len u16`, key, then the value (the rest).
+    /// Answer: `token u64, highest_seen u64`.
+    pub const PUT: u8 = 8;
+    /// Payload: `token u64` (0: a plain read), then the key. Answer: `highest_seen u64`
+    /// (0: none), then the value (the rest).
+    pub const GET: u8 = 9;
+    /// Payload: `target u32`, the id of a request in flight (a waiting acquire) to
+    /// withdraw. No answer of its own: the target is answered `cancelled` unless it
+    /// was answered already.
+    pub const CANCEL: u8 = 10;
+    /// The answer kind of an error: `status u16`, then the HTTP API's JSON error body.
+    pub const ERROR: u8 = 0;
+}
+
+/// A request, borrowing from the frame it was read from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request<'a> {
+    Auth { token: &'a [u8] },
+    CreateLease { ttl_ms: u64 },
+    Keepalive { lease: LeaseId },
+    Revoke { lease: LeaseId },
+    Acquire { name: &'a str, lease: Option<LeaseId>, ttl_ms: Option<u64>, wait_ms: u64, lock_delay_ms: u64 },
+    Release { name: &'a str, lease: LeaseId },
+    Check { name: &'a str, token: u64 },
+    Put { key: &'a str, token: Option<Token>, value: &'a [u8] },
+    Get { key: &'a str, token: Option<Token> },
+    Cancel { target: u32 },
+}
+
+/// An answer, borrowing from the frame it was read from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Response<'a> {
+    /// AUTH or REVOKE done.
+    Done {
+        op: u8,
+    },
+    /// CREATE_LEASE or KEEPALIVE.
+    Lease {
+        op: u8,
+        lease: LeaseId,
+        ttl_ms: u64,
+    },
+    Granted {
+        token: Token,
+        lease: LeaseId,
+        ttl_ms: u64,
+    },
+    Released {
+        token: Token,
+    },
+    Checked {
+        current: bool,
+        token: Option<Token>,
+    },
+    Written {
+        token: Token,
+        highest_seen: Token,
+    },
+    Read {
+        highest_seen: Option<Token>,
+        value: &'a [u8],
+    },
+    /// The HTTP status and the HTTP API's JSON error body.
+    Error {
+        status: u16,
+        body: &'a [u8],
+    },
+}
+
+/// A frame that cannot be read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FrameError {
+    /// The declared length is above the limit: the stream cannot be trusted further.
+    TooLarge { id: Option<u32>, len: u64, max: usize },
+    /// The declared length is below the header's: the stream cannot be trusted further.
+    TooShort { len: u32 },
+    /// The op is not one this version knows; the frame was skipped.
+    UnknownOp { id: u32, op: u8 },
+    /// The payload does not fit the op; the frame was skipped.
+    Malformed { id: u32, what: &'static str },
+}
+
+/// A complete frame at the start of a buffer: `(id, op, payload, bytes used)`.
+pub type Split<'a> = (u32, u8, &'a [u8], usize);
+
+/// One complete frame at the start of `buf`, or `None` when more bytes are needed.
+/// `max` bounds the declared length.
+pub fn split_frame(buf: &[u8], max: usize) -> Result<Option<Split<'_>>, FrameError> {
+    if buf.len() < 4 {
+        return Ok(None);
+    }
+    let len = u32::from_be_bytes(buf[..4].try_into().expect("4 bytes"));
+    let id = (buf.len() >= 8).then(|| u32::from_be_bytes(buf[4..8].try_into().expect("4 bytes")));
+    if len as u64 > max as u64 {
+        return Err(FrameError::TooLarge { id, len: len as u64, max });
+    }
+    if (len as usize) < HEADER_BYTES - 4 {
+        return Err(FrameError::TooShort { len });
+    }
+    let total = 4 + len as usize;
+    if buf.len() < total {
+        return Ok(None);
+    }
+    Ok(Some((id.expect("8 bytes present"), buf[8], &buf[HEADER_BYTES..total], total)))
+}
+
+/// Reads fixed fields off the front of a payload.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u16(&mut self) -> Option<u16> {
+        self.take(2).map(|b| u16::from_be_bytes(b.try_into().expect("2")))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4).map(|b| u32::from_be_bytes(b.try_into().expect("4")))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8).map(|b| u64::from_be_bytes(b.try_into().expect("8")))
+    }
+    fn u128(&mut self) -> Option<u128> {
+        self.take(16).map(|b| u128::from_be_bytes(b.try_into().expect("16")))
+    }
+    fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.0)
+    }
+    fn text(&mut self) -> Option<&'a str> {
+        std::str::from_utf8(self.rest()).ok()
+    }
+}
+
+/// Decodes a request's payload.
+pub fn decode_request(id: u32, op: u8, payload: &[u8]) -> Result<Request<'_>, FrameError> {
+    let mut r = Reader(payload);
+    let bad = |what| FrameError::Malformed { id, what };
+    let req = match op {
+        op::AUTH => Request::Auth { token: r.rest() },
+        op::CREATE_LEASE => Request::CreateLease { ttl_ms: r.u64().ok_or(bad("ttl_ms u64"))? },
+        op::KEEPALIVE => Request::Keepalive { lease: LeaseId(r.u128().ok_or(bad("lease u128"))?) },
+        op::REVOKE => Request::Revoke { lease: LeaseId(r.u128().ok_or(bad("lease u128"))?) },
+        op::ACQUIRE => {
+            let fields = "flags u8, lease u128, ttl_ms u64, wait_ms u64, lock_delay_ms u64, name";
+            let flags = r.u8().ok_or(bad(fields))?;
+            let lease = r.u128().ok_or(bad(fields))?;
+            let ttl_ms = r.u64().ok_or(bad(fields))?;
+            let wait_ms = r.u64().ok_or(bad(fields))?;
+            let lock_delay_ms = r.u64().ok_or(bad(fields))?;
+            let name = r.text().ok_or(bad("the name is not UTF-8"))?;
+            Request::Acquire {
+                name,
+                lease: (flags & 1 != 0).then_some(LeaseId(lease)),
+                ttl_ms: (flags & 2 != 0).then_some(ttl_ms),
+                wait_ms,
+                lock_delay_ms,
+            }
+        }
+        op::RELEASE => {
+            let lease = LeaseId(r.u128().ok_or(bad("lease u128, name"))?);
+            Request::Release { lease, name: r.text().ok_or(bad("the name is not UTF-8"))? }
+        }
+        op::CHECK => {
+            let token = r.u64().ok_or(bad("token u64, name"))?;
+            Request::Check { token, name: r.text().ok_or(bad("the name is not UTF-8"))? }
+        }
+        op::PUT => {
+            let token = Token::new(r.u64().ok_or(bad("token u64, key_len u16, key, value"))?);
+            let key_len = r.u16().ok_or(bad("token u64, key_len u16, key, value"))?;
+            let key = r.take(key_len as usize).ok_or(bad("key_len is past the frame's end"))?;
+            let key = std::str::from_utf8(key).map_err(|_| bad("the key is not UTF-8"))?;
+            Request::Put { key, token, value: r.rest() }
+        }
+        op::GET => {
+            let token = Token::new(r.u64().ok_or(bad("token u64, key"))?);
+            Request::Get { token, key: r.text().ok_or(bad("the key is not UTF-8"))? }
+        }
+        op::CANCEL => Request::Cancel { target: r.u32().ok_or(bad("target u32"))? },
+        _ => return Err(FrameError::UnknownOp { id, op }),
+    };
+    Ok(req)
+}
+
+/// Starts a frame in `out`; `finish` fills in its length.
+fn begin(out: &mut Vec<u8>, id: u32, op: u8) -> usize {
+    let at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&id.to_be_bytes());
+    out.push(op);
+    at
+}
+
+fn finish(out: &mut [u8], at: usize) {
+    let len = (out.len() - at - 4) as u32;
+    out[at..at + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+/// Appends a request frame to `out`.
+pub fn encode_request(out: &mut Vec<u8>, id: u32, req: &Request<'_>) {
+    let op = match req {
+        Request::Auth { .. } => op::AUTH,
+        Request::CreateLease { .. } => op::CREATE_LEASE,
+        Request::Keepalive { .. } => op::KEEPALIVE,
+        Request::Revoke { .. } => op::REVOKE,
+        Request::Acquire { .. } => op::ACQUIRE,
+        Request::Release { .. } => op::RELEASE,
+        Request::Check { .. } => op::CHECK,
+        Request::Put { .. } => op::PUT,
+        Request::Get { .. } => op::GET,
+        Request::Cancel { .. } => op::CANCEL,
+    };
+    let at = begin(out, id, op);
+    match req {
+        Request::Auth { token } => out.extend_from_slice(token),
+        Request::CreateLease { ttl_ms } => out.extend_from_slice(&ttl_ms.to_be_bytes()),
+        Request::Keepalive { lease } | Request::Revoke { lease } => out.extend_from_slice(&lease.0.to_be_bytes()),
+        Request::Acquire { name, lease, ttl_ms, wait_ms, lock_delay_ms } => {
+            out.push(u8::from(lease.is_some()) | (u8::from(ttl_ms.is_some()) << 1));
+            out.extend_from_slice(&lease.map_or(0, |l| l.0).to_be_bytes());
+            out.extend_from_slice(&ttl_ms.unwrap_or(0).to_be_bytes());
+            out.extend_from_slice(&wait_ms.to_be_bytes());
+            out.extend_from_slice(&lock_delay_ms.to_be_bytes());
+            out.extend_from_slice(name.as_bytes());
+        }
+        Request::Release { name, lease } => {
+            out.extend_from_slice(&lease.0.to_be_bytes());
+            out.extend_from_slice(name.as_bytes());
+        }
+        Request::Check { name, token } => {
+            out.extend_from_slice(&token.to_be_bytes());
+            out.extend_from_slice(name.as_bytes());
+        }
+        Request::Put { key, token, value } => {
+            out.extend_from_slice(&token.map_or(0, Token::get).to_be_bytes());
+            // Keys longer than u16 cannot be valid; send a length the server refuses.
+            let key = &key.as_bytes()[..key.len().min(u16::MAX as usize)];
+            out.extend_from_slice(&(key.len() as u16).to_be_bytes());
+            out.extend_from_slice(key);
+            out.extend_from_slice(value);
+        }
+        Request::Get { key, token } => {
+            out.extend_from_slice(&token.map_or(0, Token::get).to_be_bytes());
+            out.extend_from_slice(key.as_bytes());
+        }
+        Request::Cancel { target } => out.extend_from_slice(&target.to_be_bytes()),
+    }
+    finish(out, at);
+}
+
+/// Appends an answer frame to `out`.
+pub fn encode_response(out: &mut Vec<u8>, id: u32, resp: &Response<'_>) {
+    let kind = match resp {
+        Response::Done { op } | Response::Lease { op, .. } => *op,
+        Response::Granted { .. } => op::ACQUIRE,
+        Response::Released { .. } => op::RELEASE,
+        Response::Checked { .. } => op::CHECK,
+        Response::Written { .. } => op::PUT,
+        Response::Read { .. } => op::GET,
+        Response::Error { .. } => op::ERROR,
+    };
+    let at = begin(out, id, kind);
+    match resp {
+        Response::Done { .. } => {}
+        Response::Lease { lease, ttl_ms, .. } => {
+            out.extend_from_slice(&lease.0.to_be_bytes());
+            out.extend_from_slice(&ttl_ms.to_be_bytes());
+        }
+        Response::Granted { token, lease, ttl_ms } => {
+            out.extend_from_slice(&token.get().to_be_bytes());
+            out.extend_from_slice(&lease.0.to_be_bytes());
+            out.extend_from_slice(&ttl_ms.to_be_bytes());
+        }
+        Response::Released { token } => out.extend_from_slice(&token.get().to_be_bytes()),
+        Response::Checked { current, token } => {
+            out.push(u8::from(*current));
+            out.extend_from_slice(&token.map_or(0, Token::get).to_be_bytes());
+        }
+        Response::Written { token, highest_seen } => {
+            out.extend_from_slice(&token.get().to_be_bytes());
+            out.extend_from_slice(&highest_seen.get().to_be_bytes());
+        }
+        Response::Read { highest_seen, value } => {
+            out.extend_from_slice(&highest_seen.map_or(0, Token::get).to_be_bytes());
+            out.extend_from_slice(value);
+        }
+        Response::Error { status, body } => {
+            out.extend_from_slice(&status.to_be_bytes());
+            out.extend_from_slice(body);
+        }
+    }
+    finish(out, at);
+}
+
+/// Decodes an answer's payload; `kind` is the frame's op byte.
+pub fn decode_response(id: u32, kind: u8, payload: &[u8]) -> Result<Response<'_>, FrameError> {
+    let mut r = Reader(payload);
+    let bad = |what| FrameError::Malformed { id, what };
+    let token = |raw: Option<u64>| raw.and_then(Token::new).ok_or(bad("a token is at least 1"));
+    let resp = match kind {
+        op::ERROR => Response::Error { status: r.u16().ok_or(bad("status u16"))?, body: r.rest() },
+        op::AUTH | op::REVOKE => Response::Done { op: kind },
+        op::CREATE_LEASE | op::KEEPALIVE => Response::Lease {
+            op: kind,
+            lease: LeaseId(r.u128().ok_or(bad("lease u128"))?),
+            ttl_ms: r.u64().ok_or(bad("ttl_ms u64"))?,
+        },
+        op::ACQUIRE => Response::Granted {
+            token: token(r.u64())?,
+            lease: LeaseId(r.u128().ok_or(bad("lease u128"))?),
+            ttl_ms: r.u64().ok_or(bad("ttl_ms u64"))?,
+        },
+        op::RELEASE => Response::Released { token: token(r.u64())? },
+        op::CHECK => Response::Checked {
+            current: r.u8().ok_or(bad("current u8"))? != 0,
+            token: Token::new(r.u64().ok_or(bad("token u64"))?),
+        },
+        op::PUT => Response::Written { token: token(r.u64())?, highest_seen: token(r.u64())? },
+        op::GET => {
+            Response::Read { highest_seen: Token::new(r.u64().ok_or(bad("highest_seen u64"))?), value: r.rest() }
+        }
+        _ => return Err(FrameError::UnknownOp { id, op: kind }),
+    };
+    Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip_request(req: Request<'_>) {
+        let mut out = Vec::new();
+        encode_request(&mut out, 42, &req);
+        let (id, op, payload, used) = split_frame(&out, 1 << 20).unwrap().unwrap();
+        assert_eq!((id, used), (42, out.len()));
+        assert_eq!(decode_request(id, op, payload).unwrap(), req);
+    }
+
+    fn round_trip_response(resp: Response<'_>) {
+        let mut out = Vec::new();
+        encode_response(&mut out, 7, &resp);
+        let (id, kind, payload, _) = split_frame(&out, 1 << 20).unwrap().unwrap();
+        assert_eq!(decode_response(id, kind, payload).unwrap(), resp);
+    }
+
+    #[test]
+    fn every_request_round_trips() {
+        let lease = LeaseId(0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+        let t = Token::new(9);
+        round_trip_request(Request::Auth { token: b"secret" });
+        round_trip_request(Request::CreateLease { ttl_ms: 5000 });
+        round_trip_request(Request::Keepalive { lease });
+        round_trip_request(Request::Revoke { lease });
+        round_trip_request(Request::Acquire {
+            name: "a/b",
+            lease: Some(lease),
+            ttl_ms: None,
+            wait_ms: 3,
+            lock_delay_ms: 4,
+        });
+        round_trip_request(Request::Acquire {
+            name: "é",
+            lease: None,
+            ttl_ms: Some(100),
+            wait_ms: 0,
+            lock_delay_ms: 0,
+        });
+        round_trip_request(Request::Release { name: "x", lease });
+        round_trip_request(Request::Check { name: "x", token: 3 });
+        round_trip_request(Request::Put { key: "k", token: t, value: b"\x00\x01v" });
+        round_trip_request(Request::Put { key: "k", token: None, value: b"" });
+        round_trip_request(Request::Get { key: "k", token: t });
+        round_trip_request(Request::Cancel { target: 99 });
+    }
+
+    #[test]
+    fn every_response_round_trips() {
+        let lease = LeaseId(u128::MAX);
+        let t = Token::new(5).unwrap();
+        round_trip_response(Response::Done { op: op::REVOKE });
+        round_trip_response(Response::Lease { op: op::KEEPALIVE, lease, ttl_ms: 9 });
+        round_trip_response(Response::Granted { token: t, lease, ttl_ms: 100 });
+        round_trip_response(Response::Released { token: t });
+        round_trip_response(Response::Checked { current: false, token: None });
+        round_trip_response(Response::Written { token: t, highest_seen: t });
+        round_trip_response(Response::Read { highest_seen: Some(t), value: b"v" });
+        round_trip_response(Response::Error { status: 409, body: br#"{"error":{}}"# });
+    }
+
+    #[test]
+    fn bad_frames_are_named() {
+        assert_eq!(split_frame(&[0, 0], 100), Ok(None));
+        assert_eq!(split_frame(&[0, 0, 0, 1], 100), Err(FrameError::TooShort { len: 1 }));
+        assert!(matches!(split_frame(b"GET / HTTP/1.1", 100), Err(FrameError::TooLarge { .. })));
+        let mut out = Vec::new();
+        encode_request(&mut out, 1, &Request::CreateLease { ttl_ms: 1 });
+        assert_eq!(split_frame(&out[..out.len() - 1], 100), Ok(None));
+        assert_eq!(decode_request(1, 77, b""), Err(FrameError::UnknownOp { id: 1, op: 77 }));
+        assert!(matches!(decode_request(1, op::KEEPALIVE, b"short"), Err(FrameError::Malformed { .. })));
+        assert!(matches!(
+            decode_request(1, op::PUT, &[0, 0, 0, 0, 0, 0, 0, 1, 0, 9, b'k']),
+            Err(FrameError::Malformed { .. })
+        ));
+    }
+}
