@@ -203,6 +203,14 @@ impl Client {
         Ok((b.current, b.token.and_then(Token::new)))
     }
 
+    /// Creates a lease of `ttl` (for callers that manage leases themselves; a lock
+    /// guard makes its own): its id. Keep it alive with [`Client::keepalive`].
+    pub async fn create_lease(&self, ttl: Duration) -> Result<LeaseId, Error> {
+        let ttl_ms = ttl.as_millis().min(u64::MAX as u128) as u64;
+        let (lease, _) = self.conn.create_lease(ttl_ms).await?.map_err(|e| e.into_error())?;
+        Ok(lease)
+    }
+
     /// Keeps a lease alive once; answers its TTL. `Error::NotFound` once it is gone.
     pub async fn keepalive(&self, lease: LeaseId) -> Result<Duration, Error> {
         let ttl_ms = self.conn.keepalive(lease, self.conn.request_timeout()).await?.map_err(|e| e.into_error())?;

@@ -139,6 +139,25 @@ impl Conn {
         }
     }
 
+    /// A new lease of `ttl_ms`: its id and TTL.
+    pub async fn create_lease(&self, ttl_ms: u64) -> Result<Answer<(LeaseId, u64)>, Error> {
+        match self {
+            Conn::Http(t) => {
+                let req = serde_json::json!({ "ttl_ms": ttl_ms });
+                let r = t.json(Method::POST, "/v1/leases", &req, t.request_timeout).await?;
+                if !r.is_success() {
+                    return Ok(Err(r.api_error()));
+                }
+                let b = r.json::<LeaseBody>()?;
+                Ok(Ok((wire::lease_id(&b.lease_id)?, b.ttl_ms)))
+            }
+            Conn::Wire(m) => match m.call(Request::CreateLease { ttl_ms }, false, m.request_timeout).await? {
+                Reply::Lease { lease, ttl_ms } => Ok(Ok((lease, ttl_ms))),
+                other => unexpected(other),
+            },
+        }
+    }
+
     /// Keeps `lease` alive once: its TTL.
     pub async fn keepalive(&self, lease: LeaseId, timeout: Duration) -> Result<Answer<u64>, Error> {
         match self {
@@ -151,7 +170,7 @@ impl Conn {
                 Ok(Ok(r.json::<LeaseBody>()?.ttl_ms))
             }
             Conn::Wire(m) => match m.call(Request::Keepalive { lease }, false, timeout).await? {
-                Reply::Lease { ttl_ms } => Ok(Ok(ttl_ms)),
+                Reply::Lease { ttl_ms, .. } => Ok(Ok(ttl_ms)),
                 other => unexpected(other),
             },
         }

@@ -35,7 +35,7 @@ const READ_CHUNK_BYTES: usize = 16 << 10;
 #[derive(Debug)]
 pub(crate) enum Reply {
     Done,
-    Lease { ttl_ms: u64 },
+    Lease { lease: LeaseId, ttl_ms: u64 },
     Granted { token: Token, lease: LeaseId, ttl_ms: u64 },
     Released,
     Checked { current: bool, token: Option<Token> },
@@ -327,7 +327,7 @@ impl Drop for InFlight<'_> {
 fn owned(r: Response<'_>) -> Reply {
     match r {
         Response::Done { .. } => Reply::Done,
-        Response::Lease { ttl_ms, .. } => Reply::Lease { ttl_ms },
+        Response::Lease { lease, ttl_ms, .. } => Reply::Lease { lease, ttl_ms },
         Response::Granted { token, lease, ttl_ms } => Reply::Granted { token, lease, ttl_ms },
         Response::Released { .. } => Reply::Released,
         Response::Checked { current, token } => Reply::Checked { current, token },

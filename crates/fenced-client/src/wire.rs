@@ -18,7 +18,6 @@ pub(crate) struct GrantBody {
 /// `POST /v1/leases/{id}/keepalive` → 200, `POST /v1/leases` → 201.
 #[derive(Deserialize, Debug)]
 pub(crate) struct LeaseBody {
-    #[allow(dead_code)] // part of the answer; the client already knows which lease it renewed
     pub lease_id: String,
     pub ttl_ms: u64,
 }

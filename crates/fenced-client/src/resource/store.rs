@@ -5,8 +5,8 @@ use fenced_core::Token;
 use hyper::Method;
 
 use crate::conn::Conn;
-use crate::http::segment;
 use crate::error::{ApiError, Error};
+use crate::http::segment;
 use crate::resource::{Fenced, FencedResource};
 
 /// The built-in store of one lock service. Get it from `Client::store`.
