@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
-use crate::peers::Service;
+use crate::peers::{free_port, Service};
 use driver::{Conn, ConnOptions, Held, Writer};
 use stats::{cpu_time, percentiles, record, Tally};
 
@@ -226,8 +226,11 @@ impl Peer {
     /// Starts `target` (blocking until it listens). `fenced_bin` is the `fenced`
     /// executable, for the Fenced server.
     pub fn spawn(target: BenchTarget, fenced_bin: &Path) -> Result<Peer> {
+        // Fenced is benched over its wire protocol (`fenced://`), the path its client
+        // takes for speed; the HTTP API stays on for the views.
+        let wire = format!("127.0.0.1:{}", free_port()?);
         let service = match target {
-            BenchTarget::Fenced => Service::fenced(fenced_bin, &[])?,
+            BenchTarget::Fenced => Service::fenced(fenced_bin, &["--wire-listen", &wire])?,
             BenchTarget::Etcd => Service::etcd()?,
             BenchTarget::Redis => Service::redis(false)?,
             BenchTarget::RedisAof => Service::redis(true)?,
@@ -236,6 +239,7 @@ impl Peer {
         let endpoint = match target {
             BenchTarget::Redis | BenchTarget::RedisAof => format!("redis://{}/", service.addr),
             BenchTarget::Postgres => service.pg_config(),
+            BenchTarget::Fenced => format!("fenced://{wire}"),
             _ => service.url(),
         };
         let pid = if target == BenchTarget::Postgres { None } else { service.pid() };

@@ -4,17 +4,16 @@
 //! the leases that expired although they were being kept alive.
 //!
 //! The first third of a TTL creates the leases (on the same schedule, not measured);
-//! the measured window follows. Fenced is driven over plain keep-alive HTTP/1.1 (the
-//! client library keeps a lease alive only under a lock guard, whose own loop gives no
-//! latencies); Redis's lease is a key with a TTL, kept alive by `PEXPIRE`.
+//! the measured window follows. Fenced is driven through its client's lease calls, one
+//! client (one connection) per bench connection, over whichever transport the endpoint
+//! names; Redis's lease is a key with a TTL, kept alive by `PEXPIRE`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use fenced_client::{Client, LeaseId};
 use tokio::time::{sleep_until, timeout, Instant};
 
 use super::driver::redis_connect;
@@ -196,22 +195,28 @@ async fn one_connection(
 
 /// One connection of the keepalive workload.
 enum Link {
-    Fenced(HttpConn),
-    Redis { conn: redis::aio::MultiplexedConnection, next_key: u64, prefix: String },
+    /// Fenced's own client: one connection (a `fenced://` wire connection, or
+    /// keep-alive HTTP/1.1 for an `http://` endpoint).
+    Fenced(Client),
+    Redis {
+        conn: redis::aio::MultiplexedConnection,
+        next_key: u64,
+        prefix: String,
+    },
 }
 
 impl Link {
     async fn connect(target: BenchTarget, endpoint: &str) -> Result<Link> {
         let unreachable = || format!("cannot reach {target} at {endpoint}");
         match target {
-            BenchTarget::Fenced => {
-                let addr = endpoint
-                    .strip_prefix("http://")
-                    .context("the keepalive workload speaks plain HTTP: an http:// endpoint")?
-                    .trim_end_matches('/')
-                    .to_owned();
-                Ok(Link::Fenced(HttpConn::connect(addr).await.with_context(unreachable)?))
-            }
+            BenchTarget::Fenced => Ok(Link::Fenced(
+                Client::builder()
+                    .endpoint(endpoint)
+                    .request_timeout(REQUEST_TIMEOUT)
+                    .connect_timeout(Duration::from_secs(2))
+                    .build()
+                    .with_context(unreachable)?,
+            )),
             BenchTarget::Redis | BenchTarget::RedisAof => {
                 static N: AtomicU64 = AtomicU64::new(0);
                 let conn = redis_connect(endpoint, REQUEST_TIMEOUT).await.with_context(unreachable)?;
@@ -222,30 +227,25 @@ impl Link {
         }
     }
 
+    /// After a failed request: the clients reconnect by themselves on the next call.
     async fn reconnect(&mut self) -> Result<()> {
-        if let Link::Fenced(c) = self {
-            *c = HttpConn::connect(c.addr.clone()).await?;
-        }
         Ok(())
     }
 
     /// A new lease of `ttl`.
     async fn create(&mut self, ttl: Duration) -> Result<String> {
-        let ttl_ms = ttl.as_millis() as u64;
         match self {
-            Link::Fenced(c) => {
-                let (status, body) =
-                    c.call("POST", "/v1/leases", format!("{{\"ttl_ms\":{ttl_ms}}}").as_bytes()).await?;
-                if status != 201 {
-                    bail!("creating a lease: HTTP {status}: {}", String::from_utf8_lossy(&body));
-                }
-                let v: serde_json::Value = serde_json::from_slice(&body).context("a lease's JSON")?;
-                Ok(v["lease_id"].as_str().context("a lease without lease_id")?.to_owned())
-            }
+            Link::Fenced(c) => Ok(c.create_lease(ttl).await?.to_hex()),
             Link::Redis { conn, next_key, prefix } => {
                 let key = format!("{prefix}{next_key}");
                 *next_key += 1;
-                redis::cmd("SET").arg(&key).arg(1).arg("PX").arg(ttl_ms).query_async::<()>(conn).await?;
+                redis::cmd("SET")
+                    .arg(&key)
+                    .arg(1)
+                    .arg("PX")
+                    .arg(ttl.as_millis() as u64)
+                    .query_async::<()>(conn)
+                    .await?;
                 Ok(key)
             }
         }
@@ -255,11 +255,11 @@ impl Link {
     async fn keepalive(&mut self, lease: &str, ttl: Duration) -> Result<bool> {
         match self {
             Link::Fenced(c) => {
-                let (status, body) = c.call("POST", &format!("/v1/leases/{lease}/keepalive"), b"").await?;
-                match status {
-                    200 => Ok(true),
-                    404 => Ok(false),
-                    _ => bail!("keepalive: HTTP {status}: {}", String::from_utf8_lossy(&body)),
+                let id = LeaseId::from_hex(lease).context("a lease id the server gave")?;
+                match c.keepalive(id).await {
+                    Ok(_) => Ok(true),
+                    Err(fenced_client::Error::NotFound(_)) => Ok(false),
+                    Err(e) => Err(e.into()),
                 }
             }
             Link::Redis { conn, .. } => {
@@ -267,66 +267,5 @@ impl Link {
                 Ok(set == 1)
             }
         }
-    }
-}
-
-/// A keep-alive HTTP/1.1 connection that sends one request at a time.
-struct HttpConn {
-    addr: String,
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl HttpConn {
-    async fn connect(addr: String) -> Result<HttpConn> {
-        let stream =
-            timeout(Duration::from_secs(2), TcpStream::connect(&addr)).await.context("connect timed out")??;
-        stream.set_nodelay(true)?;
-        Ok(HttpConn { addr, stream, buf: Vec::with_capacity(4096) })
-    }
-
-    /// Sends a request; returns the status and the body.
-    async fn call(&mut self, method: &str, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>)> {
-        timeout(REQUEST_TIMEOUT, self.exchange(method, path, body)).await.context("no answer within 10 s")?
-    }
-
-    async fn exchange(&mut self, method: &str, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>)> {
-        let mut req = format!(
-            "{method} {path} HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            self.addr,
-            body.len()
-        )
-        .into_bytes();
-        req.extend_from_slice(body);
-        self.stream.write_all(&req).await?;
-        loop {
-            if let Some(end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&self.buf[..end]).to_ascii_lowercase();
-                let status: u16 = head.get(9..12).and_then(|s| s.parse().ok()).context("a malformed status line")?;
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .map(|v| v.trim().parse())
-                    .transpose()?
-                    .unwrap_or(0);
-                while self.buf.len() < end + 4 + len {
-                    self.read_more().await?;
-                }
-                let body = self.buf[end + 4..end + 4 + len].to_vec();
-                self.buf.drain(..end + 4 + len);
-                return Ok((status, body));
-            }
-            self.read_more().await?;
-        }
-    }
-
-    async fn read_more(&mut self) -> Result<()> {
-        let mut chunk = [0u8; 4096];
-        let n = self.stream.read(&mut chunk).await?;
-        if n == 0 {
-            bail!("the server closed the connection");
-        }
-        self.buf.extend_from_slice(&chunk[..n]);
-        Ok(())
     }
 }
