@@ -212,13 +212,32 @@ pub fn analyse(ops: &[Op], faults: &[Fault], final_value: u64, tokens: bool, fen
 }
 
 /// Token order against real time: for every grant, every grant that completed before it
-/// was asked for must carry a lower token. Quadratic-free: a sweep in start order.
+/// was asked for must carry a lower token (a sweep in start order); and no two grants
+/// share a token, whenever they happened.
 fn regressions(grants: &[&Op]) -> (u64, Vec<String>) {
+    let (mut n, mut proofs) = (0u64, Vec::new());
+    let mut by_token: Vec<&Op> = grants.to_vec();
+    by_token.sort_by_key(|o| (o.token, o.end_us));
+    for pair in by_token.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if a.token == b.token {
+            n += 1;
+            if proofs.len() < PROOFS_MAX {
+                proofs.push(format!(
+                    "token regression: token {} granted twice, to worker {} at {} and to worker {} at {}",
+                    a.token.unwrap_or(0),
+                    a.worker,
+                    us(a.end_us),
+                    b.worker,
+                    us(b.end_us)
+                ));
+            }
+        }
+    }
     let mut by_end: Vec<&Op> = grants.to_vec();
     by_end.sort_by_key(|o| o.end_us);
     let mut by_start: Vec<&Op> = grants.to_vec();
     by_start.sort_by_key(|o| o.start_us);
-    let (mut n, mut proofs) = (0u64, Vec::new());
     let mut highest: Option<&Op> = None;
     let mut i = 0;
     for g in by_start {
@@ -228,7 +247,7 @@ fn regressions(grants: &[&Op]) -> (u64, Vec<String>) {
             }
             i += 1;
         }
-        if let Some(h) = highest.filter(|h| h.token >= g.token) {
+        if let Some(h) = highest.filter(|h| h.token > g.token) {
             n += 1;
             if proofs.len() < PROOFS_MAX {
                 proofs.push(format!(
@@ -307,6 +326,9 @@ mod tests {
         // Overlapping requests may complete in either order.
         let grants = vec![op(0, 0, OpKind::Acquire, 0, 40, 5, None), op(1, 0, OpKind::Acquire, 20, 30, 4, None)];
         assert_eq!(analyse(&grants, &[], 0, true, true).token_regressions, Some(0));
+        // One token for two grants is never right, even for overlapping requests.
+        let grants = vec![op(0, 0, OpKind::Acquire, 0, 40, 5, None), op(1, 0, OpKind::Acquire, 20, 30, 5, None)];
+        assert_eq!(analyse(&grants, &[], 0, true, true).token_regressions, Some(1));
     }
 
     #[test]
