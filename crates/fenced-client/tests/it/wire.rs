@@ -161,3 +161,16 @@ async fn kill_9_and_restart_keep_tokens_rising_and_the_client_reconnects() {
     assert!(next.token() > guard.token() && guard.token() > last.expect("tokens"), "tokens survive a crash");
     next.release().await.expect("release");
 }
+
+#[tokio::test]
+async fn leases_made_by_hand_live_and_die_the_same_on_both_transports() {
+    let server = Server::start_wire(&[]).await;
+    for client in [server.wire_client(), server.client()] {
+        let lease = client.create_lease(ms(2000)).await.expect("create a lease");
+        assert_eq!(client.keepalive(lease).await.expect("keepalive"), ms(2000), "{}", client.endpoint());
+        client.revoke_lease(lease).await.expect("revoke");
+        assert!(matches!(client.keepalive(lease).await, Err(Error::NotFound(_))), "{}", client.endpoint());
+        // A TTL out of range is the server's 400, not a lease.
+        assert!(client.create_lease(ms(0)).await.is_err(), "{}", client.endpoint());
+    }
+}
