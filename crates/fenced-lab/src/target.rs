@@ -124,7 +124,7 @@ enum Held {
 }
 
 /// The task keeping an etcd lease alive; stopped when dropped.
-struct Keeper(JoinHandle<()>);
+pub struct Keeper(JoinHandle<()>);
 
 impl Drop for Keeper {
     fn drop(&mut self) {
@@ -154,7 +154,7 @@ pub struct Driver {
 }
 
 /// Compare-and-delete: release the Redis lock only if it still holds our value.
-const REDIS_UNLOCK: &str =
+pub(crate) const REDIS_UNLOCK: &str =
     "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
 impl Driver {
@@ -254,7 +254,7 @@ impl Driver {
                 };
                 let token = locked.header().map(|h| h.revision() as u64);
                 let keeper = spawn_etcd_keepalive((**etcd).clone(), lease, ttl);
-                Ok(Grant { token, held: Held::Etcd { key: locked.key().to_vec(), lease, _keeper: Keeper(keeper) } })
+                Ok(Grant { token, held: Held::Etcd { key: locked.key().to_vec(), lease, _keeper: keeper } })
             }
         }
     }
@@ -384,8 +384,8 @@ fn parse_counter(raw: Option<&[u8]>) -> Result<u64> {
 
 /// Keeps an etcd lease alive every third of its TTL until aborted (or frozen with the
 /// process, which is the point).
-fn spawn_etcd_keepalive(mut etcd: etcd_client::Client, lease: i64, ttl: Duration) -> JoinHandle<()> {
-    tokio::spawn(async move {
+pub(crate) fn spawn_etcd_keepalive(mut etcd: etcd_client::Client, lease: i64, ttl: Duration) -> Keeper {
+    Keeper(tokio::spawn(async move {
         let Ok((mut keeper, mut stream)) = etcd.lease_keep_alive(lease).await else { return };
         loop {
             tokio::time::sleep(ttl / 3).await;
@@ -397,5 +397,5 @@ fn spawn_etcd_keepalive(mut etcd: etcd_client::Client, lease: i64, ttl: Duration
                 _ => return,
             }
         }
-    })
+    }))
 }

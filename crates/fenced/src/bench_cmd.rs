@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use clap::Args;
 use fenced_lab::bench::{self, BenchConfig, BenchReport, BenchTarget, Peer, Progress, Workload};
-use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::watch;
 
 use crate::args::{duration_ms, BadArgument, Global};
+use crate::term::{interrupted, progress_bar};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -184,13 +184,7 @@ async fn one(cfg: &BenchConfig, peer: &Peer, label: &str) -> anyhow::Result<Benc
         Workload::Keepalive => cfg.duration + cfg.ttl / 3,
         _ => cfg.duration,
     };
-    let bar = ProgressBar::new(total.as_millis() as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} bench {prefix} {bar:30} {msg}")
-            .expect("a valid template")
-            .progress_chars("=> "),
-    );
-    bar.set_prefix(format!("{} {}{label}", cfg.target, cfg.workload));
+    let bar = progress_bar("bench", total.as_millis() as u64, format!("{} {}{label}", cfg.target, cfg.workload));
     let ticker = {
         let bar = bar.clone();
         tokio::spawn(async move {
@@ -205,15 +199,6 @@ async fn one(cfg: &BenchConfig, peer: &Peer, label: &str) -> anyhow::Result<Benc
     ticker.abort();
     bar.finish_and_clear();
     r
-}
-
-/// Ctrl-C or SIGTERM.
-async fn interrupted() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-    }
 }
 
 fn ms(us: u64) -> String {

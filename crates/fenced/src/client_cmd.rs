@@ -145,7 +145,7 @@ async fn lock(client: &Client, a: LockArgs, global: &Global) -> anyhow::Result<E
             let _ = guard.release().await;
             Ok(ExitCode::from(EXIT_LOST))
         }
-        _ = exec::interrupted() => {
+        _ = crate::term::interrupted() => {
             match guard.release().await {
                 Ok(()) => {
                     if !global.json() {

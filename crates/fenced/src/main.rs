@@ -14,6 +14,7 @@ mod demo_cmd;
 mod server_cmd;
 mod sim_cmd;
 mod sweep_cmd;
+mod term;
 #[cfg(feature = "lab")]
 mod torture_cmd;
 

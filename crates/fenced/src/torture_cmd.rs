@@ -10,10 +10,10 @@ use clap::Args;
 use fenced_lab::target::Target;
 use fenced_lab::torture::{self, Faults, Progress, TortureConfig, TortureReport};
 use fenced_lab::worker::{self, WorkerSpec};
-use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::watch;
 
 use crate::args::{duration_ms, BadArgument, Global};
+use crate::term::{interrupted, progress_bar};
 
 #[derive(Args, Debug)]
 pub struct TortureArgs {
@@ -149,13 +149,7 @@ pub fn run(a: TortureArgs, g: &Global) -> anyhow::Result<ExitCode> {
 /// One run with a progress bar; `None` when interrupted (everything already stopped).
 async fn one(cfg: &TortureConfig) -> anyhow::Result<Option<TortureReport>> {
     let (tx, mut rx) = watch::channel(Progress::default());
-    let bar = ProgressBar::new(cfg.duration.as_millis() as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} torture {prefix} {bar:30} {msg}")
-            .expect("a valid template")
-            .progress_chars("=> "),
-    );
-    bar.set_prefix(cfg.target.name());
+    let bar = progress_bar("torture", cfg.duration.as_millis() as u64, cfg.target.name().to_owned());
     let ticker = {
         let bar = bar.clone();
         tokio::spawn(async move {
@@ -173,15 +167,6 @@ async fn one(cfg: &TortureConfig) -> anyhow::Result<Option<TortureReport>> {
     ticker.abort();
     bar.finish_and_clear();
     result.transpose()
-}
-
-/// Ctrl-C or SIGTERM.
-async fn interrupted() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-    }
 }
 
 fn parse_faults(s: &str) -> Result<Faults, String> {

@@ -16,20 +16,16 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use fenced_client::resource::postgres::PgKv;
 use fenced_client::{Client, FencedResource, LockGuard, Token};
-use tokio::task::JoinHandle;
 use tokio::time::{sleep, timeout, Instant};
 
 use super::BenchTarget;
+use crate::target::{spawn_etcd_keepalive, Keeper, REDIS_UNLOCK};
 
 /// How long a waiter that polls (Redis, PostgreSQL) sleeps between tries.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(1);
 
 /// The value every store write sends.
 const VALUE: &[u8] = b"0123456789abcdef";
-
-/// Releases a Redis lock only if it still holds our value.
-const REDIS_UNLOCK: &str =
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
 const PG_SCHEMA: &str = "CREATE SEQUENCE IF NOT EXISTS bench_tokens;
 CREATE TABLE IF NOT EXISTS bench_locks (name text PRIMARY KEY, token bigint NOT NULL, expires_at timestamptz NOT NULL)";
@@ -61,15 +57,6 @@ pub enum Held {
     Postgres { name: String, token: i64 },
 }
 
-/// A task keeping an etcd lease alive; stopped when dropped.
-pub struct Keeper(JoinHandle<()>);
-
-impl Drop for Keeper {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// Settings every connection shares.
 #[derive(Clone, Copy, Debug)]
 pub struct ConnOptions {
@@ -99,7 +86,7 @@ impl Conn {
                     etcd_client::Client::connect([endpoint], Some(opts)).await.with_context(unreachable)?;
                 let secs = o.ttl.as_secs().max(2) as i64;
                 let lease = bounded(o.op_timeout, client.lease_grant(secs, None)).await.with_context(unreachable)?.id();
-                let keeper = Keeper(spawn_etcd_keepalive(client.clone(), lease, Duration::from_secs(secs as u64)));
+                let keeper = spawn_etcd_keepalive(client.clone(), lease, Duration::from_secs(secs as u64));
                 Conn::Etcd { client: Box::new(client), lease, _keeper: keeper }
             }
             BenchTarget::Redis | BenchTarget::RedisAof => {
@@ -132,7 +119,7 @@ impl Conn {
                 Ok(Held::Etcd(r.key().to_vec()))
             }
             Conn::Redis { conn, nonce, .. } => {
-                let value = format!("{nonce}-{}", fastrand_u64());
+                let value = format!("{nonce}-{}", next_nonce());
                 loop {
                     let mut set = redis::cmd("SET");
                     set.arg(name).arg(&value).arg("NX").arg("PX").arg(o.ttl.as_millis() as u64);
@@ -315,25 +302,9 @@ async fn poll_or_give_up(give_up: Instant, wait: Duration) -> Result<()> {
 }
 
 /// A distinct value per Redis acquire (compare-and-delete needs one); not a secret.
-fn fastrand_u64() -> u64 {
+/// A value distinct within this process, for lock values (a counter, not randomness).
+fn next_nonce() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(1);
     N.fetch_add(1, Ordering::Relaxed)
-}
-
-/// Keeps an etcd lease alive every third of its TTL until aborted.
-fn spawn_etcd_keepalive(mut etcd: etcd_client::Client, lease: i64, ttl: Duration) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        let Ok((mut keeper, mut stream)) = etcd.lease_keep_alive(lease).await else { return };
-        loop {
-            sleep(ttl / 3).await;
-            if keeper.keep_alive().await.is_err() {
-                return;
-            }
-            match stream.message().await {
-                Ok(Some(r)) if r.ttl() > 0 => {}
-                _ => return,
-            }
-        }
-    })
 }

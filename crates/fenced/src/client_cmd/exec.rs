@@ -174,16 +174,6 @@ fn exit_code(status: ExitStatus) -> u8 {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM, for `fenced lock`.
-pub async fn interrupted() {
-    let mut sigint = signal(SignalKind::interrupt()).expect("installing a SIGINT handler");
-    let mut sigterm = signal(SignalKind::terminate()).expect("installing a SIGTERM handler");
-    tokio::select! {
-        _ = sigint.recv() => {}
-        _ = sigterm.recv() => {}
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::unix::process::ExitStatusExt;

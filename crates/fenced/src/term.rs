@@ -1,0 +1,35 @@
+//! What long-running commands share with the terminal: a progress bar on standard
+//! error, and the interruption (Ctrl-C or SIGTERM) that stops them.
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+
+/// A bar of `total` steps labelled `{command} {prefix}`, with a free message after it;
+/// hidden by itself when standard error is not a terminal.
+pub fn progress_bar(command: &str, total: u64, prefix: String) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    let template = format!("{{spinner}} {command} {{prefix}} {{bar:30}} {{msg}}");
+    bar.set_style(ProgressStyle::with_template(&template).expect("a valid template").progress_chars("=> "));
+    bar.set_prefix(prefix);
+    bar
+}
+
+/// Resolves on SIGINT or SIGTERM. Where a handler cannot be installed that signal is
+/// left to its default action (the process ends), so this never resolves for it.
+pub async fn interrupted() {
+    let mut sigint = signal(SignalKind::interrupt()).ok();
+    let mut sigterm = signal(SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = received(sigint.as_mut()) => {}
+        _ = received(sigterm.as_mut()) => {}
+    }
+}
+
+async fn received(s: Option<&mut Signal>) {
+    match s {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending().await,
+    }
+}
