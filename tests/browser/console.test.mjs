@@ -35,6 +35,14 @@ async function open(path, viewport = { width: 1366, height: 900 }) {
   return page;
 }
 
+// Clicks Run and waits for that run's answer. The page runs once by itself on load, and
+// that run's verdict would satisfy a wait for "#verdict.bad" before this one lands (its
+// answer then moves the cursor to the end, away from anything the test scrolled to).
+async function runAndWait(page) {
+  await page.locator("#run").click(); // waits for the load-time run: the button is disabled meanwhile
+  await page.waitForFunction(() => !document.getElementById("run").disabled);
+}
+
 async function counter(page, panel, name) {
   return Number(await page.locator(`#counters-${panel} [data-counter=${name}] .v`).textContent());
 }
@@ -54,7 +62,7 @@ test("the tour opens on the first visit and tells the zombie write", async () =>
 test("default: a zombie write counted and drawn; scrub to it", async () => {
   const page = await open("/?notour");
   await page.selectOption("#scenario", "default");
-  await page.locator("#run").click();
+  await runAndWait(page);
   await page.locator("#verdict.bad").waitFor();
   assert.ok((await counter(page, 0, "zombie_writes")) > 0, "zombie writes counted");
   assert.ok((await counter(page, 0, "lost_updates")) > 0, "lost updates counted");
@@ -79,7 +87,7 @@ test("fencing on: zero zombie writes and a rejected write drawn", async () => {
   const page = await open("/?notour");
   await page.selectOption("#scenario", "default");
   await page.selectOption("#fencing", "on");
-  await page.locator("#run").click();
+  await runAndWait(page);
   await page.locator("#verdict.good").waitFor();
   assert.equal(await counter(page, 0, "zombie_writes"), 0);
   assert.equal(await counter(page, 0, "lost_updates"), 0);
@@ -92,7 +100,7 @@ test("fencing on: zero zombie writes and a rejected write drawn", async () => {
 test("compare runs the same seed with fencing off and on side by side", async () => {
   const page = await open("/?notour");
   await page.locator("#compare").check();
-  await page.locator("#run").click();
+  await runAndWait(page);
   await page.locator("article.panel[data-fencing=on]").waitFor();
   assert.equal(await page.locator("article.panel").count(), 2);
   assert.ok((await counter(page, 0, "zombie_writes")) > 0);
@@ -116,7 +124,7 @@ test("the sweep draws its chart", async () => {
 test("a server error is shown as a clear message", async () => {
   const page = await open("/?notour");
   await page.fill("#clients", "500");
-  await page.locator("#run").click();
+  await runAndWait(page);
   await page.locator("#banner").waitFor({ state: "visible" });
   assert.match(await page.locator("#banner").textContent(), /clients: the console runs 1 to 32 clients/);
   // The refused request is the one console error this test causes on purpose.
@@ -128,7 +136,7 @@ test("a server error is shown as a clear message", async () => {
 
 test("a narrow screen keeps the laboratory usable", async () => {
   const page = await open("/?notour", { width: 390, height: 844 });
-  await page.locator("#run").click();
+  await runAndWait(page);
   await page.locator("#verdict.bad").waitFor();
   const box = await page.locator("#run").boundingBox();
   assert.ok(box && box.x + box.width <= 390, "the Run button is on screen");
