@@ -596,7 +596,11 @@ async fn client_loop(
             break;
         }
         k = k.saturating_add(1);
-        sleep_until(due).await;
+        if interval.is_some() {
+            // Only for a future due time: tokio rounds a timer up to its next
+            // millisecond tick, so sleeping until "now" would idle each cycle up to 1 ms.
+            sleep_until(due).await;
+        }
         match once(&mut work, &cfg, id).await {
             Ok(acquired) => {
                 let done = Instant::now();
