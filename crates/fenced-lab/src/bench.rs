@@ -1,9 +1,9 @@
 //! `fenced bench`: load against Fenced and the lock services people run instead
-//! (etcd, Redis, PostgreSQL), each driven by this one program the way its users drive
+//! (etcd, ZooKeeper, Redis, PostgreSQL), each driven by this one program the way its users drive
 //! it, with the durability of every figure stated next to it.
 //!
 //! Workloads: `uncontended` (each client its own lock, acquire+release cycles),
-//! `contended` (every client on one lock: Fenced and etcd queue waiters, Redis and
+//! `contended` (every client on one lock: Fenced, etcd and ZooKeeper queue waiters, Redis and
 //! PostgreSQL clients poll), `keepalive` (M leases kept alive at a third of their TTL;
 //! the server's CPU and false expiries), `store` (a durable write, 16 bytes). Closed
 //! loop by default; with a rate, an open loop whose latencies count from the moment
@@ -37,6 +37,8 @@ use stats::{cpu_time, percentiles, record, Tally};
 pub enum BenchTarget {
     Fenced,
     Etcd,
+    /// ZooKeeper with the recipe of Curator's `InterProcessMutex`.
+    Zookeeper,
     /// Redis as it is usually run for locks: no persistence when spawned.
     Redis,
     /// Redis with the append-only file fsynced on every write, when spawned.
@@ -45,13 +47,20 @@ pub enum BenchTarget {
 }
 
 impl BenchTarget {
-    pub const ALL: [BenchTarget; 5] =
-        [BenchTarget::Fenced, BenchTarget::Etcd, BenchTarget::Redis, BenchTarget::RedisAof, BenchTarget::Postgres];
+    pub const ALL: [BenchTarget; 6] = [
+        BenchTarget::Fenced,
+        BenchTarget::Etcd,
+        BenchTarget::Zookeeper,
+        BenchTarget::Redis,
+        BenchTarget::RedisAof,
+        BenchTarget::Postgres,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             BenchTarget::Fenced => "fenced",
             BenchTarget::Etcd => "etcd",
+            BenchTarget::Zookeeper => "zookeeper",
             BenchTarget::Redis => "redis",
             BenchTarget::RedisAof => "redis-aof",
             BenchTarget::Postgres => "postgres",
@@ -63,6 +72,7 @@ impl BenchTarget {
         match self {
             BenchTarget::Fenced => "http://127.0.0.1:7400",
             BenchTarget::Etcd => "http://127.0.0.1:2379",
+            BenchTarget::Zookeeper => "127.0.0.1:2181",
             BenchTarget::Redis | BenchTarget::RedisAof => "redis://127.0.0.1:6379/",
             BenchTarget::Postgres => "host=127.0.0.1 port=5432 user=postgres dbname=postgres",
         }
@@ -191,6 +201,16 @@ impl BenchConfig {
                 self.ttl
             ));
         }
+        // ZooKeeper's session is the lease; a standalone server with the default tick
+        // keeps session timeouts between 4 s and 40 s.
+        if self.target == BenchTarget::Zookeeper
+            && !(Duration::from_secs(4)..=Duration::from_secs(40)).contains(&self.ttl)
+        {
+            return Err(format!(
+                "--ttl must be between 4s and 40s for zookeeper (its session timeout), not {:?}",
+                self.ttl
+            ));
+        }
         if !(1..=1_000_000).contains(&self.leases) {
             return Err(format!("--leases must be between 1 and 1000000, not {}", self.leases));
         }
@@ -234,12 +254,14 @@ impl Peer {
             BenchTarget::Etcd => Service::etcd()?,
             BenchTarget::Redis => Service::redis(false)?,
             BenchTarget::RedisAof => Service::redis(true)?,
+            BenchTarget::Zookeeper => Service::zookeeper()?,
             BenchTarget::Postgres => Service::postgres()?,
         };
         let endpoint = match target {
             BenchTarget::Redis | BenchTarget::RedisAof => format!("redis://{}/", service.addr),
             BenchTarget::Postgres => service.pg_config(),
             BenchTarget::Fenced => format!("fenced://{wire}"),
+            BenchTarget::Zookeeper => service.addr.to_string(),
             _ => service.url(),
         };
         let pid = if target == BenchTarget::Postgres { None } else { service.pid() };
@@ -262,6 +284,9 @@ impl Peer {
                 "token ceiling fsynced once per 1,000,000 grants; leases in memory (start-up grace)".into()
             }
             (BenchTarget::Etcd, _) => "fsync per commit (etcd default)".into(),
+            (BenchTarget::Zookeeper, _) => {
+                "transaction log fsynced before each write's answer (forceSync=yes, default)".into()
+            }
             (BenchTarget::Redis | BenchTarget::RedisAof, _) => driver::redis_durability(&self.endpoint)
                 .await
                 .unwrap_or_else(|e| format!("unknown (CONFIG GET refused: {e:#})")),
@@ -392,6 +417,10 @@ fn recipe(target: BenchTarget, w: Workload) -> &'static str {
         (BenchTarget::Fenced, _) => "fenced-client: acquire with its own lease; release and end the lease",
         (BenchTarget::Etcd, Workload::Store) => "Put",
         (BenchTarget::Etcd, _) => "a session lease per client, kept alive; Lock with it, Unlock",
+        (BenchTarget::Zookeeper, Workload::Store) => "setData",
+        (BenchTarget::Zookeeper, _) => {
+            "Curator's InterProcessMutex: an ephemeral sequential node, getChildren, a watch on the one before; delete"
+        }
         (BenchTarget::Redis | BenchTarget::RedisAof, Workload::Store) => "SET",
         (BenchTarget::Redis | BenchTarget::RedisAof, Workload::Keepalive) => "a key with a TTL, PEXPIRE",
         (BenchTarget::Redis | BenchTarget::RedisAof, _) => "SET NX PX, compare-and-delete (EVALSHA); waiters poll every 1 ms",

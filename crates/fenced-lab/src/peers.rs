@@ -1,5 +1,6 @@
 //! The services a run needs, started as real processes on free loopback ports with
-//! temporary data directories: a Fenced server, Redis, etcd and PostgreSQL from Debian.
+//! temporary data directories: a Fenced server, Redis, etcd, ZooKeeper and PostgreSQL
+//! from Debian.
 //!
 //! Each [`Service`] can be killed with SIGKILL and started again on the same port and
 //! data directory (the nemesis's crash), and is always killed and its directory removed
@@ -18,6 +19,9 @@ use anyhow::{bail, Context, Result};
 
 /// The key prefix a lab-started Fenced server leaves unfenced (writes need no token).
 pub const UNFENCED_PREFIX: &str = "unfenced/";
+
+/// Debian's ZooKeeper server and client classes; its manifest names the jars it needs.
+const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 
 /// How long a service may take to listen after it was started.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -71,7 +75,7 @@ fn is_root() -> bool {
 /// One service process.
 #[derive(Debug)]
 pub struct Service {
-    /// What it is, for messages: `fenced`, `redis`, `etcd`, `postgres`.
+    /// What it is, for messages: `fenced`, `redis`, `etcd`, `zookeeper`, `postgres`.
     pub name: &'static str,
     /// Where clients connect.
     pub addr: SocketAddr,
@@ -157,6 +161,34 @@ impl Service {
         .chain([OsString::from("--data-dir"), dir.path().join("data").into()])
         .collect();
         Service::launch("etcd", program, args, addr, dir, None)
+    }
+
+    /// A standalone ZooKeeper (Debian's `zookeeper`, run by `java`) with its default
+    /// durability: the transaction log is fsynced before a write is answered
+    /// (`forceSync=yes`). No admin server, no four-letter words but `srvr`.
+    pub fn zookeeper() -> Result<Service> {
+        const HINT: &str = "apt-get install -y zookeeper";
+        let java = find_program("java", HINT)?;
+        let jar = Path::new(ZOOKEEPER_JAR);
+        if !jar.exists() {
+            bail!("{ZOOKEEPER_JAR} not found: ZooKeeper is not installed ({HINT})");
+        }
+        let dir = TempDir::new("lab-zk")?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let cfg = dir.path().join("zoo.cfg");
+        let conf = format!(
+            "tickTime=2000\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
+             4lw.commands.whitelist=srvr\nmaxClientCnxns=0\n",
+            dir.path().join("data").display(),
+            addr.port()
+        );
+        fs::write(&cfg, conf).with_context(|| format!("write {}", cfg.display()))?;
+        let args: Vec<OsString> = ["-Xmx512m", "-cp", ZOOKEEPER_JAR, "org.apache.zookeeper.server.ZooKeeperServerMain"]
+            .iter()
+            .map(OsString::from)
+            .chain([cfg.into()])
+            .collect();
+        Service::launch("zookeeper", java, args, addr, dir, None)
     }
 
     /// A PostgreSQL cluster (Debian's `postgresql`), on a loopback TCP port, with its
@@ -268,8 +300,11 @@ impl Service {
     fn wait_listening(&mut self, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
-            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
-                return Ok(());
+            if let Ok(conn) = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)) {
+                // ZooKeeper accepts connections before it serves: ask it.
+                if self.name != "zookeeper" || zookeeper_serving(conn) {
+                    return Ok(());
+                }
             }
             if let Some(child) = &mut self.child {
                 if let Some(status) = child.try_wait()? {
@@ -303,6 +338,17 @@ impl Drop for Service {
 }
 
 /// `name` on the PATH, or an error naming the package that provides it.
+/// Whether the ZooKeeper at the other end of `conn` serves requests: its `srvr`
+/// command answers with its version then, and with an excuse before.
+fn zookeeper_serving(mut conn: TcpStream) -> bool {
+    use std::io::Write;
+    let _ = conn.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut answer = String::new();
+    conn.write_all(b"srvr").is_ok()
+        && conn.read_to_string(&mut answer).is_ok()
+        && answer.starts_with("Zookeeper version")
+}
+
 fn find_program(name: &str, install: &str) -> Result<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)

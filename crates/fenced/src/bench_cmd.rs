@@ -14,7 +14,7 @@ use crate::term::{interrupted, progress_bar};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// The system to load: fenced, etcd, redis, redis-aof or postgres. Without --spawn,
+    /// The system to load: fenced, etcd, zookeeper, redis, redis-aof or postgres. Without --spawn,
     /// --endpoint says where it runs (default: the target's usual port on 127.0.0.1).
     #[arg(long, default_value = "fenced")]
     target: String,
@@ -48,7 +48,8 @@ pub struct BenchArgs {
     /// Leases of the keepalive workload, each kept alive at a third of --ttl.
     #[arg(long, default_value_t = 10_000)]
     leases: u32,
-    /// Every lease's TTL (etcd: whole seconds, at least 2s).
+    /// Every lease's TTL (etcd: whole seconds, at least 2s; zookeeper: the session
+    /// timeout, 4s to 40s).
     #[arg(long, default_value = "10s", value_parser = duration_ms)]
     ttl: u64,
     /// Runs per target and workload; the figures are the median run's.

@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | `fenced` | fenced-client: acquire with its own lease (1 request), release and end the lease (2) | the fenced store's `PUT` with the client's token |
 //! | `etcd` | a session lease per client, kept alive; `Lock` with it, `Unlock` | `Put` |
+//! | `zookeeper` | a session per client; Curator's `InterProcessMutex`: create an ephemeral sequential node under the lock's node, `getChildren`, first wins, else watch the node just before; `delete` | `setData` |
 //! | `redis`, `redis-aof` | `SET NX PX`, compare-and-delete by `EVALSHA`; waiters poll every 1 ms | `SET` |
 //! | `postgres` | a lease row: `INSERT .. ON CONFLICT DO UPDATE .. WHERE expires_at < now()` with a token from a sequence; `DELETE` by token; waiters poll every 1 ms with a `SELECT` first | fenced-client's `PgKv` conditional upsert |
 //!
@@ -17,6 +18,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use fenced_client::resource::postgres::PgKv;
 use fenced_client::{Client, FencedResource, LockGuard, Token};
 use tokio::time::{sleep, timeout, Instant};
+
+use zookeeper_client as zk;
 
 use super::BenchTarget;
 use crate::target::{spawn_etcd_keepalive, Keeper, REDIS_UNLOCK};
@@ -45,6 +48,7 @@ const PG_RELEASE: &str = "DELETE FROM bench_locks WHERE name = $1 AND token = $2
 pub enum Conn {
     Fenced(Client),
     Etcd { client: Box<etcd_client::Client>, lease: i64, _keeper: Keeper },
+    Zookeeper(zk::Client),
     Redis { conn: redis::aio::MultiplexedConnection, unlock_sha: String, nonce: String },
     Postgres { db: tokio_postgres::Client, statements: [tokio_postgres::Statement; 3] },
 }
@@ -53,8 +57,16 @@ pub enum Conn {
 pub enum Held {
     Fenced(LockGuard),
     Etcd(Vec<u8>),
-    Redis { name: String, value: String },
-    Postgres { name: String, token: i64 },
+    /// The lock node's path.
+    Zookeeper(String),
+    Redis {
+        name: String,
+        value: String,
+    },
+    Postgres {
+        name: String,
+        token: i64,
+    },
 }
 
 /// Settings every connection shares.
@@ -89,6 +101,7 @@ impl Conn {
                 let keeper = spawn_etcd_keepalive(client.clone(), lease, Duration::from_secs(secs as u64));
                 Conn::Etcd { client: Box::new(client), lease, _keeper: keeper }
             }
+            BenchTarget::Zookeeper => Conn::Zookeeper(zk_connect(endpoint, o).await.with_context(unreachable)?),
             BenchTarget::Redis | BenchTarget::RedisAof => {
                 let mut conn = redis_connect(endpoint, o.op_timeout).await.with_context(unreachable)?;
                 let unlock_sha: String = redis::cmd("SCRIPT")
@@ -118,6 +131,7 @@ impl Conn {
                 let r = bounded(wait + o.op_timeout, client.lock(name, Some(opts))).await?;
                 Ok(Held::Etcd(r.key().to_vec()))
             }
+            Conn::Zookeeper(client) => zk_lock(client, name, o, give_up).await.map(Held::Zookeeper),
             Conn::Redis { conn, nonce, .. } => {
                 let value = format!("{nonce}-{}", next_nonce());
                 loop {
@@ -154,6 +168,10 @@ impl Conn {
                 bounded(o.op_timeout, client.unlock(key)).await?;
                 Ok(())
             }
+            (Conn::Zookeeper(client), Held::Zookeeper(node)) => {
+                bounded(o.op_timeout, client.delete(&node, None)).await?;
+                Ok(())
+            }
             (Conn::Redis { conn, unlock_sha, .. }, Held::Redis { name, value }) => {
                 let mut del = redis::cmd("EVALSHA");
                 del.arg(&*unlock_sha).arg(1).arg(name).arg(value);
@@ -182,6 +200,7 @@ pub enum Writer {
         guard: Option<LockGuard>,
     },
     Etcd(Box<etcd_client::Client>),
+    Zookeeper(zk::Client),
     Redis(redis::aio::MultiplexedConnection),
     Postgres(PgKv),
 }
@@ -200,6 +219,7 @@ impl Writer {
                 Writer::Fenced { client, guard: Some(guard) }
             }
             Conn::Etcd { client, .. } => Writer::Etcd(client),
+            Conn::Zookeeper(client) => Writer::Zookeeper(client),
             Conn::Redis { conn, .. } => Writer::Redis(conn),
             Conn::Postgres { db, .. } => Writer::Postgres(PgKv::open(db, "bench_store").await?),
         })
@@ -214,6 +234,17 @@ impl Writer {
             }
             Writer::Etcd(client) => {
                 bounded(o.op_timeout, client.put(key, VALUE, None)).await?;
+            }
+            Writer::Zookeeper(client) => {
+                let path = zk_path(key);
+                match bounded(o.op_timeout, client.set_data(&path, VALUE, None)).await {
+                    Err(e) if matches!(e.downcast_ref(), Some(zk::Error::NoNode)) => {
+                        // The first write of a run creates the node (with its parents).
+                        zk_mkdirs(client, &path, o).await?;
+                        bounded(o.op_timeout, client.set_data(&path, VALUE, None)).await?;
+                    }
+                    r => drop(r?),
+                }
             }
             Writer::Redis(conn) => redis::cmd("SET").arg(key).arg(VALUE).query_async::<()>(conn).await?,
             Writer::Postgres(kv) => {
@@ -244,6 +275,81 @@ pub async fn prepare(target: BenchTarget, endpoint: &str, o: ConnOptions) -> Res
         PgKv::open(db, "bench_store").await.context("create the store table")?;
     }
     Ok(())
+}
+
+/// Where the bench keeps its ZooKeeper nodes.
+const ZK_ROOT: &str = "/fenced-bench";
+
+/// The node of lock or key `name` (`bench/own/3` → `/fenced-bench/bench/own/3`).
+fn zk_path(name: &str) -> String {
+    format!("{ZK_ROOT}/{name}")
+}
+
+/// Opens a ZooKeeper session (`host:port`) whose timeout is the bench's TTL.
+async fn zk_connect(endpoint: &str, o: ConnOptions) -> Result<zk::Client> {
+    let connect = zk::Client::connector()
+        .with_session_timeout(o.ttl)
+        .with_connection_timeout(Duration::from_secs(2))
+        .with_fail_eagerly()
+        .connect(endpoint);
+    bounded(o.op_timeout, connect).await
+}
+
+/// Creates `path` and the persistent nodes above it, those that are missing.
+async fn zk_mkdirs(client: &zk::Client, path: &str, o: ConnOptions) -> Result<()> {
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    match bounded(o.op_timeout, client.mkdir(path, &persistent)).await {
+        Err(e) if matches!(e.downcast_ref(), Some(zk::Error::NodeExists)) => Ok(()),
+        r => r,
+    }
+}
+
+/// Curator's `InterProcessMutex` recipe, which ZooKeeper's documentation gives for
+/// locks: queue up as an ephemeral sequential child of the lock's node; the lowest
+/// sequence holds the lock; every other waiter watches only the node just before its
+/// own (no herd), and looks again when that one goes. Returns the node's path.
+async fn zk_lock(client: &zk::Client, name: &str, o: ConnOptions, give_up: Instant) -> Result<String> {
+    let dir = zk_path(name);
+    let prefix = format!("{dir}/lock-");
+    let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let sequence = match bounded(o.op_timeout, client.create(&prefix, &[], &ephemeral)).await {
+        Err(e) if matches!(e.downcast_ref(), Some(zk::Error::NoNode)) => {
+            // The lock's first use: create its node, then queue.
+            zk_mkdirs(client, &dir, o).await?;
+            bounded(o.op_timeout, client.create(&prefix, &[], &ephemeral)).await?.1
+        }
+        r => r?.1,
+    };
+    let node = format!("{prefix}{sequence}");
+    let mine = &node[dir.len() + 1..];
+    let waited = async {
+        loop {
+            let mut queue = bounded(o.op_timeout, client.list_children(&dir)).await?;
+            // Every child is `lock-` and a zero-padded sequence: text order is queue order.
+            queue.sort_unstable();
+            let at = queue.iter().position(|c| c == mine).context("the lock node vanished (session expired?)")?;
+            if at == 0 {
+                return anyhow::Ok(());
+            }
+            let before = format!("{dir}/{}", queue[at - 1]);
+            match bounded(o.op_timeout, client.get_and_watch_data(&before)).await {
+                Err(e) if matches!(e.downcast_ref(), Some(zk::Error::NoNode)) => continue,
+                Err(e) => return Err(e),
+                Ok((_, _, watch)) => drop(watch.changed().await),
+            }
+        }
+    };
+    match tokio::time::timeout_at(give_up, waited).await {
+        Ok(Ok(())) => Ok(node),
+        outcome => {
+            // Leave the queue, so that the ones behind are not stuck behind this node.
+            let _ = bounded(o.op_timeout, client.delete(&node, None)).await;
+            match outcome {
+                Ok(Err(e)) => Err(e),
+                _ => bail!("lock held (no grant before the wait ran out)"),
+            }
+        }
+    }
 }
 
 /// Connects to Redis (`redis://host:port/`) with bounded connect and response times.

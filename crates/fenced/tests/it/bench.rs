@@ -1,5 +1,5 @@
-//! End-to-end tests of `fenced bench`: short runs against a spawned Fenced and a
-//! spawned Redis. They check what the command reports, never how fast anything was.
+//! End-to-end tests of `fenced bench`: short runs against a spawned Fenced and its
+//! spawned peers. They check what the command reports, never how fast anything was.
 
 use std::process::{Command, Output};
 
@@ -14,15 +14,19 @@ fn json(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).expect("valid JSON")
 }
 
-/// `redis-server` on the PATH; without it the Redis tests skip, except under CI.
-fn have_redis() -> bool {
-    let found =
-        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("redis-server").is_file()));
+/// `program` on the PATH (`install` puts it there); without it the test skips, except
+/// under CI, where it must be there.
+fn have(program: &str, install: &str) -> bool {
+    let found = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()));
     if !found {
-        assert!(std::env::var_os("CI").is_none(), "redis-server is needed (apt-get install -y redis-server)");
-        eprintln!("skipping: redis-server is not installed (apt-get install -y redis-server)");
+        assert!(std::env::var_os("CI").is_none(), "{program} is needed ({install})");
+        eprintln!("skipping: {program} is not installed ({install})");
     }
     found
+}
+
+fn have_redis() -> bool {
+    have("redis-server", "apt-get install -y redis-server")
 }
 
 /// The fields every report has, with ops done and percentiles in order.
@@ -152,9 +156,47 @@ fn redis_both_durabilities_and_the_comparison_table() {
 }
 
 #[test]
+fn etcd_and_zookeeper_queue_their_waiters_fairly() {
+    let zookeeper = std::path::Path::new("/usr/share/java/zookeeper.jar").exists();
+    if !have("etcd", "apt-get install -y etcd-server") || !have("java", "apt-get install -y zookeeper") {
+        return;
+    }
+    assert!(zookeeper || std::env::var_os("CI").is_none(), "ZooKeeper is needed (apt-get install -y zookeeper)");
+    if !zookeeper {
+        return;
+    }
+    let v = json(&fenced(&[
+        "bench",
+        "--spawn",
+        "--compare",
+        "etcd,zookeeper",
+        "--workload",
+        "uncontended,contended,store",
+        "--clients",
+        "3",
+        "--duration",
+        "1s",
+        "--json",
+    ]));
+    let runs = v.as_array().expect("an array with --compare");
+    assert_eq!(runs.len(), 6, "{v}");
+    for r in runs {
+        check_report(r, r["target"].as_str().unwrap(), r["workload"].as_str().unwrap());
+        assert_eq!(r["errors"], 0, "{r}");
+    }
+    // Both queue their waiters: nobody starves on one lock.
+    check_fairness(&runs[1]);
+    check_fairness(&runs[4]);
+    assert_eq!(runs[3]["target"], "zookeeper");
+    assert!(runs[3]["durability"].as_str().unwrap().contains("fsynced"), "{}", runs[3]);
+    assert!(runs[3]["recipe"].as_str().unwrap().contains("InterProcessMutex"), "{}", runs[3]);
+}
+
+#[test]
 fn bad_arguments_exit_2_with_one_line() {
     for args in [
-        &["bench", "--target", "zookeeper"][..],
+        &["bench", "--target", "consul"][..],
+        &["bench", "--target", "zookeeper", "--ttl", "2s"],
         &["bench", "--compare", "fenced,redis"],
         &["bench", "--contended", "--workload", "store"],
         &["bench", "--workload", "sideways"],
