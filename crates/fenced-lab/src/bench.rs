@@ -23,13 +23,17 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use crate::peers::{free_port, Service};
 use driver::{Conn, ConnOptions, Held, Writer};
 use stats::{cpu_time, percentiles, record, Tally};
+
+/// How early an open-loop operation may go when its bell rings (the bell and the
+/// client's clock are read a few microseconds apart).
+const PACER_SLACK: Duration = Duration::from_micros(50);
 
 /// A system `fenced bench` can drive.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize)]
@@ -334,6 +338,10 @@ pub struct BenchReport {
     /// The acquire alone (lock workloads).
     pub acquire_p50_us: Option<u64>,
     pub acquire_p99_us: Option<u64>,
+    /// Open loop: how late after its due time an operation was sent, p50 and p99 (the
+    /// runtime's timer wakes on millisecond ticks; the latencies include this).
+    pub send_lag_p50_us: Option<u64>,
+    pub send_lag_p99_us: Option<u64>,
     /// Fairness (lock workloads): the fewest and most cycles one client completed, and
     /// how many completed none.
     pub grants_per_client_min: Option<u64>,
@@ -452,6 +460,8 @@ fn blank_report(cfg: &BenchConfig) -> BenchReport {
         max_us: 0,
         acquire_p50_us: None,
         acquire_p99_us: None,
+        send_lag_p50_us: None,
+        send_lag_p99_us: None,
         grants_per_client_min: None,
         grants_per_client_max: None,
         starved_clients: None,
@@ -507,10 +517,12 @@ async fn run_clients(cfg: &BenchConfig, peer: &Peer, ops: Arc<AtomicU64>) -> Res
 
     let start = Instant::now() + Duration::from_millis(50);
     let end = start + cfg.duration;
+    let pacer = cfg.rate.map(|rate| Pacer::start(cfg.clients, rate, start, end));
     let mut clients = JoinSet::new();
     for (id, work) in works {
         let (cfg, ops) = (cfg.clone(), ops.clone());
-        clients.spawn(async move { client_loop(work, cfg, id, start, end, ops).await });
+        let due = pacer.as_ref().map(|p| p.bells[id as usize].clone());
+        clients.spawn(async move { client_loop(work, cfg, id, start, end, ops, due).await });
     }
     sleep_until(start).await;
     let (server0, client0) = (peer.pid.and_then(cpu_time), cpu_time(std::process::id()));
@@ -535,10 +547,12 @@ async fn run_clients(cfg: &BenchConfig, peer: &Peer, ops: Arc<AtomicU64>) -> Res
     r.duration_ms = elapsed.as_millis() as u64;
     let mut latency = stats::histogram();
     let mut acquire = stats::histogram();
+    let mut lag = stats::histogram();
     let mut per_client = Vec::new();
     for t in &tallies {
         latency.add(&t.latency)?;
         acquire.add(&t.acquire)?;
+        lag.add(&t.lag)?;
         r.ops += t.ops;
         r.errors += t.errors;
         per_client.push(t.ops);
@@ -548,6 +562,10 @@ async fn run_clients(cfg: &BenchConfig, peer: &Peer, ops: Arc<AtomicU64>) -> Res
     }
     [r.p50_us, r.p99_us, r.p999_us, r.max_us] = percentiles(&latency);
     r.ops_per_s = r.ops as f64 / elapsed.as_secs_f64();
+    if cfg.rate.is_some() {
+        let [l50, l99, ..] = percentiles(&lag);
+        (r.send_lag_p50_us, r.send_lag_p99_us) = (Some(l50), Some(l99));
+    }
     if cfg.workload.locks() {
         let [a50, a99, ..] = percentiles(&acquire);
         r.acquire_p50_us = Some(a50);
@@ -601,8 +619,42 @@ async fn once(work: &mut Work, cfg: &BenchConfig, id: u32) -> Result<Option<Inst
     }
 }
 
+/// The open loop's clock. tokio's timers wake on millisecond ticks, about a
+/// millisecond late, which an open loop would count in every latency; this thread
+/// sleeps to each due time on the operating system's timer instead (tens of
+/// microseconds late) and rings the bell of the client whose operation is due.
+/// Client `id`'s operations are due at `start + (id + k * clients) / rate`.
+/// The thread ends by itself at the end of the run (a bell rung after a failed run
+/// wakes nobody).
+struct Pacer {
+    bells: Vec<Arc<Notify>>,
+}
+
+impl Pacer {
+    fn start(clients: u32, rate: f64, start: Instant, end: Instant) -> Pacer {
+        let bells: Vec<Arc<Notify>> = (0..clients).map(|_| Arc::new(Notify::new())).collect();
+        let ring = bells.clone();
+        let step = Duration::from_secs_f64(1.0 / rate);
+        let (start, end) = (start.into_std(), end.into_std());
+        std::thread::spawn(move || {
+            for j in 0u64.. {
+                let due = start + step.mul_f64(j as f64);
+                if due >= end {
+                    break;
+                }
+                if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
+                    std::thread::sleep(wait);
+                }
+                ring[(j % ring.len() as u64) as usize].notify_one();
+            }
+        });
+        Pacer { bells }
+    }
+}
+
 /// Client `id`'s loop until `end`: back to back (closed loop), or each operation at
-/// its due time (open loop, `rate / clients` per second, latency from the due time).
+/// its due time (open loop, `rate / clients` per second, latency from the due time,
+/// woken by the pacer's `bell`).
 async fn client_loop(
     mut work: Work,
     cfg: BenchConfig,
@@ -610,6 +662,7 @@ async fn client_loop(
     start: Instant,
     end: Instant,
     ops: Arc<AtomicU64>,
+    bell: Option<Arc<Notify>>,
 ) -> Tally {
     let mut t = Tally::default();
     let interval = cfg.rate.map(|r| Duration::from_secs_f64(f64::from(cfg.clients) / r));
@@ -625,10 +678,14 @@ async fn client_loop(
             break;
         }
         k = k.saturating_add(1);
-        if interval.is_some() {
-            // Only for a future due time: tokio rounds a timer up to its next
-            // millisecond tick, so sleeping until "now" would idle each cycle up to 1 ms.
-            sleep_until(due).await;
+        if let Some(bell) = &bell {
+            // A ring left over from an operation sent late (the client was busy) is
+            // early for this one: wait on. A closed loop never sleeps: tokio rounds a
+            // timer up to its next millisecond tick, even one due now.
+            while Instant::now() + PACER_SLACK < due {
+                bell.notified().await;
+            }
+            record(&mut t.lag, Instant::now().saturating_duration_since(due));
         }
         match once(&mut work, &cfg, id).await {
             Ok(acquired) => {

@@ -245,6 +245,9 @@ fn text(r: &BenchReport) -> String {
     if let (Some(a50), Some(a99)) = (r.acquire_p50_us, r.acquire_p99_us) {
         s += &format!("  acquire alone: p50 {}, p99 {}\n", ms(a50), ms(a99));
     }
+    if let (Some(l50), Some(l99)) = (r.send_lag_p50_us, r.send_lag_p99_us) {
+        s += &format!("  sent after the due time by: p50 {}, p99 {} (included in the latencies)\n", ms(l50), ms(l99));
+    }
     if let (Some(lo), Some(hi), Some(st)) = (r.grants_per_client_min, r.grants_per_client_max, r.starved_clients) {
         s += &format!("  cycles per client: min {lo}, max {hi}; starved clients {st}\n");
     }

@@ -23,6 +23,9 @@ pub struct Tally {
     pub latency: Histogram<u64>,
     /// Latency of each acquire alone, for the lock workloads.
     pub acquire: Histogram<u64>,
+    /// Open loop: how long after its due time each operation was sent (the client's
+    /// own lateness, which the latencies include).
+    pub lag: Histogram<u64>,
     /// Completed operations (a cycle, a write, a keepalive).
     pub ops: u64,
     /// Operations that failed.
@@ -33,7 +36,7 @@ pub struct Tally {
 
 impl Default for Tally {
     fn default() -> Self {
-        Tally { latency: histogram(), acquire: histogram(), ops: 0, errors: 0, first_error: None }
+        Tally { latency: histogram(), acquire: histogram(), lag: histogram(), ops: 0, errors: 0, first_error: None }
     }
 }
 

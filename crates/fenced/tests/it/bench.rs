@@ -88,6 +88,11 @@ fn fenced_store_and_keepalive_open_loop() {
     ]));
     check_report(&store, "fenced", "store");
     assert_eq!(store["mode"], "open");
+    // The pacer sent 200 a second for 1 s, no more: an open loop does not catch up early.
+    let ops = store["ops"].as_u64().unwrap();
+    assert!((150..=201).contains(&ops), "{ops} writes at 200/s for 1 s: {store}");
+    let (lag, p50) = (store["send_lag_p50_us"].as_u64(), store["p50_us"].as_u64().unwrap());
+    assert!(lag.is_some_and(|l| l <= p50), "the lateness is part of each latency: {store}");
     assert!(store["durability"].as_str().unwrap().contains("fsync"), "{store}");
     let ka = json(&fenced(&[
         "bench",
