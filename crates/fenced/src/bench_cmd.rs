@@ -296,8 +296,8 @@ fn table(reports: &[BenchReport]) -> String {
             }
         );
         s += &format!(
-            "{:<10} {:>10} {:>8} {:>10} {:>10} {:>10} {:>10} {:>11}  {}\n",
-            "target", "ops/s", "fenced÷", "p50", "p99", "p99.9", "max", "per client", "durability"
+            "{:<10} {:>10} {:>8} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11}  {}\n",
+            "target", "ops/s", "fenced÷", "p50", "p99", "p99.9", "max", "acquire p99", "per client", "durability"
         );
         for r in rows {
             let ratio = match fenced {
@@ -312,7 +312,7 @@ fn table(reports: &[BenchReport]) -> String {
                 },
             };
             s += &format!(
-                "{:<10} {:>10.0} {:>8} {:>10} {:>10} {:>10} {:>10} {:>11}  {}\n",
+                "{:<10} {:>10.0} {:>8} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11}  {}\n",
                 r.target.name(),
                 r.ops_per_s,
                 ratio,
@@ -320,6 +320,7 @@ fn table(reports: &[BenchReport]) -> String {
                 ms(r.p99_us),
                 ms(r.p999_us),
                 ms(r.max_us),
+                r.acquire_p99_us.map(ms).unwrap_or_default(),
                 spread,
                 r.durability
             );
