@@ -421,7 +421,7 @@ pub fn median(mut runs: Vec<BenchReport>) -> Option<BenchReport> {
 fn recipe(target: BenchTarget, w: Workload) -> &'static str {
     match (target, w) {
         (BenchTarget::Fenced, Workload::Store) => "PUT /v1/store/{key} with the writer's token (fenced-client)",
-        (BenchTarget::Fenced, Workload::Keepalive) => "POST /v1/leases/{id}/keepalive, keep-alive HTTP/1.1",
+        (BenchTarget::Fenced, Workload::Keepalive) => "fenced-client keepalive, one connection per bench connection (fenced:// when spawned)",
         (BenchTarget::Fenced, _) => "fenced-client: acquire with its own lease; release and end the lease",
         (BenchTarget::Etcd, Workload::Store) => "Put",
         (BenchTarget::Etcd, _) => "a session lease per client, kept alive; Lock with it, Unlock",
