@@ -12,6 +12,7 @@
 
 pub mod driver;
 mod keepalive;
+mod pacer;
 pub mod stats;
 
 use std::fmt;
@@ -29,11 +30,8 @@ use tokio::time::{sleep, sleep_until, timeout, Instant};
 
 use crate::peers::{free_port, Service};
 use driver::{Conn, ConnOptions, Held, Writer};
+use pacer::Pacer;
 use stats::{cpu_time, percentiles, record, Tally};
-
-/// How early an open-loop operation may go when its bell rings (the bell and the
-/// client's clock are read a few microseconds apart).
-const PACER_SLACK: Duration = Duration::from_micros(50);
 
 /// A system `fenced bench` can drive.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Serialize)]
@@ -517,11 +515,16 @@ async fn run_clients(cfg: &BenchConfig, peer: &Peer, ops: Arc<AtomicU64>) -> Res
 
     let start = Instant::now() + Duration::from_millis(50);
     let end = start + cfg.duration;
-    let pacer = cfg.rate.map(|rate| Pacer::start(cfg.clients, rate, start, end));
+    // Client id's operations are due at start + (id + k * clients) / rate.
+    let pacer = cfg.rate.map(|rate| {
+        let every = Duration::from_secs_f64(f64::from(cfg.clients) / rate);
+        let schedules: Vec<_> = (0..cfg.clients).map(|id| (start + every * id / cfg.clients, every)).collect();
+        Pacer::start(&schedules, end)
+    });
     let mut clients = JoinSet::new();
     for (id, work) in works {
         let (cfg, ops) = (cfg.clone(), ops.clone());
-        let due = pacer.as_ref().map(|p| p.bells[id as usize].clone());
+        let due = pacer.as_ref().map(|p| p.bell(id as usize));
         clients.spawn(async move { client_loop(work, cfg, id, start, end, ops, due).await });
     }
     sleep_until(start).await;
@@ -619,39 +622,6 @@ async fn once(work: &mut Work, cfg: &BenchConfig, id: u32) -> Result<Option<Inst
     }
 }
 
-/// The open loop's clock. tokio's timers wake on millisecond ticks, about a
-/// millisecond late, which an open loop would count in every latency; this thread
-/// sleeps to each due time on the operating system's timer instead (tens of
-/// microseconds late) and rings the bell of the client whose operation is due.
-/// Client `id`'s operations are due at `start + (id + k * clients) / rate`.
-/// The thread ends by itself at the end of the run (a bell rung after a failed run
-/// wakes nobody).
-struct Pacer {
-    bells: Vec<Arc<Notify>>,
-}
-
-impl Pacer {
-    fn start(clients: u32, rate: f64, start: Instant, end: Instant) -> Pacer {
-        let bells: Vec<Arc<Notify>> = (0..clients).map(|_| Arc::new(Notify::new())).collect();
-        let ring = bells.clone();
-        let step = Duration::from_secs_f64(1.0 / rate);
-        let (start, end) = (start.into_std(), end.into_std());
-        std::thread::spawn(move || {
-            for j in 0u64.. {
-                let due = start + step.mul_f64(j as f64);
-                if due >= end {
-                    break;
-                }
-                if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
-                    std::thread::sleep(wait);
-                }
-                ring[(j % ring.len() as u64) as usize].notify_one();
-            }
-        });
-        Pacer { bells }
-    }
-}
-
 /// Client `id`'s loop until `end`: back to back (closed loop), or each operation at
 /// its due time (open loop, `rate / clients` per second, latency from the due time,
 /// woken by the pacer's `bell`).
@@ -678,13 +648,10 @@ async fn client_loop(
             break;
         }
         k = k.saturating_add(1);
+        // A closed loop never sleeps: tokio rounds a timer up to its next millisecond
+        // tick, even one due now.
         if let Some(bell) = &bell {
-            // A ring left over from an operation sent late (the client was busy) is
-            // early for this one: wait on. A closed loop never sleeps: tokio rounds a
-            // timer up to its next millisecond tick, even one due now.
-            while Instant::now() + PACER_SLACK < due {
-                bell.notified().await;
-            }
+            pacer::until(bell, due).await;
             record(&mut t.lag, Instant::now().saturating_duration_since(due));
         }
         match once(&mut work, &cfg, id).await {

@@ -1,7 +1,8 @@
 //! The keepalive workload: M leases, each kept alive at a third of its TTL on a fixed
 //! schedule (an open loop: latency counts from the moment a keepalive was due), spread
 //! over the clients' connections; the server's CPU time over the measured window, and
-//! the leases that expired although they were being kept alive.
+//! the leases that expired although they were being kept alive. The schedule is kept
+//! by the [`Pacer`]'s thread, not tokio's millisecond timer.
 //!
 //! The first third of a TTL creates the leases (on the same schedule, not measured);
 //! the measured window follows. Fenced is driven through its client's lease calls, one
@@ -16,7 +17,10 @@ use anyhow::{bail, Context, Result};
 use fenced_client::{Client, LeaseId};
 use tokio::time::{sleep_until, timeout, Instant};
 
+use tokio::sync::Notify;
+
 use super::driver::redis_connect;
+use super::pacer::{self, Pacer};
 use super::stats::{cpu_time, record, Tally};
 use super::{BenchConfig, BenchTarget};
 
@@ -61,13 +65,19 @@ pub async fn run(
     let t0 = Instant::now() + Duration::from_millis(100);
     let measure_from = t0 + period;
     let end = measure_from + duration;
-    for (c, link) in links.into_iter().enumerate() {
-        let n = (leases as usize).saturating_sub(c).div_ceil(conns as usize);
-        let slot = period / n.max(1) as u32;
-        let offset = slot * c as u32 / conns;
-        let ops = ops.clone();
+    // Connection c serves its n leases in turn, one every `slot`, from `t0 + offset`.
+    let schedules: Vec<(usize, Instant, Duration)> = (0..conns as usize)
+        .map(|c| {
+            let n = (leases as usize).saturating_sub(c).div_ceil(conns as usize);
+            let slot = period / n.max(1) as u32;
+            (n, t0 + slot * c as u32 / conns, slot)
+        })
+        .collect();
+    let pacer = Pacer::start(&schedules.iter().map(|&(_, first, slot)| (first, slot)).collect::<Vec<_>>(), end);
+    for (c, (link, (n, first, slot))) in links.into_iter().zip(schedules).enumerate() {
+        let (ops, bell) = (ops.clone(), pacer.bell(c));
         handles.push(tokio::spawn(async move {
-            one_connection(link, n, ttl, t0 + offset, slot, measure_from, end, ops).await
+            one_connection(link, n, ttl, first, slot, measure_from, end, ops, bell).await
         }));
     }
     let cpu_at = |pid: Option<u32>| pid.and_then(cpu_time);
@@ -127,6 +137,7 @@ async fn one_connection(
     measure_from: Instant,
     end: Instant,
     ops: Arc<AtomicU64>,
+    bell: Arc<Notify>,
 ) -> ConnOutcome {
     let mut out = ConnOutcome { tally: Tally::default(), false_expiries: 0, late: 0, unsent: 0 };
     let mut leases: Vec<Lease> = Vec::with_capacity(n);
@@ -144,7 +155,7 @@ async fn one_connection(
         }
         let i = (k % n as u64) as usize;
         k += 1;
-        sleep_until(due).await;
+        pacer::until(&bell, due).await;
         let sent = Instant::now();
         if i >= leases.len() {
             // The creation pass.
