@@ -1,14 +1,15 @@
 //! `fenced bench`: load against Fenced and the lock services people run instead
-//! (etcd, ZooKeeper, Redis, PostgreSQL), each driven by this one program the way its users drive
-//! it, with the durability of every figure stated next to it.
+//! (etcd, ZooKeeper, Redis, PostgreSQL), each driven by this one program the way its
+//! users drive it, with the durability of every figure stated next to it.
 //!
 //! Workloads: `uncontended` (each client its own lock, acquire+release cycles),
-//! `contended` (every client on one lock: Fenced, etcd and ZooKeeper queue waiters, Redis and
-//! PostgreSQL clients poll), `keepalive` (M leases kept alive at a third of their TTL;
-//! the server's CPU and false expiries), `store` (a durable write, 16 bytes). Closed
-//! loop by default; with a rate, an open loop whose latencies count from the moment
-//! each operation was due, so a stalled server is not hidden by clients that waited
-//! for it (no coordinated omission). See [`driver`] for each target's recipe.
+//! `contended` (every client on one lock: Fenced, etcd and ZooKeeper queue waiters,
+//! Redis and PostgreSQL clients poll), `keepalive` (M leases kept alive at a third of
+//! their TTL; the server's CPU and false expiries), `store` (a durable write, 16
+//! bytes). Closed loop by default; with a rate, an open loop whose latencies count from
+//! the moment each operation was due, so a stalled server is not hidden by clients that
+//! waited for it (no coordinated omission); a [`pacer`] thread keeps the open loops'
+//! schedules. See [`driver`] for each target's recipe.
 
 pub mod driver;
 mod keepalive;
@@ -337,7 +338,8 @@ pub struct BenchReport {
     pub acquire_p50_us: Option<u64>,
     pub acquire_p99_us: Option<u64>,
     /// Open loop: how late after its due time an operation was sent, p50 and p99 (the
-    /// runtime's timer wakes on millisecond ticks; the latencies include this).
+    /// pacer's wake-up, or the client still busy with its previous operation); the
+    /// latencies include it.
     pub send_lag_p50_us: Option<u64>,
     pub send_lag_p99_us: Option<u64>,
     /// Fairness (lock workloads): the fewest and most cycles one client completed, and
