@@ -8,7 +8,7 @@
 //! their TTL; the server's CPU and false expiries), `store` (a durable write, 16
 //! bytes). Closed loop by default; with a rate, an open loop whose latencies count from
 //! the moment each operation was due, so a stalled server is not hidden by clients that
-//! waited for it (no coordinated omission); a [`pacer`] thread keeps the open loops'
+//! waited for it (no coordinated omission); a `pacer` thread keeps the open loops'
 //! schedules. See [`driver`] for each target's recipe.
 
 pub mod driver;
