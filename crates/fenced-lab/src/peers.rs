@@ -86,6 +86,8 @@ pub struct Service {
     child: Option<Child>,
     /// PostgreSQL is started and stopped through pg_ctl.
     pg_bin: Option<PathBuf>,
+    /// Whether the service serves, asked of a fresh connection once it listens.
+    ready: fn(TcpStream) -> bool,
 }
 
 impl Service {
@@ -100,7 +102,7 @@ impl Service {
         args.push("--data-dir".into());
         args.push(dir.path().join("data").into());
         args.extend(extra.iter().map(OsString::from));
-        Service::launch("fenced", bin.to_path_buf(), args, addr, dir, None)
+        Service::launch("fenced", bin.to_path_buf(), args, addr, dir, listening)
     }
 
     /// Redis (`redis-server`): `durable` turns on the append-only file with an fsync per
@@ -130,7 +132,7 @@ impl Service {
         }
         args.push("--dir".into());
         args.push(dir.path().into());
-        Service::launch("redis", program, args, addr, dir, None)
+        Service::launch("redis", program, args, addr, dir, listening)
     }
 
     /// A single etcd node (`etcd`) with its default durability (fsync per commit).
@@ -160,7 +162,7 @@ impl Service {
         .map(OsString::from)
         .chain([OsString::from("--data-dir"), dir.path().join("data").into()])
         .collect();
-        Service::launch("etcd", program, args, addr, dir, None)
+        Service::launch("etcd", program, args, addr, dir, listening)
     }
 
     /// A standalone ZooKeeper (Debian's `zookeeper`, run by `java`) with its default
@@ -188,7 +190,7 @@ impl Service {
             .map(OsString::from)
             .chain([cfg.into()])
             .collect();
-        Service::launch("zookeeper", java, args, addr, dir, None)
+        Service::launch("zookeeper", java, args, addr, dir, zookeeper_serving)
     }
 
     /// A PostgreSQL cluster (Debian's `postgresql`), on a loopback TCP port, with its
@@ -214,6 +216,7 @@ impl Service {
             dir,
             child: None,
             pg_bin: Some(bin),
+            ready: listening,
         };
         s.restart()?;
         Ok(s)
@@ -225,9 +228,9 @@ impl Service {
         args: Vec<OsString>,
         addr: SocketAddr,
         dir: TempDir,
-        pg_bin: Option<PathBuf>,
+        ready: fn(TcpStream) -> bool,
     ) -> Result<Service> {
-        let mut s = Service { name, addr, program, args, dir, child: None, pg_bin };
+        let mut s = Service { name, addr, program, args, dir, child: None, pg_bin: None, ready };
         s.restart()?;
         Ok(s)
     }
@@ -301,8 +304,7 @@ impl Service {
         let deadline = Instant::now() + timeout;
         loop {
             if let Ok(conn) = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)) {
-                // ZooKeeper accepts connections before it serves: ask it.
-                if self.name != "zookeeper" || zookeeper_serving(conn) {
+                if (self.ready)(conn) {
                     return Ok(());
                 }
             }
@@ -338,8 +340,14 @@ impl Drop for Service {
 }
 
 /// `name` on the PATH, or an error naming the package that provides it.
-/// Whether the ZooKeeper at the other end of `conn` serves requests: its `srvr`
-/// command answers with its version then, and with an excuse before.
+/// Most services serve once they accept connections.
+fn listening(_: TcpStream) -> bool {
+    true
+}
+
+/// Whether the ZooKeeper at the other end of `conn` serves requests (it accepts
+/// connections before it does): its `srvr` command answers with its version then, and
+/// with an excuse before.
 fn zookeeper_serving(mut conn: TcpStream) -> bool {
     use std::io::Write;
     let _ = conn.set_read_timeout(Some(Duration::from_millis(500)));

@@ -10,7 +10,7 @@ use fenced_lab::bench::{self, BenchConfig, BenchReport, BenchTarget, Peer, Progr
 use tokio::sync::watch;
 
 use crate::args::{duration_ms, BadArgument, Global};
-use crate::term::{interrupted, progress_bar};
+use crate::term::{follow, interrupted, progress_bar};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -179,23 +179,16 @@ async fn run_all(
 
 /// One run with a progress bar on stderr.
 async fn one(cfg: &BenchConfig, peer: &Peer, label: &str) -> anyhow::Result<BenchReport> {
-    let (tx, mut rx) = watch::channel(Progress::default());
+    let (tx, rx) = watch::channel(Progress::default());
     let total = match cfg.workload {
         // The creation pass (a third of the TTL) comes before the measured window.
         Workload::Keepalive => cfg.duration + cfg.ttl / 3,
         _ => cfg.duration,
     };
     let bar = progress_bar("bench", total.as_millis() as u64, format!("{} {}{label}", cfg.target, cfg.workload));
-    let ticker = {
-        let bar = bar.clone();
-        tokio::spawn(async move {
-            while rx.changed().await.is_ok() {
-                let p = *rx.borrow();
-                bar.set_position(p.elapsed_ms);
-                bar.set_message(format!("{:.0} s, {} ops", p.elapsed_ms as f64 / 1000.0, p.ops));
-            }
-        })
-    };
+    let ticker = follow(&bar, rx, |p: &Progress| {
+        (p.elapsed_ms, format!("{:.0} s, {} ops", p.elapsed_ms as f64 / 1000.0, p.ops))
+    });
     let r = bench::run(cfg, peer, tx).await;
     ticker.abort();
     bar.finish_and_clear();

@@ -3,6 +3,8 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 /// A bar of `total` steps labelled `{command} {prefix}`, with a free message after it;
 /// hidden by itself when standard error is not a terminal.
@@ -12,6 +14,26 @@ pub fn progress_bar(command: &str, total: u64, prefix: String) -> ProgressBar {
     bar.set_style(ProgressStyle::with_template(&template).expect("a valid template").progress_chars("=> "));
     bar.set_prefix(prefix);
     bar
+}
+
+/// Shows each progress report from `rx` on `bar` (`show` gives the position and the
+/// message) until the sender goes or the task is aborted.
+pub fn follow<P>(
+    bar: &ProgressBar,
+    mut rx: watch::Receiver<P>,
+    show: impl Fn(&P) -> (u64, String) + Send + 'static,
+) -> JoinHandle<()>
+where
+    P: Send + Sync + 'static,
+{
+    let bar = bar.clone();
+    tokio::spawn(async move {
+        while rx.changed().await.is_ok() {
+            let (position, message) = show(&rx.borrow_and_update());
+            bar.set_position(position);
+            bar.set_message(message);
+        }
+    })
 }
 
 /// Resolves on SIGINT or SIGTERM. Where a handler cannot be installed that signal is

@@ -13,7 +13,7 @@ use fenced_lab::worker::{self, WorkerSpec};
 use tokio::sync::watch;
 
 use crate::args::{duration_ms, BadArgument, Global};
-use crate::term::{interrupted, progress_bar};
+use crate::term::{follow, interrupted, progress_bar};
 
 #[derive(Args, Debug)]
 pub struct TortureArgs {
@@ -148,18 +148,11 @@ pub fn run(a: TortureArgs, g: &Global) -> anyhow::Result<ExitCode> {
 
 /// One run with a progress bar; `None` when interrupted (everything already stopped).
 async fn one(cfg: &TortureConfig) -> anyhow::Result<Option<TortureReport>> {
-    let (tx, mut rx) = watch::channel(Progress::default());
+    let (tx, rx) = watch::channel(Progress::default());
     let bar = progress_bar("torture", cfg.duration.as_millis() as u64, cfg.target.name().to_owned());
-    let ticker = {
-        let bar = bar.clone();
-        tokio::spawn(async move {
-            while rx.changed().await.is_ok() {
-                let p = *rx.borrow();
-                bar.set_position(p.elapsed_ms);
-                bar.set_message(format!("{:.0} s, {} ops, {} faults", p.elapsed_ms as f64 / 1000.0, p.ops, p.faults));
-            }
-        })
-    };
+    let ticker = follow(&bar, rx, |p: &Progress| {
+        (p.elapsed_ms, format!("{:.0} s, {} ops, {} faults", p.elapsed_ms as f64 / 1000.0, p.ops, p.faults))
+    });
     let result = tokio::select! {
         r = torture::run(cfg, tx) => Some(r),
         _ = interrupted() => None,

@@ -238,7 +238,7 @@ impl Writer {
             Writer::Zookeeper(client) => {
                 let path = zk_path(key);
                 match bounded(o.op_timeout, client.set_data(&path, VALUE, None)).await {
-                    Err(e) if matches!(e.downcast_ref(), Some(zk::Error::NoNode)) => {
+                    Err(e) if zk_is(&e, zk::Error::NoNode) => {
                         // The first write of a run creates the node (with its parents).
                         zk_mkdirs(client, &path, o).await?;
                         bounded(o.op_timeout, client.set_data(&path, VALUE, None)).await?;
@@ -295,11 +295,16 @@ async fn zk_connect(endpoint: &str, o: ConnOptions) -> Result<zk::Client> {
     bounded(o.op_timeout, connect).await
 }
 
+/// Whether `e` is ZooKeeper's `what` (no node, node exists: answers, not failures).
+fn zk_is(e: &anyhow::Error, what: zk::Error) -> bool {
+    e.downcast_ref::<zk::Error>() == Some(&what)
+}
+
 /// Creates `path` and the persistent nodes above it, those that are missing.
 async fn zk_mkdirs(client: &zk::Client, path: &str, o: ConnOptions) -> Result<()> {
     let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
     match bounded(o.op_timeout, client.mkdir(path, &persistent)).await {
-        Err(e) if matches!(e.downcast_ref(), Some(zk::Error::NodeExists)) => Ok(()),
+        Err(e) if zk_is(&e, zk::Error::NodeExists) => Ok(()),
         r => r,
     }
 }
@@ -313,7 +318,7 @@ async fn zk_lock(client: &zk::Client, name: &str, o: ConnOptions, give_up: Insta
     let prefix = format!("{dir}/lock-");
     let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
     let sequence = match bounded(o.op_timeout, client.create(&prefix, &[], &ephemeral)).await {
-        Err(e) if matches!(e.downcast_ref(), Some(zk::Error::NoNode)) => {
+        Err(e) if zk_is(&e, zk::Error::NoNode) => {
             // The lock's first use: create its node, then queue.
             zk_mkdirs(client, &dir, o).await?;
             bounded(o.op_timeout, client.create(&prefix, &[], &ephemeral)).await?.1
@@ -333,7 +338,7 @@ async fn zk_lock(client: &zk::Client, name: &str, o: ConnOptions, give_up: Insta
             }
             let before = format!("{dir}/{}", queue[at - 1]);
             match bounded(o.op_timeout, client.get_and_watch_data(&before)).await {
-                Err(e) if matches!(e.downcast_ref(), Some(zk::Error::NoNode)) => continue,
+                Err(e) if zk_is(&e, zk::Error::NoNode) => continue,
                 Err(e) => return Err(e),
                 Ok((_, _, watch)) => drop(watch.changed().await),
             }

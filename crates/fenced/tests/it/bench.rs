@@ -29,6 +29,12 @@ fn have_redis() -> bool {
     have("redis-server", "apt-get install -y redis-server")
 }
 
+/// `fenced bench --spawn --compare TARGETS --workload WORKLOADS`, 3 clients for 1 s, as JSON.
+fn compare_json(targets: &str, workloads: &str) -> Value {
+    let args = ["bench", "--spawn", "--compare", targets, "--workload", workloads];
+    json(&fenced(&[&args[..], &["--clients", "3", "--duration", "1s", "--json"]].concat()))
+}
+
 /// The fields every report has, with ops done and percentiles in order.
 fn check_report(r: &Value, target: &str, workload: &str) {
     for k in ["target", "workload", "clients", "durability", "ops_per_s", "p50_us", "p99_us", "p999_us", "max_us"] {
@@ -120,19 +126,7 @@ fn redis_both_durabilities_and_the_comparison_table() {
     if !have_redis() {
         return;
     }
-    let v = json(&fenced(&[
-        "bench",
-        "--spawn",
-        "--compare",
-        "fenced,redis,redis-aof",
-        "--workload",
-        "contended,store",
-        "--clients",
-        "3",
-        "--duration",
-        "1s",
-        "--json",
-    ]));
+    let v = compare_json("fenced,redis,redis-aof", "contended,store");
     let runs = v.as_array().expect("an array with --compare");
     let targets: Vec<(&str, &str)> =
         runs.iter().map(|r| (r["target"].as_str().unwrap(), r["workload"].as_str().unwrap())).collect();
@@ -170,19 +164,7 @@ fn etcd_and_zookeeper_queue_their_waiters_fairly() {
     if !zookeeper {
         return;
     }
-    let v = json(&fenced(&[
-        "bench",
-        "--spawn",
-        "--compare",
-        "etcd,zookeeper",
-        "--workload",
-        "uncontended,contended,store",
-        "--clients",
-        "3",
-        "--duration",
-        "1s",
-        "--json",
-    ]));
+    let v = compare_json("etcd,zookeeper", "uncontended,contended,store");
     let runs = v.as_array().expect("an array with --compare");
     assert_eq!(runs.len(), 6, "{v}");
     for r in runs {
