@@ -6,13 +6,14 @@
 //! and the simulator drive the very same code.
 
 pub mod checker;
+pub mod command;
+mod error;
 pub mod gate;
 pub mod table;
 mod types;
 
+pub use command::{Acquire, Answer, Command, Durable, LeaseRef, Output, Persist, RequestId};
+pub use error::Error;
 pub use gate::{Admission, FenceGate, Op};
-pub use table::{
-    AcquireError, AcquireOutcome, Effect, Grant, LeaseError, LeaseInfo, Limits, LockInfo, LockTable, ReleaseError,
-    WaiterId,
-};
+pub use table::{Effect, Grant, LeaseInfo, Limits, LockInfo, LockTable, ReleaseReason, WaitEnd};
 pub use types::{LeaseId, LockName, NameError, Token};

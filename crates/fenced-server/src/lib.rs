@@ -15,11 +15,10 @@ mod metrics;
 mod wire;
 
 use std::future::Future;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fenced_core::{LockTable, Token};
+use fenced_core::LockTable;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
@@ -87,39 +86,34 @@ pub async fn run_with_wire(
         _ => None,
     };
 
-    let (store, recovered, writer) = Store::open(&config.data_dir)?;
-    // The start-up grace: after a crash, one maximal TTL; after a clean shutdown with
-    // no live lease, none. The clean record is single-use: cleared before serving.
-    let grace_ms = recovered.clean_grace_ms.unwrap_or(recovered.ttl_ms_hwm);
-    if recovered.clean_grace_ms.is_some() {
+    let (store, durable, writer) = Store::open(&config.data_dir)?;
+    // The table's rules decide the start: tokens continue above the old ceiling (the
+    // new one durable before the first grant), the grace is one maximal TTL after a
+    // crash and the recorded one after a clean shutdown, and a lock that may owe a
+    // lock-delay serves it past the grace. The clean record is single-use.
+    let clean_start = durable.clean_grace_ms.is_some();
+    let (table, first_writes) = LockTable::recover(config.limits(), config.token_block, durable);
+    store.persist(first_writes).await?;
+    if clean_start {
         store.set_meta(MetaKey::CleanGraceMs, None).await?;
     }
-    // Tokens restart at the old ceiling, above everything handed out before; the new
-    // ceiling is durable before the first grant.
-    let first_token = recovered.token_ceiling;
-    let ceiling = first_token + config.token_block;
-    store.set_meta(MetaKey::TokenCeiling, Some(ceiling)).await?;
     tracing::info!(
         data_dir = %config.data_dir.display(),
-        first_token,
-        grace_ms,
-        clean_start = recovered.clean_grace_ms.is_some(),
+        highest_issued = table.highest_issued().map_or(0, |t| t.get()),
+        grace_ms = table.grace_left_ms(0),
+        clean_start,
         "recovered"
     );
 
     let metrics = Arc::new(Metrics::default());
-    let table = LockTable::new(config.limits(), Token::new(first_token).expect("ceiling >= 1"), grace_ms);
-    let locks = Arc::new(Locks::new(table, ceiling, config.token_block, store.clone(), metrics.clone()));
+    let locks = Arc::new(Locks::new(table, store.clone(), metrics.clone()));
     let (stop_tx, stop_rx) = watch::channel(false);
     let app = Arc::new(api::AppInner {
         locks: locks.clone(),
         store: store.clone(),
         config: config.clone(),
         metrics: metrics.clone(),
-        ttl_ms_hwm: AtomicU64::new(recovered.ttl_ms_hwm),
-        ttl_hwm_write: tokio::sync::Mutex::new(()),
         auth_token,
-        grace_until_ms: grace_ms,
         shutdown: stop_rx.clone(),
     });
     let router = api::router(app.clone());
@@ -159,15 +153,19 @@ pub async fn run_with_wire(
     let serve = axum::serve(listener, router.into_make_service_with_connect_info::<listener::ConnMeta>())
         .with_graceful_shutdown(signal);
     let both = async { tokio::join!(serve, wire_serve).0 };
+    let fatal = locks.fatal.notified();
     let drained = tokio::select! {
         r = both => { r?; true }
         _ = drain_deadline => { tracing::warn!("drain deadline passed; closing with requests in flight"); false }
+        _ = fatal => {
+            return Err(ServerError::Setup("the lock table's state could not be made durable; stopped".into()));
+        }
     };
     let _ = timers.await;
 
-    if drained && locks.close() == 0 {
+    if let Some(grace_ms) = locks.close().filter(|_| drained) {
         // Nothing can be held: the next start needs no grace.
-        store.set_meta(MetaKey::CleanGraceMs, Some(0)).await?;
+        store.set_meta(MetaKey::CleanGraceMs, Some(grace_ms)).await?;
     }
     drop(locks);
     drop(store);

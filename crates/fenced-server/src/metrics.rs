@@ -22,6 +22,8 @@ pub struct Metrics {
     pub store_writes_accepted: AtomicU64,
     pub stale_writes_rejected: AtomicU64,
     pub stale_reads_rejected: AtomicU64,
+    /// Fenced-store operations refused for a token above every token issued.
+    pub tokens_not_issued: AtomicU64,
     pub connections_refused: AtomicU64,
     /// Frames received on wire-protocol connections.
     pub wire_requests: AtomicU64,
@@ -53,7 +55,7 @@ impl Metrics {
 
     pub fn render(&self, g: &Gauges) -> String {
         let mut out = String::with_capacity(4096);
-        let counters: [(&str, &str, u64); 13] = [
+        let counters: [(&str, &str, u64); 14] = [
             ("fenced_grants_total", "Locks granted.", self.grants.load(Relaxed)),
             ("fenced_releases_total", "Locks released explicitly.", self.releases.load(Relaxed)),
             ("fenced_revoked_releases_total", "Locks released by a lease revoke.", self.revoked_releases.load(Relaxed)),
@@ -76,6 +78,11 @@ impl Metrics {
                 "fenced_stale_reads_rejected_total",
                 "Fenced reads refused for a stale token.",
                 self.stale_reads_rejected.load(Relaxed),
+            ),
+            (
+                "fenced_tokens_not_issued_total",
+                "Fenced-store operations refused for a token the service never issued.",
+                self.tokens_not_issued.load(Relaxed),
             ),
             (
                 "fenced_connections_refused_total",

@@ -7,8 +7,10 @@ use std::hash::{BuildHasherDefault, DefaultHasher};
 
 use fenced_core::checker::{Checker, Event, EventKind, FindingKind, Outcome};
 use fenced_core::gate::{FenceGate, Op};
-use fenced_core::table::{Acquire, AcquireOutcome, Effect, Limits, ReleaseReason, WaiterId};
-use fenced_core::{LeaseId, LockName, LockTable, Token};
+use fenced_core::{
+    Acquire, Answer, Command, Effect, Error, LeaseId, LeaseRef, Limits, LockName, LockTable, ReleaseReason, RequestId,
+    Token,
+};
 
 use crate::pauses::{self, PauseCause};
 use crate::queue::Queue;
@@ -145,8 +147,12 @@ struct World<'a, S: TraceSink> {
     service_timer_at: Option<u64>,
     /// Reused buffer for the table's effects (no allocation per service call).
     effects: Vec<Effect>,
+    /// Answers to queued acquires that ended, by request.
+    answers: Vec<(RequestId, Result<Answer, Error>)>,
+    /// The id of the next command's request.
+    next_request: u64,
     /// Queued acquires: which client and attempt each waiter is.
-    waiters: HashMap<WaiterId, (u32, u32), BuildHasherDefault<DefaultHasher>>,
+    waiters: HashMap<RequestId, (u32, u32), BuildHasherDefault<DefaultHasher>>,
     names: Vec<LockName>,
     gate: FenceGate<u32>,
     values: Vec<u64>,
@@ -177,9 +183,11 @@ impl<'a, S: TraceSink> World<'a, S> {
             queue: Queue::new(),
             events: 0,
             records: 0,
-            table: LockTable::new(limits, Token::FIRST, 0),
+            table: LockTable::new(limits),
             service_timer_at: None,
             effects: Vec::new(),
+            answers: Vec::new(),
+            next_request: 0,
             waiters: HashMap::default(),
             names: (0..locks).map(|k| LockName::new(&format!("counter/{k}")).expect("valid name")).collect(),
             gate: FenceGate::new(),
@@ -369,7 +377,7 @@ impl<'a, S: TraceSink> World<'a, S> {
                 if self.service_timer_at == Some(self.now) {
                     self.service_timer_at = None;
                 }
-                self.table.handle_timeout(self.now);
+                self.service(Command::Tick);
                 self.after_service_call();
             }
         }
@@ -541,32 +549,38 @@ impl<'a, S: TraceSink> World<'a, S> {
 
     fn on_service(&mut self, client: u32, lease_n: u32, sent_ms: u64, msg: ServiceMsg) {
         let lease = Self::lease_id(client, lease_n);
-        let now = self.now;
-        let name = &self.names[self.clients[client as usize].lock as usize];
+        let name = self.names[self.clients[client as usize].lock as usize].clone();
         match msg {
             ServiceMsg::Acquire => {
-                let ok = self.table.grant_lease(lease, self.cfg.lease_ms, now).is_ok();
-                let req = Acquire { name: name.clone(), lease, wait_ms: self.cfg.wait_ms, lock_delay_ms: 0 };
-                let outcome = if ok { self.table.acquire(req, now).ok() } else { None };
-                if let Some(AcquireOutcome::Queued(w)) = outcome {
-                    self.waiters.insert(w, (client, lease_n));
-                } else if !matches!(outcome, Some(AcquireOutcome::Granted { .. })) {
-                    let gen = self.clients[client as usize].gen;
-                    self.reply(client, gen, ClientMsg::NotGranted { lease_n });
+                let ttl_ms = self.cfg.lease_ms;
+                let granted_lease = self.service(Command::GrantLease { lease, ttl_ms });
+                let wait_ms = self.cfg.wait_ms;
+                let req = Acquire { name, lease: LeaseRef::Existing(lease), wait_ms, lock_delay_ms: 0 };
+                let (request, answer) = if matches!(granted_lease, Some(Ok(_))) {
+                    (RequestId(self.next_request + 1), self.service(Command::Acquire(req)))
+                } else {
+                    (RequestId(0), Some(Err(Error::LeaseNotFound)))
+                };
+                match answer {
+                    None => drop(self.waiters.insert(request, (client, lease_n))),
+                    // Grants, immediate or later, reach the client through the effects.
+                    Some(Ok(Answer::Granted(_))) => {}
+                    Some(_) => {
+                        let gen = self.clients[client as usize].gen;
+                        self.reply(client, gen, ClientMsg::NotGranted { lease_n });
+                    }
                 }
-                // Grants, immediate or later, reach the client through the effects.
             }
             ServiceMsg::Keepalive => {
-                let ok = self.table.keepalive(lease, now).is_ok();
+                let ok = matches!(self.service(Command::Keepalive { lease }), Some(Ok(_)));
                 let token = self.clients[client as usize].token;
                 self.record(Actor::Lock, Kind::Keepalive, client, token, Some(sent_ms), Detail::Keepalive { ok });
                 let gen = self.clients[client as usize].gen;
                 self.reply(client, gen, ClientMsg::KeepaliveReply { lease_n, ok });
             }
             ServiceMsg::Release => {
-                let name = name.clone();
-                let _ = self.table.release(&name, lease, now);
-                let _ = self.table.revoke(lease, now);
+                self.service(Command::Release { name, lease });
+                self.service(Command::Revoke { lease });
                 let gen = self.clients[client as usize].gen;
                 self.reply(client, gen, ClientMsg::ReleaseAck);
             }
@@ -574,15 +588,40 @@ impl<'a, S: TraceSink> World<'a, S> {
         self.after_service_call();
     }
 
+    /// Applies one command to the lock service now: its effects and the answers to
+    /// queued requests are kept for `after_service_call`, its own answer returned
+    /// (`None` while it waits).
+    fn service(&mut self, cmd: Command) -> Option<Result<Answer, Error>> {
+        self.next_request += 1;
+        let request = RequestId(self.next_request);
+        let mut out = self.table.apply(request, cmd, self.now);
+        let own = out.take_answer(request);
+        self.effects.append(&mut out.effects);
+        self.answers.append(&mut out.answers);
+        own
+    }
+
     /// Carries out the table's effects and re-arms its timer.
     fn after_service_call(&mut self) {
         let mut effects = std::mem::take(&mut self.effects);
-        effects.extend(self.table.drain_effects());
+        let answers = std::mem::take(&mut self.answers);
         for e in effects.drain(..) {
             match e {
-                Effect::Granted { grant, waiter, .. } => {
-                    if let Some(w) = waiter {
+                Effect::Granted { grant, request, .. } => {
+                    if let Some(w) = request {
                         self.waiters.remove(&w);
+                        let answer = answers.iter().find(|(r, _)| *r == w).map(|(_, a)| a);
+                        if !matches!(answer, Some(Ok(Answer::Granted(_)))) {
+                            // Lost again in the same tick: the table does not answer it
+                            // as a grant, so neither does the network.
+                            let (client, lease_n) = Self::client_of(grant.lease);
+                            let token = grant.token;
+                            self.record(Actor::Lock, Kind::Granted, client, Some(token), None, Detail::None);
+                            self.history(client, EventKind::Granted { token });
+                            let gen = self.clients[client as usize].gen;
+                            self.reply(client, gen, ClientMsg::NotGranted { lease_n });
+                            continue;
+                        }
                     }
                     let (client, lease_n) = Self::client_of(grant.lease);
                     self.summary.grants += 1;
@@ -602,9 +641,9 @@ impl<'a, S: TraceSink> World<'a, S> {
                         self.history(client, EventKind::Released { token });
                     }
                 }
-                Effect::WaitEnded { waiter, .. } => {
+                Effect::WaitEnded { request, .. } => {
                     // Timed out, or its lease ended: the client hears "not granted".
-                    if let Some((client, lease_n)) = self.waiters.remove(&waiter) {
+                    if let Some((client, lease_n)) = self.waiters.remove(&request) {
                         self.record(Actor::Lock, Kind::WaitEnded, client, None, None, Detail::None);
                         let gen = self.clients[client as usize].gen;
                         self.reply(client, gen, ClientMsg::NotGranted { lease_n });

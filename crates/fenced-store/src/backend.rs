@@ -21,6 +21,8 @@ pub trait Txn {
     fn meta_get(&mut self, name: &str) -> Result<Option<u64>, StoreError>;
     fn meta_put(&mut self, name: &str, value: u64) -> Result<(), StoreError>;
     fn meta_delete(&mut self, name: &str) -> Result<(), StoreError>;
+    /// Every meta entry whose name starts with `prefix`, in name order.
+    fn meta_scan(&mut self, prefix: &str) -> Result<Vec<(String, u64)>, StoreError>;
     fn kv_get(&mut self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
     fn kv_put(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError>;
 }

@@ -1,6 +1,7 @@
-//! Durable state of the Fenced server: the token ceiling, the TTL high-water mark, the
-//! clean-shutdown record, and the fenced key-value store (each value with its
-//! `highest_seen` mark, in one record, so that both change in the same transaction).
+//! Durable state of the Fenced server: what the lock table asks to keep (`Persist`: the
+//! token ceiling, the TTL high-water mark, lock-delay records), the clean-shutdown
+//! record, and the fenced key-value store (each value with its `highest_seen` mark, in
+//! one record, so that both change in the same transaction).
 //!
 //! The storage engine sits behind the narrow [`Backend`] trait: [`RedbBackend`] (the
 //! default, durable: every commit returns after fsync) and [`MemoryBackend`] (tests,
@@ -22,13 +23,15 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use fenced_core::gate::{admit, Admission, Op};
-use fenced_core::Token;
+use fenced_core::{Durable, LockName, Persist, Token};
 use tokio::sync::oneshot;
 
 const TOKEN_CEILING: &str = "token_ceiling";
 const TTL_MS_HWM: &str = "ttl_ms_hwm";
 /// Present only between a clean shutdown and the next start.
 const CLEAN_GRACE_MS: &str = "clean_grace_ms";
+/// Followed by a lock name: the lock-delay that lock may owe after a restart.
+const LOCK_DELAY: &str = "lock_delay/";
 
 /// The most requests one group commit carries.
 const BATCH_MAX: usize = 256;
@@ -39,22 +42,13 @@ pub enum StoreError {
     Db(String),
     #[error("the store is closed")]
     Closed,
+    /// A record that cannot be read back intact: never taken for "no mark".
+    #[error("the record of key '{key}' is corrupt ({why}); it is refused rather than read as unwritten")]
+    Corrupt { key: String, why: &'static str },
 }
 
 pub(crate) fn db_err(e: impl std::fmt::Display) -> StoreError {
     StoreError::Db(e.to_string())
-}
-
-/// What the previous run left behind, read at start.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Recovered {
-    /// Every token ever handed out is below this (1 on a fresh directory).
-    pub token_ceiling: u64,
-    /// The largest TTL of any lease ever created.
-    pub ttl_ms_hwm: u64,
-    /// Set when the previous run shut down cleanly: the longest a lease of it could
-    /// still live, measured at that shutdown.
-    pub clean_grace_ms: Option<u64>,
 }
 
 /// The result of a fenced-store operation.
@@ -88,13 +82,21 @@ enum Request {
         value: Option<u64>,
         reply: Reply,
     },
+    /// What the lock table asked to keep, in order.
+    Persist {
+        items: Vec<Persist>,
+        reply: Reply,
+    },
 }
 
-/// Meta writes come from async handlers (a TTL high-water mark) and from inside the
-/// lock-table mutex (the token ceiling), where only a blocking wait is possible.
+/// Meta writes come from async code (start and shutdown) and from inside the lock-table
+/// mutex (the table's `Persist` writes), where only a blocking wait is possible, or
+/// none at all for the writes that may land lazily.
 enum Reply {
     Async(oneshot::Sender<Result<(), StoreError>>),
     Blocking(mpsc::SyncSender<Result<(), StoreError>>),
+    /// Nobody waits: a failure is only logged.
+    Lazy,
 }
 
 impl Reply {
@@ -102,6 +104,11 @@ impl Reply {
         match self {
             Reply::Async(tx) => drop(tx.send(r)),
             Reply::Blocking(tx) => drop(tx.send(r)),
+            Reply::Lazy => {
+                if let Err(e) = r {
+                    tracing::warn!(error = %e, "a lazy write failed");
+                }
+            }
         }
     }
 }
@@ -117,18 +124,27 @@ pub struct Store {
 impl Store {
     /// Opens (or creates) `dir/fenced.redb`, reads what the last run left, and starts
     /// the writer thread. Join the returned handle after dropping every `Store`.
-    pub fn open(dir: &Path) -> Result<(Store, Recovered, JoinHandle<()>), StoreError> {
+    pub fn open(dir: &Path) -> Result<(Store, Durable, JoinHandle<()>), StoreError> {
         Store::with_backend(Arc::new(RedbBackend::open(dir)?))
     }
 
     /// The same over any backend.
-    pub fn with_backend(backend: Arc<dyn Backend>) -> Result<(Store, Recovered, JoinHandle<()>), StoreError> {
+    pub fn with_backend(backend: Arc<dyn Backend>) -> Result<(Store, Durable, JoinHandle<()>), StoreError> {
         let mut recovered = None;
         backend.transact(&mut |t| {
-            recovered = Some(Recovered {
+            let mut lock_delays = Vec::new();
+            for (key, delay_ms) in t.meta_scan(LOCK_DELAY)? {
+                // A record whose name no longer parses (a lowered limit) is kept as is:
+                // the lock it names cannot be taken under the current limits either.
+                if let Ok(name) = LockName::new(&key[LOCK_DELAY.len()..]) {
+                    lock_delays.push((name, delay_ms));
+                }
+            }
+            recovered = Some(Durable {
                 token_ceiling: t.meta_get(TOKEN_CEILING)?.unwrap_or(1).max(1),
                 ttl_ms_hwm: t.meta_get(TTL_MS_HWM)?.unwrap_or(0),
                 clean_grace_ms: t.meta_get(CLEAN_GRACE_MS)?,
+                lock_delays,
             });
             Ok(())
         })?;
@@ -170,7 +186,7 @@ impl Store {
     pub async fn read(&self, key: String) -> Result<StoreAnswer, StoreError> {
         let backend = self.backend.clone();
         tokio::task::spawn_blocking(move || {
-            let (mark, value) = decode(backend.kv_get(&key)?);
+            let (mark, value) = decode(&key, backend.kv_get(&key)?)?;
             Ok(StoreAnswer { admission: admit(mark, None, Op::Read), value })
         })
         .await
@@ -183,13 +199,12 @@ impl Store {
         let backend = self.backend.clone();
         tokio::task::spawn_blocking(move || {
             let rows = backend.kv_scan(&prefix, limit)?;
-            Ok(rows
-                .into_iter()
+            rows.into_iter()
                 .map(|(key, raw)| {
-                    let (highest_seen, value) = decode(Some(raw));
-                    KeyInfo { key, highest_seen, value_bytes: value.map(|v| v.len()) }
+                    let (highest_seen, value) = decode(&key, Some(raw))?;
+                    Ok(KeyInfo { key, highest_seen, value_bytes: value.map(|v| v.len()) })
                 })
-                .collect())
+                .collect()
         })
         .await
         .map_err(db_err)?
@@ -204,29 +219,37 @@ impl Store {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Makes a meta value durable, blocking the calling thread until it is.
-    pub fn set_meta_blocking(&self, key: MetaKey, value: Option<u64>) -> Result<(), StoreError> {
+    /// Makes what the lock table asked to keep durable, blocking the calling thread
+    /// until it is (the table's mutex is held: answers wait for this).
+    pub fn persist_blocking(&self, items: Vec<Persist>) -> Result<(), StoreError> {
         let (tx, rx) = mpsc::sync_channel(1);
-        self.tx
-            .send(Request::Meta { key: key.name(), value, reply: Reply::Blocking(tx) })
-            .map_err(|_| StoreError::Closed)?;
+        self.tx.send(Request::Persist { items, reply: Reply::Blocking(tx) }).map_err(|_| StoreError::Closed)?;
         rx.recv().map_err(|_| StoreError::Closed)?
+    }
+
+    /// The same without waiting, for writes that may land lazily. They queue behind
+    /// every write sent before, so a later urgent write of the same record wins.
+    pub fn persist_lazily(&self, items: Vec<Persist>) {
+        let _ = self.tx.send(Request::Persist { items, reply: Reply::Lazy });
+    }
+
+    /// Makes what the lock table asked to keep durable, from async code.
+    pub async fn persist(&self, items: Vec<Persist>) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(Request::Persist { items, reply: Reply::Async(tx) }).map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| StoreError::Closed)?
     }
 }
 
-/// The meta values a caller may set.
+/// The meta values a caller may set directly (the table's own go through `Persist`).
 #[derive(Clone, Copy, Debug)]
 pub enum MetaKey {
-    TokenCeiling,
-    TtlMsHwm,
     CleanGraceMs,
 }
 
 impl MetaKey {
     fn name(self) -> &'static str {
         match self {
-            MetaKey::TokenCeiling => TOKEN_CEILING,
-            MetaKey::TtlMsHwm => TTL_MS_HWM,
             MetaKey::CleanGraceMs => CLEAN_GRACE_MS,
         }
     }
@@ -252,11 +275,21 @@ fn encode(mark: Option<Token>, value: Option<&[u8]>) -> Vec<u8> {
     out
 }
 
-fn decode(raw: Option<Vec<u8>>) -> (Option<Token>, Option<Vec<u8>>) {
-    let Some(raw) = raw.filter(|r| r.len() >= 9) else { return (None, None) };
+/// An absent record is "never written"; a record that is not one this code wrote is
+/// [`StoreError::Corrupt`], never "no mark" (which would admit any token).
+fn decode(key: &str, raw: Option<Vec<u8>>) -> Result<(Option<Token>, Option<Vec<u8>>), StoreError> {
+    let Some(raw) = raw else { return Ok((None, None)) };
+    let corrupt = |why| Err(StoreError::Corrupt { key: key.to_string(), why });
+    if raw.len() < 9 {
+        return corrupt("shorter than its 9-byte header");
+    }
     let mark = Token::new(u64::from_le_bytes(raw[..8].try_into().expect("8 bytes")));
-    let value = (raw[8] == 1).then(|| raw[9..].to_vec());
-    (mark, value)
+    match raw[8] {
+        0 if raw.len() == 9 => Ok((mark, None)),
+        0 => corrupt("bytes after a header that says 'no value'"),
+        1 => Ok((mark, Some(raw[9..].to_vec()))),
+        _ => corrupt("a value flag that is neither 0 nor 1"),
+    }
 }
 
 /// The writer thread: one transaction per batch of queued requests.
@@ -274,9 +307,11 @@ fn writer(backend: &dyn Backend, rx: mpsc::Receiver<Request>) {
                 for (req, answer) in batch.into_iter().zip(answers) {
                     match req {
                         Request::Put { reply, .. } | Request::FencedRead { reply, .. } => {
-                            drop(reply.send(Ok(answer.expect("store ops answer"))))
+                            drop(reply.send(answer.map(|a| a.expect("store ops answer"))))
                         }
-                        Request::Meta { reply, .. } | Request::PutUnfenced { reply, .. } => reply.send(Ok(())),
+                        Request::Meta { reply, .. }
+                        | Request::PutUnfenced { reply, .. }
+                        | Request::Persist { reply, .. } => reply.send(answer.map(drop)),
                     }
                 }
             }
@@ -286,7 +321,9 @@ fn writer(backend: &dyn Backend, rx: mpsc::Receiver<Request>) {
                     let err = || StoreError::Db(e.to_string());
                     match req {
                         Request::Put { reply, .. } | Request::FencedRead { reply, .. } => drop(reply.send(Err(err()))),
-                        Request::Meta { reply, .. } | Request::PutUnfenced { reply, .. } => reply.send(Err(err())),
+                        Request::Meta { reply, .. }
+                        | Request::PutUnfenced { reply, .. }
+                        | Request::Persist { reply, .. } => reply.send(Err(err())),
                     }
                 }
             }
@@ -295,14 +332,20 @@ fn writer(backend: &dyn Backend, rx: mpsc::Receiver<Request>) {
     tracing::debug!("store writer done");
 }
 
+/// One request's result inside a batch: a corrupt record refuses that request alone.
+type Answer = Result<Option<StoreAnswer>, StoreError>;
+
 /// Runs a batch in one durable transaction; one answer per request (`None` for meta
 /// and unfenced writes).
-fn apply(backend: &dyn Backend, batch: &[Request]) -> Result<Vec<Option<StoreAnswer>>, StoreError> {
+fn apply(backend: &dyn Backend, batch: &[Request]) -> Result<Vec<Answer>, StoreError> {
     let mut answers = Vec::with_capacity(batch.len());
     backend.transact(&mut |t| {
         answers.clear();
         for req in batch {
-            answers.push(apply_one(t, req)?);
+            answers.push(match apply_one(t, req) {
+                Err(e @ StoreError::Corrupt { .. }) => Err(e),
+                other => Ok(other?),
+            });
         }
         Ok(())
     })?;
@@ -312,7 +355,7 @@ fn apply(backend: &dyn Backend, batch: &[Request]) -> Result<Vec<Option<StoreAns
 fn apply_one(t: &mut dyn Txn, req: &Request) -> Result<Option<StoreAnswer>, StoreError> {
     Ok(match req {
         Request::Put { key, token, value, .. } => {
-            let (mark, _) = decode(t.kv_get(key)?);
+            let (mark, _) = decode(key, t.kv_get(key)?)?;
             let admission = admit(mark, *token, Op::Write);
             if let Admission::Accepted { token, .. } = admission {
                 assert!(mark.is_none_or(|m| token >= m), "store mark would regress");
@@ -321,7 +364,7 @@ fn apply_one(t: &mut dyn Txn, req: &Request) -> Result<Option<StoreAnswer>, Stor
             Some(StoreAnswer { admission, value: None })
         }
         Request::FencedRead { key, token, .. } => {
-            let (mark, value) = decode(t.kv_get(key)?);
+            let (mark, value) = decode(key, t.kv_get(key)?)?;
             let admission = admit(mark, Some(*token), Op::Read);
             let admitted = matches!(admission, Admission::Accepted { .. });
             if admitted && mark != Some(*token) {
@@ -340,6 +383,21 @@ fn apply_one(t: &mut dyn Txn, req: &Request) -> Result<Option<StoreAnswer>, Stor
             }
             None
         }
+        Request::Persist { items, .. } => {
+            for item in items {
+                match item {
+                    Persist::TokenCeiling(c) => t.meta_put(TOKEN_CEILING, *c)?,
+                    Persist::TtlMsHwm(h) => t.meta_put(TTL_MS_HWM, *h)?,
+                    Persist::LockDelay { name, lock_delay_ms: Some(d) } => {
+                        t.meta_put(&format!("{LOCK_DELAY}{name}"), *d)?
+                    }
+                    Persist::LockDelay { name, lock_delay_ms: None } => {
+                        t.meta_delete(&format!("{LOCK_DELAY}{name}"))?
+                    }
+                }
+            }
+            None
+        }
     })
 }
 
@@ -350,9 +408,33 @@ mod tests {
     #[test]
     fn records_round_trip() {
         let t = Token::new(7);
-        assert_eq!(decode(Some(encode(t, Some(b"v")))), (t, Some(b"v".to_vec())));
-        assert_eq!(decode(Some(encode(t, None))), (t, None));
-        assert_eq!(decode(None), (None, None));
+        assert_eq!(decode("k", Some(encode(t, Some(b"v")))).unwrap(), (t, Some(b"v".to_vec())));
+        assert_eq!(decode("k", Some(encode(t, None))).unwrap(), (t, None));
+        assert_eq!(decode("k", None).unwrap(), (None, None));
+    }
+
+    #[test]
+    fn a_corrupt_record_is_an_error_not_an_empty_mark() {
+        // Review defect 6: a record shorter than its header was read as never written.
+        for raw in [vec![], vec![7, 0, 0], vec![7, 0, 0, 0, 0, 0, 0, 0, 2], vec![7, 0, 0, 0, 0, 0, 0, 0, 0, 1]] {
+            assert!(matches!(decode("k", Some(raw)), Err(StoreError::Corrupt { .. })));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_over_a_corrupt_record_is_refused_and_changes_nothing() {
+        let backend = Arc::new(MemoryBackend::default());
+        backend.transact(&mut |t| t.kv_put("k", &[9, 0, 0])).unwrap();
+        let (store, _, h) = Store::with_backend(backend.clone()).unwrap();
+        let put = store.put("k".into(), Token::new(1), b"v".to_vec()).await;
+        assert!(matches!(put, Err(StoreError::Corrupt { .. })), "{put:?}");
+        let read = store.fenced_read("k".into(), Token::new(1).unwrap()).await;
+        assert!(matches!(read, Err(StoreError::Corrupt { .. })), "{read:?}");
+        // Other requests of the same batch still go through.
+        assert!(store.put("other".into(), Token::new(1), b"v".to_vec()).await.unwrap().admission.is_accepted());
+        assert_eq!(backend.kv_get("k").unwrap(), Some(vec![9, 0, 0]));
+        drop(store);
+        h.join().unwrap();
     }
 
     /// The fence rule through the store's public surface, on any backend.
@@ -424,20 +506,23 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         {
             let (store, rec, handle) = Store::open(&dir).unwrap();
-            assert_eq!(rec, Recovered { token_ceiling: 1, ttl_ms_hwm: 0, clean_grace_ms: None });
+            assert_eq!(rec, Durable { token_ceiling: 1, ..Durable::default() });
             let a = store.put("k".into(), Token::new(5), b"five".to_vec()).await.unwrap();
             assert!(a.admission.is_accepted());
             let a = store.put("k".into(), Token::new(4), b"four".to_vec()).await.unwrap();
             assert!(matches!(a.admission, Admission::Rejected { .. }));
             let r = store.fenced_read("k".into(), Token::new(9).unwrap()).await.unwrap();
             assert_eq!(r.value.as_deref(), Some(&b"five"[..]));
-            store.set_meta(MetaKey::TokenCeiling, Some(1000)).await.unwrap();
-            store.set_meta_blocking(MetaKey::TtlMsHwm, Some(5000)).unwrap();
+            store.persist(vec![Persist::TokenCeiling(1000)]).await.unwrap();
+            store.persist_blocking(vec![Persist::TtlMsHwm(5000)]).unwrap();
+            let delay = |name: &str, d| Persist::LockDelay { name: LockName::new(name).unwrap(), lock_delay_ms: d };
+            store.persist_blocking(vec![delay("x", Some(30_000)), delay("y", Some(5)), delay("y", None)]).unwrap();
             drop(store);
             handle.join().unwrap();
         }
         let (store, rec, handle) = Store::open(&dir).unwrap();
-        assert_eq!(rec, Recovered { token_ceiling: 1000, ttl_ms_hwm: 5000, clean_grace_ms: None });
+        let lock_delays = vec![(LockName::new("x").unwrap(), 30_000)];
+        assert_eq!(rec, Durable { token_ceiling: 1000, ttl_ms_hwm: 5000, clean_grace_ms: None, lock_delays });
         let r = store.read("k".into()).await.unwrap();
         assert_eq!(r.value.as_deref(), Some(&b"five"[..]));
         assert_eq!(r.admission.highest_seen(), Token::new(9));

@@ -40,6 +40,17 @@ impl Txn for MemTxn<'_> {
         self.meta.insert(name.to_string(), None);
         Ok(())
     }
+    fn meta_scan(&mut self, prefix: &str) -> Result<Vec<(String, u64)>, StoreError> {
+        let mut all: BTreeMap<String, u64> =
+            self.base.meta.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(k, v)| (k.clone(), *v)).collect();
+        for (k, v) in self.meta.iter().filter(|(k, _)| k.starts_with(prefix)) {
+            match v {
+                Some(v) => all.insert(k.clone(), *v),
+                None => all.remove(k),
+            };
+        }
+        Ok(all.into_iter().collect())
+    }
     fn kv_get(&mut self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.kv.get(key).or_else(|| self.base.kv.get(key)).cloned())
     }

@@ -43,6 +43,17 @@ impl Txn for RedbTxn<'_> {
     fn meta_delete(&mut self, name: &str) -> Result<(), StoreError> {
         self.meta.remove(name).map_err(db_err).map(drop)
     }
+    fn meta_scan(&mut self, prefix: &str) -> Result<Vec<(String, u64)>, StoreError> {
+        let mut out = Vec::new();
+        for row in self.meta.range(prefix..).map_err(db_err)? {
+            let (k, v) = row.map_err(db_err)?;
+            if !k.value().starts_with(prefix) {
+                break;
+            }
+            out.push((k.value().to_string(), v.value()));
+        }
+        Ok(out)
+    }
     fn kv_get(&mut self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.kv.get(key).map_err(db_err)?.map(|v| v.value().to_vec()))
     }

@@ -1,13 +1,16 @@
-//! The lock table: leases, exclusive named locks, FIFO waiters and token minting.
+//! The lock table: leases, exclusive named locks, FIFO waiters and token minting, and
+//! every rule of the lock service (implicit leases, twin requests of one lease,
+//! lock-delay, the restart grace, the token ceiling).
 //!
-//! A deterministic state machine in the style of quinn-proto: every call takes the
-//! caller's monotonic `now_ms`, the table tells the caller its next deadline
-//! (`poll_timeout`), the caller calls back (`handle_timeout`), and everything that
-//! happened (grants to waiters, releases, expiries, waiters that gave up) comes out as
-//! [`Effect`] values through [`LockTable::drain_effects`].
+//! A deterministic state machine: the only way to change it is [`LockTable::apply`],
+//! one [`Command`] at a timestamp, whose [`Output`] says everything that happened
+//! (answers by request, effects, what must be durable). Views borrow `&self`, never
+//! move time and never change anything; the table tells the driver its next deadline
+//! (`poll_timeout`) and the driver applies [`Command::Tick`] then (quinn-proto's four
+//! kinds of method, openraft's engine/runtime split).
 //!
-//! Every public call first runs the timers that are due, so the answer is right at
-//! `now_ms` even when the driver's wake-up comes late.
+//! `apply` first runs the timers due at its timestamp, so a command sees the state at
+//! `now_ms` even when the driver's tick comes late.
 
 mod timers;
 
@@ -15,6 +18,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use rustc_hash::FxBuildHasher;
 
+use crate::command::{Acquire, Answer, Command, Durable, LeaseRef, Output, Persist, RequestId};
+use crate::error::Error;
 use crate::{LeaseId, LockName, Token};
 use timers::{Timer, Timers};
 
@@ -51,10 +56,6 @@ impl Default for Limits {
     }
 }
 
-/// A queued acquire, named so that the driver can match the grant to its caller.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
-pub struct WaiterId(pub u64);
-
 /// A lock granted to a lease.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Grant {
@@ -83,48 +84,6 @@ pub struct LockInfo {
     pub blocked_until_ms: Option<u64>,
 }
 
-/// The answer to an acquire.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub enum AcquireOutcome {
-    /// Granted now; `fresh` is false for an idempotent re-acquire by the holder.
-    Granted { grant: Grant, fresh: bool },
-    /// Queued: the grant or the time-out arrives later as an [`Effect`].
-    Queued(WaiterId),
-    /// Not granted and not allowed to wait (wait 0). `holder` is the holder's token, if
-    /// any: a free lock can still refuse during lock-delay or the start-up grace.
-    NotGranted { holder: Option<Token> },
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum LeaseError {
-    NotFound,
-    TtlOutOfRange {
-        ttl_ms_min: u64,
-        ttl_ms_max: u64,
-    },
-    TooManyLeases {
-        leases_max: usize,
-    },
-    /// The caller reused a live lease id; the server draws 128 random bits, so this is
-    /// a bug or an attack, never a coincidence.
-    AlreadyExists,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum AcquireError {
-    LeaseNotFound,
-    TooManyLocks { locks_max: usize },
-    TooManyWaiters { waiters_max: usize },
-    WaitOutOfRange { wait_ms_max: u64 },
-    LockDelayOutOfRange { lock_delay_ms_max: u64 },
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum ReleaseError {
-    /// The lease does not hold the lock; `holder` is the token of whoever does.
-    NotHolder { holder: Option<Token> },
-}
-
 /// Why a holder stopped holding.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum ReleaseReason {
@@ -142,38 +101,32 @@ pub enum WaitEnd {
     LeaseGone,
 }
 
-/// What happened, in order. The driver executes these its own way.
+/// What happened, in order: the events observers see.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum Effect {
-    /// A lock was granted: to a queued waiter (`waiter` is `Some`) or directly.
-    Granted { at_ms: u64, waiter: Option<WaiterId>, grant: Grant },
+    /// A lock was granted: to a queued request (`request` is `Some`) or directly.
+    Granted { at_ms: u64, request: Option<RequestId>, grant: Grant },
     /// A holder stopped holding.
     Released { at_ms: u64, name: LockName, token: Token, lease: LeaseId, reason: ReleaseReason },
     /// A lease ended by expiry (its locks follow as `Released` with `Expired`).
     LeaseExpired { at_ms: u64, lease: LeaseId },
-    /// A waiter left the queue without the lock.
-    WaitEnded { at_ms: u64, waiter: WaiterId, name: LockName, reason: WaitEnd },
-}
-
-/// One acquire request.
-#[derive(Clone, Debug)]
-pub struct Acquire {
-    pub name: LockName,
-    pub lease: LeaseId,
-    /// 0 is a try-lock.
-    pub wait_ms: u64,
-    /// Lock-delay the lock gets if this holder's lease expires while holding it.
-    pub lock_delay_ms: u64,
+    /// A queued request left the queue without the lock.
+    WaitEnded { at_ms: u64, request: RequestId, name: LockName, reason: WaitEnd },
 }
 
 #[derive(Debug)]
 struct Lease {
     ttl_ms: u64,
     expires_at_ms: u64,
+    /// Set while this lease is the implicit lease of a queued request: it does not
+    /// expire, and it ends with the request.
+    pending_for: Option<RequestId>,
+    /// Created by an acquire for itself: withdrawing that request ends the lease.
+    implicit: bool,
     /// Locks held under this lease.
     held: Vec<LockName>,
     /// Acquires of this lease still queued.
-    waiting: Vec<WaiterId>,
+    waiting: Vec<RequestId>,
 }
 
 #[derive(Debug)]
@@ -181,13 +134,19 @@ struct Holder {
     lease: LeaseId,
     token: Token,
     lock_delay_ms: u64,
+    /// Requests answered with this grant: the first, retries of the same lease (an
+    /// idempotent re-acquire or a twin in the queue). A withdrawn request gives the
+    /// grant back only when it was the last one told.
+    told: u32,
+    /// The queued requests among them, which the driver may still withdraw.
+    queued: Vec<RequestId>,
 }
 
 #[derive(Debug, Default)]
 struct Lock {
     holder: Option<Holder>,
     /// FIFO; every id here is in `LockTable::waiters`.
-    queue: VecDeque<WaiterId>,
+    queue: VecDeque<RequestId>,
     /// Lock-delay: no grant before this time.
     blocked_until_ms: u64,
 }
@@ -207,53 +166,133 @@ pub struct LockTable {
     /// The next token to mint; strictly above every token minted before.
     next_token: Token,
     last_token: Option<Token>,
+    /// The first token of this run: everything below may have been issued before.
+    first_token: Token,
+    /// Every token below this is covered by a durable ceiling.
+    ceiling: u64,
+    /// How far above the last token a new ceiling goes.
+    token_block: u64,
+    /// The durable TTL high-water mark.
+    ttl_ms_hwm: u64,
+    /// Locks with a durable lock-delay record, and its length.
+    delay_records: HashMap<LockName, u64, FxBuildHasher>,
     /// Start-up grace: nothing is granted before this time.
     grants_resume_at_ms: u64,
     leases: HashMap<LeaseId, Lease, FxBuildHasher>,
     locks: BTreeMap<LockName, Lock>,
-    waiters: HashMap<WaiterId, Waiter, FxBuildHasher>,
-    next_waiter: u64,
+    waiters: HashMap<RequestId, Waiter, FxBuildHasher>,
+    /// Queued requests that were granted, and the lock: the driver may still withdraw
+    /// them. Entries leave with their holder.
+    granted: HashMap<RequestId, LockName, FxBuildHasher>,
     timers: Timers,
-    effects: Vec<Effect>,
+    out: Output,
 }
 
 impl LockTable {
-    /// A table whose first token will be `first_token` (the persisted ceiling after a
-    /// restart) and which grants nothing before `grants_resume_at_ms` (the start-up
-    /// grace; 0 for none).
-    pub fn new(limits: Limits, first_token: Token, grants_resume_at_ms: u64) -> LockTable {
-        let mut timers = Timers::default();
-        if grants_resume_at_ms > 0 {
-            timers.push(grants_resume_at_ms, Timer::GrantsResume);
-        }
-        LockTable {
+    /// A table starting from what a previous run left (`Durable::default()` for a fresh
+    /// service), with its clock at 0. Returns the writes the driver must make durable
+    /// before it serves: the new token ceiling, `token_block` above the old one.
+    ///
+    /// The start-up grace is one maximal TTL after a crash (every lease of the previous
+    /// run has expired by then), the recorded one after a clean shutdown; a lock that
+    /// may owe a lock-delay is blocked for its delay past the grace.
+    pub fn recover(limits: Limits, token_block: u64, durable: Durable) -> (LockTable, Vec<Persist>) {
+        let token_block = token_block.max(1);
+        let first = Token::new(durable.token_ceiling.max(1)).expect("at least 1");
+        let grace_ms = durable.clean_grace_ms.unwrap_or(durable.ttl_ms_hwm);
+        let ceiling = first.get() + token_block;
+        let mut t = LockTable {
             limits,
             now_ms: 0,
-            next_token: first_token,
+            next_token: first,
             last_token: None,
-            grants_resume_at_ms,
+            first_token: first,
+            ceiling,
+            token_block,
+            ttl_ms_hwm: durable.ttl_ms_hwm,
+            delay_records: HashMap::default(),
+            grants_resume_at_ms: grace_ms,
             leases: HashMap::default(),
             locks: BTreeMap::new(),
             waiters: HashMap::default(),
-            next_waiter: 1,
-            timers,
-            effects: Vec::new(),
+            granted: HashMap::default(),
+            timers: Timers::default(),
+            out: Output::default(),
+        };
+        if grace_ms > 0 {
+            t.timers.push(grace_ms, Timer::GrantsResume);
         }
+        for (name, delay_ms) in durable.lock_delays {
+            let until = grace_ms + delay_ms;
+            t.locks.insert(name.clone(), Lock { blocked_until_ms: until, ..Lock::default() });
+            t.timers.push(until, Timer::LockDelayEnds(name.clone()));
+            t.delay_records.insert(name, delay_ms);
+        }
+        (t, vec![Persist::TokenCeiling(ceiling)])
     }
+
+    /// A fresh table, for the simulator and tests: no grace, tokens from 1.
+    pub fn new(limits: Limits) -> LockTable {
+        LockTable::recover(limits, u64::MAX / 4, Durable::default()).0
+    }
+
+    /// Applies one command at `now_ms` (never earlier than the last one's).
+    pub fn apply(&mut self, request: RequestId, cmd: Command, now_ms: u64) -> Output {
+        let mut out = Output::default();
+        self.apply_into(request, cmd, now_ms, &mut out);
+        out
+    }
+
+    /// [`apply`](Self::apply), appending to a buffer the caller reuses.
+    pub fn apply_into(&mut self, request: RequestId, cmd: Command, now_ms: u64, out: &mut Output) {
+        self.advance(now_ms);
+        let answer = match cmd {
+            Command::GrantLease { lease, ttl_ms } => Some(self.grant_lease(lease, ttl_ms).map(Answer::Lease)),
+            Command::Keepalive { lease } => Some(self.keepalive(lease).map(Answer::Lease)),
+            // `None`: queued, answered later.
+            Command::Acquire(req) => self.acquire(request, req).transpose(),
+            Command::Release { name, lease } => Some(self.release(&name, lease).map(Answer::Released)),
+            Command::Revoke { lease } => Some(self.revoke(lease).map(|()| Answer::Done)),
+            Command::Cancel { request: target } => {
+                self.cancel(target);
+                Some(Ok(Answer::Done))
+            }
+            Command::Tick => None,
+        };
+        if let Some(a) = answer {
+            self.out.answers.push((request, a));
+        }
+        self.withdraw_stale_grants();
+        out.answers.append(&mut self.out.answers);
+        out.effects.append(&mut self.out.effects);
+        out.persist.append(&mut self.out.persist);
+    }
+
+    // ---- views: `&self`, as of the last applied command ----
 
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
 
-    /// The last token minted, if any. The driver makes its ceiling durable above this
-    /// before it hands the token to anyone.
+    /// The time of the last applied command.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// The last token minted in this run, if any.
     pub fn last_token(&self) -> Option<Token> {
         self.last_token
     }
 
-    /// True while the start-up grace holds every grant back.
-    pub fn in_grace(&self, now_ms: u64) -> bool {
-        now_ms < self.grants_resume_at_ms
+    /// The highest token the service may have issued, in this run or before (after a
+    /// restart only the ceiling is known, so this errs high, never low).
+    pub fn highest_issued(&self) -> Option<Token> {
+        self.last_token.or(Token::new(self.first_token.get() - 1))
+    }
+
+    /// How long the start-up grace still holds every grant back, at `now_ms`.
+    pub fn grace_left_ms(&self, now_ms: u64) -> u64 {
+        self.grants_resume_at_ms.saturating_sub(now_ms)
     }
 
     pub fn lease_count(&self) -> usize {
@@ -266,157 +305,49 @@ impl LockTable {
         self.waiters.len()
     }
 
-    /// The earliest time at which `handle_timeout` has work; may be early, never late.
+    /// Timer entries held, live or dead (for tests and metrics).
+    pub fn timer_entries(&self) -> usize {
+        self.timers.len()
+    }
+
+    /// The earliest time at which a `Tick` has work; may be early, never late.
     pub fn poll_timeout(&self) -> Option<u64> {
         self.timers.next_at()
     }
 
-    /// Runs every timer due at `now_ms`.
-    pub fn handle_timeout(&mut self, now_ms: u64) {
-        self.advance(now_ms);
+    /// True when a `Tick` at `now_ms` would change something: a view that must be
+    /// current is read after one.
+    pub fn is_due(&self, now_ms: u64) -> bool {
+        self.poll_timeout().is_some_and(|t| t <= now_ms)
     }
 
-    /// Everything that happened since the last drain, in order.
-    pub fn drain_effects(&mut self) -> std::vec::Drain<'_, Effect> {
-        self.effects.drain(..)
+    /// The clean-shutdown record: with no live lease, the next start needs no grace.
+    pub fn clean_shutdown_grace_ms(&self) -> Option<u64> {
+        self.leases.is_empty().then_some(0)
     }
 
-    /// Creates a lease with a caller-chosen id.
-    pub fn grant_lease(&mut self, id: LeaseId, ttl_ms: u64, now_ms: u64) -> Result<LeaseInfo, LeaseError> {
-        self.advance(now_ms);
-        let Limits { ttl_ms_min, ttl_ms_max, leases_max, .. } = self.limits;
-        if !(ttl_ms_min..=ttl_ms_max).contains(&ttl_ms) {
-            return Err(LeaseError::TtlOutOfRange { ttl_ms_min, ttl_ms_max });
-        }
-        if self.leases.contains_key(&id) {
-            return Err(LeaseError::AlreadyExists);
-        }
-        if self.leases.len() >= leases_max {
-            return Err(LeaseError::TooManyLeases { leases_max });
-        }
-        let expires_at_ms = now_ms + ttl_ms;
-        self.leases.insert(id, Lease { ttl_ms, expires_at_ms, held: Vec::new(), waiting: Vec::new() });
-        self.push_timer(expires_at_ms, Timer::LeaseExpiry(id));
-        Ok(LeaseInfo { id, ttl_ms, expires_at_ms })
-    }
-
-    /// Extends a live lease to `now_ms + ttl`. Costs a hash lookup: no timer is touched
-    /// (the expiry timer re-arms itself lazily when it fires early).
-    pub fn keepalive(&mut self, id: LeaseId, now_ms: u64) -> Result<LeaseInfo, LeaseError> {
-        self.advance(now_ms);
-        let lease = self.leases.get_mut(&id).ok_or(LeaseError::NotFound)?;
-        lease.expires_at_ms = now_ms + lease.ttl_ms;
-        Ok(LeaseInfo { id, ttl_ms: lease.ttl_ms, expires_at_ms: lease.expires_at_ms })
-    }
-
-    pub fn lease(&mut self, id: LeaseId, now_ms: u64) -> Option<LeaseInfo> {
-        self.advance(now_ms);
-        self.lease_info(id)
-    }
-
-    /// Ends a lease now; its locks are released (no lock-delay: this is not an expiry)
-    /// and its waiters leave their queues.
-    pub fn revoke(&mut self, id: LeaseId, now_ms: u64) -> Result<(), LeaseError> {
-        self.advance(now_ms);
-        if !self.leases.contains_key(&id) {
-            return Err(LeaseError::NotFound);
-        }
-        self.end_lease(id, ReleaseReason::Revoked);
-        Ok(())
-    }
-
-    /// Acquires `req.name` for `req.lease`, at once, or queues for up to `req.wait_ms`.
-    pub fn acquire(&mut self, req: Acquire, now_ms: u64) -> Result<AcquireOutcome, AcquireError> {
-        self.advance(now_ms);
-        if req.wait_ms > self.limits.wait_ms_max {
-            return Err(AcquireError::WaitOutOfRange { wait_ms_max: self.limits.wait_ms_max });
-        }
-        if req.lock_delay_ms > self.limits.lock_delay_ms_max {
-            let lock_delay_ms_max = self.limits.lock_delay_ms_max;
-            return Err(AcquireError::LockDelayOutOfRange { lock_delay_ms_max });
-        }
-        let Some(lease) = self.leases.get(&req.lease) else {
-            return Err(AcquireError::LeaseNotFound);
-        };
-        let ttl_ms = lease.ttl_ms;
-        if let Some(lock) = self.locks.get(&req.name) {
-            if let Some(holder) = lock.holder.as_ref().filter(|h| h.lease == req.lease) {
-                // A retried request must not mint a second token.
-                let grant = Grant { name: req.name, token: holder.token, lease: req.lease, ttl_ms };
-                return Ok(AcquireOutcome::Granted { grant, fresh: false });
-            }
-        } else if self.locks.len() >= self.limits.locks_max {
-            return Err(AcquireError::TooManyLocks { locks_max: self.limits.locks_max });
-        }
-        let grantable = self.grants_open(now_ms)
-            && self
-                .locks
-                .get(&req.name)
-                .is_none_or(|l| l.holder.is_none() && l.queue.is_empty() && l.blocked_until_ms <= now_ms);
-        if grantable {
-            let lock = self.locks.entry(req.name.clone()).or_default();
-            let grant = install_holder(
-                lock,
-                &mut self.next_token,
-                &mut self.last_token,
-                req.name,
-                req.lease,
-                ttl_ms,
-                req.lock_delay_ms,
-            );
-            self.leases.get_mut(&req.lease).expect("checked above").held.push(grant.name.clone());
-            self.effects.push(Effect::Granted { at_ms: now_ms, waiter: None, grant: grant.clone() });
-            return Ok(AcquireOutcome::Granted { grant, fresh: true });
-        }
-        let holder = self.locks.get(&req.name).and_then(|l| l.holder.as_ref()).map(|h| h.token);
-        if req.wait_ms == 0 {
-            return Ok(AcquireOutcome::NotGranted { holder });
-        }
-        self.enqueue(req, now_ms).map(AcquireOutcome::Queued)
-    }
-
-    /// Withdraws a queued acquire (its caller gave up or disconnected). False when it
-    /// is no longer queued: already granted, timed out or cancelled.
-    pub fn cancel_wait(&mut self, waiter: WaiterId, now_ms: u64) -> bool {
-        self.advance(now_ms);
-        let Some(w) = self.waiters.get(&waiter) else { return false };
-        let name = w.name.clone();
-        self.end_wait(waiter, WaitEnd::Cancelled);
-        self.grant_next(&name);
-        true
-    }
-
-    /// Releases `name` if `lease` holds it; the next waiter is granted at once.
-    pub fn release(&mut self, name: &LockName, lease: LeaseId, now_ms: u64) -> Result<Token, ReleaseError> {
-        self.advance(now_ms);
-        let lock = self.locks.get(name);
-        let holder = lock.and_then(|l| l.holder.as_ref());
-        match holder {
-            Some(h) if h.lease == lease => {
-                let token = h.token;
-                self.drop_holder(name, ReleaseReason::Released);
-                Ok(token)
-            }
-            _ => Err(ReleaseError::NotHolder { holder: holder.map(|h| h.token) }),
-        }
+    pub fn lease(&self, id: LeaseId) -> Option<LeaseInfo> {
+        self.leases.get(&id).map(|l| LeaseInfo { id, ttl_ms: l.ttl_ms, expires_at_ms: l.expires_at_ms })
     }
 
     /// Chubby's CheckSequencer: is `token` the current holder's token of `name`?
     /// Returns that answer and the current holder's token, if any.
-    pub fn check(&mut self, name: &LockName, token: Token, now_ms: u64) -> (bool, Option<Token>) {
-        self.advance(now_ms);
-        let current = self.locks.get(name).and_then(|l| l.holder.as_ref()).map(|h| h.token);
+    pub fn check(&self, name: &LockName, token: Token) -> (bool, Option<Token>) {
+        let current = self.holder_token(name);
         (current == Some(token), current)
     }
 
-    pub fn lock(&mut self, name: &LockName, now_ms: u64) -> Option<LockInfo> {
-        self.advance(now_ms);
+    /// The token of `name`'s holder, if held.
+    pub fn holder_token(&self, name: &LockName) -> Option<Token> {
+        self.locks.get(name).and_then(|l| l.holder.as_ref()).map(|h| h.token)
+    }
+
+    pub fn lock(&self, name: &LockName) -> Option<LockInfo> {
         self.locks.get(name).map(|l| self.lock_info(name, l))
     }
 
     /// Locks whose names start with `prefix`, in name order, at most `limit` of them.
-    pub fn locks_with_prefix(&mut self, prefix: &str, limit: usize, now_ms: u64) -> Vec<LockInfo> {
-        self.advance(now_ms);
+    pub fn locks_with_prefix(&self, prefix: &str, limit: usize) -> Vec<LockInfo> {
         let start = LockName::new(prefix).ok();
         let range = match &start {
             Some(s) => self.locks.range(s.clone()..),
@@ -432,14 +363,157 @@ impl LockTable {
     fn lock_info(&self, name: &LockName, lock: &Lock) -> LockInfo {
         LockInfo {
             name: name.clone(),
-            holder: lock.holder.as_ref().map(|h| (h.token, self.lease_info(h.lease).expect("holder lease is live"))),
+            holder: lock.holder.as_ref().map(|h| (h.token, self.lease(h.lease).expect("holder lease is live"))),
             waiters: lock.queue.len(),
             blocked_until_ms: (lock.blocked_until_ms > self.now_ms).then_some(lock.blocked_until_ms),
         }
     }
 
-    fn lease_info(&self, id: LeaseId) -> Option<LeaseInfo> {
-        self.leases.get(&id).map(|l| LeaseInfo { id, ttl_ms: l.ttl_ms, expires_at_ms: l.expires_at_ms })
+    // ---- the commands ----
+
+    fn grant_lease(&mut self, id: LeaseId, ttl_ms: u64) -> Result<LeaseInfo, Error> {
+        self.check_new_lease(id, ttl_ms)?;
+        let expires_at_ms = self.now_ms + ttl_ms;
+        let lease = Lease { ttl_ms, expires_at_ms, pending_for: None, implicit: false, held: vec![], waiting: vec![] };
+        self.leases.insert(id, lease);
+        self.push_timer(expires_at_ms, Timer::LeaseExpiry(id));
+        // A lease the caller holds may take a lock at any time: the grace covers it now.
+        self.raise_ttl_hwm(ttl_ms);
+        Ok(LeaseInfo { id, ttl_ms, expires_at_ms })
+    }
+
+    fn check_new_lease(&self, id: LeaseId, ttl_ms: u64) -> Result<(), Error> {
+        let Limits { ttl_ms_min, ttl_ms_max, leases_max, .. } = self.limits;
+        if !(ttl_ms_min..=ttl_ms_max).contains(&ttl_ms) {
+            return Err(Error::TtlOutOfRange { ttl_ms_min, ttl_ms_max });
+        }
+        if self.leases.contains_key(&id) {
+            return Err(Error::LeaseExists);
+        }
+        if self.leases.len() >= leases_max {
+            return Err(Error::TooManyLeases { leases_max });
+        }
+        Ok(())
+    }
+
+    /// Costs a hash lookup: no timer is touched (the expiry timer re-arms itself lazily
+    /// when it fires early).
+    fn keepalive(&mut self, id: LeaseId) -> Result<LeaseInfo, Error> {
+        let now_ms = self.now_ms;
+        let lease = self.leases.get_mut(&id).ok_or(Error::LeaseNotFound)?;
+        lease.expires_at_ms = now_ms + lease.ttl_ms;
+        Ok(LeaseInfo { id, ttl_ms: lease.ttl_ms, expires_at_ms: lease.expires_at_ms })
+    }
+
+    fn revoke(&mut self, id: LeaseId) -> Result<(), Error> {
+        if !self.leases.contains_key(&id) {
+            return Err(Error::LeaseNotFound);
+        }
+        self.end_lease(id, ReleaseReason::Revoked);
+        Ok(())
+    }
+
+    /// `Ok(None)`: queued; the answer comes with a later command.
+    fn acquire(&mut self, request: RequestId, req: Acquire) -> Result<Option<Answer>, Error> {
+        let now_ms = self.now_ms;
+        if req.wait_ms > self.limits.wait_ms_max {
+            return Err(Error::WaitOutOfRange { wait_ms_max: self.limits.wait_ms_max });
+        }
+        if req.lock_delay_ms > self.limits.lock_delay_ms_max {
+            return Err(Error::LockDelayOutOfRange { lock_delay_ms_max: self.limits.lock_delay_ms_max });
+        }
+        let lease_id = req.lease.id();
+        match req.lease {
+            LeaseRef::Existing(id) => {
+                let Some(lease) = self.leases.get(&id) else { return Err(Error::LeaseNotFound) };
+                if let Some(holder) = self.locks.get_mut(&req.name).and_then(|l| l.holder.as_mut()) {
+                    if holder.lease == id {
+                        // A retried request must not mint a second token.
+                        holder.told = holder.told.saturating_add(1);
+                        let grant = Grant { name: req.name, token: holder.token, lease: id, ttl_ms: lease.ttl_ms };
+                        return Ok(Some(Answer::Granted(grant)));
+                    }
+                }
+            }
+            LeaseRef::Implicit { id, ttl_ms } => self.check_new_lease(id, ttl_ms)?,
+        }
+        if !self.locks.contains_key(&req.name) && self.locks.len() >= self.limits.locks_max {
+            return Err(Error::TooManyLocks { locks_max: self.limits.locks_max });
+        }
+        let grantable = self.grants_open(now_ms)
+            && self
+                .locks
+                .get(&req.name)
+                .is_none_or(|l| l.holder.is_none() && l.queue.is_empty() && l.blocked_until_ms <= now_ms);
+        if grantable {
+            if let LeaseRef::Implicit { id, ttl_ms } = req.lease {
+                self.grant_lease(id, ttl_ms).expect("checked above");
+                self.leases.get_mut(&id).expect("just made").implicit = true;
+            }
+            let grant = self.install_holder(req.name, lease_id, req.lock_delay_ms, None);
+            self.out.effects.push(Effect::Granted { at_ms: now_ms, request: None, grant: grant.clone() });
+            return Ok(Some(Answer::Granted(grant)));
+        }
+        let holder = self.holder_token(&req.name);
+        if req.wait_ms == 0 {
+            if !self.grants_open(now_ms) {
+                return Err(Error::Recovering { retry_after_ms: self.grace_left_ms(now_ms) });
+            }
+            return Err(Error::LockHeld { holder });
+        }
+        self.enqueue(request, req)?;
+        Ok(None)
+    }
+
+    /// The caller of `target` went away.
+    fn cancel(&mut self, target: RequestId) {
+        if let Some(w) = self.waiters.get(&target) {
+            let (name, lease) = (w.name.clone(), w.lease);
+            self.end_wait(target, WaitEnd::Cancelled);
+            if self.leases.get(&lease).is_some_and(|l| l.pending_for == Some(target)) {
+                self.end_lease(lease, ReleaseReason::Revoked);
+            }
+            self.grant_next(&name);
+            return;
+        }
+        let Some(name) = self.granted.remove(&target) else { return };
+        let lock = self.locks.get_mut(&name).expect("granted entries leave with their holder");
+        let holder = lock.holder.as_mut().expect("granted entries leave with their holder");
+        holder.queued.retain(|r| *r != target);
+        holder.told -= 1;
+        let (lease, told) = (holder.lease, holder.told);
+        if self.leases.get(&lease).is_some_and(|l| l.implicit) {
+            // The lease existed for this request alone.
+            self.end_lease(lease, ReleaseReason::Revoked);
+        } else if told == 0 {
+            // Nobody was told of this grant: give it back.
+            self.drop_holder(&name, ReleaseReason::Released);
+        }
+    }
+
+    fn release(&mut self, name: &LockName, lease: LeaseId) -> Result<Token, Error> {
+        let holder = self.locks.get(name).and_then(|l| l.holder.as_ref());
+        match holder {
+            Some(h) if h.lease == lease => {
+                let token = h.token;
+                self.drop_holder(name, ReleaseReason::Released);
+                Ok(token)
+            }
+            _ => Err(Error::NotHolder { holder: holder.map(|h| h.token) }),
+        }
+    }
+
+    // ---- the rules behind them ----
+
+    fn grants_open(&self, now_ms: u64) -> bool {
+        now_ms >= self.grants_resume_at_ms
+    }
+
+    fn raise_ttl_hwm(&mut self, ttl_ms: u64) {
+        if ttl_ms > self.ttl_ms_hwm {
+            self.ttl_ms_hwm = ttl_ms;
+            self.out.persist.push(Persist::TtlMsHwm(ttl_ms));
+        }
     }
 
     /// Arms a timer, first sweeping out dead entries when they outnumber the live
@@ -458,31 +532,34 @@ impl LockTable {
         self.timers.push(at_ms, timer);
     }
 
-    /// Timer entries held, live or dead (for tests and metrics).
-    pub fn timer_entries(&self) -> usize {
-        self.timers.len()
-    }
-
-    fn grants_open(&self, now_ms: u64) -> bool {
-        now_ms >= self.grants_resume_at_ms
-    }
-
-    fn enqueue(&mut self, req: Acquire, now_ms: u64) -> Result<WaiterId, AcquireError> {
+    fn enqueue(&mut self, request: RequestId, req: Acquire) -> Result<(), Error> {
         if self.waiters.len() >= self.limits.waiters_max {
-            return Err(AcquireError::TooManyWaiters { waiters_max: self.limits.waiters_max });
+            return Err(Error::TooManyWaiters { waiters_max: self.limits.waiters_max });
         }
-        let lock = self.locks.entry(req.name.clone()).or_default();
-        if lock.queue.len() >= self.limits.waiters_per_lock_max {
-            let waiters_max = self.limits.waiters_per_lock_max;
-            return Err(AcquireError::TooManyWaiters { waiters_max });
+        let per_lock = self.locks.get(&req.name).map_or(0, |l| l.queue.len());
+        if per_lock >= self.limits.waiters_per_lock_max {
+            return Err(Error::TooManyWaiters { waiters_max: self.limits.waiters_per_lock_max });
         }
-        let id = WaiterId(self.next_waiter);
-        self.next_waiter += 1;
-        lock.queue.push_back(id);
-        self.leases.get_mut(&req.lease).expect("checked by acquire").waiting.push(id);
-        self.push_timer(now_ms + req.wait_ms, Timer::WaitDeadline(id));
-        self.waiters.insert(id, Waiter { name: req.name, lease: req.lease, lock_delay_ms: req.lock_delay_ms });
-        Ok(id)
+        assert!(!self.waiters.contains_key(&request), "request id {request:?} reused while queued");
+        if let LeaseRef::Implicit { id, ttl_ms } = req.lease {
+            self.check_new_lease(id, ttl_ms)?;
+            // No expiry timer: the lease cannot expire while its request waits.
+            let lease = Lease {
+                ttl_ms,
+                expires_at_ms: self.now_ms + ttl_ms,
+                pending_for: Some(request),
+                implicit: true,
+                held: vec![],
+                waiting: vec![],
+            };
+            self.leases.insert(id, lease);
+        }
+        let lease_id = req.lease.id();
+        self.locks.entry(req.name.clone()).or_default().queue.push_back(request);
+        self.leases.get_mut(&lease_id).expect("checked by acquire").waiting.push(request);
+        self.push_timer(self.now_ms + req.wait_ms, Timer::WaitDeadline(request));
+        self.waiters.insert(request, Waiter { name: req.name, lease: lease_id, lock_delay_ms: req.lock_delay_ms });
+        Ok(())
     }
 
     /// Runs the timers due at `now_ms`, in time order.
@@ -499,13 +576,18 @@ impl LockTable {
                         self.timers.push(lease.expires_at_ms, Timer::LeaseExpiry(id));
                         continue;
                     }
-                    self.effects.push(Effect::LeaseExpired { at_ms, lease: id });
+                    self.out.effects.push(Effect::LeaseExpired { at_ms, lease: id });
                     self.end_lease(id, ReleaseReason::Expired);
                 }
                 Timer::WaitDeadline(id) => {
                     if let Some(w) = self.waiters.get(&id) {
-                        let name = w.name.clone();
+                        let (name, lease) = (w.name.clone(), w.lease);
                         self.end_wait(id, WaitEnd::TimedOut);
+                        let holder = self.holder_token(&name);
+                        self.out.answers.push((id, Err(Error::LockHeld { holder })));
+                        if self.leases.get(&lease).is_some_and(|l| l.pending_for == Some(id)) {
+                            self.end_lease(lease, ReleaseReason::Revoked);
+                        }
                         self.grant_next(&name);
                     }
                 }
@@ -522,14 +604,21 @@ impl LockTable {
         self.now_ms = now_ms;
     }
 
-    /// Removes a lease: releases its locks and withdraws its waiters.
+    /// Removes a lease: withdraws its waiters and releases its locks.
     fn end_lease(&mut self, id: LeaseId, reason: ReleaseReason) {
         let lease = self.leases.remove(&id).expect("caller checked the lease");
         for waiter in lease.waiting {
-            if self.waiters.contains_key(&waiter) {
-                let name = self.waiters[&waiter].name.clone();
-                self.end_wait_of_gone_lease(waiter);
-                self.grant_next(&name);
+            if let Some(w) = self.waiters.remove(&waiter) {
+                if let Some(lock) = self.locks.get_mut(&w.name) {
+                    lock.queue.retain(|q| *q != waiter);
+                }
+                let at_ms = self.now_ms;
+                let name = w.name.clone();
+                self.out.effects.push(Effect::WaitEnded { at_ms, request: waiter, name, reason: WaitEnd::LeaseGone });
+                if lease.pending_for != Some(waiter) {
+                    self.out.answers.push((waiter, Err(Error::LeaseNotFound)));
+                }
+                self.grant_next(&w.name);
             }
         }
         for name in lease.held {
@@ -537,21 +626,14 @@ impl LockTable {
         }
     }
 
-    fn end_wait_of_gone_lease(&mut self, waiter: WaiterId) {
-        let w = self.waiters.remove(&waiter).expect("checked");
-        if let Some(lock) = self.locks.get_mut(&w.name) {
-            lock.queue.retain(|q| *q != waiter);
-        }
-        self.effects.push(Effect::WaitEnded { at_ms: self.now_ms, waiter, name: w.name, reason: WaitEnd::LeaseGone });
-    }
-
     /// Called for a lock in the `held` list of a lease that is ending.
     fn release_held(&mut self, name: &LockName, lease: LeaseId, reason: ReleaseReason) {
+        let now_ms = self.now_ms;
         let lock = self.locks.get_mut(name).expect("a held lock has an entry");
         let holder = lock.holder.as_ref().expect("a held lock has a holder");
         assert_eq!(holder.lease, lease, "lease and lock disagree on the holder");
         if reason == ReleaseReason::Expired && holder.lock_delay_ms > 0 {
-            lock.blocked_until_ms = self.now_ms + holder.lock_delay_ms;
+            lock.blocked_until_ms = now_ms + holder.lock_delay_ms;
             self.timers.push(lock.blocked_until_ms, Timer::LockDelayEnds(name.clone()));
         }
         self.clear_holder(name, reason);
@@ -569,7 +651,10 @@ impl LockTable {
     fn clear_holder(&mut self, name: &LockName, reason: ReleaseReason) {
         let lock = self.locks.get_mut(name).expect("held");
         let h = lock.holder.take().expect("held");
-        self.effects.push(Effect::Released {
+        for r in &h.queued {
+            self.granted.remove(r);
+        }
+        self.out.effects.push(Effect::Released {
             at_ms: self.now_ms,
             name: name.clone(),
             token: h.token,
@@ -579,7 +664,7 @@ impl LockTable {
         self.grant_next(name);
     }
 
-    fn end_wait(&mut self, waiter: WaiterId, reason: WaitEnd) {
+    fn end_wait(&mut self, waiter: RequestId, reason: WaitEnd) {
         let w = self.waiters.remove(&waiter).expect("caller checked the waiter");
         if let Some(lock) = self.locks.get_mut(&w.name) {
             lock.queue.retain(|q| *q != waiter);
@@ -587,7 +672,7 @@ impl LockTable {
         if let Some(lease) = self.leases.get_mut(&w.lease) {
             lease.waiting.retain(|q| *q != waiter);
         }
-        self.effects.push(Effect::WaitEnded { at_ms: self.now_ms, waiter, name: w.name, reason });
+        self.out.effects.push(Effect::WaitEnded { at_ms: self.now_ms, request: waiter, name: w.name, reason });
     }
 
     /// Grants `name` to the first waiter when nothing holds it back, and forgets lock
@@ -595,40 +680,46 @@ impl LockTable {
     fn grant_next(&mut self, name: &LockName) {
         let now_ms = self.now_ms;
         let open = self.grants_open(now_ms);
-        let Some(lock) = self.locks.get_mut(name) else { return };
-        if lock.holder.is_none() && open && lock.blocked_until_ms <= now_ms {
-            if let Some(waiter_id) = lock.queue.pop_front() {
-                let w = self.waiters.remove(&waiter_id).expect("queued waiters are registered");
-                let lease = self.leases.get_mut(&w.lease).expect("waiters of gone leases are withdrawn");
-                lease.waiting.retain(|q| *q != waiter_id);
-                lease.held.push(name.clone());
-                let grant = install_holder(
-                    lock,
-                    &mut self.next_token,
-                    &mut self.last_token,
-                    name.clone(),
-                    w.lease,
-                    lease.ttl_ms,
-                    w.lock_delay_ms,
-                );
-                self.effects.push(Effect::Granted { at_ms: now_ms, waiter: Some(waiter_id), grant: grant.clone() });
-                // Other queued acquires of the same lease on this lock (a retried
-                // request) get the same grant: same lease, same token. Found through
-                // the lease's own short list, not by scanning the queue.
-                if lease.waiting.is_empty() {
-                    return self.forget_if_idle(name);
-                }
-                let twins: Vec<WaiterId> =
-                    lease.waiting.iter().copied().filter(|id| self.waiters[id].name == *name).collect();
-                for twin in twins {
-                    lock.queue.retain(|q| *q != twin);
-                    self.waiters.remove(&twin);
-                    lease.waiting.retain(|q| *q != twin);
-                    self.effects.push(Effect::Granted { at_ms: now_ms, waiter: Some(twin), grant: grant.clone() });
-                }
-            }
+        let Some(lock) = self.locks.get(name) else { return };
+        if lock.holder.is_some() || !open || lock.blocked_until_ms > now_ms {
+            return self.forget_if_idle(name);
         }
-        self.forget_if_idle(name);
+        let Some(first) = self.locks.get_mut(name).and_then(|l| l.queue.pop_front()) else {
+            return self.forget_if_idle(name);
+        };
+        let w = self.waiters.remove(&first).expect("queued waiters are registered");
+        let lease = self.leases.get_mut(&w.lease).expect("waiters of gone leases are withdrawn");
+        lease.waiting.retain(|q| *q != first);
+        if lease.pending_for.take().is_some() {
+            // An implicit lease's TTL starts at its grant.
+            lease.expires_at_ms = now_ms + lease.ttl_ms;
+            let (at, ttl_ms) = (lease.expires_at_ms, lease.ttl_ms);
+            self.push_timer(at, Timer::LeaseExpiry(w.lease));
+            self.raise_ttl_hwm(ttl_ms);
+        }
+        let grant = self.install_holder(name.clone(), w.lease, w.lock_delay_ms, Some(first));
+        self.out.effects.push(Effect::Granted { at_ms: now_ms, request: Some(first), grant: grant.clone() });
+        self.out.answers.push((first, Ok(Answer::Granted(grant.clone()))));
+        // Other queued acquires of the same lease on this lock (a retried request) get
+        // the same grant: same lease, same token. Found through the lease's own short
+        // list, not by scanning the queue.
+        let lease = self.leases.get_mut(&w.lease).expect("still live");
+        let twins: Vec<RequestId> = lease.waiting.iter().copied().filter(|id| self.waiters[id].name == *name).collect();
+        if twins.is_empty() {
+            return;
+        }
+        lease.waiting.retain(|q| !twins.contains(q));
+        let lock = self.locks.get_mut(name).expect("just granted");
+        lock.queue.retain(|q| !twins.contains(q));
+        let holder = lock.holder.as_mut().expect("just granted");
+        for twin in twins {
+            self.waiters.remove(&twin);
+            holder.told += 1;
+            holder.queued.push(twin);
+            self.granted.insert(twin, name.clone());
+            self.out.effects.push(Effect::Granted { at_ms: now_ms, request: Some(twin), grant: grant.clone() });
+            self.out.answers.push((twin, Ok(Answer::Granted(grant.clone()))));
+        }
     }
 
     fn forget_if_idle(&mut self, name: &LockName) {
@@ -639,28 +730,67 @@ impl LockTable {
             .is_some_and(|l| l.holder.is_none() && l.queue.is_empty() && l.blocked_until_ms <= now_ms)
         {
             self.locks.remove(name);
+            if self.delay_records.remove(name).is_some() {
+                self.out.persist.push(Persist::LockDelay { name: name.clone(), lock_delay_ms: None });
+            }
         }
     }
-}
 
-/// Mints the next token and makes `lease` the holder. The one place a token is born.
-fn install_holder(
-    lock: &mut Lock,
-    next_token: &mut Token,
-    last_token: &mut Option<Token>,
-    name: LockName,
-    lease: LeaseId,
-    ttl_ms: u64,
-    lock_delay_ms: u64,
-) -> Grant {
-    assert!(lock.holder.is_none(), "granting a held lock");
-    let token = *next_token;
-    // Invariant: every token is greater than every token minted before it.
-    assert!(last_token.is_none_or(|last| token > last), "token {token} not above {last_token:?}");
-    *next_token = token.next();
-    *last_token = Some(token);
-    lock.holder = Some(Holder { lease, token, lock_delay_ms });
-    Grant { name, token, lease, ttl_ms }
+    /// Mints the next token and makes `lease` the holder: the one place a token is
+    /// born. A grant with a lock-delay first makes the delay durable, so that a restart
+    /// cannot forget it.
+    fn install_holder(
+        &mut self,
+        name: LockName,
+        lease: LeaseId,
+        lock_delay_ms: u64,
+        request: Option<RequestId>,
+    ) -> Grant {
+        let token = self.next_token;
+        // Invariant: every token is greater than every token minted before it.
+        assert!(self.last_token.is_none_or(|last| token > last), "token {token} not above {:?}", self.last_token);
+        self.next_token = token.next();
+        self.last_token = Some(token);
+        if token.get() >= self.ceiling {
+            self.ceiling = token.get() + self.token_block;
+            self.out.persist.push(Persist::TokenCeiling(self.ceiling));
+        }
+        if lock_delay_ms > 0 && self.delay_records.get(&name).is_none_or(|d| *d < lock_delay_ms) {
+            self.delay_records.insert(name.clone(), lock_delay_ms);
+            self.out.persist.push(Persist::LockDelay { name: name.clone(), lock_delay_ms: Some(lock_delay_ms) });
+        }
+        let l = self.leases.get_mut(&lease).expect("a holder's lease is live");
+        l.held.push(name.clone());
+        let ttl_ms = l.ttl_ms;
+        let lock = self.locks.entry(name.clone()).or_default();
+        assert!(lock.holder.is_none(), "granting a held lock");
+        let queued = request.into_iter().collect::<Vec<_>>();
+        if let Some(r) = request {
+            self.granted.insert(r, name.clone());
+        }
+        lock.holder = Some(Holder { lease, token, lock_delay_ms, told: 1, queued });
+        Grant { name, token, lease, ttl_ms }
+    }
+
+    /// A grant answered in this command whose holder lost it again before the command
+    /// ended (a lease that expired in the same tick) is not answered as a grant: the
+    /// caller would believe it holds a lock that is already free.
+    fn withdraw_stale_grants(&mut self) {
+        for i in 0..self.out.answers.len() {
+            let (request, Ok(Answer::Granted(g))) = &self.out.answers[i] else { continue };
+            if self.holder_token(&g.name) == Some(g.token) {
+                continue;
+            }
+            let request = *request;
+            let e = if self.leases.contains_key(&g.lease) {
+                Error::LockHeld { holder: self.holder_token(&g.name) }
+            } else {
+                Error::LeaseNotFound
+            };
+            self.granted.remove(&request);
+            self.out.answers[i].1 = Err(e);
+        }
+    }
 }
 
 #[cfg(test)]

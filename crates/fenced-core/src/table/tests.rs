@@ -1,6 +1,7 @@
-//! Tests of the lock table through its public surface.
+//! Tests of the lock table through its one input, `apply`, and its views.
 
 use super::*;
+use crate::command::Durable;
 
 const TTL: u64 = 1_000;
 
@@ -8,12 +9,117 @@ fn name(s: &str) -> LockName {
     LockName::new(s).unwrap()
 }
 
-fn table() -> LockTable {
-    LockTable::new(Limits::default(), Token::FIRST, 0)
+/// The table behind a call-per-command shim: each call is one `apply` with a fresh
+/// request id (1, 2, ...), its answer returned, the rest of the output kept.
+struct T {
+    t: LockTable,
+    next: u64,
+    effects: Vec<Effect>,
+    answers: Vec<(RequestId, Result<Answer, Error>)>,
+    persist: Vec<Persist>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum AcquireOutcome {
+    Granted { grant: Grant },
+    Queued(RequestId),
+    NotGranted { holder: Option<Token> },
+}
+
+impl T {
+    fn on(t: LockTable) -> T {
+        T { t, next: 0, effects: vec![], answers: vec![], persist: vec![] }
+    }
+    fn run(&mut self, cmd: Command, now: u64) -> (RequestId, Option<Result<Answer, Error>>) {
+        self.next += 1;
+        let r = RequestId(self.next);
+        let mut out = self.t.apply(r, cmd, now);
+        let own = out.take_answer(r);
+        self.effects.extend(out.effects);
+        self.answers.extend(out.answers);
+        self.persist.extend(out.persist);
+        (r, own)
+    }
+    fn grant_lease(&mut self, id: LeaseId, ttl_ms: u64, now: u64) -> Result<LeaseInfo, Error> {
+        match self.run(Command::GrantLease { lease: id, ttl_ms }, now).1.unwrap() {
+            Ok(Answer::Lease(l)) => Ok(l),
+            Ok(a) => panic!("{a:?}"),
+            Err(e) => Err(e),
+        }
+    }
+    fn keepalive(&mut self, id: LeaseId, now: u64) -> Result<LeaseInfo, Error> {
+        match self.run(Command::Keepalive { lease: id }, now).1.unwrap() {
+            Ok(Answer::Lease(l)) => Ok(l),
+            Ok(a) => panic!("{a:?}"),
+            Err(e) => Err(e),
+        }
+    }
+    fn acquire(&mut self, req: Acquire, now: u64) -> Result<AcquireOutcome, Error> {
+        match self.run(Command::Acquire(req), now) {
+            (r, None) => Ok(AcquireOutcome::Queued(r)),
+            (_, Some(Ok(Answer::Granted(grant)))) => Ok(AcquireOutcome::Granted { grant }),
+            (_, Some(Err(Error::LockHeld { holder }))) => Ok(AcquireOutcome::NotGranted { holder }),
+            (_, Some(Ok(a))) => panic!("{a:?}"),
+            (_, Some(Err(e))) => Err(e),
+        }
+    }
+    fn release(&mut self, name: &LockName, lease: LeaseId, now: u64) -> Result<Token, Error> {
+        match self.run(Command::Release { name: name.clone(), lease }, now).1.unwrap() {
+            Ok(Answer::Released(t)) => Ok(t),
+            Ok(a) => panic!("{a:?}"),
+            Err(e) => Err(e),
+        }
+    }
+    fn revoke(&mut self, lease: LeaseId, now: u64) -> Result<(), Error> {
+        self.run(Command::Revoke { lease }, now).1.unwrap().map(drop)
+    }
+    /// True when the request was still queued.
+    fn cancel_wait(&mut self, request: RequestId, now: u64) -> bool {
+        let queued = self.t.waiters.contains_key(&request);
+        self.run(Command::Cancel { request }, now);
+        queued
+    }
+    fn handle_timeout(&mut self, now: u64) {
+        self.run(Command::Tick, now);
+    }
+    fn drain_effects(&mut self) -> std::vec::Drain<'_, Effect> {
+        self.effects.drain(..)
+    }
+    fn lock(&mut self, name: &LockName, now: u64) -> Option<LockInfo> {
+        self.handle_timeout(now);
+        self.t.lock(name)
+    }
+    fn lease(&mut self, id: LeaseId, now: u64) -> Option<LeaseInfo> {
+        self.handle_timeout(now);
+        self.t.lease(id)
+    }
+    fn check(&mut self, name: &LockName, token: Token, now: u64) -> (bool, Option<Token>) {
+        self.handle_timeout(now);
+        self.t.check(name, token)
+    }
+    fn locks_with_prefix(&mut self, prefix: &str, limit: usize, now: u64) -> Vec<LockInfo> {
+        self.handle_timeout(now);
+        self.t.locks_with_prefix(prefix, limit)
+    }
+}
+
+impl std::ops::Deref for T {
+    type Target = LockTable;
+    fn deref(&self) -> &LockTable {
+        &self.t
+    }
+}
+
+fn table() -> T {
+    T::on(LockTable::new(Limits::default()))
 }
 
 fn acq(name_: &str, lease: u128, wait_ms: u64) -> Acquire {
-    Acquire { name: name(name_), lease: LeaseId(lease), wait_ms, lock_delay_ms: 0 }
+    Acquire { name: name(name_), lease: LeaseRef::Existing(LeaseId(lease)), wait_ms, lock_delay_ms: 0 }
+}
+
+fn implicit(name_: &str, lease: u128, ttl_ms: u64, wait_ms: u64) -> Acquire {
+    Acquire { name: name(name_), lease: LeaseRef::Implicit { id: LeaseId(lease), ttl_ms }, wait_ms, lock_delay_ms: 0 }
 }
 
 fn granted_token(o: AcquireOutcome) -> u64 {
@@ -24,28 +130,28 @@ fn granted_token(o: AcquireOutcome) -> u64 {
 }
 
 /// Renders the effects as one line each, for compact expectations.
-fn effects(t: &mut LockTable) -> Vec<String> {
+fn effects(t: &mut T) -> Vec<String> {
     t.drain_effects()
         .map(|e| match e {
-            Effect::Granted { at_ms, waiter, grant } => format!(
+            Effect::Granted { at_ms, request, grant } => format!(
                 "{at_ms} granted {} token={} lease={} waiter={}",
                 grant.name,
                 grant.token,
                 grant.lease.0,
-                waiter.map_or("-".into(), |w| w.0.to_string())
+                request.map_or("-".into(), |w| w.0.to_string())
             ),
             Effect::Released { at_ms, name, token, reason, .. } => {
                 format!("{at_ms} released {name} token={token} {reason:?}")
             }
             Effect::LeaseExpired { at_ms, lease } => format!("{at_ms} expired lease={}", lease.0),
-            Effect::WaitEnded { at_ms, waiter, name, reason } => {
-                format!("{at_ms} wait-ended {name} waiter={} {reason:?}", waiter.0)
+            Effect::WaitEnded { at_ms, request, name, reason } => {
+                format!("{at_ms} wait-ended {name} waiter={} {reason:?}", request.0)
             }
         })
         .collect()
 }
 
-fn check(t: &mut LockTable, expected: &[&str]) {
+fn check(t: &mut T, expected: &[&str]) {
     assert_eq!(effects(t), expected);
 }
 
@@ -65,9 +171,8 @@ fn reacquire_by_holder_is_idempotent() {
     t.grant_lease(LeaseId(1), TTL, 0).unwrap();
     assert_eq!(granted_token(t.acquire(acq("a", 1, 0), 0).unwrap()), 1);
     match t.acquire(acq("a", 1, 500), 5).unwrap() {
-        AcquireOutcome::Granted { grant, fresh } => {
+        AcquireOutcome::Granted { grant } => {
             assert_eq!(grant.token.get(), 1);
-            assert!(!fresh);
         }
         other => panic!("{other:?}"),
     }
@@ -81,9 +186,9 @@ fn fifo_hand_off() {
         t.grant_lease(LeaseId(id), TTL * 10, 0).unwrap();
     }
     t.acquire(acq("a", 1, 0), 0).unwrap();
-    assert_eq!(t.acquire(acq("a", 3, 5_000), 1).unwrap(), AcquireOutcome::Queued(WaiterId(1)));
-    assert_eq!(t.acquire(acq("a", 2, 5_000), 2).unwrap(), AcquireOutcome::Queued(WaiterId(2)));
-    assert_eq!(t.acquire(acq("a", 4, 5_000), 3).unwrap(), AcquireOutcome::Queued(WaiterId(3)));
+    assert_eq!(t.acquire(acq("a", 3, 5_000), 1).unwrap(), AcquireOutcome::Queued(RequestId(6)));
+    assert_eq!(t.acquire(acq("a", 2, 5_000), 2).unwrap(), AcquireOutcome::Queued(RequestId(7)));
+    assert_eq!(t.acquire(acq("a", 4, 5_000), 3).unwrap(), AcquireOutcome::Queued(RequestId(8)));
     effects(&mut t);
     t.release(&name("a"), LeaseId(1), 10).unwrap();
     t.release(&name("a"), LeaseId(3), 11).unwrap();
@@ -92,11 +197,11 @@ fn fifo_hand_off() {
         &mut t,
         &[
             "10 released a token=1 Released",
-            "10 granted a token=2 lease=3 waiter=1",
+            "10 granted a token=2 lease=3 waiter=6",
             "11 released a token=2 Released",
-            "11 granted a token=3 lease=2 waiter=2",
+            "11 granted a token=3 lease=2 waiter=7",
             "12 released a token=3 Released",
-            "12 granted a token=4 lease=4 waiter=3",
+            "12 granted a token=4 lease=4 waiter=8",
         ],
     );
 }
@@ -111,7 +216,7 @@ fn wait_times_out_and_leaves_queue() {
     effects(&mut t);
     assert_eq!(t.poll_timeout(), Some(300));
     t.handle_timeout(300);
-    check(&mut t, &["300 wait-ended a waiter=1 TimedOut"]);
+    check(&mut t, &["300 wait-ended a waiter=4 TimedOut"]);
     assert_eq!(t.lock(&name("a"), 300).unwrap().waiters, 0);
     t.release(&name("a"), LeaseId(1), 400).unwrap();
     check(&mut t, &["400 released a token=1 Released"]);
@@ -133,7 +238,7 @@ fn cancelled_waiter_is_skipped() {
     t.release(&name("a"), LeaseId(1), 2).unwrap();
     check(
         &mut t,
-        &["1 wait-ended a waiter=1 Cancelled", "2 released a token=1 Released", "2 granted a token=2 lease=3 waiter=2"],
+        &["1 wait-ended a waiter=5 Cancelled", "2 released a token=1 Released", "2 granted a token=2 lease=3 waiter=6"],
     );
 }
 
@@ -152,9 +257,9 @@ fn expiry_releases_and_hands_off() {
     t.handle_timeout(1_600);
     check(
         &mut t,
-        &["1600 expired lease=1", "1600 released a token=1 Expired", "1600 granted a token=2 lease=2 waiter=1"],
+        &["1600 expired lease=1", "1600 released a token=1 Expired", "1600 granted a token=2 lease=2 waiter=4"],
     );
-    assert_eq!(t.keepalive(LeaseId(1), 1_700), Err(LeaseError::NotFound));
+    assert_eq!(t.keepalive(LeaseId(1), 1_700), Err(Error::LeaseNotFound));
 }
 
 #[test]
@@ -191,7 +296,7 @@ fn lock_delay_after_expiry_not_after_release() {
     assert_eq!(t.lock(&name("a"), 1_200).unwrap().blocked_until_ms, Some(1_500));
     assert_eq!(t.poll_timeout(), Some(1_500));
     t.handle_timeout(1_500);
-    check(&mut t, &["1500 granted a token=2 lease=2 waiter=1"]);
+    check(&mut t, &["1500 granted a token=2 lease=2 waiter=4"]);
 
     // An explicit release does not delay.
     t.grant_lease(LeaseId(3), TTL * 10, 1_500).unwrap();
@@ -224,9 +329,9 @@ fn revoke_releases_everything_and_withdraws_waiters() {
     t.revoke(LeaseId(1), 10).unwrap();
     check(
         &mut t,
-        &["10 wait-ended c waiter=1 LeaseGone", "10 released a token=1 Revoked", "10 released b token=2 Revoked"],
+        &["10 wait-ended c waiter=6 LeaseGone", "10 released a token=1 Revoked", "10 released b token=2 Revoked"],
     );
-    assert_eq!(t.revoke(LeaseId(1), 10), Err(LeaseError::NotFound));
+    assert_eq!(t.revoke(LeaseId(1), 10), Err(Error::LeaseNotFound));
     assert_eq!(t.lock_count(), 1);
 }
 
@@ -235,8 +340,8 @@ fn release_by_a_stranger_is_refused() {
     let mut t = table();
     t.grant_lease(LeaseId(1), TTL, 0).unwrap();
     t.acquire(acq("a", 1, 0), 0).unwrap();
-    assert_eq!(t.release(&name("a"), LeaseId(9), 1), Err(ReleaseError::NotHolder { holder: Token::new(1) }));
-    assert_eq!(t.release(&name("b"), LeaseId(1), 1), Err(ReleaseError::NotHolder { holder: None }));
+    assert_eq!(t.release(&name("a"), LeaseId(9), 1), Err(Error::NotHolder { holder: Token::new(1) }));
+    assert_eq!(t.release(&name("b"), LeaseId(1), 1), Err(Error::NotHolder { holder: None }));
     assert_eq!(t.check(&name("a"), Token::new(1).unwrap(), 1), (true, Token::new(1)));
     assert_eq!(t.check(&name("a"), Token::new(2).unwrap(), 1), (false, Token::new(1)));
 }
@@ -255,45 +360,43 @@ fn retried_waiter_of_the_same_lease_gets_the_same_grant() {
         &mut t,
         &[
             "1 released a token=1 Released",
-            "1 granted a token=2 lease=2 waiter=1",
-            "1 granted a token=2 lease=2 waiter=2",
+            "1 granted a token=2 lease=2 waiter=4",
+            "1 granted a token=2 lease=2 waiter=5",
         ],
     );
 }
 
 #[test]
 fn start_up_grace_grants_nothing_until_it_ends() {
-    let mut t = LockTable::new(Limits::default(), Token::new(1_000).unwrap(), 5_000);
+    let durable = Durable { token_ceiling: 1_000, ttl_ms_hwm: 5_000, ..Durable::default() };
+    let mut t = T::on(LockTable::recover(Limits::default(), 100, durable).0);
     t.grant_lease(LeaseId(1), TTL * 10, 0).unwrap();
-    assert!(t.in_grace(10));
-    assert_eq!(t.acquire(acq("a", 1, 0), 10).unwrap(), AcquireOutcome::NotGranted { holder: None });
+    assert_eq!(t.grace_left_ms(10), 4_990);
+    assert_eq!(t.acquire(acq("a", 1, 0), 10), Err(Error::Recovering { retry_after_ms: 4_990 }));
     assert!(matches!(t.acquire(acq("a", 1, 9_000), 10).unwrap(), AcquireOutcome::Queued(_)));
     t.handle_timeout(5_000);
-    check(&mut t, &["5000 granted a token=1000 lease=1 waiter=1"]);
+    check(&mut t, &["5000 granted a token=1000 lease=1 waiter=3"]);
 }
 
 #[test]
 fn limits_are_enforced_and_change_nothing() {
     let limits = Limits { leases_max: 2, locks_max: 1, waiters_max: 1, waiters_per_lock_max: 1, ..Limits::default() };
-    let mut t = LockTable::new(limits, Token::FIRST, 0);
-    assert_eq!(
-        t.grant_lease(LeaseId(1), 10, 0),
-        Err(LeaseError::TtlOutOfRange { ttl_ms_min: 100, ttl_ms_max: 300_000 })
-    );
+    let mut t = T::on(LockTable::new(limits));
+    assert_eq!(t.grant_lease(LeaseId(1), 10, 0), Err(Error::TtlOutOfRange { ttl_ms_min: 100, ttl_ms_max: 300_000 }));
     assert_eq!(
         t.grant_lease(LeaseId(1), 300_001, 0).unwrap_err(),
-        LeaseError::TtlOutOfRange { ttl_ms_min: 100, ttl_ms_max: 300_000 }
+        Error::TtlOutOfRange { ttl_ms_min: 100, ttl_ms_max: 300_000 }
     );
     t.grant_lease(LeaseId(1), TTL, 0).unwrap();
-    assert_eq!(t.grant_lease(LeaseId(1), TTL, 0), Err(LeaseError::AlreadyExists));
+    assert_eq!(t.grant_lease(LeaseId(1), TTL, 0), Err(Error::LeaseExists));
     t.grant_lease(LeaseId(2), TTL, 0).unwrap();
-    assert_eq!(t.grant_lease(LeaseId(3), TTL, 0), Err(LeaseError::TooManyLeases { leases_max: 2 }));
+    assert_eq!(t.grant_lease(LeaseId(3), TTL, 0), Err(Error::TooManyLeases { leases_max: 2 }));
     t.acquire(acq("a", 1, 0), 0).unwrap();
-    assert_eq!(t.acquire(acq("b", 1, 0), 0), Err(AcquireError::TooManyLocks { locks_max: 1 }));
-    assert_eq!(t.acquire(acq("a", 2, 400_000), 0), Err(AcquireError::WaitOutOfRange { wait_ms_max: 300_000 }));
+    assert_eq!(t.acquire(acq("b", 1, 0), 0), Err(Error::TooManyLocks { locks_max: 1 }));
+    assert_eq!(t.acquire(acq("a", 2, 400_000), 0), Err(Error::WaitOutOfRange { wait_ms_max: 300_000 }));
     assert!(matches!(t.acquire(acq("a", 2, 100), 0), Ok(AcquireOutcome::Queued(_))));
-    assert_eq!(t.acquire(acq("a", 2, 100), 0), Err(AcquireError::TooManyWaiters { waiters_max: 1 }));
-    assert_eq!(t.acquire(acq("a", 7, 100), 0), Err(AcquireError::LeaseNotFound));
+    assert_eq!(t.acquire(acq("a", 2, 100), 0), Err(Error::TooManyWaiters { waiters_max: 1 }));
+    assert_eq!(t.acquire(acq("a", 7, 100), 0), Err(Error::LeaseNotFound));
     assert_eq!((t.lease_count(), t.lock_count(), t.waiter_count()), (2, 1, 1));
 }
 
@@ -330,6 +433,167 @@ fn dead_timers_do_not_pile_up() {
     assert_eq!(t.lease_count(), 0);
 }
 
+/// The answers the table gave to queued requests, rendered.
+fn answers(t: &mut T) -> Vec<String> {
+    t.answers
+        .drain(..)
+        .map(|(r, a)| match a {
+            Ok(Answer::Granted(g)) => format!("{} granted token={}", r.0, g.token),
+            Ok(other) => format!("{} {other:?}", r.0),
+            Err(e) => format!("{} {}", r.0, e.code()),
+        })
+        .collect()
+}
+
+#[test]
+fn a_withdrawn_twin_does_not_release_the_grant_its_original_was_told() {
+    // Review defect 1: H holds X; lease L queues A and B (a retried request); H
+    // releases; B's caller goes away. A was told "granted": the lock stays L's.
+    let mut t = table();
+    t.grant_lease(LeaseId(1), TTL * 10, 0).unwrap();
+    t.grant_lease(LeaseId(2), TTL * 10, 0).unwrap();
+    t.acquire(acq("x", 1, 0), 0).unwrap();
+    let AcquireOutcome::Queued(a) = t.acquire(acq("x", 2, 5_000), 0).unwrap() else { panic!() };
+    let AcquireOutcome::Queued(b) = t.acquire(acq("x", 2, 5_000), 0).unwrap() else { panic!() };
+    t.release(&name("x"), LeaseId(1), 1).unwrap();
+    assert_eq!(answers(&mut t), [format!("{} granted token=2", a.0), format!("{} granted token=2", b.0)]);
+    assert!(!t.cancel_wait(b, 2), "B was no longer queued");
+    assert_eq!(t.check(&name("x"), Token::new(2).unwrap(), 2), (true, Token::new(2)), "A still holds");
+    // Once the last request told of the grant is withdrawn too, nobody knows of it.
+    t.cancel_wait(a, 3);
+    assert_eq!(t.check(&name("x"), Token::new(2).unwrap(), 3), (false, None));
+}
+
+#[test]
+fn a_withdrawn_grant_nobody_else_was_told_is_given_back() {
+    let mut t = table();
+    t.grant_lease(LeaseId(1), TTL * 10, 0).unwrap();
+    t.grant_lease(LeaseId(2), TTL * 10, 0).unwrap();
+    t.acquire(acq("x", 1, 0), 0).unwrap();
+    let AcquireOutcome::Queued(a) = t.acquire(acq("x", 2, 5_000), 0).unwrap() else { panic!() };
+    t.release(&name("x"), LeaseId(1), 1).unwrap();
+    // The grant raced the caller's departure: given back, and the next one may take it.
+    t.cancel_wait(a, 2);
+    assert_eq!(t.lock(&name("x"), 2), None);
+    // An idempotent re-acquire by the holder counts as told: withdrawing the queued
+    // original then keeps the lock.
+    assert_eq!(granted_token(t.acquire(acq("x", 1, 0), 3).unwrap()), 3);
+    let AcquireOutcome::Queued(d) = t.acquire(acq("x", 2, 5_000), 3).unwrap() else { panic!() };
+    t.release(&name("x"), LeaseId(1), 4).unwrap();
+    assert_eq!(granted_token(t.acquire(acq("x", 2, 0), 4).unwrap()), 4);
+    t.cancel_wait(d, 5);
+    assert_eq!(t.check(&name("x"), Token::new(4).unwrap(), 5), (true, Token::new(4)));
+}
+
+#[test]
+fn an_implicit_lease_exists_only_for_a_grant() {
+    let mut t = table();
+    t.grant_lease(LeaseId(1), TTL, 0).unwrap();
+    t.persist.clear();
+    t.acquire(acq("x", 1, 0), 0).unwrap();
+    // Review defect 3: a refused try-lock creates nothing and raises nothing durable.
+    assert_eq!(
+        t.acquire(implicit("x", 9, 300_000, 0), 1).unwrap(),
+        AcquireOutcome::NotGranted { holder: Token::new(1) }
+    );
+    assert_eq!((t.lease_count(), &t.persist[..]), (1, &[][..]));
+    // Queued, it cannot expire while it waits, however long past its TTL.
+    let AcquireOutcome::Queued(w) = t.acquire(implicit("x", 9, 200, 100_000), 1).unwrap() else { panic!() };
+    assert_eq!(t.persist, [], "nothing durable for a lease that holds nothing");
+    t.keepalive(LeaseId(1), 900).unwrap();
+    t.keepalive(LeaseId(1), 1_800).unwrap();
+    t.release(&name("x"), LeaseId(1), 2_000).unwrap();
+    assert_eq!(answers(&mut t), [format!("{} granted token=2", w.0)]);
+    assert_eq!(t.persist, [], "a TTL of 200 is under the mark already");
+    // Its TTL starts at the grant.
+    assert_eq!(t.lease(LeaseId(9), 2_000).unwrap().expires_at_ms, 2_200);
+    assert_eq!(t.lease(LeaseId(9), 2_200), None);
+    assert_eq!(t.lock_count(), 0);
+    // A wait that ends without a grant, or a caller that leaves, leaves no lease.
+    t.grant_lease(LeaseId(1), TTL, 3_000).unwrap();
+    t.acquire(acq("x", 1, 0), 3_000).unwrap();
+    t.acquire(implicit("x", 10, 500, 100), 3_000).unwrap();
+    let AcquireOutcome::Queued(gone) = t.acquire(implicit("x", 11, 500, 1_000), 3_000).unwrap() else { panic!() };
+    t.cancel_wait(gone, 3_050);
+    t.handle_timeout(3_100);
+    assert_eq!(t.lease_count(), 1);
+    assert!(answers(&mut t).iter().any(|a| a.ends_with("lock_held")), "the timed-out wait is answered");
+}
+
+#[test]
+fn an_implicit_grant_withdrawn_ends_its_lease() {
+    let mut t = table();
+    t.grant_lease(LeaseId(1), TTL, 0).unwrap();
+    t.acquire(acq("x", 1, 0), 0).unwrap();
+    let AcquireOutcome::Queued(w) = t.acquire(implicit("x", 9, 500, 5_000), 0).unwrap() else { panic!() };
+    t.release(&name("x"), LeaseId(1), 1).unwrap();
+    t.cancel_wait(w, 2);
+    assert_eq!((t.lease_count(), t.lock_count()), (1, 0));
+}
+
+#[test]
+fn the_ttl_mark_rises_only_for_leases_that_can_hold() {
+    let mut t = table();
+    t.grant_lease(LeaseId(1), 2_000, 0).unwrap();
+    t.grant_lease(LeaseId(2), 1_000, 0).unwrap();
+    assert_eq!(granted_token(t.acquire(implicit("y", 3, 5_000, 0), 0).unwrap()), 1);
+    assert_eq!(t.persist, [Persist::TtlMsHwm(2_000), Persist::TtlMsHwm(5_000)]);
+}
+
+#[test]
+fn lock_delay_is_durable_and_survives_a_restart() {
+    // Review defect 2: TTL 1 s, lock-delay 30 s, the lease left to expire, a restart.
+    let mut t = table();
+    t.grant_lease(LeaseId(1), TTL, 0).unwrap();
+    t.persist.clear();
+    t.acquire(Acquire { lock_delay_ms: 30_000, ..acq("x", 1, 0) }, 0).unwrap();
+    let record = Persist::LockDelay { name: name("x"), lock_delay_ms: Some(30_000) };
+    assert_eq!(t.persist, std::slice::from_ref(&record));
+    assert!(record.is_urgent(), "the grant waits for it");
+    // The restart finds the record (a crash: one maximal TTL of grace first).
+    let durable =
+        Durable { token_ceiling: 50, ttl_ms_hwm: TTL, lock_delays: vec![(name("x"), 30_000)], ..Durable::default() };
+    let mut r = T::on(LockTable::recover(Limits::default(), 100, durable).0);
+    r.grant_lease(LeaseId(2), 60_000, 0).unwrap();
+    assert_eq!(r.acquire(acq("x", 2, 0), 1_500).unwrap(), AcquireOutcome::NotGranted { holder: None });
+    assert_eq!(r.lock(&name("x"), 1_500).unwrap().blocked_until_ms, Some(31_000));
+    assert_eq!(granted_token(r.acquire(acq("x", 2, 0), 31_000).unwrap()), 50);
+    // When the lock is forgotten, so is the record, lazily.
+    r.release(&name("x"), LeaseId(2), 31_001).unwrap();
+    let forget = Persist::LockDelay { name: name("x"), lock_delay_ms: None };
+    assert!(!forget.is_urgent());
+    assert_eq!(r.persist.last(), Some(&forget));
+}
+
+#[test]
+fn a_grant_lost_in_the_same_tick_is_not_answered_as_a_grant() {
+    // Review defect 4: a late tick runs the hand-off to a waiter and that waiter's own
+    // expiry; the waiter must not hear "granted" for a lock that is free again.
+    let mut t = table();
+    t.grant_lease(LeaseId(1), 500, 0).unwrap();
+    t.grant_lease(LeaseId(2), TTL, 0).unwrap();
+    t.acquire(acq("x", 1, 0), 0).unwrap();
+    let AcquireOutcome::Queued(w) = t.acquire(acq("x", 2, 100_000), 0).unwrap() else { panic!() };
+    t.handle_timeout(5_000);
+    assert_eq!(answers(&mut t), [format!("{} lease_not_found", w.0)]);
+    assert!(effects(&mut t).contains(&format!("500 granted x token=2 lease=2 waiter={}", w.0)), "the history keeps it");
+}
+
+#[test]
+fn tokens_are_covered_by_a_durable_ceiling_before_they_leave() {
+    let (t, first) = LockTable::recover(Limits::default(), 3, Durable { token_ceiling: 10, ..Durable::default() });
+    assert_eq!(first, [Persist::TokenCeiling(13)]);
+    let mut t = T::on(t);
+    assert_eq!(t.highest_issued(), Token::new(9), "after a restart, everything below the old ceiling");
+    t.grant_lease(LeaseId(1), TTL, 0).unwrap();
+    t.persist.clear();
+    for (n, want) in [("a", 10), ("b", 11), ("c", 12), ("d", 13)] {
+        assert_eq!(granted_token(t.acquire(acq(n, 1, 0), 0).unwrap()), want);
+    }
+    assert_eq!(t.persist, [Persist::TokenCeiling(16)], "token 13 reached the ceiling");
+    assert_eq!(t.highest_issued(), Token::new(13));
+}
+
 mod props {
     use super::*;
     use proptest::prelude::*;
@@ -344,6 +608,7 @@ mod props {
         Release(u8, u8),
         Cancel(u64),
         Tick(u64),
+        Implicit(u8, u64, u64),
     }
 
     fn cmd() -> impl Strategy<Value = Cmd> {
@@ -355,6 +620,7 @@ mod props {
             (0u8..6, 0u8..3).prop_map(|(l, n)| Cmd::Release(l, n)),
             (1u64..30).prop_map(Cmd::Cancel),
             (0u64..800).prop_map(Cmd::Tick),
+            (0u8..3, 100u64..2_000, 0u64..1_500).prop_map(|(n, ttl, w)| Cmd::Implicit(n, ttl, w)),
         ]
     }
 
@@ -365,31 +631,38 @@ mod props {
         /// and waiters are served in the order they queued.
         #[test]
         fn invariants_hold(cmds in prop::collection::vec(cmd(), 1..120)) {
-            let mut t = LockTable::new(Limits::default(), Token::FIRST, 0);
+            let mut t = T::on(LockTable::new(Limits::default()));
             let mut now = 0u64;
             let mut last_token = 0u64;
             let mut holder: HashMap<LockName, (LeaseId, u64)> = HashMap::new();
             let mut expires: HashMap<LeaseId, u64> = HashMap::new();
-            let mut queue: HashMap<LockName, Vec<WaiterId>> = HashMap::new();
+            let mut queue: HashMap<LockName, Vec<RequestId>> = HashMap::new();
             let mut delayed_until: HashMap<LockName, u64> = HashMap::new();
             for c in cmds {
                 match c {
-                    Cmd::Lease(l, ttl) => { let _ = t.grant_lease(LeaseId(l as u128), ttl, now); }
+                    Cmd::Lease(l, ttl) => {
+                        if t.grant_lease(LeaseId(l as u128), ttl, now).is_ok() { expires.remove(&LeaseId(l as u128)); }
+                    }
                     Cmd::Keepalive(l) => { let _ = t.keepalive(LeaseId(l as u128), now); }
                     Cmd::Revoke(l) => { let _ = t.revoke(LeaseId(l as u128), now); }
                     Cmd::Acquire(l, n, w, d) => {
                         let nm = name(&format!("n{n}"));
-                        let r = t.acquire(Acquire { name: nm.clone(), lease: LeaseId(l as u128), wait_ms: w, lock_delay_ms: d }, now);
+                        let r = t.acquire(Acquire { name: nm.clone(), lease: LeaseRef::Existing(LeaseId(l as u128)), wait_ms: w, lock_delay_ms: d }, now);
                         if let Ok(AcquireOutcome::Queued(id)) = r { queue.entry(nm).or_default().push(id); }
                     }
                     Cmd::Release(l, n) => { let _ = t.release(&name(&format!("n{n}")), LeaseId(l as u128), now); }
-                    Cmd::Cancel(w) => { t.cancel_wait(WaiterId(w), now); }
+                    Cmd::Cancel(w) => { t.cancel_wait(RequestId(w), now); }
                     Cmd::Tick(dt) => { now += dt; t.handle_timeout(now); }
+                    Cmd::Implicit(n, ttl, w) => {
+                        let nm = name(&format!("n{n}"));
+                        let r = t.acquire(implicit(&format!("n{n}"), 1_000 + t.next as u128, ttl, w), now);
+                        if let Ok(AcquireOutcome::Queued(id)) = r { queue.entry(nm).or_default().push(id); }
+                    }
                 }
                 let effects: Vec<Effect> = t.drain_effects().collect();
                 for e in effects {
                     match e {
-                        Effect::Granted { at_ms, waiter, grant } => {
+                        Effect::Granted { at_ms, request: waiter, grant } => {
                             prop_assert!(grant.token.get() >= last_token);
                             if grant.token.get() == last_token {
                                 // Only a twin waiter of the same lease shares a token.
@@ -398,12 +671,18 @@ mod props {
                                 prop_assert!(!holder.contains_key(&grant.name), "two holders of {}", grant.name);
                                 prop_assert!(at_ms >= *delayed_until.get(&grant.name).unwrap_or(&0));
                             }
+                            let twin = grant.token.get() == last_token;
                             last_token = grant.token.get();
                             holder.insert(grant.name.clone(), (grant.lease, grant.token.get()));
                             if let Some(w) = waiter {
                                 let q = queue.get_mut(&grant.name).unwrap();
-                                prop_assert_eq!(q.first().copied(), Some(w), "FIFO");
-                                q.remove(0);
+                                if twin {
+                                    // A retry joins its original's grant, wherever it queued.
+                                    q.retain(|x| *x != w);
+                                } else {
+                                    prop_assert_eq!(q.first().copied(), Some(w), "FIFO");
+                                    q.remove(0);
+                                }
                             }
                         }
                         Effect::Released { at_ms, name, token, lease, reason } => {
@@ -416,10 +695,16 @@ mod props {
                             }
                         }
                         Effect::LeaseExpired { .. } => {}
-                        Effect::WaitEnded { waiter, name, .. } => {
+                        Effect::WaitEnded { request: waiter, name, .. } => {
                             let q = queue.get_mut(&name).unwrap();
                             q.retain(|w| *w != waiter);
                         }
+                    }
+                }
+                // Every grant answered is held when its command ends.
+                for (_, a) in t.answers.drain(..) {
+                    if let Ok(Answer::Granted(g)) = a {
+                        prop_assert_eq!(holder.get(&g.name).copied(), Some((g.lease, g.token.get())));
                     }
                 }
                 for (nm, until) in delayed_until.iter_mut() {

@@ -11,13 +11,13 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::table::WaiterId;
+use crate::command::RequestId;
 use crate::{LeaseId, LockName};
 
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Debug)]
 pub(super) enum Timer {
     LeaseExpiry(LeaseId),
-    WaitDeadline(WaiterId),
+    WaitDeadline(RequestId),
     LockDelayEnds(LockName),
     GrantsResume,
 }

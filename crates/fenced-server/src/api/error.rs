@@ -1,4 +1,5 @@
-//! The one error shape of the API: `{"error":{"code","message",...details}}`.
+//! The one error shape of the API: `{"error":{"code","message",...details}}`, and the
+//! one place the lock service's domain errors get their HTTP status.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -32,21 +33,31 @@ impl ApiError {
             .with("limit_bytes", max)
     }
 
-    pub fn lease_not_found() -> ApiError {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            "lease_not_found",
-            "no live lease with this id: it expired, was revoked or never existed",
-        )
-    }
-
     pub fn internal(e: impl std::fmt::Display) -> ApiError {
         tracing::error!(error = %e, "internal error");
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the server could not complete the request")
     }
+}
 
-    pub fn shutting_down() -> ApiError {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting_down", "the server is shutting down")
+impl From<fenced_core::Error> for ApiError {
+    fn from(e: fenced_core::Error) -> ApiError {
+        use fenced_core::Error as E;
+        let status = match &e {
+            E::LeaseNotFound => StatusCode::NOT_FOUND,
+            E::LockHeld { .. } | E::NotHolder { .. } | E::StaleToken { .. } | E::TokenNotIssued { .. } => {
+                StatusCode::CONFLICT
+            }
+            E::TtlOutOfRange { .. } | E::WaitOutOfRange { .. } | E::LockDelayOutOfRange { .. } | E::InvalidName(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            E::TooManyLeases { .. } | E::TooManyLocks { .. } | E::TooManyWaiters { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            E::Recovering { .. } | E::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            // 128 random bits collided with a live lease: not the caller's fault.
+            E::LeaseExists => return ApiError::internal("a fresh random lease id collided with a live one"),
+        };
+        e.details().into_iter().fold(ApiError::new(status, e.code(), e.to_string()), |a, (k, v)| a.with(k, v))
     }
 }
 

@@ -4,11 +4,12 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use fenced_core::{LeaseError, LeaseId};
+use fenced_core::{Answer, Command, LeaseId, LeaseInfo};
 use serde::Deserialize;
 use serde_json::json;
 
 use super::{json, new_lease_id, parse_lease_id, ApiError, App, AppInner};
+use crate::locks::Reply;
 use crate::metrics::inc;
 
 #[derive(Deserialize)]
@@ -29,24 +30,34 @@ pub async fn create(State(app): State<App>, headers: HeaderMap, body: Body) -> R
 
 /// Creates a lease (HTTP and the wire protocol): its id and TTL.
 pub async fn create_lease(app: &AppInner, ttl_ms: u64) -> Result<(LeaseId, u64), ApiError> {
-    app.check_ttl(ttl_ms)?;
-    app.ensure_ttl_hwm(ttl_ms).await?;
     let id = new_lease_id()?;
-    let info = app.locks.with(|t, now| t.grant_lease(id, ttl_ms, now)).map_err(lease_error)?;
+    let info = lease_answer(app.locks.apply(Command::GrantLease { lease: id, ttl_ms }))?;
     inc(&app.metrics.leases_created);
     Ok((id, info.ttl_ms))
 }
 
 /// Keeps a lease alive (HTTP and the wire protocol): its TTL.
 pub fn keepalive_lease(app: &AppInner, id: LeaseId) -> Result<u64, ApiError> {
-    let info = app.locks.with(|t, now| t.keepalive(id, now)).map_err(lease_error)?;
+    let info = lease_answer(app.locks.apply(Command::Keepalive { lease: id }))?;
     inc(&app.metrics.keepalives);
     Ok(info.ttl_ms)
 }
 
 /// Revokes a lease and releases its locks (HTTP and the wire protocol).
 pub fn revoke_lease(app: &AppInner, id: LeaseId) -> Result<(), ApiError> {
-    app.locks.with(|t, now| t.revoke(id, now)).map_err(lease_error)
+    match app.locks.apply(Command::Revoke { lease: id }) {
+        Reply::Now(Ok(_)) => Ok(()),
+        Reply::Now(Err(e)) => Err(e.into()),
+        Reply::Queued { .. } => unreachable!("a revoke does not queue"),
+    }
+}
+
+fn lease_answer(reply: Reply) -> Result<LeaseInfo, ApiError> {
+    match reply {
+        Reply::Now(Ok(Answer::Lease(info))) => Ok(info),
+        Reply::Now(Err(e)) => Err(e.into()),
+        _ => unreachable!("a lease command answers a lease at once"),
+    }
 }
 
 pub async fn keepalive(
@@ -64,22 +75,4 @@ pub async fn keepalive(
 pub async fn revoke(State(app): State<App>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
     revoke_lease(&app, parse_lease_id(&id)?)?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-pub fn lease_error(e: LeaseError) -> ApiError {
-    match e {
-        LeaseError::NotFound => ApiError::lease_not_found(),
-        LeaseError::TtlOutOfRange { ttl_ms_min, ttl_ms_max } => {
-            ApiError::bad_request("ttl_out_of_range", format!("ttl_ms must be between {ttl_ms_min} and {ttl_ms_max}"))
-                .with("ttl_ms_min", ttl_ms_min)
-                .with("ttl_ms_max", ttl_ms_max)
-        }
-        LeaseError::TooManyLeases { leases_max } => ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too_many_leases",
-            format!("the server holds its limit of {leases_max} leases"),
-        )
-        .with("limit", leases_max),
-        LeaseError::AlreadyExists => ApiError::internal("a fresh random lease id collided with a live one"),
-    }
 }

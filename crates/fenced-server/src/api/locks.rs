@@ -6,14 +6,12 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use fenced_core::table::{Acquire, WaitEnd};
-use fenced_core::{AcquireError, Grant, LeaseId, LockInfo, LockName, ReleaseError, Token, WaiterId};
+use fenced_core::{Acquire, Answer, Command, Error, Grant, LeaseId, LeaseRef, LockInfo, LockName, RequestId, Token};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tokio::sync::oneshot;
 
 use super::{json, new_lease_id, parse_lease_id, ApiError, App, AppInner};
-use crate::locks::{Locks, Started, WaitOutcome};
+use crate::locks::{Locks, Reply};
 use crate::metrics::inc;
 
 #[derive(Deserialize)]
@@ -106,158 +104,59 @@ pub struct AcquireReq {
 }
 
 /// Acquire (HTTP and the wire protocol): granted, or why not. Dropping the future
-/// while it waits withdraws the waiter (and revokes an implicit lease).
+/// while it waits withdraws the request (the table ends an implicit lease with it, and
+/// gives back a grant that raced the departure unless a twin request was told of it).
 pub async fn acquire_grant(app: App, name: LockName, req: AcquireReq) -> Result<Grant, ApiError> {
-    let (lease, implicit) = match (req.lease, req.ttl_ms) {
-        (Some(id), None) => (id, None),
-        (None, Some(ttl_ms)) => {
-            app.check_ttl(ttl_ms)?;
-            check_wait(&app, req.wait_ms, req.lock_delay_ms)?;
-            app.ensure_ttl_hwm(ttl_ms).await?;
-            let id = new_lease_id()?;
-            app.locks.with(|t, now| t.grant_lease(id, ttl_ms, now)).map_err(super::leases::lease_error)?;
-            inc(&app.metrics.leases_created);
-            (id, Some(id))
-        }
+    let lease = match (req.lease, req.ttl_ms) {
+        (Some(id), None) => LeaseRef::Existing(id),
+        (None, Some(ttl_ms)) => LeaseRef::Implicit { id: new_lease_id()?, ttl_ms },
         _ => return Err(ApiError::bad_request("invalid_field", "give exactly one of lease_id and ttl_ms")),
     };
-    let result = acquire_with(&app, name, lease, implicit, &req).await;
-    if result.is_err() {
-        if let Some(id) = implicit {
-            // The implicit lease exists only for a grant; no grant, no lease.
-            let _ = app.locks.with(|t, now| t.revoke(id, now));
-        }
-    }
-    result
-}
-
-fn check_wait(app: &AppInner, wait_ms: u64, lock_delay_ms: u64) -> Result<(), ApiError> {
-    let c = &app.config;
-    if wait_ms > c.wait_ms_max {
-        return Err(ApiError::bad_request("wait_out_of_range", format!("wait_ms is at most {}", c.wait_ms_max))
-            .with("wait_ms_max", c.wait_ms_max));
-    }
-    if lock_delay_ms > c.lock_delay_ms_max {
-        return Err(ApiError::bad_request(
-            "lock_delay_out_of_range",
-            format!("lock_delay_ms is at most {}", c.lock_delay_ms_max),
-        )
-        .with("lock_delay_ms_max", c.lock_delay_ms_max));
-    }
-    Ok(())
-}
-
-async fn acquire_with(
-    app: &AppInner,
-    name: LockName,
-    lease: LeaseId,
-    implicit: Option<LeaseId>,
-    req: &AcquireReq,
-) -> Result<Grant, ApiError> {
-    check_wait(app, req.wait_ms, req.lock_delay_ms)?;
     let wait_ms = req.wait_ms;
-    let cmd = Acquire { name: name.clone(), lease, wait_ms, lock_delay_ms: req.lock_delay_ms };
-    match app.locks.acquire(cmd, implicit).map_err(acquire_error)? {
-        Started::Granted(g) => Ok(g),
-        Started::NotGranted { in_grace: true, .. } => {
-            let left = app.grace_until_ms.saturating_sub(app.locks.now_ms());
-            Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "recovering",
-                "the server restarted and grants nothing until every lease of before the restart has expired",
-            )
-            .with("retry_after_ms", left))
-        }
-        Started::NotGranted { holder, .. } => Err(lock_held(holder, wait_ms)),
-        Started::Closed => Err(ApiError::shutting_down()),
-        Started::Queued { id, rx, .. } => {
-            let mut wait = Wait { locks: &app.locks, id, rx, implicit, done: false };
-            let outcome = match implicit {
-                None => (&mut wait.rx).await,
-                // An implicit lease lives as long as its request waits: the open
-                // request is the proof of life. Its TTL restarts at the grant.
-                Some(lease) => {
-                    let ttl_ms = app.locks.with(|t, now| t.lease(lease, now).map_or(0, |l| l.ttl_ms));
-                    let period = std::time::Duration::from_millis((ttl_ms / 3).max(1));
-                    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-                    loop {
-                        tokio::select! {
-                            r = &mut wait.rx => break r,
-                            _ = tick.tick() => drop(app.locks.with(|t, now| t.keepalive(lease, now))),
-                        }
-                    }
-                }
-            };
+    let cmd = Command::Acquire(Acquire { name, lease, wait_ms, lock_delay_ms: req.lock_delay_ms });
+    let answer = match app.locks.apply(cmd) {
+        Reply::Now(answer) => answer.map(|a| match a {
+            Answer::Granted(g) => g,
+            other => unreachable!("an acquire answered {other:?}"),
+        }),
+        Reply::Queued { id, rx } => {
+            let mut wait = Wait { locks: &app.locks, id, done: false };
+            let outcome = rx.await;
             wait.done = true;
-            match outcome {
-                Ok(WaitOutcome::Granted(g)) => Ok(g),
-                Ok(WaitOutcome::Ended(WaitEnd::LeaseGone)) => Err(ApiError::lease_not_found()),
-                Ok(WaitOutcome::Ended(_)) => {
-                    let holder = app.locks.with(|t, now| t.check(&name, Token::FIRST, now).1);
-                    Err(lock_held(holder, wait_ms))
-                }
-                Err(_) => Err(ApiError::shutting_down()),
-            }
+            outcome.unwrap_or(Err(Error::ShuttingDown))
         }
+    };
+    if let (Ok(_), LeaseRef::Implicit { .. }) = (&answer, lease) {
+        inc(&app.metrics.leases_created);
     }
+    answer.map_err(|e| match e {
+        Error::LockHeld { holder } => lock_held(holder, wait_ms),
+        e => e.into(),
+    })
 }
 
-/// A queued acquire whose handler may be dropped (client gone): on drop, it leaves
-/// the queue, and a grant that raced in is given back.
+/// A queued acquire whose handler may be dropped (client gone): on drop, the request
+/// is withdrawn.
 struct Wait<'a> {
     locks: &'a Locks,
-    id: WaiterId,
-    rx: oneshot::Receiver<WaitOutcome>,
-    implicit: Option<LeaseId>,
+    id: RequestId,
     done: bool,
 }
 
 impl Drop for Wait<'_> {
     fn drop(&mut self) {
         if !self.done {
-            self.locks.abandon(self.id, &mut self.rx, self.implicit);
+            self.locks.withdraw(self.id);
         }
     }
 }
 
 fn lock_held(holder: Option<Token>, wait_ms: u64) -> ApiError {
-    let message = match holder {
-        Some(_) if wait_ms == 0 => "the lock is held".to_string(),
-        Some(_) => format!("the lock was not granted within wait_ms {wait_ms}"),
-        None if wait_ms == 0 => "the lock is free but in lock-delay after its holder's lease expired".to_string(),
-        None => format!("the lock was not granted within wait_ms {wait_ms}"),
-    };
-    let e = ApiError::new(StatusCode::CONFLICT, "lock_held", message);
-    match holder {
-        Some(t) => e.with("holder_token", t.get()),
-        None => e,
+    let e = ApiError::from(Error::LockHeld { holder });
+    if wait_ms == 0 {
+        return e;
     }
-}
-
-fn acquire_error(e: AcquireError) -> ApiError {
-    match e {
-        AcquireError::LeaseNotFound => ApiError::lease_not_found(),
-        AcquireError::TooManyLocks { locks_max } => ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too_many_locks",
-            format!("the server holds its limit of {locks_max} locks"),
-        )
-        .with("limit", locks_max),
-        AcquireError::TooManyWaiters { waiters_max } => ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too_many_waiters",
-            format!("the waiter limit of {waiters_max} is reached"),
-        )
-        .with("limit", waiters_max),
-        AcquireError::WaitOutOfRange { wait_ms_max } => {
-            ApiError::bad_request("wait_out_of_range", format!("wait_ms is at most {wait_ms_max}"))
-                .with("wait_ms_max", wait_ms_max)
-        }
-        AcquireError::LockDelayOutOfRange { lock_delay_ms_max } => {
-            ApiError::bad_request("lock_delay_out_of_range", format!("lock_delay_ms is at most {lock_delay_ms_max}"))
-                .with("lock_delay_ms_max", lock_delay_ms_max)
-        }
-    }
+    ApiError { message: format!("the lock was not granted within wait_ms {wait_ms}"), ..e }
 }
 
 fn grant_response(g: &Grant) -> Response {
@@ -269,11 +168,10 @@ fn grant_response(g: &Grant) -> Response {
 
 /// Release (HTTP and the wire protocol): the released grant's token.
 pub fn release_lock(app: &AppInner, name: &LockName, lease: LeaseId) -> Result<Token, ApiError> {
-    match app.locks.with(|t, now| t.release(name, lease, now)) {
-        Ok(token) => Ok(token),
-        Err(ReleaseError::NotHolder { .. }) => {
-            Err(ApiError::new(StatusCode::CONFLICT, "not_holder", "this lease does not hold the lock"))
-        }
+    match app.locks.apply(Command::Release { name: name.clone(), lease }) {
+        Reply::Now(Ok(Answer::Released(token))) => Ok(token),
+        Reply::Now(Err(e)) => Err(e.into()),
+        _ => unreachable!("a release answers at once"),
     }
 }
 
@@ -281,13 +179,13 @@ pub fn release_lock(app: &AppInner, name: &LockName, lease: LeaseId) -> Result<T
 /// and the holder's token.
 pub fn check_token(app: &AppInner, name: &LockName, raw: u64) -> Result<(bool, Option<Token>), ApiError> {
     let token = Token::new(raw).ok_or_else(|| ApiError::bad_request("invalid_token", "a token is at least 1"))?;
-    Ok(app.locks.with(|t, now| t.check(name, token, now)))
+    Ok(app.locks.view(|t, _| t.check(name, token)))
 }
 
 /// `GET /v1/locks/{name}`.
 pub async fn get_one(State(app): State<App>, Path(name): Path<String>) -> Result<Response, ApiError> {
     let name = lock_name(&app, &name)?;
-    let (info, now) = app.locks.with(|t, now| (t.lock(&name, now), now));
+    let (info, now) = app.locks.view(|t, now| (t.lock(&name), now));
     let v = match info {
         Some(info) => lock_view(&info, now),
         None => json!({ "name": name.as_str(), "held": false, "token": null, "waiters": 0 }),
@@ -301,7 +199,7 @@ pub async fn list(
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (prefix, limit) = list_params(query, app.config.list_locks_max, app.config.lock_name_bytes_max, "lock name")?;
-    let (locks, now) = app.locks.with(|t, now| (t.locks_with_prefix(&prefix, limit, now), now));
+    let (locks, now) = app.locks.view(|t, now| (t.locks_with_prefix(&prefix, limit), now));
     let views: Vec<Value> = locks.iter().map(|l| lock_view(l, now)).collect();
     Ok(json(StatusCode::OK, &json!({ "locks": views })))
 }

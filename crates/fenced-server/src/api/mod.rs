@@ -8,7 +8,6 @@ mod locks;
 pub mod ops;
 mod store;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -32,7 +31,7 @@ pub use store::{read_value, store_key, write_value};
 use crate::config::Config;
 use crate::locks::Locks;
 use crate::metrics::Metrics;
-use fenced_store::{MetaKey, Store};
+use fenced_store::Store;
 
 /// Every route, as the OpenAPI document must describe it: (method, path).
 pub const ROUTES: &[(&str, &str)] = &[
@@ -65,14 +64,8 @@ pub struct AppInner {
     pub store: Store,
     pub config: Config,
     pub metrics: Arc<Metrics>,
-    /// The durable TTL high-water mark: no lease with a longer TTL exists.
-    pub ttl_ms_hwm: AtomicU64,
-    /// Serializes raising the high-water mark (rare).
-    pub ttl_hwm_write: tokio::sync::Mutex<()>,
     /// The bearer token `/v1` calls must present.
     pub auth_token: Option<Vec<u8>>,
-    /// The start-up grace ends at this time on the locks' clock.
-    pub grace_until_ms: u64,
     /// Flips to true when shutdown begins.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
@@ -206,31 +199,6 @@ impl AppInner {
     pub async fn json_body<T: DeserializeOwned>(&self, headers: &HeaderMap, body: Body) -> Result<T, ApiError> {
         let bytes = read_body(headers, body, self.config.body_bytes_max, "body").await?;
         parse(&bytes)
-    }
-
-    pub fn check_ttl(&self, ttl_ms: u64) -> Result<(), ApiError> {
-        let (min, max) = (self.config.ttl_ms_min, self.config.ttl_ms_max);
-        if !(min..=max).contains(&ttl_ms) {
-            return Err(ApiError::bad_request("ttl_out_of_range", format!("ttl_ms must be between {min} and {max}"))
-                .with("ttl_ms_min", min)
-                .with("ttl_ms_max", max));
-        }
-        Ok(())
-    }
-
-    /// The grace argument needs: no lease lives with a TTL above the durable mark.
-    /// Called before a lease is created.
-    pub async fn ensure_ttl_hwm(&self, ttl_ms: u64) -> Result<(), ApiError> {
-        if ttl_ms <= self.ttl_ms_hwm.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let _one = self.ttl_hwm_write.lock().await;
-        if ttl_ms <= self.ttl_ms_hwm.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        self.store.set_meta(MetaKey::TtlMsHwm, Some(ttl_ms)).await.map_err(ApiError::internal)?;
-        self.ttl_ms_hwm.fetch_max(ttl_ms, Ordering::AcqRel);
-        Ok(())
     }
 }
 

@@ -24,7 +24,7 @@ pub async fn readyz(State(app): State<App>) -> Response {
     if *app.shutdown.borrow() {
         return json(StatusCode::SERVICE_UNAVAILABLE, &json!({ "status": "shutting_down" }));
     }
-    let left = app.grace_until_ms.saturating_sub(app.locks.now_ms());
+    let left = app.locks.view(|t, now| t.grace_left_ms(now));
     json(StatusCode::OK, &json!({ "status": "ready", "recovering": left > 0, "grace_left_ms": left }))
 }
 

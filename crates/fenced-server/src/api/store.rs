@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use fenced_core::{Admission, Token};
+use fenced_core::{Admission, Error, Token};
+use fenced_store::StoreError;
 use serde_json::json;
 
 use super::{json, read_body, ApiError, App, AppInner};
@@ -24,7 +25,7 @@ pub async fn list(
 ) -> Result<Response, ApiError> {
     let max = app.config.list_locks_max;
     let (prefix, limit) = super::locks::list_params(query, max, app.config.store_key_bytes_max, "key")?;
-    let keys = app.store.list(prefix, limit).await.map_err(ApiError::internal)?;
+    let keys = app.store.list(prefix, limit).await.map_err(store_error)?;
     let views: Vec<serde_json::Value> = keys
         .iter()
         .map(|k| json!({ "key": k.key, "highest_seen": k.highest_seen.map(Token::get), "value_bytes": k.value_bytes }))
@@ -68,7 +69,8 @@ pub async fn write_value(app: &AppInner, key: String, token: Option<Token>, valu
             "a write to the fenced store needs a Fencing-Token header",
         ));
     };
-    let answer = app.store.put(key.clone(), Some(token), value).await.map_err(ApiError::internal)?;
+    check_issued(app, token)?;
+    let answer = app.store.put(key.clone(), Some(token), value).await.map_err(store_error)?;
     match answer.admission {
         Admission::Accepted { token, .. } => {
             inc(&app.metrics.store_writes_accepted);
@@ -106,11 +108,14 @@ pub async fn read_value(
     if token.is_some() && app.config.is_unfenced(&key) {
         return Err(token_on_unfenced(app, &key));
     }
+    if let Some(token) = token {
+        check_issued(app, token)?;
+    }
     let answer = match token {
         Some(token) => app.store.fenced_read(key.clone(), token).await,
         None => app.store.read(key.clone()).await,
     }
-    .map_err(ApiError::internal)?;
+    .map_err(store_error)?;
     if let Admission::Rejected { token, highest_seen } = answer.admission {
         inc(&app.metrics.stale_reads_rejected);
         return Err(stale(app, key, token, highest_seen, "read"));
@@ -133,6 +138,35 @@ pub async fn read_value(
         });
     };
     Ok((mark, value))
+}
+
+/// The store lives beside the lock service, so it refuses a token the service never
+/// issued: one buggy client must not shut a key to every real holder for good.
+fn check_issued(app: &AppInner, token: Token) -> Result<(), ApiError> {
+    let highest_issued = app.locks.view(|t, _| t.highest_issued());
+    if highest_issued.is_none_or(|h| token > h) {
+        inc(&app.metrics.tokens_not_issued);
+        return Err(Error::TokenNotIssued { token, highest_issued }.into());
+    }
+    Ok(())
+}
+
+/// A record that cannot be read back intact refuses the operation: it is never taken
+/// for "no mark", which would admit any token.
+fn store_error(e: StoreError) -> ApiError {
+    match e {
+        StoreError::Corrupt { ref key, .. } => {
+            tracing::error!(error = %e, "corrupt fenced-store record");
+            let key = key.clone();
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "corrupt_record",
+                "the record of this key cannot be read back intact; the operation is refused",
+            )
+            .with("key", key)
+        }
+        e => ApiError::internal(e),
+    }
 }
 
 fn stale(app: &AppInner, key: String, token: Token, highest_seen: Token, op: &'static str) -> ApiError {

@@ -1,0 +1,151 @@
+//! The lock table's one input type and everything applying it produces.
+//!
+//! Every change to the lock service is a [`Command`] applied at a timestamp
+//! (`LockTable::apply`); the [`Output`] is complete: the answer to every request that
+//! got one (by [`RequestId`], the command's own and queued acquires that ended), the
+//! events observers see, and what must be durable before any of it leaves the driver.
+//! The driver executes the output its own way: the server writes `persist` and then
+//! answers sockets, the simulator turns answers into messages. A replicated log can
+//! carry the same commands, with the leader's timestamp, to every replica.
+
+use crate::error::Error;
+use crate::table::{Effect, Grant, LeaseInfo};
+use crate::{LeaseId, LockName, Token};
+
+/// Names a request so that its answer, now or later, reaches its caller. Chosen by the
+/// driver, unique among the requests it has in flight.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct RequestId(pub u64);
+
+/// One change to the lock service.
+#[derive(Clone, Debug)]
+pub enum Command {
+    /// Creates a lease with a caller-chosen id (the server draws 128 random bits).
+    GrantLease { lease: LeaseId, ttl_ms: u64 },
+    /// Extends a live lease to `now + ttl`.
+    Keepalive { lease: LeaseId },
+    /// Acquires a lock at once, or queues for up to `wait_ms`.
+    Acquire(Acquire),
+    /// Releases a lock the lease holds; the next waiter is granted at once.
+    Release { name: LockName, lease: LeaseId },
+    /// Ends a lease now: its locks are released (no lock-delay) and its waits end.
+    Revoke { lease: LeaseId },
+    /// The caller of `request` went away. A queued acquire leaves its queue; a grant
+    /// it was answered with is given back, unless another request of the same lease
+    /// was told of that grant too (a retried request and its original).
+    Cancel { request: RequestId },
+    /// Runs the timers due: expiries, wait deadlines, lock-delays ending.
+    Tick,
+}
+
+/// An acquire request.
+#[derive(Clone, Debug)]
+pub struct Acquire {
+    pub name: LockName,
+    pub lease: LeaseRef,
+    /// 0 is a try-lock.
+    pub wait_ms: u64,
+    /// Lock-delay the lock gets if this holder's lease expires while holding it.
+    pub lock_delay_ms: u64,
+}
+
+/// The lease an acquire holds the lock under.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum LeaseRef {
+    /// A live lease the caller created and keeps alive.
+    Existing(LeaseId),
+    /// A lease for this request alone, created only when the acquire is granted or
+    /// queued. It cannot expire while its request waits (the open request is the proof
+    /// of life; the driver sends `Cancel` when the caller goes away), its TTL starts at
+    /// the grant, and a refused or withdrawn request leaves nothing behind.
+    Implicit { id: LeaseId, ttl_ms: u64 },
+}
+
+impl LeaseRef {
+    pub fn id(self) -> LeaseId {
+        match self {
+            LeaseRef::Existing(id) | LeaseRef::Implicit { id, .. } => id,
+        }
+    }
+}
+
+/// A successful answer.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Answer {
+    /// A lease created or kept alive.
+    Lease(LeaseInfo),
+    /// A lock granted (an idempotent re-acquire by the holder gets the same grant).
+    Granted(Grant),
+    /// A lock released; its token.
+    Released(Token),
+    /// Revoked, or cancelled.
+    Done,
+}
+
+/// What the lock table needs made durable, so that a restart keeps its promises.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Persist {
+    /// Every token issued is below this.
+    TokenCeiling(u64),
+    /// No lease that could hold a lock has a longer TTL: the crash grace.
+    TtlMsHwm(u64),
+    /// The lock-delay a lock must serve after a restart (its holder's lease may expire
+    /// meanwhile); `None` forgets it.
+    LockDelay { name: LockName, lock_delay_ms: Option<u64> },
+}
+
+impl Persist {
+    /// True when answers must wait for this write. Forgetting a lock-delay only makes a
+    /// restart more cautious than it needs to be, so it may be written lazily.
+    pub fn is_urgent(&self) -> bool {
+        !matches!(self, Persist::LockDelay { lock_delay_ms: None, .. })
+    }
+}
+
+/// Everything one `apply` produced, in order.
+#[derive(Debug, Default)]
+pub struct Output {
+    /// The answers, by request: the command's own, if it was answered now, and those of
+    /// queued acquires that ended. A request that waits gets no answer yet; a request
+    /// withdrawn by `Cancel` gets none at all.
+    pub answers: Vec<(RequestId, Result<Answer, Error>)>,
+    /// What happened, for observers (events, metrics, traces).
+    pub effects: Vec<Effect>,
+    /// To write, in order, before any answer or effect leaves the driver (when one of
+    /// them is urgent) or soon (when none is).
+    pub persist: Vec<Persist>,
+}
+
+impl Output {
+    pub fn clear(&mut self) {
+        self.answers.clear();
+        self.effects.clear();
+        self.persist.clear();
+    }
+
+    /// True when answers must wait for `persist` to be durable.
+    pub fn needs_sync(&self) -> bool {
+        self.persist.iter().any(Persist::is_urgent)
+    }
+
+    /// The answer to `request`, if this output has one.
+    pub fn take_answer(&mut self, request: RequestId) -> Option<Result<Answer, Error>> {
+        let i = self.answers.iter().position(|(r, _)| *r == request)?;
+        Some(self.answers.remove(i).1)
+    }
+}
+
+/// What a table starts from: the durable state a previous run left behind (the
+/// default, for a fresh service).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Durable {
+    /// Every token issued before is below this (0 on a fresh service).
+    pub token_ceiling: u64,
+    /// The largest TTL of any lease that could have held a lock.
+    pub ttl_ms_hwm: u64,
+    /// Set when the previous run shut down cleanly: the longest a lease of it could
+    /// still live, measured at that shutdown.
+    pub clean_grace_ms: Option<u64>,
+    /// Locks that may owe a lock-delay.
+    pub lock_delays: Vec<(LockName, u64)>,
+}

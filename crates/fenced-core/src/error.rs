@@ -1,0 +1,155 @@
+//! The lock service's one error enum: every way a request can be refused, with the
+//! domain code each transport carries (`lock_held`, `not_holder`, ...). The server maps
+//! it to HTTP statuses and JSON at its edge; nothing in here knows about either.
+
+use std::fmt;
+
+use crate::{NameError, Token};
+
+/// Why the lock service refused a request. Expected outcomes ("the lock is held", "the
+/// token is stale") are variants too: a caller matches on them, not on strings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// No live lease with this id: it expired, was revoked or never existed.
+    LeaseNotFound,
+    /// Not granted within the wait; `holder` is the holder's token, if any (a free lock
+    /// can refuse too, during lock-delay).
+    LockHeld {
+        holder: Option<Token>,
+    },
+    /// The lease does not hold the lock; `holder` is the token of whoever does.
+    NotHolder {
+        holder: Option<Token>,
+    },
+    /// The server restarted and grants nothing until every earlier lease has expired.
+    Recovering {
+        retry_after_ms: u64,
+    },
+    TtlOutOfRange {
+        ttl_ms_min: u64,
+        ttl_ms_max: u64,
+    },
+    WaitOutOfRange {
+        wait_ms_max: u64,
+    },
+    LockDelayOutOfRange {
+        lock_delay_ms_max: u64,
+    },
+    InvalidName(NameError),
+    TooManyLeases {
+        leases_max: usize,
+    },
+    TooManyLocks {
+        locks_max: usize,
+    },
+    TooManyWaiters {
+        waiters_max: usize,
+    },
+    /// A caller reused a live lease id. The server draws 128 random bits, so this is a
+    /// bug or an attack, never a coincidence.
+    LeaseExists,
+    /// The gate refused a token below the key's mark.
+    StaleToken {
+        token: Token,
+        highest_seen: Token,
+    },
+    /// A token above every token the service ever issued: accepting it would shut the
+    /// key to every real holder.
+    TokenNotIssued {
+        token: Token,
+        highest_issued: Option<Token>,
+    },
+    /// The server is shutting down and takes no new waits.
+    ShuttingDown,
+}
+
+impl Error {
+    /// The snake_case code every transport carries.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::LeaseNotFound => "lease_not_found",
+            Error::LockHeld { .. } => "lock_held",
+            Error::NotHolder { .. } => "not_holder",
+            Error::Recovering { .. } => "recovering",
+            Error::TtlOutOfRange { .. } => "ttl_out_of_range",
+            Error::WaitOutOfRange { .. } => "wait_out_of_range",
+            Error::LockDelayOutOfRange { .. } => "lock_delay_out_of_range",
+            Error::InvalidName(_) => "invalid_name",
+            Error::TooManyLeases { .. } => "too_many_leases",
+            Error::TooManyLocks { .. } => "too_many_locks",
+            Error::TooManyWaiters { .. } => "too_many_waiters",
+            Error::LeaseExists => "lease_exists",
+            Error::StaleToken { .. } => "stale_token",
+            Error::TokenNotIssued { .. } => "token_not_issued",
+            Error::ShuttingDown => "shutting_down",
+        }
+    }
+
+    /// The numbers a caller needs to act on the refusal, by name (the JSON edge puts
+    /// them next to `code`).
+    pub fn details(&self) -> Vec<(&'static str, u64)> {
+        let opt = |name, t: &Option<Token>| t.map(|t| (name, t.get()));
+        match self {
+            Error::LockHeld { holder } => opt("holder_token", holder).into_iter().collect(),
+            Error::NotHolder { holder } => opt("holder_token", holder).into_iter().collect(),
+            Error::Recovering { retry_after_ms } => vec![("retry_after_ms", *retry_after_ms)],
+            Error::TtlOutOfRange { ttl_ms_min, ttl_ms_max } => {
+                vec![("ttl_ms_min", *ttl_ms_min), ("ttl_ms_max", *ttl_ms_max)]
+            }
+            Error::WaitOutOfRange { wait_ms_max } => vec![("wait_ms_max", *wait_ms_max)],
+            Error::LockDelayOutOfRange { lock_delay_ms_max } => vec![("lock_delay_ms_max", *lock_delay_ms_max)],
+            Error::TooManyLeases { leases_max: n }
+            | Error::TooManyLocks { locks_max: n }
+            | Error::TooManyWaiters { waiters_max: n } => vec![("limit", *n as u64)],
+            Error::StaleToken { token, highest_seen } => {
+                vec![("token", token.get()), ("highest_seen", highest_seen.get())]
+            }
+            Error::TokenNotIssued { token, highest_issued } => {
+                let mut d = vec![("token", token.get())];
+                d.extend(opt("highest_issued", highest_issued));
+                d
+            }
+            Error::LeaseNotFound | Error::InvalidName(_) | Error::LeaseExists | Error::ShuttingDown => Vec::new(),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::LeaseNotFound => write!(f, "no live lease with this id: it expired, was revoked or never existed"),
+            Error::LockHeld { holder: Some(_) } => write!(f, "the lock is held"),
+            Error::LockHeld { holder: None } => {
+                write!(f, "the lock is free but in lock-delay after its holder's lease expired")
+            }
+            Error::NotHolder { .. } => write!(f, "this lease does not hold the lock"),
+            Error::Recovering { .. } => {
+                write!(f, "the server restarted and grants nothing until every lease of before the restart has expired")
+            }
+            Error::TtlOutOfRange { ttl_ms_min, ttl_ms_max } => {
+                write!(f, "ttl_ms must be between {ttl_ms_min} and {ttl_ms_max}")
+            }
+            Error::WaitOutOfRange { wait_ms_max } => write!(f, "wait_ms is at most {wait_ms_max}"),
+            Error::LockDelayOutOfRange { lock_delay_ms_max } => {
+                write!(f, "lock_delay_ms is at most {lock_delay_ms_max}")
+            }
+            Error::InvalidName(e) => e.fmt(f),
+            Error::TooManyLeases { leases_max } => write!(f, "the server holds its limit of {leases_max} leases"),
+            Error::TooManyLocks { locks_max } => write!(f, "the server holds its limit of {locks_max} locks"),
+            Error::TooManyWaiters { waiters_max } => write!(f, "the waiter limit of {waiters_max} is reached"),
+            Error::LeaseExists => write!(f, "a lease with this id is already live"),
+            Error::StaleToken { token, highest_seen } => {
+                write!(f, "token {token} is below the highest token this key has seen, {highest_seen}")
+            }
+            Error::TokenNotIssued { token, highest_issued: Some(h) } => {
+                write!(f, "token {token} was never issued: the highest token issued so far is {h}")
+            }
+            Error::TokenNotIssued { token, highest_issued: None } => {
+                write!(f, "token {token} was never issued: no token has been issued yet")
+            }
+            Error::ShuttingDown => write!(f, "the server is shutting down"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
