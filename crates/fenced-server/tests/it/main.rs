@@ -6,6 +6,7 @@ mod harness;
 mod input;
 mod limits;
 mod restart;
+mod rules;
 mod tls;
 mod unfenced;
 mod wire;

@@ -136,19 +136,25 @@ fn every_op_round_trips_on_the_same_table_as_http() {
     // The fenced store.
     let put = |token| Request::Put { key: "k", token: Token::new(token), value: b"v" };
     assert_eq!(
-        w.call(11, &put(5)).decode(),
-        Response::Written { token: Token::new(5).unwrap(), highest_seen: Token::new(5).unwrap() }
+        w.call(11, &put(1)).decode(),
+        Response::Written { token: Token::new(1).unwrap(), highest_seen: Token::new(1).unwrap() }
     );
-    let (status, body) = w.call(12, &put(4)).error();
+    let read = w.call(12, &Request::Get { key: "k", token: Token::new(2) });
+    assert_eq!(read.decode(), Response::Read { highest_seen: Token::new(2), value: b"v" });
+    let r = server.request("GET", "/v1/store/k", &[], b"");
+    assert_eq!(r.header("fencing-highest-seen"), Some("2"), "the fenced read raised the mark for HTTP too");
+    let (status, body) = w.call(13, &put(1)).error();
     assert_eq!(
         (status, body["error"]["code"].as_str(), body["error"]["highest_seen"].as_u64()),
-        (409, Some("stale_token"), Some(5))
+        (409, Some("stale_token"), Some(2))
     );
-    assert_eq!(w.call(13, &put(0)).error().0, 428, "no token: token_required");
-    let read = w.call(14, &Request::Get { key: "k", token: Token::new(6) });
-    assert_eq!(read.decode(), Response::Read { highest_seen: Token::new(6), value: b"v" });
-    let r = server.request("GET", "/v1/store/k", &[], b"");
-    assert_eq!(r.header("fencing-highest-seen"), Some("6"), "the fenced read raised the mark for HTTP too");
+    assert_eq!(w.call(14, &put(0)).error().0, 428, "no token: token_required");
+    // Only two tokens were ever issued: a third is refused, not taken as a mark.
+    let (status, body) = w.call(14, &put(3)).error();
+    assert_eq!(
+        (status, body["error"]["code"].as_str(), body["error"]["highest_issued"].as_u64()),
+        (409, Some("token_not_issued"), Some(2))
+    );
     assert_eq!(w.call(15, &Request::Get { key: "nope", token: None }).code(), "not_found");
     // Limits and input errors are the HTTP API's.
     assert_eq!(w.call(16, &Request::CreateLease { ttl_ms: 1 }).code(), "ttl_out_of_range");
@@ -159,7 +165,7 @@ fn every_op_round_trips_on_the_same_table_as_http() {
     assert_eq!(w.call(20, &Request::Check { name: "x", token: 0 }).code(), "invalid_token");
     let metrics = server.get("/metrics").text();
     assert!(metrics.contains("fenced_grants_total 2"), "{metrics}");
-    assert!(metrics.contains("fenced_wire_requests_total 20"), "{metrics}");
+    assert!(metrics.contains("fenced_wire_requests_total 21"), "{metrics}");
 }
 
 #[test]
@@ -278,4 +284,46 @@ fn without_the_token_every_call_is_refused() {
     assert_eq!(w.call(4, &Request::Auth { token: b"s3cret" }).decode(), Response::Done { op: op::AUTH });
     w.lease(1000);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Review defect 1 over the wire, 1,000 times: H holds X; lease L queues acquires A and
+/// B on X (a retried request); one write releases X by H and cancels B. A was told
+/// "granted": X must stay L's, with A's token, until L releases it.
+#[test]
+fn a_cancelled_twin_never_revokes_the_grant_its_original_was_told() {
+    let server = TestServer::start();
+    let mut w = Wire::open(server.wire);
+    let (h, l) = (w.lease(60_000), w.lease(60_000));
+    let mut twins_cancelled_while_queued = 0;
+    for i in 0..1_000u32 {
+        let id = 100 + i * 10;
+        let held = granted(&w.call(id, &acquire("x", h, 0)));
+        w.send(id + 1, &acquire("x", l, 30_000));
+        w.send(id + 2, &acquire("x", l, 30_000));
+        crate::harness::eventually(10, || server.call("GET", "/v1/locks/x", "").1["waiters"] == 2);
+        let mut out = Vec::new();
+        encode_request(&mut out, id + 3, &Request::Release { name: "x", lease: h });
+        encode_request(&mut out, id + 4, &Request::Cancel { target: id + 2 });
+        w.s.write_all(&out).unwrap();
+        let mut a_token = None;
+        for _ in 0..3 {
+            let f = w.recv();
+            match (f.0 - id, f.decode()) {
+                (1, Response::Granted { token, .. }) => a_token = Some(token),
+                (2, Response::Granted { .. }) => {}
+                (2, _) => {
+                    assert_eq!(f.code(), "cancelled");
+                    twins_cancelled_while_queued += 1;
+                }
+                (3, Response::Released { token }) => assert_eq!(token, held),
+                (k, other) => panic!("iteration {i}: answer {k} was {other:?}"),
+            }
+        }
+        let a = a_token.unwrap_or_else(|| panic!("iteration {i}: A was not granted"));
+        let checked = w.call(id + 5, &Request::Check { name: "x", token: a.get() });
+        assert_eq!(checked.decode(), Response::Checked { current: true, token: Some(a) }, "iteration {i}");
+        assert_eq!(w.call(id + 6, &Request::Release { name: "x", lease: l }).decode(), Response::Released { token: a });
+    }
+    // Both orders happened: the cancel caught B queued, or after its grant.
+    println!("B cancelled while still queued in {twins_cancelled_while_queued} of 1000");
 }

@@ -272,3 +272,83 @@ fn sigterm_drains_answers_waiters_and_records_a_clean_shutdown() {
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn signal(server: &Server, sig: &str) {
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill").args([sig, &pid]).status().unwrap().success());
+}
+
+/// Polls the server until `f` holds; panics after `secs`. Waits on real time passing
+/// (an expiry), never asserts a duration.
+fn until(secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "condition not reached within {secs} s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Review defects 2 and 3 across kill -9: a lock-delay in progress is served in full
+/// after the crash, and a refused try-lock with a five-minute TTL does not stretch the
+/// crash grace to five minutes.
+#[test]
+fn kill_9_keeps_a_lock_delay_and_a_refused_try_lock_raises_no_grace() {
+    let dir = scratch("lock-delay");
+    let mut server = Server::start(&dir);
+    let addr = server.addr;
+    let body = "{\"ttl_ms\":1000,\"lock_delay_ms\":30000}";
+    assert_eq!(call(addr, "POST", "/v1/locks/d/acquire", body, &[]).unwrap().0, 200);
+    let (st, e) = call(addr, "POST", "/v1/locks/d/acquire", "{\"ttl_ms\":300000}", &[]).unwrap();
+    assert_eq!((st, e["error"]["code"].as_str()), (409, Some("lock_held")), "{e}");
+    // The holder's lease expires: the lock-delay starts.
+    until(10, || call(addr, "GET", "/v1/locks/d", "", &[]).unwrap().1["held"] == false);
+    server.kill9();
+
+    let server = Server::start(&dir);
+    let addr = server.addr;
+    let (_, ready) = call(addr, "GET", "/readyz", "", &[]).unwrap();
+    let grace = ready["grace_left_ms"].as_u64().unwrap();
+    assert!(grace <= 1_000, "the grace follows the leases that held locks (1 s), not the refused request: {ready}");
+    until(10, || call(addr, "GET", "/readyz", "", &[]).unwrap().1["recovering"] == false);
+    let (st, e) = call(addr, "POST", "/v1/locks/d/acquire", "{\"ttl_ms\":1000}", &[]).unwrap();
+    assert_eq!((st, e["error"]["code"].as_str()), (409, Some("lock_held")), "still in lock-delay: {e}");
+    let (_, v) = call(addr, "GET", "/v1/locks/d", "", &[]).unwrap();
+    assert!(v["blocked_for_ms"].as_u64().unwrap() > 25_000, "the delay is served in full after the crash: {v}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Review defect 4: the server frozen (SIGSTOP) for longer than every TTL. Its time
+/// stands still through the stall: the queued waiter is still queued when it resumes,
+/// the holder still holds, and the waiter's grant, when it comes, is a lock it holds.
+#[test]
+fn a_server_frozen_past_every_ttl_keeps_its_waiters_and_answers_only_live_grants() {
+    let dir = scratch("sigstop");
+    let server = Server::start(&dir);
+    let addr = server.addr;
+    let (_, lease) = call(addr, "POST", "/v1/leases", "{\"ttl_ms\":1000}", &[]).unwrap();
+    let lease = lease["lease_id"].as_str().unwrap().to_string();
+    let by_holder = format!("{{\"lease_id\":\"{lease}\"}}");
+    let (st, g) = call(addr, "POST", "/v1/locks/p/acquire", &by_holder, &[]).unwrap();
+    assert_eq!(st, 200, "{g}");
+    let waiter = std::thread::spawn(move || {
+        call(addr, "POST", "/v1/locks/p/acquire", "{\"ttl_ms\":1000,\"wait_ms\":60000}", &[]).unwrap()
+    });
+    until(10, || call(addr, "GET", "/v1/locks/p", "", &[]).unwrap().1["waiters"] == 1);
+    signal(&server, "-STOP");
+    std::thread::sleep(Duration::from_millis(3_000));
+    signal(&server, "-CONT");
+    // The holder's keepalive, sent the moment the server runs again, still finds its lease.
+    let (st, k) = call(addr, "POST", &format!("/v1/leases/{lease}/keepalive"), "", &[]).unwrap();
+    assert_eq!(st, 200, "the holder's lease expired through the server's own stall: {k}");
+    let (_, v) = call(addr, "GET", "/v1/locks/p", "", &[]).unwrap();
+    assert_eq!((v["held"].as_bool(), v["waiters"].as_u64()), (Some(true), Some(1)), "{v}");
+    assert_eq!(call(addr, "POST", "/v1/locks/p/release", &by_holder, &[]).unwrap().0, 200);
+    let (st, g) = waiter.join().unwrap();
+    assert_eq!(st, 200, "the waiter was dropped by the stall: {g}");
+    let token = g["token"].as_u64().unwrap();
+    let (_, c) = call(addr, "POST", "/v1/locks/p/check", &format!("{{\"token\":{token}}}"), &[]).unwrap();
+    assert_eq!(c["current"], true, "granted a lock it no longer held: {c}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
