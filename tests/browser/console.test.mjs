@@ -148,11 +148,16 @@ test("a narrow screen keeps the laboratory usable", async () => {
 
 test("the live page lists store keys that existed before it opened", async () => {
   const setup = await browser.newContext();
-  const put = await setup.request.put(`${URL}/v1/store/before-page`, { headers: { "Fencing-Token": "3" }, data: "x" });
+  // The store takes only tokens the service issued: a real grant's.
+  const grant = await setup.request.post(`${URL}/v1/locks/before-page/acquire`, { data: { ttl_ms: 30000 } });
+  assert.equal(grant.status(), 200);
+  const { token, lease_id } = await grant.json();
+  const put = await setup.request.put(`${URL}/v1/store/before-page`, { headers: { "Fencing-Token": String(token) }, data: "x" });
   assert.equal(put.status(), 200);
+  assert.equal((await setup.request.post(`${URL}/v1/locks/before-page/release`, { data: { lease_id } })).status(), 200);
   await setup.close();
   const page = await open("/live");
-  await page.locator('tr[data-key="before-page"]').filter({ hasText: "#3" }).waitFor();
+  await page.locator('tr[data-key="before-page"]').filter({ hasText: `#${token}` }).waitFor();
   await page.context().close();
 });
 

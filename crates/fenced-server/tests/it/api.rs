@@ -224,6 +224,7 @@ fn lock_delay_after_expiry_but_not_after_release() {
 #[test]
 fn fenced_store_fresh_stale_and_fenced_reads() {
     let s = TestServer::start();
+    s.mint_tokens(40);
     let put = |key: &str, tok: Option<u64>, body: &str| {
         let t = tok.map(|t| t.to_string());
         let h: Vec<(&str, &str)> = t.iter().map(|t| ("Fencing-Token", t.as_str())).collect();
@@ -267,6 +268,7 @@ fn fenced_store_fresh_stale_and_fenced_reads() {
 #[test]
 fn store_keys_are_listed_with_their_marks() {
     let s = TestServer::start();
+    s.mint_tokens(11);
     for (key, tok, body) in [("orders/2", "7", "bb"), ("orders/1", "5", "a"), ("jobs/1", "9", "ccc")] {
         assert_eq!(
             s.request("PUT", &format!("/v1/store/{key}"), &[("Fencing-Token", tok)], body.as_bytes()).status,
@@ -313,6 +315,7 @@ fn events_stream_grants_releases_expiries_and_store_outcomes() {
             break;
         }
     }
+    s.mint_tokens(5);
     let a = s.lease(150);
     s.acquire("ev", &format!("{{\"lease_id\":\"{a}\"}}"));
     s.request("PUT", "/v1/store/ek", &[("Fencing-Token", "5")], b"v");
@@ -337,12 +340,13 @@ fn health_metrics_index_and_openapi() {
     assert_eq!((r.status, r.json()["status"].as_str()), (200, Some("ready")));
     let a = s.lease(10_000);
     s.acquire("m", &format!("{{\"lease_id\":\"{a}\"}}"));
+    s.acquire("m2", &format!("{{\"lease_id\":\"{a}\"}}"));
     s.call("POST", &format!("/v1/leases/{a}/keepalive"), "");
-    s.request("PUT", "/v1/store/m", &[("Fencing-Token", "5")], b"v");
-    s.request("PUT", "/v1/store/m", &[("Fencing-Token", "4")], b"v");
+    s.request("PUT", "/v1/store/m", &[("Fencing-Token", "2")], b"v");
+    s.request("PUT", "/v1/store/m", &[("Fencing-Token", "1")], b"v");
     let m = s.get("/metrics").text();
     for needle in [
-        "fenced_grants_total 1",
+        "fenced_grants_total 2",
         "fenced_keepalives_total 1",
         "fenced_stale_writes_rejected_total 1",
         "fenced_leases 1",

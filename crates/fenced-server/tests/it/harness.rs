@@ -120,6 +120,23 @@ impl TestServer {
     pub fn acquire(&self, name: &str, body: &str) -> (u16, Value) {
         self.call("POST", &format!("/v1/locks/{name}/acquire"), body)
     }
+
+    /// Grants and releases a scratch lock until token `up_to` has been issued: the
+    /// fenced store refuses tokens the service never issued, so a test that writes
+    /// with made-up tokens mints them first.
+    pub fn mint_tokens(&self, up_to: u64) {
+        let lease = self.lease(60_000);
+        loop {
+            let (st, g) = self.acquire("test/mint", &format!("{{\"lease_id\":\"{lease}\"}}"));
+            assert_eq!(st, 200, "{g}");
+            let body = format!("{{\"lease_id\":\"{lease}\"}}");
+            assert_eq!(self.call("POST", "/v1/locks/test/mint/release", &body).0, 200);
+            if g["token"].as_u64().unwrap() >= up_to {
+                break;
+            }
+        }
+        assert_eq!(self.call("DELETE", &format!("/v1/leases/{lease}"), "").0, 204);
+    }
 }
 
 impl Drop for TestServer {

@@ -28,6 +28,7 @@ fn without_a_prefix_every_write_needs_a_token() {
 #[test]
 fn keys_under_the_prefix_take_writes_without_a_token() {
     let s = TestServer::with(|c| c.unfenced_prefix = "scratch/".into());
+    s.mint_tokens(7);
     let r = put(&s, "scratch/counter", None, "1");
     assert_eq!((r.status, r.json()), (200, serde_json::json!({"key": "scratch/counter", "unfenced": true})));
     // Last writer wins, whatever it held: no mark is kept.

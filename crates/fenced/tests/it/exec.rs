@@ -247,10 +247,15 @@ fn lock_locks_put_and_get_speak_json() {
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
     };
     // `lock` prints the grant and holds until interrupted.
-    let mut lock = cli(&["lock", "orders/42", "--ttl", "5s"]).stdout(Stdio::piped()).spawn().unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(lock.stdout.take().unwrap()), &mut line).unwrap();
-    let grant: serde_json::Value = serde_json::from_str(&line).unwrap();
+    // `fenced lock` prints the grant, holds until interrupted, then releases.
+    let take = || {
+        let mut lock = cli(&["lock", "orders/42", "--ttl", "5s"]).stdout(Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(lock.stdout.take().unwrap()), &mut line).unwrap();
+        let grant: serde_json::Value = serde_json::from_str(&line).unwrap();
+        (lock, grant)
+    };
+    let (mut lock, grant) = take();
     assert_eq!(grant["name"], "orders/42");
     let token = grant["token"].as_u64().unwrap();
     assert!(LeaseId::from_hex(grant["lease_id"].as_str().unwrap()).is_some());
@@ -262,13 +267,18 @@ fn lock_locks_put_and_get_speak_json() {
     assert_eq!(wait_exit(&mut lock, Duration::from_secs(20)).code(), Some(0));
     let locks = json(&output(cli(&["locks", "--prefix", "orders/"])));
     assert!(locks["locks"].as_array().unwrap().iter().all(|l| l["held"] == false), "released: {locks}");
+    // A later holder (the store takes only tokens the service issued).
+    let (mut later, grant) = take();
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(later.id() as i32, libc::SIGINT) };
+    assert_eq!(wait_exit(&mut later, Duration::from_secs(20)).code(), Some(0));
+    let (stale_token, token) = (token, grant["token"].as_u64().unwrap());
 
     // The store: accepted, then refused with both tokens, and reads.
-    let token = token + 10; // a later holder's token, so that the lock's own token is stale
     let put = output(cli(&["put", "orders/42/state", "paid", "--token", &token.to_string()]));
     assert_eq!(put.status.code(), Some(0));
     assert_eq!(json(&put)["accepted"], true);
-    let stale = output(cli(&["put", "orders/42/state", "refunded", "--token", &(token - 1).to_string()]));
+    let stale = output(cli(&["put", "orders/42/state", "refunded", "--token", &stale_token.to_string()]));
     assert_eq!(stale.status.code(), Some(1));
     let v = json(&stale);
     assert_eq!((v["accepted"].as_bool(), v["highest_seen"].as_u64()), (Some(false), Some(token)));
