@@ -31,6 +31,9 @@ pub enum ClientCmd {
     Put(PutArgs),
     /// Read a value from the server's fenced store.
     Get(GetArgs),
+    /// The parent of `exec`'s command (started by `exec`, not by hand).
+    #[command(hide = true)]
+    ExecWatchdog(exec::watchdog::WatchdogArgs),
 }
 
 /// How long to hold and to wait, shared by `exec` and `lock`.
@@ -78,6 +81,11 @@ pub struct GetArgs {
 }
 
 pub fn run(cmd: ClientCmd, global: &Global) -> anyhow::Result<ExitCode> {
+    // No client and no runtime: the watchdog only waits, reaps and kills.
+    let cmd = match cmd {
+        ClientCmd::ExecWatchdog(a) => return exec::watchdog::run(a),
+        other => other,
+    };
     let client = Client::builder().endpoint(&global.endpoint).build().map_err(|e| match e {
         Error::BadRequest(m) => BadArgument::error("--endpoint", m),
         e => e.into(),
@@ -90,6 +98,7 @@ pub fn run(cmd: ClientCmd, global: &Global) -> anyhow::Result<ExitCode> {
             ClientCmd::Locks(a) => locks(&client, a, global).await,
             ClientCmd::Put(a) => put(&client, a, global).await,
             ClientCmd::Get(a) => get(&client, a, global).await,
+            ClientCmd::ExecWatchdog(_) => unreachable!("handled before the runtime starts"),
         }
     })
 }
