@@ -6,7 +6,8 @@
 //! (`watchdog.rs`) that kills everything under it if `fenced exec` dies. When the lock
 //! is lost, the group and every other descendant (found through `/proc` on Linux, where
 //! `fenced exec` is a child subreaper, see `procs.rs`) get SIGTERM, then SIGKILL after
-//! the grace. The exit status is then 3. Otherwise it is the command's
+//! the grace, but never later than the lease's client-side deadline: past it another
+//! holder may already run. The exit status is then 3. Otherwise it is the command's
 //! (128 + N when it died of signal N), or 1 when the lock was not acquired in time.
 //! Whatever is left when the command exits is stopped the same way, and the lock is
 //! released only once every descendant is gone and reaped.
@@ -41,7 +42,9 @@ pub struct ExecArgs {
     #[command(flatten)]
     pub hold: HoldArgs,
     /// Between SIGTERM and SIGKILL when the lock is lost or the command leaves processes
-    /// behind.
+    /// behind. Cut short so that SIGKILL comes no later than the lease's client-side
+    /// deadline (the last keepalive's send time + TTL - a tenth of the TTL): when the
+    /// lease simply ran out, SIGKILL follows SIGTERM at once.
     #[arg(long, default_value = "5s", value_parser = duration_ms)]
     pub grace: u64,
     /// The command and its arguments.
@@ -224,11 +227,12 @@ impl Forwarded {
 }
 
 /// Stops everything below us: SIGTERM to the command's group and to every descendant,
-/// then SIGKILL once the grace is over; returns once nothing is left and everything is reaped.
+/// then SIGKILL once the grace is over or the lease's client-side deadline has come,
+/// whichever is first; returns once nothing is left and everything is reaped.
 ///
 /// The watchdog is spared the SIGTERM: its death would SIGKILL the command at once and
 /// cut the grace short. With nothing else left it exits by itself.
-async fn stop_all(pgid: Option<libc::pid_t>, watchdog: libc::pid_t, _guard: &LockGuard, grace: Duration) {
+async fn stop_all(pgid: Option<libc::pid_t>, watchdog: libc::pid_t, guard: &LockGuard, grace: Duration) {
     // SAFETY: getpid cannot fail.
     let me = unsafe { libc::getpid() };
     let grace_ends = Instant::now() + grace;
@@ -241,7 +245,8 @@ async fn stop_all(pgid: Option<libc::pid_t>, watchdog: libc::pid_t, _guard: &Loc
         if left.is_empty() && !group && watchdog_reaped {
             return;
         }
-        let kill = Instant::now() >= grace_ends;
+        // Read each round: keepalives move it on while the lock holds, never after a loss.
+        let kill = Instant::now() >= grace_ends.min(guard.valid_until());
         let sig = if kill { libc::SIGKILL } else { libc::SIGTERM };
         if kill || first {
             if let Some(g) = pgid {

@@ -1,7 +1,8 @@
 //! End-to-end tests of `fenced exec` against a real `fenced server` child process: the
 //! child's environment, its exit status, a busy lock, a lease revoked from outside
 //! stopping the child's whole process group, and nothing the command started outliving
-//! the lock: not a process that left the group, not after `kill -9` of `fenced exec`.
+//! the lock: not a process that left the group, not after `kill -9` of `fenced exec`,
+//! not past the lease's deadline whatever the grace.
 #![cfg(feature = "client")]
 
 use std::net::TcpListener;
@@ -380,4 +381,44 @@ fn a_process_that_left_the_group_dies_before_the_lock_is_released() {
     let seen = String::from_utf8(seen.stdout).unwrap();
     let zombie = seen.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
     assert!(seen.trim() == "gone" || zombie, "the next holder saw the loop running: {seen}");
+}
+
+#[test]
+fn sigkill_comes_by_the_lease_deadline_whatever_the_grace() {
+    let server = Server::start("deadline");
+    let dir = Dir::new("deadline-files");
+    let [shell, escaped] = ["shell", "escaped"].map(|f| dir.0.join(f));
+    // Both ignore SIGTERM (an ignored signal stays ignored across fork and exec), and
+    // one has left the group: only SIGKILL, sent to more than the group, stops them.
+    let script = format!(
+        "trap '' TERM; setsid sh -c 'echo $$ > {escaped}; while :; do sleep 0.1; done' & \
+         echo $$ > {shell}; while :; do sleep 0.1; done",
+        escaped = escaped.display(),
+        shell = shell.display(),
+    );
+    let ttl = Duration::from_secs(2);
+    let mut exec = server
+        .exec(&["jobs/deadline", "--ttl", "2s", "--grace", "30s", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pids: Vec<i32> = [&shell, &escaped].map(|f| wait_for_file(f, &mut exec).parse().unwrap()).to_vec();
+    let _leftovers = KillLeftovers(pids.clone());
+    // A frozen server answers no keepalive: the lease runs out, as in a partition.
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(server.child.id() as i32, libc::SIGSTOP) };
+    let frozen_at = Instant::now();
+    // The client-side deadline comes within one TTL of the last keepalive before the
+    // freeze; the grace would have been 30 s on top. The slack is for a loaded machine.
+    let within = ttl + Duration::from_secs(8);
+    let dead = pids.iter().map(|&p| wait_gone(p, within.saturating_sub(frozen_at.elapsed()))).collect::<Vec<_>>();
+    // SAFETY: as above.
+    unsafe { libc::kill(server.child.id() as i32, libc::SIGCONT) };
+    assert_eq!(dead, [true, true], "{pids:?} still ran {within:?} after the keepalives stopped (grace 30 s)");
+    let status = wait_exit(&mut exec, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(3), "exit 3 when the lock is lost");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(exec.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(stderr.contains("lost"), "says why: {stderr}");
 }
