@@ -22,6 +22,14 @@ const EXIT_LOST: u8 = 3;
 #[derive(Subcommand, Debug)]
 pub enum ClientCmd {
     /// Run a command while holding a lock; stop it if the lock is lost.
+    ///
+    /// Nothing the command starts outlives the lock. When the lock is lost, and when the
+    /// command exits, its process group and (on Linux) every other descendant, even one
+    /// that left the group with setsid or a double fork, get SIGTERM, then SIGKILL after
+    /// --grace but no later than the lease's client-side deadline; the lock is released
+    /// only once all of them are gone. If fenced exec itself dies, even by kill -9, the
+    /// watchdog that is the command's parent SIGKILLs everything below it. Elsewhere than
+    /// on Linux only the process group is followed. See docs/client.md.
     Exec(exec::ExecArgs),
     /// Acquire a lock, print the grant, hold it until interrupted, then release.
     Lock(LockArgs),
