@@ -22,6 +22,14 @@ const EXIT_LOST: u8 = 3;
 #[derive(Subcommand, Debug)]
 pub enum ClientCmd {
     /// Run a command while holding a lock; stop it if the lock is lost.
+    ///
+    /// Nothing the command starts outlives the lock. When the lock is lost, and when the
+    /// command exits, its process group and (on Linux) every other descendant, even one
+    /// that left the group with setsid or a double fork, get SIGTERM, then SIGKILL after
+    /// --grace but no later than the lease's client-side deadline; the lock is released
+    /// only once all of them are gone. If fenced exec itself dies, even by kill -9, the
+    /// watchdog that is the command's parent SIGKILLs everything below it. Elsewhere than
+    /// on Linux only the process group is followed. See docs/client.md.
     Exec(exec::ExecArgs),
     /// Acquire a lock, print the grant, hold it until interrupted, then release.
     Lock(LockArgs),
@@ -31,6 +39,9 @@ pub enum ClientCmd {
     Put(PutArgs),
     /// Read a value from the server's fenced store.
     Get(GetArgs),
+    /// The parent of `exec`'s command (started by `exec`, not by hand).
+    #[command(hide = true)]
+    ExecWatchdog(exec::watchdog::WatchdogArgs),
 }
 
 /// How long to hold and to wait, shared by `exec` and `lock`.
@@ -78,6 +89,11 @@ pub struct GetArgs {
 }
 
 pub fn run(cmd: ClientCmd, global: &Global) -> anyhow::Result<ExitCode> {
+    // No client and no runtime: the watchdog only waits, reaps and kills.
+    let cmd = match cmd {
+        ClientCmd::ExecWatchdog(a) => return exec::watchdog::run(a),
+        other => other,
+    };
     let client = Client::builder().endpoint(&global.endpoint).build().map_err(|e| match e {
         Error::BadRequest(m) => BadArgument::error("--endpoint", m),
         e => e.into(),
@@ -90,6 +106,7 @@ pub fn run(cmd: ClientCmd, global: &Global) -> anyhow::Result<ExitCode> {
             ClientCmd::Locks(a) => locks(&client, a, global).await,
             ClientCmd::Put(a) => put(&client, a, global).await,
             ClientCmd::Get(a) => get(&client, a, global).await,
+            ClientCmd::ExecWatchdog(_) => unreachable!("handled before the runtime starts"),
         }
     })
 }

@@ -1,26 +1,38 @@
-//! `fenced exec NAME -- CMD ARGS...`: run a command while holding a lock.
+//! `fenced exec NAME -- CMD ARGS...`: run a command while holding a lock, and let
+//! nothing it started outlive the lock.
 //!
 //! The command runs in a process group of its own, with `FENCED_TOKEN`, `FENCED_LOCK`,
-//! `FENCED_LEASE_ID` and `FENCED_ENDPOINT` in its environment. When the lock is lost,
-//! the whole group gets SIGTERM, then SIGKILL after the grace, so `sh -c` wrappers
-//! leave nothing running; the exit status is then 3. Otherwise it is the command's
+//! `FENCED_LEASE_ID` and `FENCED_ENDPOINT` in its environment, below a watchdog
+//! (`watchdog.rs`) that kills everything under it if `fenced exec` dies. When the lock
+//! is lost, the group and every other descendant (found through `/proc` on Linux, where
+//! `fenced exec` is a child subreaper, see `procs.rs`) get SIGTERM, then SIGKILL after
+//! the grace, but never later than the lease's client-side deadline: past it another
+//! holder may already run. The exit status is then 3. Otherwise it is the command's
 //! (128 + N when it died of signal N), or 1 when the lock was not acquired in time.
-//! Whatever is left of the group when the command exits is stopped the same way before
-//! the lock is released: nothing of it may outlive the lock.
+//! Whatever is left when the command exits is stopped the same way, and the lock is
+//! released only once every descendant is gone and reaped.
 
-use std::process::{ExitCode, ExitStatus, Stdio};
+mod procs;
+pub mod watchdog;
+
+use std::os::fd::AsRawFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Args;
-use fenced_client::{Client, Error, LockGuard};
-use tokio::process::{Child, Command};
-use tokio::signal::unix::{signal, SignalKind};
+use fenced_client::{Client, Error, LockGuard, LostReason};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::net::UnixStream;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::time::{sleep, Instant};
 
+use self::watchdog::Report;
 use super::{hold_options, HoldArgs, EXIT_LOST, EXIT_NOT_ACQUIRED};
-use crate::args::{duration_ms, BadArgument, Global};
+use crate::args::{duration_ms, Global};
 
-/// How often the group is polled while it is being stopped.
+/// How often the tree is looked at again while it is being stopped.
 const STOP_POLL: Duration = Duration::from_millis(20);
 
 #[derive(Args, Debug)]
@@ -29,7 +41,10 @@ pub struct ExecArgs {
     pub name: String,
     #[command(flatten)]
     pub hold: HoldArgs,
-    /// Between SIGTERM and SIGKILL when the lock is lost.
+    /// Between SIGTERM and SIGKILL when the lock is lost or the command leaves processes
+    /// behind. Cut short so that SIGKILL comes no later than the lease's client-side
+    /// deadline (the last keepalive's send time + TTL - a tenth of the TTL): when the
+    /// lease simply ran out, SIGKILL follows SIGTERM at once.
     #[arg(long, default_value = "5s", value_parser = duration_ms)]
     pub grace: u64,
     /// The command and its arguments.
@@ -37,10 +52,21 @@ pub struct ExecArgs {
     pub command: Vec<String>,
 }
 
+/// How the command's run ended.
+enum Ended {
+    /// The command exited by itself with this status.
+    Exited(ExitStatus),
+    /// The lock was lost first.
+    Lost(LostReason),
+    /// The watchdog died (someone killed it); so did the command, by PDEATHSIG.
+    WatchdogDied,
+}
+
 pub async fn run(client: &Client, a: ExecArgs, _global: &Global) -> anyhow::Result<ExitCode> {
     let (ttl, wait) = hold_options(&a.name, &a.hold)?;
     let grace = Duration::from_millis(a.grace);
-    let (program, args) = a.command.split_first().ok_or_else(|| BadArgument::error("CMD", "no command given"))?;
+    // Before anything runs: an orphan must come to us, never to init.
+    procs::become_subreaper().context("becoming a child subreaper")?;
     let guard = match client.lock(&a.name).ttl(ttl).wait(wait).acquire().await {
         Ok(g) => g,
         Err(Error::LockHeld { name }) => {
@@ -52,31 +78,47 @@ pub async fn run(client: &Client, a: ExecArgs, _global: &Global) -> anyhow::Resu
             return Ok(ExitCode::from(EXIT_NOT_ACQUIRED));
         }
     };
-    let mut child = match Command::new(program)
-        .args(args)
-        .env("FENCED_TOKEN", guard.token().to_string())
-        .env("FENCED_LOCK", guard.name().as_str())
-        .env("FENCED_LEASE_ID", guard.lease_id().to_hex())
-        .env("FENCED_ENDPOINT", client.endpoint())
-        .stdin(Stdio::inherit())
-        .process_group(0)
-        .spawn()
-    {
-        Ok(c) => c,
+    // Installed only now: until the lock is held, SIGINT and SIGTERM simply end us.
+    let mut signals = match Forwarded::new() {
+        Ok(s) => s,
         Err(e) => {
-            eprintln!("fenced exec: cannot run '{program}': {e}");
             let _ = guard.release().await;
-            let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
-            return Ok(ExitCode::from(code));
+            return Err(e.into());
         }
     };
-    let pgid = child.id().expect("a child just spawned has a pid") as libc::pid_t;
-    let (status, stopped_for_loss) = supervise(&mut child, pgid, &guard, grace).await?;
+    let (watchdog, mut reports) = match spawn_watchdog(client, &guard, &a.command) {
+        Ok(w) => w,
+        Err(e) => {
+            let _ = guard.release().await;
+            return Err(e.context("starting the watchdog"));
+        }
+    };
+    let ended = match reports.next_line().await.ok().flatten().as_deref().and_then(Report::parse) {
+        Some(Report::Started(pgid)) => supervise(&mut reports, pgid, &guard, &mut signals).await,
+        Some(Report::Failed(code)) => {
+            // The watchdog said why on standard error and exits by itself.
+            stop_all(None, watchdog, &guard, grace).await;
+            let _ = guard.release().await;
+            return Ok(ExitCode::from(code));
+        }
+        _ => Ended::WatchdogDied,
+    };
+    match &ended {
+        Ended::Lost(reason) => {
+            eprintln!("fenced exec: lock '{}' lost ({reason}); stopping the command", guard.name());
+        }
+        Ended::WatchdogDied => eprintln!("fenced exec: the watchdog died; stopping what is left of the command"),
+        Ended::Exited(_) => {}
+    }
+    stop_all(signals.pgid, watchdog, &guard, grace).await;
+    // Only now: every descendant is gone and reaped.
     let lost = guard.lost_reason();
     let released = guard.release().await;
-    if stopped_for_loss {
-        return Ok(ExitCode::from(EXIT_LOST));
-    }
+    let status = match ended {
+        Ended::Lost(_) => return Ok(ExitCode::from(EXIT_LOST)),
+        Ended::WatchdogDied => anyhow::bail!("the watchdog of lock '{}' died", a.name),
+        Ended::Exited(status) => status,
+    };
     // The command finished, but the lock may have been lost while it was finishing.
     if let Some(reason) = lost.or(match released {
         Err(Error::Lost(r)) => Some(r),
@@ -88,85 +130,143 @@ pub async fn run(client: &Client, a: ExecArgs, _global: &Global) -> anyhow::Resu
     Ok(ExitCode::from(exit_code(status)))
 }
 
-/// Waits for the command, forwarding SIGINT, SIGTERM and SIGHUP to its group and
-/// stopping the group when the lock is lost. Returns the command's status once nothing
-/// of its group is left running, and whether it was stopped because the lock was lost.
+/// Starts `fenced exec-watchdog -- CMD ARGS...` with the lock's variables in its
+/// environment (the command inherits them), in a process group of its own so that the
+/// terminal's signals reach only us. Returns its pid and its reports.
+fn spawn_watchdog(
+    client: &Client,
+    guard: &LockGuard,
+    command: &[String],
+) -> anyhow::Result<(libc::pid_t, Lines<BufReader<UnixStream>>)> {
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+    let fd = theirs.as_raw_fd();
+    let mut c = std::process::Command::new(own_executable()?);
+    c.arg0("fenced")
+        .arg("exec-watchdog")
+        .arg("--control-fd")
+        .arg(fd.to_string())
+        .arg("--")
+        .args(command)
+        .env("FENCED_TOKEN", guard.token().to_string())
+        .env("FENCED_LOCK", guard.name().as_str())
+        .env("FENCED_LEASE_ID", guard.lease_id().to_hex())
+        .env("FENCED_ENDPOINT", client.endpoint())
+        .process_group(0);
+    // SAFETY: between fork and exec, only fcntl (async-signal-safe) on a descriptor
+    // that stays open in the parent until the spawn returns.
+    unsafe {
+        c.pre_exec(move || {
+            // The pair is close-on-exec; the watchdog's end alone must cross the exec.
+            if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    // Never waited on through `Child`: `stop_all` reaps it with every other orphan.
+    let pid = c.spawn()?.id() as libc::pid_t;
+    // Our copy of their end goes, so that their death reads as end of file.
+    drop(theirs);
+    ours.set_nonblocking(true)?;
+    Ok((pid, BufReader::new(UnixStream::from_std(ours)?).lines()))
+}
+
+/// `/proc/self/exe` on Linux: it still runs this binary if the file was replaced since.
+fn own_executable() -> std::io::Result<std::path::PathBuf> {
+    if cfg!(target_os = "linux") {
+        Ok("/proc/self/exe".into())
+    } else {
+        std::env::current_exe()
+    }
+}
+
+/// Waits for the command's end or the lock's loss, forwarding SIGINT, SIGTERM and
+/// SIGHUP to the command's group meanwhile.
 async fn supervise(
-    child: &mut Child,
+    reports: &mut Lines<BufReader<UnixStream>>,
     pgid: libc::pid_t,
     guard: &LockGuard,
-    grace: Duration,
-) -> anyhow::Result<(ExitStatus, bool)> {
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sighup = signal(SignalKind::hangup())?;
+    signals: &mut Forwarded,
+) -> Ended {
+    signals.pgid = Some(pgid);
     let lost = guard.lost();
     tokio::pin!(lost);
     loop {
         tokio::select! {
-            status = child.wait() => {
-                let status = status?;
-                // The command is done; whatever it left in its group must not outlive the lock.
-                stop_group(child, pgid, grace).await?;
-                return Ok((status, false));
-            }
-            reason = &mut lost => {
-                eprintln!("fenced exec: lock '{}' lost ({reason}); stopping the command", guard.name());
-                return Ok((stop_group(child, pgid, grace).await?, true));
-            }
-            _ = sigint.recv() => killpg(pgid, libc::SIGINT),
-            _ = sigterm.recv() => killpg(pgid, libc::SIGTERM),
-            _ = sighup.recv() => killpg(pgid, libc::SIGHUP),
+            line = reports.next_line() => match line.ok().flatten().as_deref().and_then(Report::parse) {
+                Some(Report::Exited(raw)) => return Ended::Exited(ExitStatus::from_raw(raw)),
+                Some(_) => {}
+                None => return Ended::WatchdogDied,
+            },
+            reason = &mut lost => return Ended::Lost(reason),
+            _ = signals.int.recv() => procs::killpg(pgid, libc::SIGINT),
+            _ = signals.term.recv() => procs::killpg(pgid, libc::SIGTERM),
+            _ = signals.hup.recv() => procs::killpg(pgid, libc::SIGHUP),
         }
     }
 }
 
-/// SIGTERM to the group, SIGKILL after `grace` to whatever is left; returns the
-/// command's status. Reaps the command while polling, since a zombie leader still
-/// counts as a member of its group.
-async fn stop_group(child: &mut Child, pgid: libc::pid_t, grace: Duration) -> anyhow::Result<ExitStatus> {
-    let mut status = child.try_wait()?;
-    if !group_alive(pgid) {
-        return Ok(match status {
-            Some(s) => s,
-            None => child.wait().await?,
-        });
+/// The signals forwarded to the command's group, installed before the command starts.
+struct Forwarded {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+    /// The command's process group, once it runs.
+    pgid: Option<libc::pid_t>,
+}
+
+impl Forwarded {
+    fn new() -> std::io::Result<Forwarded> {
+        Ok(Forwarded {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
+            pgid: None,
+        })
     }
-    killpg(pgid, libc::SIGTERM);
-    let kill_at = Instant::now() + grace;
-    while Instant::now() < kill_at {
-        if status.is_none() {
-            status = child.try_wait()?;
+}
+
+/// Stops everything below us: SIGTERM to the command's group and to every descendant,
+/// then SIGKILL once the grace is over or the lease's client-side deadline has come,
+/// whichever is first; returns once nothing is left and everything is reaped.
+///
+/// The watchdog is spared the SIGTERM: its death would SIGKILL the command at once and
+/// cut the grace short. With nothing else left it exits by itself.
+async fn stop_all(pgid: Option<libc::pid_t>, watchdog: libc::pid_t, guard: &LockGuard, grace: Duration) {
+    // SAFETY: getpid cannot fail.
+    let me = unsafe { libc::getpid() };
+    let grace_ends = Instant::now() + grace;
+    let mut watchdog_reaped = false;
+    let mut first = true;
+    loop {
+        watchdog_reaped |= procs::reap_exited().iter().any(|&(pid, _)| pid == watchdog);
+        let left = procs::live_descendants(me);
+        let group = pgid.is_some_and(procs::group_alive);
+        if left.is_empty() && !group && watchdog_reaped {
+            return;
         }
-        if let Some(s) = status.filter(|_| !group_alive(pgid)) {
-            return Ok(s);
+        // Read each round: keepalives move it on while the lock holds, never after a loss.
+        let kill = Instant::now() >= grace_ends.min(guard.valid_until());
+        let sig = if kill { libc::SIGKILL } else { libc::SIGTERM };
+        if kill || first {
+            if let Some(g) = pgid {
+                procs::killpg(g, sig);
+            }
+            for &pid in left.iter().filter(|&&p| kill || p != watchdog) {
+                procs::kill(pid, sig);
+            }
+            if kill && !watchdog_reaped {
+                // Still unreaped, so the pid cannot belong to anyone else yet.
+                procs::kill(watchdog, libc::SIGKILL);
+            }
+            first = false;
         }
         sleep(STOP_POLL).await;
     }
-    killpg(pgid, libc::SIGKILL);
-    Ok(match status {
-        Some(s) => s,
-        None => child.wait().await?,
-    })
-}
-
-fn killpg(pgid: libc::pid_t, sig: libc::c_int) {
-    // SAFETY: kill(2) with a negative pid signals a process group; no memory is involved.
-    unsafe {
-        libc::kill(-pgid, sig);
-    }
-}
-
-/// Whether any process of the group is still there (zombies of processes that are not
-/// our children are reaped by their new parent, not us, so they may linger here briefly).
-fn group_alive(pgid: libc::pid_t) -> bool {
-    // SAFETY: signal 0 only checks that the group exists and may be signalled.
-    unsafe { libc::kill(-pgid, 0) == 0 }
 }
 
 /// The shell's convention: the exit code, or 128 + the signal that ended the process.
 fn exit_code(status: ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(c), _) => c as u8,
         (None, Some(sig)) => (128 + sig) as u8,
