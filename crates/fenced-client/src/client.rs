@@ -221,7 +221,7 @@ impl Client {
     pub async fn revoke_lease(&self, lease: LeaseId) -> Result<(), Error> {
         match self.conn.revoke(lease).await? {
             Ok(()) => Ok(()),
-            Err(e) if e.status == 404 => Ok(()),
+            Err(e) if e.lease_gone() => Ok(()),
             Err(e) => Err(e.into_error()),
         }
     }
@@ -291,11 +291,11 @@ impl LockRequest {
                 Ok(body) => break (body, sent_at),
                 Err(api) => api,
             };
-            match (api.status, api.code.as_str()) {
-                (409, "lock_held") => return Err(Error::LockHeld { name: name.to_string() }),
+            match api.refusal {
+                Some(fenced_core::Error::LockHeld { .. }) => return Err(Error::LockHeld { name: name.to_string() }),
                 // The server refuses grants right after a crash, until every lease that
                 // could have been held has run out. Nothing was granted: retrying is safe.
-                (503, _) if Instant::now() < give_up_at => {
+                _ if api.retryable() && Instant::now() < give_up_at => {
                     let pause = api.retry_after().unwrap_or(Duration::from_millis(200));
                     tokio::time::sleep_until((Instant::now() + pause).min(give_up_at)).await;
                 }

@@ -265,7 +265,7 @@ impl Conn {
             }
             Conn::Wire(m) => match m.call(Request::Get { key, token }, false, m.request_timeout).await? {
                 Reply::Read { highest_seen, value } => Ok(Ok(StoreRead { value: Some(value), highest_seen })),
-                Reply::Error(api) if api.status == 404 => {
+                Reply::Error(api) if api.code == "not_found" => {
                     let mark = api.detail_u64("highest_seen").and_then(Token::new);
                     Ok(Ok(StoreRead { value: None, highest_seen: mark }))
                 }

@@ -46,11 +46,16 @@ pub enum Error {
     /// The thing asked about does not exist (404).
     #[error("not found: {0}")]
     NotFound(String),
+    /// The lock service refused the call for a reason of its own that none of the
+    /// variants above names (`not_holder`, `token_not_issued`, ...): match on it.
+    #[error("refused: {0}")]
+    Refused(fenced_core::Error),
     /// Any other answer from the server.
-    #[error("server answered {status} {code}: {message}")]
+    #[error("server answered {code}: {message}")]
     Server {
-        /// HTTP status.
-        status: u16,
+        /// HTTP status, when the answer came over HTTP (the wire protocol carries
+        /// codes only).
+        status: Option<u16>,
         /// The error body's `code`.
         code: String,
         /// The error body's `message`.
@@ -99,15 +104,21 @@ impl fmt::Display for LostReason {
 /// An error answer from the server, before it is given a meaning by the call.
 #[derive(Debug, Clone)]
 pub(crate) struct ApiError {
-    pub status: u16,
+    /// The HTTP status, when the answer came over HTTP.
+    pub status: Option<u16>,
     pub code: String,
     pub message: String,
     pub details: serde_json::Map<String, serde_json::Value>,
+    /// The lock service's own refusal, when `code` is one of its domain codes: what the
+    /// client matches on, rather than a (status, code) pair.
+    pub refusal: Option<fenced_core::Error>,
 }
 
 impl ApiError {
-    /// Parses `{"error":{"code","message",...}}`; anything else keeps the status and the raw text.
-    pub fn parse(status: u16, body: &[u8]) -> ApiError {
+    /// Parses `{"error":{"code","message",...}}`, from an HTTP answer (`status`) or a
+    /// wire answer (`code`, which the frame carries beside the body); anything else
+    /// keeps the raw text.
+    pub fn parse(status: Option<u16>, code: Option<&str>, body: &[u8]) -> ApiError {
         #[derive(serde::Deserialize)]
         struct Outer {
             error: Inner,
@@ -120,17 +131,23 @@ impl ApiError {
             #[serde(flatten)]
             details: serde_json::Map<String, serde_json::Value>,
         }
-        match serde_json::from_slice::<Outer>(body) {
+        let mut e = match serde_json::from_slice::<Outer>(body) {
             Ok(Outer { error }) => {
-                ApiError { status, code: error.code, message: error.message, details: error.details }
+                ApiError { status, code: error.code, message: error.message, details: error.details, refusal: None }
             }
             Err(_) => ApiError {
                 status,
-                code: format!("http_{status}"),
+                code: status.map_or_else(|| "bad_answer".to_string(), |s| format!("http_{s}")),
                 message: String::from_utf8_lossy(body).chars().take(200).collect(),
                 details: serde_json::Map::new(),
+                refusal: None,
             },
+        };
+        if let Some(code) = code {
+            e.code = code.to_string();
         }
+        e.refusal = fenced_core::Error::from_code(&e.code, |k| e.detail_u64(k));
+        e
     }
 
     pub fn detail_u64(&self, key: &str) -> Option<u64> {
@@ -141,24 +158,48 @@ impl ApiError {
         self.detail_u64("retry_after_ms").map(Duration::from_millis)
     }
 
-    /// The generic meaning of an answer; calls refine the ones they expect (409, 404).
+    /// The lease is gone on the server (expired or revoked).
+    pub fn lease_gone(&self) -> bool {
+        matches!(self.refusal, Some(fenced_core::Error::LeaseNotFound))
+    }
+
+    /// The credentials were refused.
+    pub fn unauthorised(&self) -> bool {
+        matches!(self.code.as_str(), "unauthorized" | "forbidden") || matches!(self.status, Some(401 | 403))
+    }
+
+    /// The server cannot serve this now but nothing was done: the call may be retried.
+    pub fn retryable(&self) -> bool {
+        use fenced_core::Error as E;
+        matches!(self.refusal, Some(E::Recovering { .. } | E::ShuttingDown)) || self.code == "too_many_connections"
+    }
+
+    /// The generic meaning of an answer; calls refine the ones they expect (a held
+    /// lock, a gone lease).
     pub fn into_error(self) -> Error {
+        use fenced_core::Error as E;
         let message = if self.message.is_empty() { self.code.clone() } else { self.message.clone() };
-        match self.status {
-            400 | 413 | 422 => Error::BadRequest(message),
-            401 | 403 => Error::Unauthorised(message),
-            404 => Error::NotFound(message),
-            429 | 502..=504 => Error::Unavailable { message, retry_after: self.retry_after() },
-            409 if self.code == "stale_token" => {
-                match (
-                    self.detail_u64("token").and_then(Token::new),
-                    self.detail_u64("highest_seen").and_then(Token::new),
-                ) {
-                    (Some(token), Some(highest_seen)) => Error::StaleToken { token, highest_seen },
-                    _ => Error::Server { status: self.status, code: self.code, message },
-                }
+        let unavailable = |message| Error::Unavailable { message, retry_after: self.retry_after() };
+        match self.refusal {
+            Some(E::StaleToken { token, highest_seen }) => return Error::StaleToken { token, highest_seen },
+            Some(E::LeaseNotFound) => return Error::NotFound(message),
+            Some(E::Recovering { .. } | E::ShuttingDown | E::TooManyLeases { .. })
+            | Some(E::TooManyLocks { .. } | E::TooManyWaiters { .. }) => return unavailable(message),
+            Some(E::TtlOutOfRange { .. } | E::WaitOutOfRange { .. } | E::LockDelayOutOfRange { .. }) => {
+                return Error::BadRequest(message)
             }
-            status => Error::Server { status, code: self.code, message },
+            Some(other) => return Error::Refused(other),
+            None => {}
+        }
+        if self.unauthorised() {
+            return Error::Unauthorised(message);
+        }
+        match (self.code.as_str(), self.status) {
+            ("not_found", _) | (_, Some(404)) => Error::NotFound(message),
+            ("too_many_connections", _) | (_, Some(429 | 502..=504)) => unavailable(message),
+            ("too_large" | "unfenced_key", _) | (_, Some(400 | 413 | 422)) => Error::BadRequest(message),
+            (code, _) if code.starts_with("invalid_") => Error::BadRequest(message),
+            (_, status) => Error::Server { status, code: self.code, message },
         }
     }
 }
@@ -168,7 +209,12 @@ mod tests {
     use super::*;
 
     fn map(status: u16, body: &str) -> Error {
-        ApiError::parse(status, body.as_bytes()).into_error()
+        ApiError::parse(Some(status), None, body.as_bytes()).into_error()
+    }
+
+    /// A wire answer: a code and the JSON body, no status.
+    fn wire(code: &str, body: &str) -> Error {
+        ApiError::parse(None, Some(code), body.as_bytes()).into_error()
     }
 
     #[test]
@@ -186,7 +232,25 @@ mod tests {
             map(409, r#"{"error":{"code":"stale_token","message":"stale","token":3,"highest_seen":7}}"#),
             Error::StaleToken { token, highest_seen } if token.get() == 3 && highest_seen.get() == 7
         ));
-        assert!(matches!(map(500, "boom"), Error::Server { status: 500, .. }));
+        assert!(matches!(map(500, "boom"), Error::Server { status: Some(500), .. }));
         assert!(matches!(map(404, r#"{"error":{"code":"lease_not_found","message":"gone"}}"#), Error::NotFound(_)));
+    }
+
+    #[test]
+    fn wire_answers_map_by_their_code_alone() {
+        let body = r#"{"error":{"code":"token_not_issued","message":"no","token":99,"highest_issued":9}}"#;
+        let Error::Refused(fenced_core::Error::TokenNotIssued { token, highest_issued }) =
+            wire("token_not_issued", body)
+        else {
+            panic!("not typed")
+        };
+        assert_eq!((token.get(), highest_issued.map(Token::get)), (99, Some(9)));
+        let body = r#"{"error":{"code":"not_holder","message":"no","holder_token":4}}"#;
+        assert!(matches!(wire("not_holder", body), Error::Refused(fenced_core::Error::NotHolder { .. })));
+        let body = r#"{"error":{"code":"recovering","message":"grace","retry_after_ms":900}}"#;
+        assert!(matches!(wire("recovering", body), Error::Unavailable { retry_after: Some(_), .. }));
+        assert!(matches!(wire("invalid_name", r#"{"error":{"code":"invalid_name"}}"#), Error::BadRequest(_)));
+        assert!(matches!(wire("unauthorized", r#"{"error":{"code":"unauthorized"}}"#), Error::Unauthorised(_)));
+        assert!(matches!(wire("corrupt_record", "{}"), Error::Server { status: None, .. }));
     }
 }

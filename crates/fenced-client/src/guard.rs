@@ -214,12 +214,15 @@ impl Drop for LockGuard {
 async fn release_on_server(conn: &Conn, shared: &Shared) -> Result<(), Error> {
     let (release, revoke) = conn.release_and_revoke(&shared.name, shared.lease_id).await?;
     if let Err(e) = revoke {
-        if e.status != 404 {
+        if !e.lease_gone() {
             return Err(e.into_error());
         }
     }
     match release {
-        Err(e) if e.status != 404 && e.status != 409 => Err(e.into_error()),
+        // Already released: the lease is gone, or someone else holds the lock now.
+        Err(e) if !e.lease_gone() && !matches!(e.refusal, Some(fenced_core::Error::NotHolder { .. })) => {
+            Err(e.into_error())
+        }
         _ => Ok(()),
     }
 }
@@ -264,8 +267,8 @@ async fn keepalive_loop(shared: Arc<Shared>, conn: Conn, stop: CancellationToken
                 shared.extend(sent_at, Duration::from_millis(ttl_ms));
                 next = validity::next_keepalive(sent_at, shared.ttl);
             }
-            Err(e) if e.status == 404 => return shared.mark_lost(LostReason::LeaseNotFound),
-            Err(e) if e.status == 401 || e.status == 403 => return shared.mark_lost(LostReason::Unauthorised),
+            Err(e) if e.lease_gone() => return shared.mark_lost(LostReason::LeaseNotFound),
+            Err(e) if e.unauthorised() => return shared.mark_lost(LostReason::Unauthorised),
             Err(_) => next = Instant::now() + retry_step,
         }
     }

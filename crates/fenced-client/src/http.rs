@@ -42,14 +42,14 @@ pub(crate) struct Response {
 impl Response {
     pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, Error> {
         serde_json::from_slice(&self.body).map_err(|e| Error::Server {
-            status: self.status,
+            status: Some(self.status),
             code: "bad_response".into(),
             message: format!("could not parse the server's answer: {e}"),
         })
     }
 
     pub fn api_error(&self) -> ApiError {
-        ApiError::parse(self.status, &self.body)
+        ApiError::parse(Some(self.status), None, &self.body)
     }
 
     pub fn is_success(&self) -> bool {

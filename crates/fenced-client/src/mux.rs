@@ -269,10 +269,11 @@ impl Link {
         let reply = match w::decode_response(id, kind, payload) {
             Ok(r) => owned(r),
             Err(e) => Reply::Error(ApiError {
-                status: 200,
+                status: None,
                 code: "bad_response".into(),
                 message: format!("could not read the server's answer: {e:?}"),
                 details: serde_json::Map::new(),
+                refusal: None,
             }),
         };
         let slot = self.slots.lock().expect("slots lock").map.remove(&id);
@@ -333,7 +334,7 @@ fn owned(r: Response<'_>) -> Reply {
         Response::Checked { current, token } => Reply::Checked { current, token },
         Response::Written { highest_seen, .. } => Reply::Written { highest_seen },
         Response::Read { highest_seen, value } => Reply::Read { highest_seen, value: value.to_vec() },
-        Response::Error { status, body } => Reply::Error(ApiError::parse(status, body)),
+        Response::Error { code, body } => Reply::Error(ApiError::parse(None, Some(code), body)),
     }
 }
 

@@ -48,5 +48,5 @@ pub(crate) fn lease_id(hex: &str) -> Result<LeaseId, Error> {
 }
 
 pub(crate) fn bad_answer(message: &str) -> Error {
-    Error::Server { status: 200, code: "bad_response".into(), message: message.into() }
+    Error::Server { status: None, code: "bad_response".into(), message: message.into() }
 }

@@ -114,6 +114,36 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The error a code and its details name, as a transport carried them: the inverse
+    /// of [`code`](Error::code) and [`details`](Error::details). `None` for a code that is
+    /// not the lock service's (an edge's own, like `invalid_json`), for `invalid_name`
+    /// (its reason is in the message only), and for details that are missing.
+    pub fn from_code(code: &str, detail: impl Fn(&str) -> Option<u64>) -> Option<Error> {
+        let token = |name| detail(name).and_then(Token::new);
+        let n = |name| detail(name);
+        Some(match code {
+            "lease_not_found" => Error::LeaseNotFound,
+            "lock_held" => Error::LockHeld { holder: token("holder_token") },
+            "not_holder" => Error::NotHolder { holder: token("holder_token") },
+            "recovering" => Error::Recovering { retry_after_ms: n("retry_after_ms").unwrap_or(0) },
+            "ttl_out_of_range" => Error::TtlOutOfRange { ttl_ms_min: n("ttl_ms_min")?, ttl_ms_max: n("ttl_ms_max")? },
+            "wait_out_of_range" => Error::WaitOutOfRange { wait_ms_max: n("wait_ms_max")? },
+            "lock_delay_out_of_range" => Error::LockDelayOutOfRange { lock_delay_ms_max: n("lock_delay_ms_max")? },
+            "too_many_leases" => Error::TooManyLeases { leases_max: n("limit")? as usize },
+            "too_many_locks" => Error::TooManyLocks { locks_max: n("limit")? as usize },
+            "too_many_waiters" => Error::TooManyWaiters { waiters_max: n("limit")? as usize },
+            "lease_exists" => Error::LeaseExists,
+            "stale_token" => Error::StaleToken { token: token("token")?, highest_seen: token("highest_seen")? },
+            "token_not_issued" => {
+                Error::TokenNotIssued { token: token("token")?, highest_issued: token("highest_issued") }
+            }
+            "shutting_down" => Error::ShuttingDown,
+            _ => return None,
+        })
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -153,3 +183,38 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_reads_back_as_the_error_it_came_from() {
+        let t = |n| Token::new(n).unwrap();
+        let all = [
+            Error::LeaseNotFound,
+            Error::LockHeld { holder: Some(t(3)) },
+            Error::LockHeld { holder: None },
+            Error::NotHolder { holder: Some(t(4)) },
+            Error::Recovering { retry_after_ms: 1_500 },
+            Error::TtlOutOfRange { ttl_ms_min: 100, ttl_ms_max: 300_000 },
+            Error::WaitOutOfRange { wait_ms_max: 9 },
+            Error::LockDelayOutOfRange { lock_delay_ms_max: 8 },
+            Error::TooManyLeases { leases_max: 7 },
+            Error::TooManyLocks { locks_max: 6 },
+            Error::TooManyWaiters { waiters_max: 5 },
+            Error::LeaseExists,
+            Error::StaleToken { token: t(2), highest_seen: t(9) },
+            Error::TokenNotIssued { token: t(99), highest_issued: Some(t(9)) },
+            Error::TokenNotIssued { token: t(99), highest_issued: None },
+            Error::ShuttingDown,
+        ];
+        for e in all {
+            let details = e.details();
+            let back = Error::from_code(e.code(), |k| details.iter().find(|(n, _)| *n == k).map(|(_, v)| *v));
+            assert_eq!(back.as_ref(), Some(&e), "{}", e.code());
+        }
+        assert_eq!(Error::from_code("invalid_json", |_| None), None);
+        assert_eq!(Error::from_code("stale_token", |_| None), None, "details missing");
+    }
+}

@@ -3,7 +3,8 @@
 //! The server (`--wire-listen`) and the client (`fenced://host:port`) share this one
 //! codec so the two cannot drift. Semantics, limits and error codes are the HTTP API's:
 //! the server runs every request through the same handlers, and an error answer
-//! carries the HTTP status and the very JSON error body the HTTP API would send.
+//! carries the domain code (`lock_held`, `stale_token`, ...; no HTTP status: that is
+//! the HTTP edge's mapping) and the very JSON error body the HTTP API would send.
 //!
 //! A connection opens with the client's 8-byte [`PREAMBLE`]; then both directions are
 //! a stream of frames:
@@ -21,8 +22,9 @@
 
 use fenced_core::{LeaseId, Token};
 
-/// What a client sends first: "FENCED", a zero byte, and the protocol version.
-pub const PREAMBLE: [u8; 8] = *b"FENCED\x00\x01";
+/// What a client sends first: "FENCED", a zero byte, and the protocol version (2:
+/// errors carry their code instead of an HTTP status).
+pub const PREAMBLE: [u8; 8] = *b"FENCED\x00\x02";
 
 /// Bytes of a frame before its payload: length, id, op.
 pub const HEADER_BYTES: usize = 9;
@@ -59,7 +61,8 @@ pub mod op {
     /// withdraw. No answer of its own: the target is answered `cancelled` unless it
     /// was answered already.
     pub const CANCEL: u8 = 10;
-    /// The answer kind of an error: `status u16`, then the HTTP API's JSON error body.
+    /// The answer kind of an error: `code_len u8`, the code (snake_case ASCII), then the
+    /// HTTP API's JSON error body.
     pub const ERROR: u8 = 0;
 }
 
@@ -111,9 +114,9 @@ pub enum Response<'a> {
         highest_seen: Option<Token>,
         value: &'a [u8],
     },
-    /// The HTTP status and the HTTP API's JSON error body.
+    /// The error's code and the HTTP API's JSON error body.
     Error {
-        status: u16,
+        code: &'a str,
         body: &'a [u8],
     },
 }
@@ -342,8 +345,10 @@ pub fn encode_response(out: &mut Vec<u8>, id: u32, resp: &Response<'_>) {
             out.extend_from_slice(&highest_seen.map_or(0, Token::get).to_be_bytes());
             out.extend_from_slice(value);
         }
-        Response::Error { status, body } => {
-            out.extend_from_slice(&status.to_be_bytes());
+        Response::Error { code, body } => {
+            let code = &code.as_bytes()[..code.len().min(u8::MAX as usize)];
+            out.push(code.len() as u8);
+            out.extend_from_slice(code);
             out.extend_from_slice(body);
         }
     }
@@ -356,7 +361,12 @@ pub fn decode_response(id: u32, kind: u8, payload: &[u8]) -> Result<Response<'_>
     let bad = |what| FrameError::Malformed { id, what };
     let token = |raw: Option<u64>| raw.and_then(Token::new).ok_or(bad("a token is at least 1"));
     let resp = match kind {
-        op::ERROR => Response::Error { status: r.u16().ok_or(bad("status u16"))?, body: r.rest() },
+        op::ERROR => {
+            let len = r.u8().ok_or(bad("code_len u8, code, body"))?;
+            let code = r.take(len as usize).ok_or(bad("code_len is past the frame's end"))?;
+            let code = std::str::from_utf8(code).map_err(|_| bad("the code is not UTF-8"))?;
+            Response::Error { code, body: r.rest() }
+        }
         op::AUTH | op::REVOKE => Response::Done { op: kind },
         op::CREATE_LEASE | op::KEEPALIVE => Response::Lease {
             op: kind,
@@ -442,7 +452,7 @@ mod tests {
         round_trip_response(Response::Checked { current: false, token: None });
         round_trip_response(Response::Written { token: t, highest_seen: t });
         round_trip_response(Response::Read { highest_seen: Some(t), value: b"v" });
-        round_trip_response(Response::Error { status: 409, body: br#"{"error":{}}"# });
+        round_trip_response(Response::Error { code: "lock_held", body: br#"{"error":{}}"# });
     }
 
     #[test]

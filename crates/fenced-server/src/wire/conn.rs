@@ -89,7 +89,10 @@ pub async fn serve_conn(
                 start += w::PREAMBLE.len();
                 greeted = true;
             } else {
-                let e = ApiError::bad_request("bad_preamble", "a wire connection starts with FENCED\\0\\x01");
+                let e = ApiError::bad_request(
+                    "bad_preamble",
+                    "a wire connection starts with FENCED\\0\\x02 (protocol version 2)",
+                );
                 s.reply(0, Answer::Error(e));
                 fatal = true;
             }
@@ -282,7 +285,7 @@ impl Session {
             Answer::Read(highest_seen, value) => Response::Read { highest_seen: *highest_seen, value },
             Answer::Error(e) => {
                 body = serde_json::to_vec(&e.body()).expect("a Value serializes");
-                Response::Error { status: e.status.as_u16(), body: &body }
+                Response::Error { code: e.code, body: &body }
             }
         };
         w::encode_response(&mut self.out, id, &resp);

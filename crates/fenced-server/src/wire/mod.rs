@@ -58,6 +58,6 @@ fn busy_frame() -> Vec<u8> {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_many_connections", "the server is at its connection limit");
     let body = serde_json::to_vec(&e.body()).expect("a Value serializes");
     let mut out = Vec::new();
-    fenced_wire::encode_response(&mut out, 0, &fenced_wire::Response::Error { status: 503, body: &body });
+    fenced_wire::encode_response(&mut out, 0, &fenced_wire::Response::Error { code: e.code, body: &body });
     out
 }

@@ -26,10 +26,14 @@ impl Frame {
         decode_response(self.0, self.1, &self.2).expect("a well-formed answer")
     }
 
-    /// The status and JSON body of an error answer.
-    fn error(&self) -> (u16, Value) {
+    /// The code the frame carries and the JSON body of an error answer.
+    fn error(&self) -> (String, Value) {
         match self.decode() {
-            Response::Error { status, body } => (status, serde_json::from_slice(body).expect("JSON error body")),
+            Response::Error { code, body } => {
+                let body: Value = serde_json::from_slice(body).expect("JSON error body");
+                assert_eq!(body["error"]["code"], code, "the frame's code is the body's");
+                (code.to_string(), body)
+            }
             other => panic!("expected an error, got {other:?}"),
         }
     }
@@ -145,16 +149,13 @@ fn every_op_round_trips_on_the_same_table_as_http() {
     assert_eq!(r.header("fencing-highest-seen"), Some("2"), "the fenced read raised the mark for HTTP too");
     let (status, body) = w.call(13, &put(1)).error();
     assert_eq!(
-        (status, body["error"]["code"].as_str(), body["error"]["highest_seen"].as_u64()),
-        (409, Some("stale_token"), Some(2))
+        (status.as_str(), body["error"]["token"].as_u64(), body["error"]["highest_seen"].as_u64()),
+        ("stale_token", Some(1), Some(2))
     );
-    assert_eq!(w.call(14, &put(0)).error().0, 428, "no token: token_required");
+    assert_eq!(w.call(14, &put(0)).code(), "token_required");
     // Only two tokens were ever issued: a third is refused, not taken as a mark.
     let (status, body) = w.call(14, &put(3)).error();
-    assert_eq!(
-        (status, body["error"]["code"].as_str(), body["error"]["highest_issued"].as_u64()),
-        (409, Some("token_not_issued"), Some(2))
-    );
+    assert_eq!((status.as_str(), body["error"]["highest_issued"].as_u64()), ("token_not_issued", Some(2)));
     assert_eq!(w.call(15, &Request::Get { key: "nope", token: None }).code(), "not_found");
     // Limits and input errors are the HTTP API's.
     assert_eq!(w.call(16, &Request::CreateLease { ttl_ms: 1 }).code(), "ttl_out_of_range");
@@ -238,7 +239,7 @@ fn bad_frames_get_a_clear_error_and_change_nothing() {
     out[8] = 99;
     w.s.write_all(&out).unwrap();
     let f = w.recv();
-    assert_eq!((f.0, f.error().0, f.code()), (7, 400, "unknown_op".to_string()));
+    assert_eq!((f.0, f.code()), (7, "unknown_op".to_string()));
     let short = [0, 0, 0, 7, 0, 0, 0, 8, op::KEEPALIVE, 1, 2];
     w.s.write_all(&short).unwrap();
     let f = w.recv();
@@ -255,7 +256,7 @@ fn bad_frames_get_a_clear_error_and_change_nothing() {
     let huge = (2u32 << 20).to_be_bytes();
     w.s.write_all(&[&huge[..], &[0, 0, 0, 11, op::PUT]].concat()).unwrap();
     let f = w.recv();
-    assert_eq!((f.0, f.error().0, f.code()), (11, 413, "too_large".to_string()));
+    assert_eq!((f.0, f.code()), (11, "too_large".to_string()));
     assert!(w.try_recv().is_none(), "closed");
     // A length below the header's: closed.
     let mut w = Wire::open(server.wire);
@@ -277,8 +278,7 @@ fn without_the_token_every_call_is_refused() {
     std::fs::write(&file, "s3cret\n").unwrap();
     let server = TestServer::with(|c| c.auth_token_file = Some(file.clone()));
     let mut w = Wire::open(server.wire);
-    let (status, body) = w.call(1, &Request::CreateLease { ttl_ms: 1000 }).error();
-    assert_eq!((status, body["error"]["code"].as_str()), (401, Some("unauthorized")));
+    assert_eq!(w.call(1, &Request::CreateLease { ttl_ms: 1000 }).code(), "unauthorized");
     assert_eq!(w.call(2, &Request::Auth { token: b"wrong" }).code(), "unauthorized");
     assert_eq!(w.call(3, &Request::CreateLease { ttl_ms: 1000 }).code(), "unauthorized");
     assert_eq!(w.call(4, &Request::Auth { token: b"s3cret" }).decode(), Response::Done { op: op::AUTH });
