@@ -54,6 +54,15 @@ pub struct Config {
     /// A connection with no request in flight that moves no byte this long is closed
     /// (0: never). Event streams send a keep-alive comment at a third of it.
     pub idle_timeout_ms: u64,
+    /// A request head must arrive whole within this long of its first byte, however
+    /// its bytes trickle in (0: no limit).
+    pub head_timeout_ms: u64,
+    /// A request body must arrive whole within this long of its handler's start
+    /// (0: no limit); past it the request is answered 408 `body_timeout`.
+    pub body_timeout_ms: u64,
+    /// Bytes of request bodies being read at once, over all connections; a body that
+    /// does not fit is refused 503 `too_busy` rather than buffered.
+    pub body_bytes_in_flight_max: usize,
     /// Tokens reserved per durable ceiling write (one fsync per this many grants, and
     /// this many tokens skipped at each restart).
     pub token_block: u64,
@@ -89,6 +98,9 @@ impl Default for Config {
             list_locks_max: 1000,
             shutdown_drain_ms: 10_000,
             idle_timeout_ms: 60_000,
+            head_timeout_ms: 10_000,
+            body_timeout_ms: 30_000,
+            body_bytes_in_flight_max: 64 << 20,
             token_block: 1_000_000,
             unfenced_prefix: String::new(),
         }
@@ -175,6 +187,9 @@ impl Config {
         }
         if self.unfenced_prefix.chars().any(char::is_control) {
             return bad("unfenced_prefix must not hold control characters");
+        }
+        if self.body_bytes_in_flight_max < self.body_bytes_max || self.body_bytes_in_flight_max > u32::MAX as usize {
+            return bad("body_bytes_in_flight_max must be at least body_bytes_max and below 4 GiB");
         }
         if self.connections_max == 0 || self.store_key_bytes_max == 0 || self.list_locks_max == 0 {
             return bad("connections_max, store_key_bytes_max and list_locks_max must be positive");

@@ -114,6 +114,7 @@ pub async fn run_with_wire(
         config: config.clone(),
         metrics: metrics.clone(),
         auth_token,
+        body_budget: Arc::new(Semaphore::new(config.body_bytes_in_flight_max)),
         shutdown: stop_rx.clone(),
     });
     let router = api::router(app.clone());
@@ -132,6 +133,7 @@ pub async fn run_with_wire(
         conns: conns.clone(),
         metrics: metrics.clone(),
         idle: (config.idle_timeout_ms > 0).then(|| Duration::from_millis(config.idle_timeout_ms)),
+        head: (config.head_timeout_ms > 0).then(|| Duration::from_millis(config.head_timeout_ms)),
     };
     tracing::info!(addr = %listener.tcp.local_addr()?, tls = listener.tls.is_some(), "serving");
 

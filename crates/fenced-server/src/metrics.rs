@@ -25,6 +25,12 @@ pub struct Metrics {
     /// Fenced-store operations refused for a token above every token issued.
     pub tokens_not_issued: AtomicU64,
     pub connections_refused: AtomicU64,
+    /// Request bodies refused because the budget of bodies in flight was spent.
+    pub bodies_refused: AtomicU64,
+    /// Request bodies that did not arrive within `body_timeout_ms`.
+    pub body_timeouts: AtomicU64,
+    /// Connections closed because a request head did not arrive within `head_timeout_ms`.
+    pub head_timeouts: AtomicU64,
     /// Frames received on wire-protocol connections.
     pub wire_requests: AtomicU64,
     requests: AtomicU64,
@@ -55,7 +61,7 @@ impl Metrics {
 
     pub fn render(&self, g: &Gauges) -> String {
         let mut out = String::with_capacity(4096);
-        let counters: [(&str, &str, u64); 14] = [
+        let counters: [(&str, &str, u64); 17] = [
             ("fenced_grants_total", "Locks granted.", self.grants.load(Relaxed)),
             ("fenced_releases_total", "Locks released explicitly.", self.releases.load(Relaxed)),
             ("fenced_revoked_releases_total", "Locks released by a lease revoke.", self.revoked_releases.load(Relaxed)),
@@ -88,6 +94,21 @@ impl Metrics {
                 "fenced_connections_refused_total",
                 "Connections refused over connections_max.",
                 self.connections_refused.load(Relaxed),
+            ),
+            (
+                "fenced_bodies_refused_total",
+                "Request bodies refused over body_bytes_in_flight_max.",
+                self.bodies_refused.load(Relaxed),
+            ),
+            (
+                "fenced_body_timeouts_total",
+                "Request bodies not read within body_timeout_ms.",
+                self.body_timeouts.load(Relaxed),
+            ),
+            (
+                "fenced_head_timeouts_total",
+                "Connections closed for a request head slower than head_timeout_ms.",
+                self.head_timeouts.load(Relaxed),
             ),
             ("fenced_wire_requests_total", "Requests on wire-protocol connections.", self.wire_requests.load(Relaxed)),
         ];

@@ -66,6 +66,8 @@ pub struct AppInner {
     pub metrics: Arc<Metrics>,
     /// The bearer token `/v1` calls must present.
     pub auth_token: Option<Vec<u8>>,
+    /// Bytes of request bodies being read now (`body_bytes_in_flight_max` permits).
+    pub body_budget: Arc<tokio::sync::Semaphore>,
     /// Flips to true when shutdown begins.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
 }
@@ -163,14 +165,50 @@ pub fn json(status: StatusCode, v: &Value) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-/// Reads a whole body, refusing more than `max` bytes with 413.
-pub async fn read_body(headers: &HeaderMap, body: Body, max: usize, what: &str) -> Result<Bytes, ApiError> {
+/// Reads a whole body, refusing more than `max` bytes with 413. The body must arrive
+/// within `body_timeout_ms` (408 `body_timeout`), and it takes its size (declared, or
+/// `max` when not) from the budget of bodies in flight first (503 `too_busy` when the
+/// budget is spent): a client that stalls its body holds neither memory nor a
+/// handler for long.
+pub async fn read_body(
+    app: &AppInner,
+    headers: &HeaderMap,
+    body: Body,
+    max: usize,
+    what: &str,
+) -> Result<Bytes, ApiError> {
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max as u64) {
         return Err(ApiError::too_large(what, max));
     }
-    axum::body::to_bytes(body, max).await.map_err(|_| ApiError::too_large(what, max))
+    let reserve = declared.map_or(max, |n| n as usize).max(1) as u32;
+    let Ok(_permit) = app.body_budget.clone().try_acquire_many_owned(reserve) else {
+        crate::metrics::inc(&app.metrics.bodies_refused);
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_busy",
+            "the server is reading its limit of request bodies; retry shortly",
+        )
+        .with("retry_after_ms", 100));
+    };
+    let read = axum::body::to_bytes(body, max);
+    let timeout_ms = app.config.body_timeout_ms;
+    if timeout_ms == 0 {
+        return read.await.map_err(|_| ApiError::too_large(what, max));
+    }
+    match tokio::time::timeout(std::time::Duration::from_millis(timeout_ms), read).await {
+        Ok(r) => r.map_err(|_| ApiError::too_large(what, max)),
+        Err(_) => {
+            crate::metrics::inc(&app.metrics.body_timeouts);
+            Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                format!("the {what} did not arrive within body_timeout_ms {timeout_ms}"),
+            )
+            .with("body_timeout_ms", timeout_ms))
+        }
+    }
 }
 
 /// Parses a strict JSON body: malformed JSON is `invalid_json`, a wrong type, a
@@ -197,7 +235,7 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 impl AppInner {
     /// Reads and parses a JSON body under the body limit.
     pub async fn json_body<T: DeserializeOwned>(&self, headers: &HeaderMap, body: Body) -> Result<T, ApiError> {
-        let bytes = read_body(headers, body, self.config.body_bytes_max, "body").await?;
+        let bytes = read_body(self, headers, body, self.config.body_bytes_max, "body").await?;
         parse(&bytes)
     }
 }

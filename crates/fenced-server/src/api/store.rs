@@ -43,7 +43,7 @@ pub async fn write(
 ) -> Result<Response, ApiError> {
     let key = store_key(&app, key)?;
     let token = fencing_token(&headers)?;
-    let value = read_body(&headers, body, app.config.value_bytes_max, "value").await?;
+    let value = read_body(&app, &headers, body, app.config.value_bytes_max, "value").await?;
     if token.is_none() && app.config.is_unfenced(&key) {
         app.store.put_unfenced(key.clone(), value.to_vec()).await.map_err(ApiError::internal)?;
         return Ok(json(StatusCode::OK, &json!({ "key": key, "unfenced": true })));

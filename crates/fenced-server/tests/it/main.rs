@@ -2,6 +2,7 @@
 //! in-process on its own runtime thread, the tests speak HTTP/1.1 over std sockets.
 
 mod api;
+mod edge;
 mod harness;
 mod input;
 mod limits;

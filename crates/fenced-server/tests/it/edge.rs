@@ -1,0 +1,113 @@
+//! The HTTP edge against hostile or odd clients, over raw sockets: a request head
+//! trickled byte by byte, a body that stalls, more bodies in flight than the budget,
+//! and a client that half-closes after its request. Each answers or closes in bounded
+//! time, and leaves the server serving everyone else.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::{Duration, Instant};
+
+use crate::harness::{parse_response, TestServer};
+
+/// Reads until the server closes or `secs` pass; the bytes and whether it closed.
+fn read_until_closed(s: &mut TcpStream, secs: u64) -> (Vec<u8>, bool) {
+    s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while Instant::now() < deadline {
+        match s.read(&mut chunk) {
+            Ok(0) => return (out, true),
+            Ok(n) => out.extend_from_slice(&chunk[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => return (out, true),
+        }
+    }
+    (out, false)
+}
+
+#[test]
+fn a_trickled_head_is_cut_at_its_deadline_while_quick_requests_keep_their_connection() {
+    let s = TestServer::with(|c| {
+        c.head_timeout_ms = 1_000;
+        c.idle_timeout_ms = 60_000;
+    });
+    // One header byte every 100 ms: every read makes progress, none finishes the head.
+    let mut slow = TcpStream::connect(s.addr).unwrap();
+    slow.write_all(b"GET /livez HTTP/1.1\r\nhost: x\r\n").unwrap();
+    let started = Instant::now();
+    let mut cut = false;
+    for b in b"x-trickle: ".iter().cycle().take(200) {
+        if slow.write_all(&[*b]).is_err() {
+            cut = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let (_, closed) = read_until_closed(&mut slow, 0);
+        if closed {
+            cut = true;
+            break;
+        }
+    }
+    assert!(cut, "a head trickled for {:?} kept its connection", started.elapsed());
+    // A keep-alive connection sending quick requests for longer than the head deadline
+    // is never cut: each head arrives whole at once.
+    let mut quick = TcpStream::connect(s.addr).unwrap();
+    quick.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let until = Instant::now() + Duration::from_millis(2_500);
+    let mut answered = 0;
+    while Instant::now() < until {
+        quick.write_all(b"GET /livez HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+        let mut buf = [0u8; 1024];
+        let n = quick.read(&mut buf).unwrap();
+        assert!(n > 0 && buf[..n].starts_with(b"HTTP/1.1 200"), "request {answered} on the kept connection");
+        answered += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(s.get("/metrics").text().contains("fenced_head_timeouts_total 1"));
+}
+
+#[test]
+fn a_stalled_body_is_answered_408_and_frees_its_budget() {
+    let s = TestServer::with(|c| {
+        c.body_timeout_ms = 1_000;
+        c.body_bytes_in_flight_max = 1 << 20; // the body limit: one large body in flight at once
+    });
+    let mut stalled = TcpStream::connect(s.addr).unwrap();
+    stalled
+        .write_all(b"POST /v1/leases HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1048570\r\n\r\n{\"ttl")
+        .unwrap();
+    // While it stalls it holds the whole budget: another body waits for none of it.
+    std::thread::sleep(Duration::from_millis(200));
+    let (st, e) = s.call("POST", "/v1/leases", "{\"ttl_ms\":1000}");
+    assert_eq!((st, e["error"]["code"].as_str()), (503, Some("too_busy")), "{e}");
+    assert!(e["error"]["retry_after_ms"].as_u64().is_some());
+    // Then its deadline passes: 408, and the budget is free again.
+    let (raw, _) = read_until_closed(&mut stalled, 10);
+    let r = parse_response(&raw);
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (408, Some("body_timeout")), "{}", r.text());
+    assert_eq!(s.call("POST", "/v1/leases", "{\"ttl_ms\":1000}").0, 201);
+    let m = s.get("/metrics").text();
+    assert!(m.contains("fenced_body_timeouts_total 1") && m.contains("fenced_bodies_refused_total 1"), "{m}");
+}
+
+#[test]
+fn a_request_followed_by_a_half_close_is_answered_and_done() {
+    let s = TestServer::start();
+    for i in 0..10 {
+        let mut c = TcpStream::connect(s.addr).unwrap();
+        let body = "{\"ttl_ms\":5000}";
+        let req = format!(
+            "POST /v1/locks/half-{i}/acquire HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        c.write_all(req.as_bytes()).unwrap();
+        c.shutdown(Shutdown::Write).unwrap();
+        let (raw, closed) = read_until_closed(&mut c, 10);
+        assert!(closed, "try {i}: the server closes after answering");
+        let r = parse_response(&raw);
+        assert_eq!(r.status, 200, "try {i}: {}", r.text());
+        assert_eq!(s.call("GET", &format!("/v1/locks/half-{i}"), "").1["held"], true, "try {i}: executed");
+    }
+}
