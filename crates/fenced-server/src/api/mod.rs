@@ -116,11 +116,38 @@ async fn observe(State(app): State<App>, req: Request, next: Next) -> Response {
     let remote = conn.map(|c| c.remote);
     let method = req.method().clone();
     let path = redact(req.uri().path());
-    let resp = next.run(req).await;
+    let resp = if req.version() == axum::http::Version::HTTP_11 && !req.headers().contains_key(header::HOST) {
+        // RFC 9112, 3.2: a server must answer 400 to an HTTP/1.1 request without Host.
+        ApiError::bad_request("missing_host", "an HTTP/1.1 request needs a Host header").into_response()
+    } else {
+        as_json_error(next.run(req).await).await
+    };
     let elapsed = started.elapsed();
     app.metrics.observe_request(elapsed);
     tracing::debug!(?remote, %method, %path, status = resp.status().as_u16(), us = elapsed.as_micros() as u64, "request");
     resp
+}
+
+/// Every error answer is the documented JSON: an error the framework produced itself
+/// (a path that is not UTF-8, a rejected extractor) arrives as plain text naming
+/// internal parameters, and is replaced by `{"error":{"code","message"}}`.
+async fn as_json_error(resp: Response) -> Response {
+    let status = resp.status();
+    let is_json =
+        resp.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let (code, message) = match status {
+        StatusCode::BAD_REQUEST => ("invalid_request", "the request's path, query or headers cannot be read"),
+        StatusCode::NOT_FOUND => ("not_found", "no such route; see /openapi.json"),
+        StatusCode::METHOD_NOT_ALLOWED => ("method_not_allowed", "this route does not take that method"),
+        StatusCode::PAYLOAD_TOO_LARGE => ("too_large", "the request is larger than the server takes"),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ("unsupported_media_type", "send the body as application/json"),
+        s if s.is_server_error() => ("internal", "the server could not complete the request"),
+        _ => ("invalid_request", "the request cannot be served as sent"),
+    };
+    ApiError::new(status, code, message).into_response()
 }
 
 /// A path fit for the logs: lease ids are capabilities, so they are masked.
@@ -223,7 +250,12 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     }
     serde_json::from_slice(bytes).map_err(|e| {
         use serde_json::error::Category;
+        // A number too large for any field (`1e309`) is well-formed JSON that does not fit.
+        let out_of_range = e.to_string().starts_with("number out of range");
         match e.classify() {
+            Category::Syntax if out_of_range => {
+                ApiError::bad_request("invalid_field", format!("the body does not fit this call: {e}"))
+            }
             Category::Syntax | Category::Eof | Category::Io => {
                 ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}"))
             }

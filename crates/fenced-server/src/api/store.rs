@@ -209,6 +209,10 @@ pub fn store_key(app: &AppInner, key: String) -> Result<String, ApiError> {
 
 /// The header, if present; present but not a token is 400.
 fn fencing_token(headers: &HeaderMap) -> Result<Option<Token>, ApiError> {
+    if headers.get_all(FENCING_TOKEN).iter().nth(1).is_some() {
+        // Which one would the caller mean? Neither is taken silently.
+        return Err(ApiError::bad_request("invalid_token", "send exactly one Fencing-Token header"));
+    }
     let Some(raw) = headers.get(FENCING_TOKEN) else { return Ok(None) };
     raw.to_str()
         .ok()

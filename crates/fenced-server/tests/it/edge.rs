@@ -111,3 +111,29 @@ fn a_request_followed_by_a_half_close_is_answered_and_done() {
         assert_eq!(s.call("GET", &format!("/v1/locks/half-{i}"), "").1["held"], true, "try {i}: executed");
     }
 }
+
+#[test]
+fn every_error_is_the_documented_json() {
+    let s = TestServer::start();
+    let raw = |bytes: &[u8]| parse_response(&crate::harness::request_raw(s.addr, bytes));
+    // A path that is not UTF-8: the framework's own rejection, made JSON, naming no
+    // internal parameter.
+    for path in ["/v1/locks/%FF%FE/acquire", "/v1/store/%C3%28"] {
+        let method = if path.starts_with("/v1/store") { "GET" } else { "POST" };
+        let r =
+            raw(format!("{method} {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{{}}")
+                .as_bytes());
+        let e = r.json();
+        assert_eq!((r.status, e["error"]["code"].as_str()), (400, Some("invalid_request")), "{path}: {e}");
+        assert!(!r.text().contains("rest") && !r.text().contains("`key`"), "{path}: {}", r.text());
+    }
+    // HTTP/1.1 without Host (RFC 9112: 400).
+    let r = raw(b"GET /livez HTTP/1.1\r\nconnection: close\r\n\r\n");
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("missing_host")));
+    // Two Fencing-Token headers: neither is taken silently.
+    let r = raw(b"PUT /v1/store/k HTTP/1.1\r\nhost: x\r\nconnection: close\r\nfencing-token: 1\r\nfencing-token: 9\r\ncontent-length: 1\r\n\r\nv");
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("invalid_token")), "{}", r.text());
+    // A number out of every range is well-formed JSON that does not fit the call.
+    let (st, e) = s.call("POST", "/v1/leases", "{\"ttl_ms\":1e309}");
+    assert_eq!((st, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
+}
