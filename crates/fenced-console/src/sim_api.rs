@@ -4,7 +4,15 @@
 //! exactly a line of `fenced sim --trace`, and the summary is `fenced sim --json`.
 //! With `"compare":true` the same seed runs fencing off, then on. Sizes and times are
 //! bounded; parameters out of range answer 400 with the flag-style name of the field.
+//!
+//! The laboratory runs inside the lock server, so it is contained: at most
+//! `runs_in_flight_max` requests simulate at once (503 `sim_busy` past it), a trace
+//! stops growing, and its run stops, as soon as it passes `trace_records_max`, and a
+//! request answered `sim_timeout` stops its simulation too instead of burning the cores
+//! for nobody. An operator can leave the API out altogether (the server's `lab_api`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -13,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use fenced_sim::sweep::{self, Spec};
-use fenced_sim::trace::write_json;
+use fenced_sim::trace::{write_json, TraceSink};
 use fenced_sim::{Config, PauseModel, Record, Scenario};
 use serde::Deserialize;
 
@@ -28,6 +36,8 @@ pub struct Limits {
     pub sweep_runs_max: u64,
     /// Wall-clock bound on one request's simulation work.
     pub timeout: Duration,
+    /// Requests simulating at once, over the whole server.
+    pub runs_in_flight_max: usize,
 }
 
 impl Default for Limits {
@@ -39,6 +49,7 @@ impl Default for Limits {
             trace_records_max: 300_000,
             sweep_runs_max: 1_000,
             timeout: Duration::from_secs(20),
+            runs_in_flight_max: 2,
         }
     }
 }
@@ -49,12 +60,39 @@ pub fn api<S: Clone + Send + Sync + 'static>() -> Router<S> {
 }
 
 pub fn api_with<S: Clone + Send + Sync + 'static>(limits: Limits) -> Router<S> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.runs_in_flight_max));
+    let sweep_slots = slots.clone();
     Router::new()
-        .route("/v1/sim/runs", post(move |body: Bytes| async move { runs(limits, body).await.unwrap_or_else(IntoResponse::into_response) }))
+        .route(
+            "/v1/sim/runs",
+            post(move |body: Bytes| async move {
+                runs(limits, &slots, body).await.unwrap_or_else(IntoResponse::into_response)
+            }),
+        )
         .route(
             "/v1/sim/sweeps",
-            post(move |body: Bytes| async move { sweeps(limits, body).await.unwrap_or_else(IntoResponse::into_response) }),
+            post(move |body: Bytes| async move {
+                sweeps(limits, &sweep_slots, body).await.unwrap_or_else(IntoResponse::into_response)
+            }),
         )
+}
+
+/// A trace that stops its run once it holds more than `max` records.
+struct CappedTrace<'a> {
+    records: Vec<Record>,
+    max: usize,
+    stop: &'a AtomicBool,
+}
+
+impl TraceSink for CappedTrace<'_> {
+    fn record(&mut self, r: &Record) {
+        if self.records.len() <= self.max {
+            self.records.push(r.clone());
+        }
+    }
+    fn stopped(&self) -> bool {
+        self.records.len() > self.max || self.stop.load(Ordering::Relaxed)
+    }
 }
 
 #[derive(Deserialize, Debug)]
@@ -152,8 +190,35 @@ fn base_config(
     Ok(c)
 }
 
-async fn blocking<T: Send + 'static>(limits: Limits, f: impl FnOnce() -> T + Send + 'static) -> Result<T, Refusal> {
-    let task = tokio::task::spawn_blocking(f);
+/// Runs `f` on a blocking thread within the request's slot and time. `f` gets a stop
+/// flag that is set when the request gives up (its time ran out, or its client left),
+/// and must end soon after.
+async fn blocking<T: Send + 'static>(
+    limits: Limits,
+    slots: &Arc<tokio::sync::Semaphore>,
+    f: impl FnOnce(&AtomicBool) -> T + Send + 'static,
+) -> Result<T, Refusal> {
+    let Ok(slot) = slots.clone().try_acquire_owned() else {
+        return Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "sim_busy",
+            format!("{} simulations are running already: retry shortly", limits.runs_in_flight_max),
+        ));
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    // Dropped with the request (answered, timed out, or its client gone): stops the work.
+    struct StopOnDrop(Arc<AtomicBool>);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let _stop_on_drop = StopOnDrop(stop.clone());
+    // The slot is the work's, not the request's: it is free only when the work ended.
+    let task = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        f(&stop)
+    });
     match tokio::time::timeout(limits.timeout, task).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(_)) => {
@@ -167,7 +232,7 @@ async fn blocking<T: Send + 'static>(limits: Limits, f: impl FnOnce() -> T + Sen
     }
 }
 
-async fn runs(limits: Limits, body: Bytes) -> Result<Response, Refusal> {
+async fn runs(limits: Limits, slots: &Arc<tokio::sync::Semaphore>, body: Bytes) -> Result<Response, Refusal> {
     let req: RunRequest = parse(&limits, &body)?;
     let sc = scenario(req.scenario.as_deref())?;
     let mut c = base_config(&limits, sc, req.clients, req.lease_ms, req.duration_ms)?;
@@ -193,13 +258,14 @@ async fn runs(limits: Limits, body: Bytes) -> Result<Response, Refusal> {
         cfg.validate().map_err(|e| bad(e.field.trim_start_matches("--"), e.message))?;
     }
     let max = limits.trace_records_max;
-    let out = blocking(limits, move || {
+    let out = blocking(limits, slots, move |stop| {
         let mut body = String::from(r#"{"runs":["#);
         for (i, cfg) in configs.iter().enumerate() {
-            let mut records: Vec<Record> = Vec::new();
-            let summary = fenced_sim::run(cfg, &mut records).expect("validated");
+            let mut trace = CappedTrace { records: Vec::new(), max, stop };
+            let summary = fenced_sim::run(cfg, &mut trace).expect("validated");
+            let records = trace.records;
             if records.len() > max {
-                return Err(records.len());
+                return Err(());
             }
             if i > 0 {
                 body.push(',');
@@ -221,17 +287,18 @@ async fn runs(limits: Limits, body: Bytes) -> Result<Response, Refusal> {
     .await?;
     match out {
         Ok(body) => Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response()),
-        Err(n) => Err(error(
+        Err(()) => Err(error(
             StatusCode::PAYLOAD_TOO_LARGE,
             "trace_too_large",
             format!(
-                "this run has {n} events and the console draws at most {max}: use fewer clients or a shorter duration"
+                "this run has more than {max} events, the most the console draws: use fewer clients or a shorter \
+                 duration"
             ),
         )),
     }
 }
 
-async fn sweeps(limits: Limits, body: Bytes) -> Result<Response, Refusal> {
+async fn sweeps(limits: Limits, slots: &Arc<tokio::sync::Semaphore>, body: Bytes) -> Result<Response, Refusal> {
     let req: SweepRequest = parse(&limits, &body)?;
     let sc = scenario(req.scenario.as_deref())?;
     let mut base = base_config(&limits, sc, req.clients, None, req.duration_ms)?;
@@ -250,8 +317,8 @@ async fn sweeps(limits: Limits, body: Bytes) -> Result<Response, Refusal> {
         let m = format!("{} runs asked, at most {} per request", spec.runs(), limits.sweep_runs_max);
         return Err(bad("seeds", m));
     }
-    let body = blocking(limits, move || {
-        let rows = sweep::run(&spec, 2, &|| {}).expect("validated");
+    let body = blocking(limits, slots, move |stop| {
+        let rows = sweep::run_until(&spec, 2, &|| {}, stop).expect("validated");
         let title = format!("Zombie writes vs lease length: {}, seeds {first}..{last}", spec.base.scenario.name());
         let svg = sweep::to_svg(&rows, &title);
         format!(

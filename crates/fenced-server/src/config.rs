@@ -63,6 +63,10 @@ pub struct Config {
     /// Bytes of request bodies being read at once, over all connections; a body that
     /// does not fit is refused 503 `too_busy` rather than buffered.
     pub body_bytes_in_flight_max: usize,
+    /// Whether the laboratory's API (`POST /v1/sim/runs`, `/v1/sim/sweeps`) is served:
+    /// it runs simulations on the lock server's own cores (bounded, but an operator of a
+    /// production server may want none of it).
+    pub lab_api: bool,
     /// Tokens reserved per durable ceiling write (one fsync per this many grants, and
     /// this many tokens skipped at each restart).
     pub token_block: u64,
@@ -101,6 +105,7 @@ impl Default for Config {
             head_timeout_ms: 10_000,
             body_timeout_ms: 30_000,
             body_bytes_in_flight_max: 64 << 20,
+            lab_api: true,
             token_block: 1_000_000,
             unfenced_prefix: String::new(),
         }
@@ -226,6 +231,13 @@ fn typed(key: &str, raw: &str) -> Result<toml::Value, ConfigError> {
     );
     if is_string {
         return Ok(toml::Value::String(raw.to_string()));
+    }
+    if key == "lab_api" {
+        return match raw.trim() {
+            "true" | "1" | "on" => Ok(toml::Value::Boolean(true)),
+            "false" | "0" | "off" => Ok(toml::Value::Boolean(false)),
+            _ => Err(ConfigError::Invalid(format!("{key}: '{raw}' is not true or false"))),
+        };
     }
     raw.trim()
         .parse::<i64>()

@@ -4,9 +4,10 @@
 
 use std::fmt::Write as _;
 use std::ops::RangeInclusive;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use crate::trace::StopFlag;
 use crate::{Config, ConfigError, Scenario, Summary};
 
 /// What to sweep.
@@ -77,6 +78,17 @@ impl Spec {
 /// out in a fixed order (lease multiple, then fencing off before on) whatever the
 /// threads did.
 pub fn run(spec: &Spec, threads: usize, progress: &(dyn Fn() + Sync)) -> Result<Vec<Row>, ConfigError> {
+    run_until(spec, threads, progress, &AtomicBool::new(false))
+}
+
+/// [`run`], ending early (runs and the sweep) once `stop` is set; the rows then cover
+/// only what ran, and the caller, which gave up, discards them.
+pub fn run_until(
+    spec: &Spec,
+    threads: usize,
+    progress: &(dyn Fn() + Sync),
+    stop: &AtomicBool,
+) -> Result<Vec<Row>, ConfigError> {
     spec.validate()?;
     let cells: Vec<(u64, bool)> = spec.multiples.iter().flat_map(|m| [(*m, false), (*m, true)]).collect();
     let seeds: Vec<u64> = spec.seeds.clone().collect();
@@ -88,8 +100,11 @@ pub fn run(spec: &Spec, threads: usize, progress: &(dyn Fn() + Sync)) -> Result<
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(&(cell, seed)) = jobs.get(i) else { break };
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
                 let (m, fencing) = cells[cell];
-                let s = crate::run(&spec.config(m, fencing, seed), &mut ()).expect("validated above");
+                let s = crate::run(&spec.config(m, fencing, seed), &mut StopFlag(stop)).expect("validated above");
                 results.lock().expect("no panics while holding").get_mut(cell).expect("cell").push(s);
                 progress();
             });

@@ -89,6 +89,22 @@ pub struct Record {
 pub trait TraceSink {
     const ENABLED: bool = true;
     fn record(&mut self, r: &Record);
+    /// True when the run should end now (its caller gave up, or the trace is over its
+    /// size): checked every few thousand events, so a stopped run costs little more.
+    fn stopped(&self) -> bool {
+        false
+    }
+}
+
+/// No trace, but a run that stops when `0` is set: for callers that may give up.
+pub struct StopFlag<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl TraceSink for StopFlag<'_> {
+    const ENABLED: bool = false;
+    fn record(&mut self, _: &Record) {}
+    fn stopped(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// No trace.

@@ -18,13 +18,17 @@ use crate::rng::Rng;
 use crate::trace::{Actor, Detail, Kind, Record, TraceSink};
 use crate::{Config, ConfigError, Scenario, Summary, ZombieProof};
 
-/// Runs one simulation and returns what the checker found. Records go to `sink`.
+/// How often a run asks its sink whether to stop.
+const STOP_CHECK_EVENTS: u64 = 4_096;
+
+/// Runs one simulation and returns what the checker found. Records go to `sink`; a
+/// sink that says `stopped` ends the run early (its summary then covers only what ran).
 pub fn run<S: TraceSink>(cfg: &Config, sink: &mut S) -> Result<Summary, ConfigError> {
     cfg.validate()?;
     let mut w = World::new(cfg, sink);
     w.start();
     while let Some((t_ms, ev)) = w.queue.pop() {
-        if t_ms > cfg.duration_ms {
+        if t_ms > cfg.duration_ms || (w.events % STOP_CHECK_EVENTS == 0 && w.sink.stopped()) {
             break;
         }
         w.now = t_ms;

@@ -87,3 +87,50 @@ async fn a_sweep_returns_rows_and_a_chart() {
     let (s, v) = call("/v1/sim/sweeps", r#"{"seeds":[1,100000]}"#).await;
     assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
 }
+
+#[tokio::test]
+async fn a_request_that_gives_up_stops_its_simulation_and_frees_its_slot() {
+    // A sweep far too long for its time: answered sim_timeout, and its work stops, so
+    // the one slot is free again soon (before: the sweep ran on for a minute).
+    let limits = Limits { timeout: Duration::from_millis(200), runs_in_flight_max: 1, ..Limits::default() };
+    let app: Router = api_with(limits);
+    let sweep = r#"{"seeds":[1,40],"leases":[1,2,4,8,16],"clients":32,"duration_ms":600000}"#;
+    let post = |path: &str, body: &str| {
+        Request::post(path).header("content-type", "application/json").body(Body::from(body.to_string())).unwrap()
+    };
+    let resp = app.clone().oneshot(post("/v1/sim/sweeps", sweep)).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&body).contains("sim_timeout"));
+    // The slot comes back once the stopped work has ended; a short run then fits.
+    let mut answered = None;
+    for _ in 0..100 {
+        let resp = app.clone().oneshot(post("/v1/sim/runs", r#"{"duration_ms":1000}"#)).await.unwrap();
+        if resp.status() == StatusCode::OK {
+            answered = Some(resp.status());
+            break;
+        }
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE, "only sim_busy while the slot is taken");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(answered, Some(StatusCode::OK), "the given-up sweep still held its slot after 5 s");
+}
+
+#[tokio::test]
+async fn runs_in_flight_are_bounded() {
+    let limits = Limits { runs_in_flight_max: 1, ..Limits::default() };
+    let app: Router = api_with(limits);
+    let post = |body: &str| {
+        Request::post("/v1/sim/sweeps")
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    };
+    let long = tokio::spawn(app.clone().oneshot(post(r#"{"seeds":[1,40],"clients":32,"duration_ms":600000}"#)));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let resp = app.clone().oneshot(post(r#"{"seeds":[1,1],"duration_ms":1000}"#)).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    assert!(String::from_utf8_lossy(&body).contains("sim_busy"), "{}", String::from_utf8_lossy(&body));
+    long.abort();
+}

@@ -75,6 +75,7 @@ pub struct AppInner {
 pub type App = Arc<AppInner>;
 
 pub fn router(app: App) -> Router {
+    let lab = if app.config.lab_api { fenced_console::api() } else { Router::new() };
     let v1 = Router::new()
         .route("/v1/leases", post(leases::create))
         .route("/v1/leases/{id}", axum::routing::delete(leases::revoke))
@@ -84,7 +85,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/store", get(store::list))
         .route("/v1/store/{*key}", get(store::read).put(store::write))
         .route("/v1/events", get(ops::events))
-        .merge(fenced_console::api())
+        .merge(lab)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(app.clone(), auth));
     Router::new()

@@ -137,3 +137,13 @@ fn every_error_is_the_documented_json() {
     let (st, e) = s.call("POST", "/v1/leases", "{\"ttl_ms\":1e309}");
     assert_eq!((st, e["error"]["code"].as_str()), (400, Some("invalid_field")), "{e}");
 }
+
+#[test]
+fn an_operator_can_leave_the_laboratory_api_out() {
+    let s = TestServer::with(|c| c.lab_api = false);
+    let (st, e) = s.call("POST", "/v1/sim/runs", "{\"duration_ms\":1000}");
+    assert_eq!((st, e["error"]["code"].as_str()), (404, Some("not_found")), "{e}");
+    assert_eq!(s.call("POST", "/v1/leases", "{\"ttl_ms\":1000}").0, 201, "the lock service serves on");
+    let on = TestServer::start();
+    assert_eq!(on.call("POST", "/v1/sim/runs", "{\"duration_ms\":1000}").0, 200);
+}
