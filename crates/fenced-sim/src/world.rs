@@ -18,7 +18,7 @@ use crate::rng::Rng;
 use crate::trace::{Actor, Detail, Kind, Record, TraceSink};
 use crate::{Config, ConfigError, Scenario, Summary, ZombieProof};
 
-/// How often a run asks its sink whether to stop.
+/// How often a run asks its sink whether to stop (a power of two).
 const STOP_CHECK_EVENTS: u64 = 4_096;
 
 /// Runs one simulation and returns what the checker found. Records go to `sink`; a
@@ -28,7 +28,7 @@ pub fn run<S: TraceSink>(cfg: &Config, sink: &mut S) -> Result<Summary, ConfigEr
     let mut w = World::new(cfg, sink);
     w.start();
     while let Some((t_ms, ev)) = w.queue.pop() {
-        if t_ms > cfg.duration_ms || (w.events % STOP_CHECK_EVENTS == 0 && w.sink.stopped()) {
+        if t_ms > cfg.duration_ms || (w.events & (STOP_CHECK_EVENTS - 1) == 0 && w.sink.stopped()) {
             break;
         }
         w.now = t_ms;
