@@ -87,7 +87,7 @@ struct CappedTrace<'a> {
 impl TraceSink for CappedTrace<'_> {
     fn record(&mut self, r: &Record) {
         if self.records.len() <= self.max {
-            self.records.push(r.clone());
+            self.records.push(*r);
         }
     }
     fn stopped(&self) -> bool {
