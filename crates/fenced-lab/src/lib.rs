@@ -7,6 +7,7 @@
 //! judged by the core's checker.
 
 pub mod bench;
+pub mod etcd;
 pub mod history;
 pub mod peers;
 pub mod proxy;
