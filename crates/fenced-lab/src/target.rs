@@ -17,9 +17,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use fenced_client::resource::postgres::PgKv;
 use fenced_client::{Client, Fenced, FencedResource, LockGuard, Token};
 use serde::{Deserialize, Serialize};
-use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
+use crate::etcd::{spawn_keepalive, Etcd, Keeper};
 use crate::peers::UNFENCED_PREFIX;
 
 /// The lock's name (or key) on every target.
@@ -95,7 +95,7 @@ impl FromStr for Target {
 /// workers) and, for `postgres`, the database.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Endpoints {
-    /// `host:port` of the lock service (Fenced's HTTP, Redis, or etcd's gRPC).
+    /// `host:port` of the lock service (Fenced's HTTP, Redis, or etcd's client port).
     pub lock: String,
     /// A `tokio-postgres` connection string, for `postgres`.
     pub pg: Option<String>,
@@ -123,15 +123,6 @@ enum Held {
     Etcd { key: Vec<u8>, lease: i64, _keeper: Keeper },
 }
 
-/// The task keeping an etcd lease alive; stopped when dropped.
-pub struct Keeper(JoinHandle<()>);
-
-impl Drop for Keeper {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 enum Conn {
     /// Fenced locks; the counter in the Fenced store (fenced or not) or in PostgreSQL.
     Fenced {
@@ -140,7 +131,7 @@ enum Conn {
         unfenced: bool,
     },
     Redis(redis::aio::MultiplexedConnection),
-    Etcd(Box<etcd_client::Client>),
+    Etcd(Etcd),
 }
 
 /// A connection to one target, as one worker uses it.
@@ -186,12 +177,7 @@ impl Driver {
                     .map_err(|_| anyhow!("connecting to Redis timed out"))??;
                 Conn::Redis(conn)
             }
-            Target::Etcd => {
-                let opts = etcd_client::ConnectOptions::new()
-                    .with_connect_timeout(Duration::from_secs(1))
-                    .with_timeout(op_timeout);
-                Conn::Etcd(Box::new(etcd_client::Client::connect([format!("http://{}", ep.lock)], Some(opts)).await?))
-            }
+            Target::Etcd => Conn::Etcd(Etcd::new(&format!("http://{}", ep.lock), Duration::from_secs(1), op_timeout)?),
         };
         Ok(Driver { target, conn, op_timeout, nonce })
     }
@@ -235,26 +221,21 @@ impl Driver {
             }
             Conn::Etcd(etcd) => {
                 let secs = ttl.as_secs().max(1) as i64;
-                let lease = timeout(self.op_timeout, etcd.lease_grant(secs, None))
-                    .await
-                    .map_err(|_| anyhow!("lease grant timed out"))?
-                    .context("lease grant")?
-                    .id();
-                let opts = etcd_client::LockOptions::new().with_lease(lease);
-                let locked = match timeout(wait, etcd.lock(LOCK, Some(opts))).await {
-                    Ok(Ok(r)) => r,
+                let lease = etcd.lease_grant(secs).await.context("lease grant")?;
+                let locked = match etcd.lock(LOCK.as_bytes(), lease, wait).await {
+                    Ok(Some(r)) => r,
                     failed => {
                         // The queued lock key dies with its lease.
-                        let _ = timeout(self.op_timeout, etcd.lease_revoke(lease)).await;
+                        let _ = etcd.lease_revoke(lease).await;
                         return Err(match failed {
-                            Ok(Err(e)) => anyhow::Error::from(e).context("lock"),
+                            Err(e) => e.context("lock"),
                             _ => anyhow!("lock held (no grant within {wait:?})"),
                         });
                     }
                 };
-                let token = locked.header().map(|h| h.revision() as u64);
-                let keeper = spawn_etcd_keepalive((**etcd).clone(), lease, ttl);
-                Ok(Grant { token, held: Held::Etcd { key: locked.key().to_vec(), lease, _keeper: keeper } })
+                let token = Some(locked.revision as u64);
+                let keeper = spawn_keepalive(etcd.clone(), lease, ttl);
+                Ok(Grant { token, held: Held::Etcd { key: locked.key, lease, _keeper: keeper } })
             }
         }
     }
@@ -278,10 +259,7 @@ impl Driver {
                     .await
                     .map_err(|_| anyhow!("GET timed out"))??,
             ),
-            Conn::Etcd(etcd) => {
-                let r = timeout(op, etcd.get(key, None)).await.map_err(|_| anyhow!("get timed out"))??;
-                Fenced::Accepted(r.kvs().first().map(|kv| kv.value().to_vec()))
-            }
+            Conn::Etcd(etcd) => Fenced::Accepted(etcd.get(key.as_bytes()).await?),
         };
         match raw {
             Fenced::Accepted(v) => Ok(Outcome::Ok(parse_counter(v.as_deref())?)),
@@ -314,7 +292,7 @@ impl Driver {
                 Fenced::Accepted(())
             }
             Conn::Etcd(etcd) => {
-                timeout(op, etcd.put(key, bytes, None)).await.map_err(|_| anyhow!("put timed out"))??;
+                etcd.put(key.as_bytes(), &bytes).await?;
                 Fenced::Accepted(())
             }
         };
@@ -338,8 +316,8 @@ impl Driver {
             }
             (Conn::Etcd(etcd), Held::Etcd { key, lease, _keeper }) => {
                 drop(_keeper);
-                timeout(op, etcd.unlock(key)).await.map_err(|_| anyhow!("unlock timed out"))??;
-                timeout(op, etcd.lease_revoke(lease)).await.map_err(|_| anyhow!("lease revoke timed out"))??;
+                etcd.unlock(&key).await?;
+                etcd.lease_revoke(lease).await?;
                 Ok(())
             }
             _ => bail!("a grant from another target"),
@@ -361,10 +339,7 @@ impl Driver {
             Conn::Redis(conn) => timeout(op, redis::cmd("GET").arg(&key).query_async::<Option<Vec<u8>>>(conn))
                 .await
                 .map_err(|_| anyhow!("GET timed out"))??,
-            Conn::Etcd(etcd) => {
-                let r = timeout(op, etcd.get(key, None)).await.map_err(|_| anyhow!("get timed out"))??;
-                r.kvs().first().map(|kv| kv.value().to_vec())
-            }
+            Conn::Etcd(etcd) => etcd.get(key.as_bytes()).await?,
         };
         parse_counter(raw.as_deref())
     }
@@ -380,22 +355,4 @@ fn parse_counter(raw: Option<&[u8]>) -> Result<u64> {
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .with_context(|| format!("the counter holds {:?}, not a number", String::from_utf8_lossy(raw)))
-}
-
-/// Keeps an etcd lease alive every third of its TTL until aborted (or frozen with the
-/// process, which is the point).
-pub(crate) fn spawn_etcd_keepalive(mut etcd: etcd_client::Client, lease: i64, ttl: Duration) -> Keeper {
-    Keeper(tokio::spawn(async move {
-        let Ok((mut keeper, mut stream)) = etcd.lease_keep_alive(lease).await else { return };
-        loop {
-            tokio::time::sleep(ttl / 3).await;
-            if keeper.keep_alive().await.is_err() {
-                return;
-            }
-            match stream.message().await {
-                Ok(Some(r)) if r.ttl() > 0 => {}
-                _ => return,
-            }
-        }
-    }))
 }

@@ -22,7 +22,8 @@ use tokio::time::{sleep, timeout, Instant};
 use zookeeper_client as zk;
 
 use super::BenchTarget;
-use crate::target::{spawn_etcd_keepalive, Keeper, REDIS_UNLOCK};
+use crate::etcd::{spawn_keepalive, Etcd, Keeper};
+use crate::target::REDIS_UNLOCK;
 
 /// How long a waiter that polls (Redis, PostgreSQL) sleeps between tries.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(1);
@@ -47,7 +48,7 @@ const PG_RELEASE: &str = "DELETE FROM bench_locks WHERE name = $1 AND token = $2
 /// One bench client's connection to its target.
 pub enum Conn {
     Fenced(Client),
-    Etcd { client: Box<etcd_client::Client>, lease: i64, _keeper: Keeper },
+    Etcd { client: Etcd, lease: i64, _keeper: Keeper },
     Zookeeper(zk::Client),
     Redis { conn: redis::aio::MultiplexedConnection, unlock_sha: String, nonce: String },
     Postgres { db: tokio_postgres::Client, statements: [tokio_postgres::Statement; 3] },
@@ -91,15 +92,11 @@ impl Conn {
                     .build()?,
             ),
             BenchTarget::Etcd => {
-                let opts = etcd_client::ConnectOptions::new()
-                    .with_connect_timeout(Duration::from_secs(2))
-                    .with_timeout(o.op_timeout);
-                let mut client =
-                    etcd_client::Client::connect([endpoint], Some(opts)).await.with_context(unreachable)?;
+                let client = Etcd::new(endpoint, Duration::from_secs(2), o.op_timeout)?;
                 let secs = o.ttl.as_secs().max(2) as i64;
-                let lease = bounded(o.op_timeout, client.lease_grant(secs, None)).await.with_context(unreachable)?.id();
-                let keeper = spawn_etcd_keepalive(client.clone(), lease, Duration::from_secs(secs as u64));
-                Conn::Etcd { client: Box::new(client), lease, _keeper: keeper }
+                let lease = client.lease_grant(secs).await.with_context(unreachable)?;
+                let keeper = spawn_keepalive(client.clone(), lease, Duration::from_secs(secs as u64));
+                Conn::Etcd { client, lease, _keeper: keeper }
             }
             BenchTarget::Zookeeper => Conn::Zookeeper(zk_connect(endpoint, o).await.with_context(unreachable)?),
             BenchTarget::Redis | BenchTarget::RedisAof => {
@@ -127,9 +124,9 @@ impl Conn {
         match self {
             Conn::Fenced(client) => Ok(Held::Fenced(client.lock(name).ttl(o.ttl).wait(wait).acquire().await?)),
             Conn::Etcd { client, lease, .. } => {
-                let opts = etcd_client::LockOptions::new().with_lease(*lease);
-                let r = bounded(wait + o.op_timeout, client.lock(name, Some(opts))).await?;
-                Ok(Held::Etcd(r.key().to_vec()))
+                let bound = wait + o.op_timeout;
+                let r = client.lock(name.as_bytes(), *lease, bound).await?;
+                Ok(Held::Etcd(r.with_context(|| format!("lock held (no grant within {bound:?})"))?.key))
             }
             Conn::Zookeeper(client) => zk_lock(client, name, o, give_up).await.map(Held::Zookeeper),
             Conn::Redis { conn, nonce, .. } => {
@@ -164,10 +161,7 @@ impl Conn {
     pub async fn release(&mut self, held: Held, o: ConnOptions) -> Result<()> {
         match (self, held) {
             (Conn::Fenced(_), Held::Fenced(guard)) => Ok(guard.release().await?),
-            (Conn::Etcd { client, .. }, Held::Etcd(key)) => {
-                bounded(o.op_timeout, client.unlock(key)).await?;
-                Ok(())
-            }
+            (Conn::Etcd { client, .. }, Held::Etcd(key)) => client.unlock(&key).await,
             (Conn::Zookeeper(client), Held::Zookeeper(node)) => {
                 bounded(o.op_timeout, client.delete(&node, None)).await?;
                 Ok(())
@@ -199,7 +193,7 @@ pub enum Writer {
         client: Client,
         guard: Option<LockGuard>,
     },
-    Etcd(Box<etcd_client::Client>),
+    Etcd(Etcd),
     Zookeeper(zk::Client),
     Redis(redis::aio::MultiplexedConnection),
     Postgres(PgKv),
@@ -232,9 +226,7 @@ impl Writer {
                 let token = guard.as_ref().context("the writer's lock was given back")?.token();
                 client.store().put(key, token, VALUE).await?.into_result()?;
             }
-            Writer::Etcd(client) => {
-                bounded(o.op_timeout, client.put(key, VALUE, None)).await?;
-            }
+            Writer::Etcd(client) => client.put(key.as_bytes(), VALUE).await?,
             Writer::Zookeeper(client) => {
                 let path = zk_path(key);
                 match bounded(o.op_timeout, client.set_data(&path, VALUE, None)).await {

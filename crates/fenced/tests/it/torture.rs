@@ -71,6 +71,34 @@ fn fencing_loses_nothing_where_the_same_locks_unfenced_lose_updates() {
     assert!(off["proofs"].as_array().is_some_and(|p| !p.is_empty()), "{off}");
 }
 
+/// etcd's target end to end (its lock API on a kept-alive lease, over etcd's JSON
+/// gateway, through the nemesis's proxy): the workers take the lock, count and give it
+/// back, and the checker judges the history. Whether etcd loses updates in so short a
+/// run depends on where the pause falls, so only the bookkeeping is asserted.
+#[test]
+fn the_etcd_target_runs_the_workload_and_is_judged() {
+    let found = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("etcd").is_file()));
+    if !found {
+        assert!(std::env::var_os("CI").is_none(), "etcd is needed (apt-get install -y etcd-server)");
+        eprintln!("skipping: etcd is not installed (apt-get install -y etcd-server)");
+        return;
+    }
+    let args = ["torture", "--target", "etcd", "--ttl", "2s", "--duration", "10s", "--workers", "3", "--seed", "1"];
+    let out = fenced(&[&args[..], &["--json"]].concat());
+    assert!(out.status.success(), "fenced torture failed: {}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(r["target"], "etcd");
+    assert!(num(&r, "acknowledged") >= 20, "too little work: {r}");
+    assert!(num(&r, "grants") >= num(&r, "acknowledged"), "{r}");
+    // etcd mints tokens (the lock response's revision), so regressions are counted.
+    assert!(r["token_regressions"].is_u64(), "{r}");
+    // Only acknowledged or indeterminate increments can be in the counter.
+    assert!(num(&r, "final_value") <= num(&r, "acknowledged") + num(&r, "writes_indeterminate"), "{r}");
+    let findings = num(&r, "lost_updates") + num(&r, "zombie_writes") + num(&r, "token_regressions");
+    assert_eq!(r["safe"], findings == 0, "{r}");
+    assert_eq!(r["proofs"].as_array().is_some_and(|p| !p.is_empty()), findings > 0, "a finding without proof: {r}");
+}
+
 #[test]
 fn bad_arguments_exit_2_with_one_line() {
     for args in [

@@ -1,0 +1,3 @@
+//! Integration tests of fenced-lab against the real peers it drives.
+
+mod etcd;
