@@ -169,13 +169,18 @@ impl Locks {
     pub fn view<R>(&self, f: impl FnOnce(&LockTable, u64) -> R) -> R {
         let mut inner = self.lock();
         let now = self.clock(&mut inner);
+        self.tick_if_due(&mut inner, now);
+        f(&inner.table, now)
+    }
+
+    /// Applies a `Tick` when a timer of the table is due at `now`.
+    fn tick_if_due(&self, inner: &mut Inner, now: u64) {
         if inner.table.is_due(now) && !self.failed.load(Ordering::Acquire) {
             let id = inner.next_id();
             let mut out = std::mem::take(&mut inner.out);
             inner.table.apply_into(id, Command::Tick, now, &mut out);
-            self.settle(&mut inner, now, out);
+            self.settle(inner, now, out);
         }
-        f(&inner.table, now)
     }
 
     /// The caller of a queued acquire went away. The table decides what that means:
@@ -303,12 +308,7 @@ impl Locks {
             let raw_deadline_ms = {
                 let mut inner = self.lock();
                 let now = self.clock(&mut inner);
-                if inner.table.is_due(now) && !self.failed.load(Ordering::Acquire) {
-                    let id = inner.next_id();
-                    let mut out = std::mem::take(&mut inner.out);
-                    inner.table.apply_into(id, Command::Tick, now, &mut out);
-                    self.settle(&mut inner, now, out);
-                }
+                self.tick_if_due(&mut inner, now);
                 inner.armed_ms = inner.table.poll_timeout();
                 let heartbeat = inner.last_raw_ms + HEARTBEAT_MS;
                 inner.armed_ms.map_or(heartbeat, |at| (at + inner.stalled_ms).min(heartbeat))
