@@ -63,6 +63,12 @@ pub struct Config {
     /// Bytes of request bodies being read at once, over all connections; a body that
     /// does not fit is refused 503 `too_busy` rather than buffered.
     pub body_bytes_in_flight_max: usize,
+    /// Keys the fenced store may hold (a key only a fenced read marked counts too);
+    /// past it a write of a new key is refused 507 `store_full`.
+    pub store_keys_max: u64,
+    /// Bytes of keys and records the fenced store may hold; past it a write that needs
+    /// more room is refused 507 `store_full`, while overwrites no larger go on.
+    pub store_bytes_max: u64,
     /// Whether the laboratory's API (`POST /v1/sim/runs`, `/v1/sim/sweeps`) is served:
     /// it runs simulations on the lock server's own cores (bounded, but an operator of a
     /// production server may want none of it).
@@ -106,6 +112,8 @@ impl Default for Config {
             body_timeout_ms: 30_000,
             body_bytes_in_flight_max: 64 << 20,
             lab_api: true,
+            store_keys_max: 1_000_000,
+            store_bytes_max: 1 << 30,
             token_block: 1_000_000,
             unfenced_prefix: String::new(),
         }

@@ -86,7 +86,8 @@ pub async fn run_with_wire(
         _ => None,
     };
 
-    let (store, durable, writer) = Store::open(&config.data_dir)?;
+    let quotas = fenced_store::Quotas { keys_max: config.store_keys_max, bytes_max: config.store_bytes_max };
+    let (store, durable, writer) = Store::open_with(&config.data_dir, quotas)?;
     // The table's rules decide the start: tokens continue above the old ceiling (the
     // new one durable before the first grant), the grace is one maximal TTL after a
     // crash and the recorded one after a clean shutdown, and a lock that may owe a

@@ -42,6 +42,9 @@ pub enum StoreError {
     Db(String),
     #[error("the store is closed")]
     Closed,
+    /// The write would take the store past one of its quotas; nothing was written.
+    #[error("the fenced store holds its limit of {limit} {what}")]
+    Full { what: &'static str, limit: u64 },
     /// A record that cannot be read back intact: never taken for "no mark".
     #[error("the record of key '{key}' is corrupt ({why}); it is refused rather than read as unwritten")]
     Corrupt { key: String, why: &'static str },
@@ -113,6 +116,30 @@ impl Reply {
     }
 }
 
+/// Bounds on the fenced store's size, enforced in the transaction that would pass
+/// them: a write that would is refused ([`StoreError::Full`]) and changes nothing,
+/// while writes that take no new room (an overwrite no longer than before) go on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quotas {
+    /// Keys, counting keys that only a fenced read marked.
+    pub keys_max: u64,
+    /// Bytes of keys and records together.
+    pub bytes_max: u64,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Quotas { keys_max: u64::MAX, bytes_max: u64::MAX }
+    }
+}
+
+/// What the fenced store holds now, as the writer counts it.
+#[derive(Clone, Copy, Debug, Default)]
+struct Usage {
+    keys: u64,
+    bytes: u64,
+}
+
 /// The handle the server holds. Dropping every clone ends the writer thread, which
 /// closes the database.
 #[derive(Clone)]
@@ -125,11 +152,24 @@ impl Store {
     /// Opens (or creates) `dir/fenced.redb`, reads what the last run left, and starts
     /// the writer thread. Join the returned handle after dropping every `Store`.
     pub fn open(dir: &Path) -> Result<(Store, Durable, JoinHandle<()>), StoreError> {
-        Store::with_backend(Arc::new(RedbBackend::open(dir)?))
+        Store::open_with(dir, Quotas::default())
+    }
+
+    /// [`open`](Store::open) with quotas on the fenced store.
+    pub fn open_with(dir: &Path, quotas: Quotas) -> Result<(Store, Durable, JoinHandle<()>), StoreError> {
+        Store::with_backend_and(Arc::new(RedbBackend::open(dir)?), quotas)
     }
 
     /// The same over any backend.
     pub fn with_backend(backend: Arc<dyn Backend>) -> Result<(Store, Durable, JoinHandle<()>), StoreError> {
+        Store::with_backend_and(backend, Quotas::default())
+    }
+
+    /// The same over any backend, with quotas.
+    pub fn with_backend_and(
+        backend: Arc<dyn Backend>,
+        quotas: Quotas,
+    ) -> Result<(Store, Durable, JoinHandle<()>), StoreError> {
         let mut recovered = None;
         backend.transact(&mut |t| {
             let mut lock_delays = Vec::new();
@@ -149,11 +189,16 @@ impl Store {
             Ok(())
         })?;
         let recovered = recovered.expect("the body ran");
+        // Counted once at start (one scan), then kept by the writer as it writes.
+        let usage = backend.kv_scan("", usize::MAX)?.iter().fold(Usage::default(), |u, (k, v)| Usage {
+            keys: u.keys + 1,
+            bytes: u.bytes + (k.len() + v.len()) as u64,
+        });
         let (tx, rx) = mpsc::channel();
         let writer_backend = backend.clone();
         let handle = std::thread::Builder::new()
             .name("fenced-store".into())
-            .spawn(move || writer(&*writer_backend, rx))
+            .spawn(move || writer(&*writer_backend, rx, quotas, usage))
             .map_err(db_err)?;
         Ok((Store { backend, tx }, recovered, handle))
     }
@@ -293,7 +338,7 @@ fn decode(key: &str, raw: Option<Vec<u8>>) -> Result<(Option<Token>, Option<Vec<
 }
 
 /// The writer thread: one transaction per batch of queued requests.
-fn writer(backend: &dyn Backend, rx: mpsc::Receiver<Request>) {
+fn writer(backend: &dyn Backend, rx: mpsc::Receiver<Request>, quotas: Quotas, mut usage: Usage) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < BATCH_MAX {
@@ -302,7 +347,7 @@ fn writer(backend: &dyn Backend, rx: mpsc::Receiver<Request>) {
                 Err(_) => break,
             }
         }
-        match apply(backend, &batch) {
+        match apply(backend, &batch, quotas, &mut usage) {
             Ok(answers) => {
                 for (req, answer) in batch.into_iter().zip(answers) {
                     match req {
@@ -332,48 +377,88 @@ fn writer(backend: &dyn Backend, rx: mpsc::Receiver<Request>) {
     tracing::debug!("store writer done");
 }
 
-/// One request's result inside a batch: a corrupt record refuses that request alone.
+/// One request's result inside a batch: a corrupt record or a full store refuses that
+/// request alone.
 type Answer = Result<Option<StoreAnswer>, StoreError>;
 
 /// Runs a batch in one durable transaction; one answer per request (`None` for meta
-/// and unfenced writes).
-fn apply(backend: &dyn Backend, batch: &[Request]) -> Result<Vec<Answer>, StoreError> {
+/// and unfenced writes). `usage` moves on only when the batch commits.
+fn apply(
+    backend: &dyn Backend,
+    batch: &[Request],
+    quotas: Quotas,
+    usage: &mut Usage,
+) -> Result<Vec<Answer>, StoreError> {
     let mut answers = Vec::with_capacity(batch.len());
+    let mut after = *usage;
     backend.transact(&mut |t| {
         answers.clear();
+        after = *usage;
+        let mut kv = Kv { t, quotas, usage: &mut after };
         for req in batch {
-            answers.push(match apply_one(t, req) {
-                Err(e @ StoreError::Corrupt { .. }) => Err(e),
+            answers.push(match apply_one(&mut kv, req) {
+                Err(e @ (StoreError::Corrupt { .. } | StoreError::Full { .. })) => Err(e),
                 other => Ok(other?),
             });
         }
         Ok(())
     })?;
+    *usage = after;
     Ok(answers)
 }
 
-fn apply_one(t: &mut dyn Txn, req: &Request) -> Result<Option<StoreAnswer>, StoreError> {
+/// The kv table inside a transaction, counted against the quotas.
+struct Kv<'a, 't> {
+    t: &'a mut (dyn Txn + 't),
+    quotas: Quotas,
+    usage: &'a mut Usage,
+}
+
+impl Kv<'_, '_> {
+    /// Writes `record` over `old` (the key's record before, if any), unless that would
+    /// take the store past a quota; a write that takes no new room always goes on.
+    fn put(&mut self, key: &str, old: Option<&[u8]>, record: &[u8]) -> Result<(), StoreError> {
+        let keys = self.usage.keys + old.is_none() as u64;
+        let size = |r: &[u8]| (key.len() + r.len()) as u64;
+        let bytes = self.usage.bytes - old.map_or(0, size) + size(record);
+        if keys > self.usage.keys && keys > self.quotas.keys_max {
+            return Err(StoreError::Full { what: "keys", limit: self.quotas.keys_max });
+        }
+        if bytes > self.usage.bytes && bytes > self.quotas.bytes_max {
+            return Err(StoreError::Full { what: "bytes", limit: self.quotas.bytes_max });
+        }
+        self.t.kv_put(key, record)?;
+        *self.usage = Usage { keys, bytes };
+        Ok(())
+    }
+}
+
+fn apply_one(kv: &mut Kv<'_, '_>, req: &Request) -> Result<Option<StoreAnswer>, StoreError> {
+    let t = &mut *kv.t;
     Ok(match req {
         Request::Put { key, token, value, .. } => {
-            let (mark, _) = decode(key, t.kv_get(key)?)?;
+            let old = t.kv_get(key)?;
+            let (mark, _) = decode(key, old.clone())?;
             let admission = admit(mark, *token, Op::Write);
             if let Admission::Accepted { token, .. } = admission {
                 assert!(mark.is_none_or(|m| token >= m), "store mark would regress");
-                t.kv_put(key, &encode(Some(token), Some(value)))?;
+                kv.put(key, old.as_deref(), &encode(Some(token), Some(value)))?;
             }
             Some(StoreAnswer { admission, value: None })
         }
         Request::FencedRead { key, token, .. } => {
-            let (mark, value) = decode(key, t.kv_get(key)?)?;
+            let old = t.kv_get(key)?;
+            let (mark, value) = decode(key, old.clone())?;
             let admission = admit(mark, Some(*token), Op::Read);
             let admitted = matches!(admission, Admission::Accepted { .. });
             if admitted && mark != Some(*token) {
-                t.kv_put(key, &encode(Some(*token), value.as_deref()))?;
+                kv.put(key, old.as_deref(), &encode(Some(*token), value.as_deref()))?;
             }
             Some(StoreAnswer { admission, value: if admitted { value } else { None } })
         }
         Request::PutUnfenced { key, value, .. } => {
-            t.kv_put(key, &encode(None, Some(value)))?;
+            let old = t.kv_get(key)?;
+            kv.put(key, old.as_deref(), &encode(None, Some(value)))?;
             None
         }
         Request::Meta { key, value, .. } => {
@@ -483,6 +568,37 @@ mod tests {
             })
             .unwrap();
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn quotas_refuse_what_needs_new_room_and_nothing_else() {
+        let dir = std::env::temp_dir().join(format!("fenced-store-quota-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let quotas = Quotas { keys_max: 2, bytes_max: 100 };
+        let full = |r: Result<StoreAnswer, StoreError>| matches!(r, Err(StoreError::Full { .. }));
+        {
+            let (store, _, h) = Store::open_with(&dir, quotas).unwrap();
+            let put = |k: &str, t: u64, v: &[u8]| store.put(k.into(), Token::new(t), v.to_vec());
+            assert!(put("a", 1, b"1").await.unwrap().admission.is_accepted());
+            assert!(put("b", 1, b"1").await.unwrap().admission.is_accepted());
+            let r = put("c", 1, b"1").await;
+            assert!(matches!(r, Err(StoreError::Full { what: "keys", limit: 2 })), "{r:?}");
+            // A fenced read that would mark a new key needs room too.
+            assert!(full(store.fenced_read("d".into(), Token::new(1).unwrap()).await));
+            // Overwrites of existing keys go on; growing past the bytes is refused.
+            assert!(put("a", 2, b"22").await.unwrap().admission.is_accepted());
+            let r = put("a", 3, &[7; 90]).await;
+            assert!(matches!(r, Err(StoreError::Full { what: "bytes", limit: 100 })), "{r:?}");
+            assert_eq!(store.read("a".into()).await.unwrap().value.as_deref(), Some(&b"22"[..]), "refused: unchanged");
+            drop(store);
+            h.join().unwrap();
+        }
+        // Reopened, the store counts what it holds again.
+        let (store, _, h) = Store::open_with(&dir, quotas).unwrap();
+        assert!(full(store.put("e".into(), Token::new(4), b"x".to_vec()).await));
+        drop(store);
+        h.join().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -165,6 +165,14 @@ fn store_error(e: StoreError) -> ApiError {
             )
             .with("key", key)
         }
+        // The store is full; the lock service, which needs no new room, goes on.
+        StoreError::Full { what, limit } => ApiError::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "store_full",
+            format!("the fenced store holds its limit of {limit} {what}: free some, or raise store_{what}_max"),
+        )
+        .with("what", what)
+        .with("limit", limit),
         e => ApiError::internal(e),
     }
 }

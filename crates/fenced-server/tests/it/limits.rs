@@ -191,3 +191,30 @@ fn idle_connections_are_closed_but_waiting_requests_are_not() {
     s.call("POST", "/v1/locks/idle/release", &format!("{{\"lease_id\":\"{a}\"}}"));
     assert_eq!(w.join().unwrap().status, 200);
 }
+
+#[test]
+fn a_full_store_refuses_new_room_while_locks_go_on() {
+    let s = TestServer::with(|c| {
+        c.store_keys_max = 2;
+        c.store_bytes_max = 200;
+    });
+    let a = s.lease(10_000);
+    let (_, g) = s.acquire("q", &format!("{{\"lease_id\":\"{a}\"}}"));
+    let t = g["token"].as_u64().unwrap().to_string();
+    let put = |k: &str, v: &[u8]| s.request("PUT", &format!("/v1/store/{k}"), &[("Fencing-Token", &t)], v);
+    assert_eq!(put("k1", b"v").status, 200);
+    assert_eq!(put("k2", b"v").status, 200);
+    let r = put("k3", b"v");
+    let e = r.json();
+    assert_eq!(
+        (r.status, e["error"]["code"].as_str(), e["error"]["what"].as_str()),
+        (507, Some("store_full"), Some("keys"))
+    );
+    let r = put("k1", &[b'x'; 300]);
+    assert_eq!((r.status, r.json()["error"]["what"].as_str()), (507, Some("bytes")));
+    assert_eq!(s.get("/v1/store/k1").text(), "v", "refused writes change nothing");
+    assert_eq!(put("k1", b"w").status, 200, "an overwrite that needs no new room goes on");
+    // The lock service needs no new room: it goes on.
+    assert_eq!(s.call("POST", "/v1/locks/q/release", &format!("{{\"lease_id\":\"{a}\"}}")).0, 200);
+    assert_eq!(s.acquire("q2", "{\"ttl_ms\":1000}").0, 200);
+}
