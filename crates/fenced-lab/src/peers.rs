@@ -162,7 +162,7 @@ impl Service {
         .map(OsString::from)
         .chain([OsString::from("--data-dir"), dir.path().join("data").into()])
         .collect();
-        Service::launch("etcd", program, args, addr, dir, listening)
+        Service::launch("etcd", program, args, addr, dir, etcd_serving)
     }
 
     /// A standalone ZooKeeper (Debian's `zookeeper`, run by `java`) with its default
@@ -355,6 +355,20 @@ fn zookeeper_serving(mut conn: TcpStream) -> bool {
     conn.write_all(b"srvr").is_ok()
         && conn.read_to_string(&mut answer).is_ok()
         && answer.starts_with("Zookeeper version")
+}
+
+/// Whether the etcd at the other end of `conn` serves its client API: `/health` answers
+/// `"health":"true"` once it does. A bare connect is not enough: the port may be
+/// another process's (a free port taken between choosing and binding it, by this
+/// etcd's own peer listener in a parallel test), or etcd's before it serves.
+fn etcd_serving(mut conn: TcpStream) -> bool {
+    use std::io::Write;
+    let _ = conn.set_read_timeout(Some(Duration::from_millis(1_000)));
+    let mut answer = String::new();
+    conn.write_all(b"GET /health HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n").is_ok()
+        && conn.read_to_string(&mut answer).is_ok()
+        && answer.starts_with("HTTP/1.1 200")
+        && answer.contains("\"health\":\"true\"")
 }
 
 fn find_program(name: &str, install: &str) -> Result<PathBuf> {

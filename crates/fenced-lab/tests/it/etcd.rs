@@ -12,13 +12,24 @@ const OP_TIMEOUT: Duration = Duration::from_secs(5);
 /// The shortest lease etcd keeps with its default election timeout.
 const TTL_S: i64 = 2;
 
+/// One etcd at a time in this file: each picks two free ports, and two starting at
+/// once can pick the same one.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A test's etcd, stopped when dropped, and its turn.
+struct Running {
+    _service: Service,
+    _turn: std::sync::MutexGuard<'static, ()>,
+}
+
 /// A fresh single-node etcd and a client of it. Without etcd the test skips, except
 /// under CI, where it must be there.
-fn etcd() -> Option<(Service, Etcd)> {
+fn etcd() -> Option<(Running, Etcd)> {
+    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     match Service::etcd() {
         Ok(service) => {
             let client = Etcd::new(&service.url(), Duration::from_secs(1), OP_TIMEOUT).expect("an http:// endpoint");
-            Some((service, client))
+            Some((Running { _service: service, _turn: turn }, client))
         }
         Err(e) if std::env::var_os("CI").is_none() && e.to_string().contains("not found on PATH") => {
             eprintln!("skipping: {e}");
