@@ -144,6 +144,8 @@ async fn lock(client: &Client, a: LockArgs, global: &Global) -> anyhow::Result<E
         }
         Err(e) => return Err(e.into()),
     };
+    // Before the grant is printed: a Ctrl-C right after it must release, not kill.
+    let interrupted = crate::term::interrupt();
     if global.json() {
         println!("{}", grant_json(&guard));
     } else {
@@ -162,7 +164,7 @@ async fn lock(client: &Client, a: LockArgs, global: &Global) -> anyhow::Result<E
             let _ = guard.release().await;
             Ok(ExitCode::from(EXIT_LOST))
         }
-        _ = crate::term::interrupted() => {
+        _ = interrupted => {
             match guard.release().await {
                 Ok(()) => {
                     if !global.json() {

@@ -39,11 +39,20 @@ where
 /// Resolves on SIGINT or SIGTERM. Where a handler cannot be installed that signal is
 /// left to its default action (the process ends), so this never resolves for it.
 pub async fn interrupted() {
+    interrupt().await
+}
+
+/// The same, with the signal handlers installed now, at the call, rather than when the
+/// future is first polled: for a command that tells the user it may be interrupted
+/// (it prints a grant) and must then honour a Ctrl-C that comes at once.
+pub fn interrupt() -> impl std::future::Future<Output = ()> {
     let mut sigint = signal(SignalKind::interrupt()).ok();
     let mut sigterm = signal(SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = received(sigint.as_mut()) => {}
-        _ = received(sigterm.as_mut()) => {}
+    async move {
+        tokio::select! {
+            _ = received(sigint.as_mut()) => {}
+            _ = received(sigterm.as_mut()) => {}
+        }
     }
 }
 
