@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::{NameError, Token};
+use crate::Token;
 
 /// Why the lock service refused a request. Expected outcomes ("the lock is held", "the
 /// token is stale") are variants too: a caller matches on them, not on strings.
@@ -35,7 +35,6 @@ pub enum Error {
     LockDelayOutOfRange {
         lock_delay_ms_max: u64,
     },
-    InvalidName(NameError),
     TooManyLeases {
         leases_max: usize,
     },
@@ -74,7 +73,6 @@ impl Error {
             Error::TtlOutOfRange { .. } => "ttl_out_of_range",
             Error::WaitOutOfRange { .. } => "wait_out_of_range",
             Error::LockDelayOutOfRange { .. } => "lock_delay_out_of_range",
-            Error::InvalidName(_) => "invalid_name",
             Error::TooManyLeases { .. } => "too_many_leases",
             Error::TooManyLocks { .. } => "too_many_locks",
             Error::TooManyWaiters { .. } => "too_many_waiters",
@@ -109,7 +107,7 @@ impl Error {
                 d.extend(opt("highest_issued", highest_issued));
                 d
             }
-            Error::LeaseNotFound | Error::InvalidName(_) | Error::LeaseExists | Error::ShuttingDown => Vec::new(),
+            Error::LeaseNotFound | Error::LeaseExists | Error::ShuttingDown => Vec::new(),
         }
     }
 }
@@ -117,8 +115,8 @@ impl Error {
 impl Error {
     /// The error a code and its details name, as a transport carried them: the inverse
     /// of [`code`](Error::code) and [`details`](Error::details). `None` for a code that is
-    /// not the lock service's (an edge's own, like `invalid_json`), for `invalid_name`
-    /// (its reason is in the message only), and for details that are missing.
+    /// not the lock service's (an edge's own, like `invalid_json` or `invalid_name`), and
+    /// for details that are missing.
     pub fn from_code(code: &str, detail: impl Fn(&str) -> Option<u64>) -> Option<Error> {
         let token = |name| detail(name).and_then(Token::new);
         let n = |name| detail(name);
@@ -163,7 +161,6 @@ impl fmt::Display for Error {
             Error::LockDelayOutOfRange { lock_delay_ms_max } => {
                 write!(f, "lock_delay_ms is at most {lock_delay_ms_max}")
             }
-            Error::InvalidName(e) => e.fmt(f),
             Error::TooManyLeases { leases_max } => write!(f, "the server holds its limit of {leases_max} leases"),
             Error::TooManyLocks { locks_max } => write!(f, "the server holds its limit of {locks_max} locks"),
             Error::TooManyWaiters { waiters_max } => write!(f, "the waiter limit of {waiters_max} is reached"),

@@ -348,27 +348,26 @@ fn listening(_: TcpStream) -> bool {
 /// Whether the ZooKeeper at the other end of `conn` serves requests (it accepts
 /// connections before it does): its `srvr` command answers with its version then, and
 /// with an excuse before.
-fn zookeeper_serving(mut conn: TcpStream) -> bool {
-    use std::io::Write;
-    let _ = conn.set_read_timeout(Some(Duration::from_millis(500)));
-    let mut answer = String::new();
-    conn.write_all(b"srvr").is_ok()
-        && conn.read_to_string(&mut answer).is_ok()
-        && answer.starts_with("Zookeeper version")
+fn zookeeper_serving(conn: TcpStream) -> bool {
+    ask(conn, b"srvr", Duration::from_millis(500)).is_some_and(|a| a.starts_with("Zookeeper version"))
 }
 
 /// Whether the etcd at the other end of `conn` serves its client API: `/health` answers
 /// `"health":"true"` once it does. A bare connect is not enough: the port may be
 /// another process's (a free port taken between choosing and binding it, by this
 /// etcd's own peer listener in a parallel test), or etcd's before it serves.
-fn etcd_serving(mut conn: TcpStream) -> bool {
+fn etcd_serving(conn: TcpStream) -> bool {
+    let request = b"GET /health HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n";
+    ask(conn, request, Duration::from_secs(1))
+        .is_some_and(|a| a.starts_with("HTTP/1.1 200") && a.contains("\"health\":\"true\""))
+}
+
+/// Sends `request` and reads the answer until the peer closes, within `timeout` per read.
+fn ask(mut conn: TcpStream, request: &[u8], timeout: Duration) -> Option<String> {
     use std::io::Write;
-    let _ = conn.set_read_timeout(Some(Duration::from_millis(1_000)));
+    let _ = conn.set_read_timeout(Some(timeout));
     let mut answer = String::new();
-    conn.write_all(b"GET /health HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n").is_ok()
-        && conn.read_to_string(&mut answer).is_ok()
-        && answer.starts_with("HTTP/1.1 200")
-        && answer.contains("\"health\":\"true\"")
+    (conn.write_all(request).is_ok() && conn.read_to_string(&mut answer).is_ok()).then_some(answer)
 }
 
 fn find_program(name: &str, install: &str) -> Result<PathBuf> {

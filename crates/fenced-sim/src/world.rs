@@ -557,11 +557,11 @@ impl<'a, S: TraceSink> World<'a, S> {
         match msg {
             ServiceMsg::Acquire => {
                 let ttl_ms = self.cfg.lease_ms;
-                let granted_lease = self.service(Command::GrantLease { lease, ttl_ms });
+                let (_, granted_lease) = self.service(Command::GrantLease { lease, ttl_ms });
                 let wait_ms = self.cfg.wait_ms;
                 let req = Acquire { name, lease: LeaseRef::Existing(lease), wait_ms, lock_delay_ms: 0 };
                 let (request, answer) = if matches!(granted_lease, Some(Ok(_))) {
-                    (RequestId(self.next_request + 1), self.service(Command::Acquire(req)))
+                    self.service(Command::Acquire(req))
                 } else {
                     (RequestId(0), Some(Err(Error::LeaseNotFound)))
                 };
@@ -576,7 +576,7 @@ impl<'a, S: TraceSink> World<'a, S> {
                 }
             }
             ServiceMsg::Keepalive => {
-                let ok = matches!(self.service(Command::Keepalive { lease }), Some(Ok(_)));
+                let ok = matches!(self.service(Command::Keepalive { lease }).1, Some(Ok(_)));
                 let token = self.clients[client as usize].token;
                 self.record(Actor::Lock, Kind::Keepalive, client, token, Some(sent_ms), Detail::Keepalive { ok });
                 let gen = self.clients[client as usize].gen;
@@ -593,16 +593,16 @@ impl<'a, S: TraceSink> World<'a, S> {
     }
 
     /// Applies one command to the lock service now: its effects and the answers to
-    /// queued requests are kept for `after_service_call`, its own answer returned
-    /// (`None` while it waits).
-    fn service(&mut self, cmd: Command) -> Option<Result<Answer, Error>> {
+    /// queued requests are kept for `after_service_call`; its request id and its own
+    /// answer are returned (`None` while it waits).
+    fn service(&mut self, cmd: Command) -> (RequestId, Option<Result<Answer, Error>>) {
         self.next_request += 1;
         let request = RequestId(self.next_request);
         let mut out = self.table.apply(request, cmd, self.now);
         let own = out.take_answer(request);
         self.effects.append(&mut out.effects);
         self.answers.append(&mut out.answers);
-        own
+        (request, own)
     }
 
     /// Carries out the table's effects and re-arms its timer.

@@ -231,8 +231,9 @@ impl Store {
     pub async fn read(&self, key: String) -> Result<StoreAnswer, StoreError> {
         let backend = self.backend.clone();
         tokio::task::spawn_blocking(move || {
-            let (mark, value) = decode(&key, backend.kv_get(&key)?)?;
-            Ok(StoreAnswer { admission: admit(mark, None, Op::Read), value })
+            let raw = backend.kv_get(&key)?;
+            let (mark, value) = decode(&key, raw.as_deref())?;
+            Ok(StoreAnswer { admission: admit(mark, None, Op::Read), value: value.map(<[u8]>::to_vec) })
         })
         .await
         .map_err(db_err)?
@@ -246,7 +247,7 @@ impl Store {
             let rows = backend.kv_scan(&prefix, limit)?;
             rows.into_iter()
                 .map(|(key, raw)| {
-                    let (highest_seen, value) = decode(&key, Some(raw))?;
+                    let (highest_seen, value) = decode(&key, Some(&raw))?;
                     Ok(KeyInfo { key, highest_seen, value_bytes: value.map(|v| v.len()) })
                 })
                 .collect()
@@ -322,7 +323,7 @@ fn encode(mark: Option<Token>, value: Option<&[u8]>) -> Vec<u8> {
 
 /// An absent record is "never written"; a record that is not one this code wrote is
 /// [`StoreError::Corrupt`], never "no mark" (which would admit any token).
-fn decode(key: &str, raw: Option<Vec<u8>>) -> Result<(Option<Token>, Option<Vec<u8>>), StoreError> {
+fn decode<'r>(key: &str, raw: Option<&'r [u8]>) -> Result<(Option<Token>, Option<&'r [u8]>), StoreError> {
     let Some(raw) = raw else { return Ok((None, None)) };
     let corrupt = |why| Err(StoreError::Corrupt { key: key.to_string(), why });
     if raw.len() < 9 {
@@ -332,7 +333,7 @@ fn decode(key: &str, raw: Option<Vec<u8>>) -> Result<(Option<Token>, Option<Vec<
     match raw[8] {
         0 if raw.len() == 9 => Ok((mark, None)),
         0 => corrupt("bytes after a header that says 'no value'"),
-        1 => Ok((mark, Some(raw[9..].to_vec()))),
+        1 => Ok((mark, Some(&raw[9..]))),
         _ => corrupt("a value flag that is neither 0 nor 1"),
     }
 }
@@ -438,7 +439,7 @@ fn apply_one(kv: &mut Kv<'_, '_>, req: &Request) -> Result<Option<StoreAnswer>, 
     Ok(match req {
         Request::Put { key, token, value, .. } => {
             let old = t.kv_get(key)?;
-            let (mark, _) = decode(key, old.clone())?;
+            let (mark, _) = decode(key, old.as_deref())?;
             let admission = admit(mark, *token, Op::Write);
             if let Admission::Accepted { token, .. } = admission {
                 assert!(mark.is_none_or(|m| token >= m), "store mark would regress");
@@ -448,13 +449,13 @@ fn apply_one(kv: &mut Kv<'_, '_>, req: &Request) -> Result<Option<StoreAnswer>, 
         }
         Request::FencedRead { key, token, .. } => {
             let old = t.kv_get(key)?;
-            let (mark, value) = decode(key, old.clone())?;
+            let (mark, value) = decode(key, old.as_deref())?;
             let admission = admit(mark, Some(*token), Op::Read);
             let admitted = matches!(admission, Admission::Accepted { .. });
             if admitted && mark != Some(*token) {
-                kv.put(key, old.as_deref(), &encode(Some(*token), value.as_deref()))?;
+                kv.put(key, old.as_deref(), &encode(Some(*token), value))?;
             }
-            Some(StoreAnswer { admission, value: if admitted { value } else { None } })
+            Some(StoreAnswer { admission, value: value.filter(|_| admitted).map(<[u8]>::to_vec) })
         }
         Request::PutUnfenced { key, value, .. } => {
             let old = t.kv_get(key)?;
@@ -493,8 +494,8 @@ mod tests {
     #[test]
     fn records_round_trip() {
         let t = Token::new(7);
-        assert_eq!(decode("k", Some(encode(t, Some(b"v")))).unwrap(), (t, Some(b"v".to_vec())));
-        assert_eq!(decode("k", Some(encode(t, None))).unwrap(), (t, None));
+        assert_eq!(decode("k", Some(&encode(t, Some(b"v")))).unwrap(), (t, Some(&b"v"[..])));
+        assert_eq!(decode("k", Some(&encode(t, None))).unwrap(), (t, None));
         assert_eq!(decode("k", None).unwrap(), (None, None));
     }
 
@@ -502,7 +503,7 @@ mod tests {
     fn a_corrupt_record_is_an_error_not_an_empty_mark() {
         // Review defect 6: a record shorter than its header was read as never written.
         for raw in [vec![], vec![7, 0, 0], vec![7, 0, 0, 0, 0, 0, 0, 0, 2], vec![7, 0, 0, 0, 0, 0, 0, 0, 0, 1]] {
-            assert!(matches!(decode("k", Some(raw)), Err(StoreError::Corrupt { .. })));
+            assert!(matches!(decode("k", Some(&raw)), Err(StoreError::Corrupt { .. })));
         }
     }
 

@@ -47,7 +47,7 @@ impl From<fenced_core::Error> for ApiError {
             E::LockHeld { .. } | E::NotHolder { .. } | E::StaleToken { .. } | E::TokenNotIssued { .. } => {
                 StatusCode::CONFLICT
             }
-            E::TtlOutOfRange { .. } | E::WaitOutOfRange { .. } | E::LockDelayOutOfRange { .. } | E::InvalidName(_) => {
+            E::TtlOutOfRange { .. } | E::WaitOutOfRange { .. } | E::LockDelayOutOfRange { .. } => {
                 StatusCode::BAD_REQUEST
             }
             E::TooManyLeases { .. } | E::TooManyLocks { .. } | E::TooManyWaiters { .. } => {
