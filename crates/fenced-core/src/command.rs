@@ -15,10 +15,12 @@ use crate::{LeaseId, LockName, Token};
 /// Names a request so that its answer, now or later, reaches its caller. Chosen by the
 /// driver, unique among the requests it has in flight.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RequestId(pub u64);
 
 /// One change to the lock service.
 #[derive(Clone, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Command {
     /// Creates a lease with a caller-chosen id (the server draws 128 random bits).
     GrantLease { lease: LeaseId, ttl_ms: u64 },
@@ -36,10 +38,18 @@ pub enum Command {
     Cancel { request: RequestId },
     /// Runs the timers due: expiries, wait deadlines, lock-delays ending.
     Tick,
+    /// A new leader takes over (a new term of the replicated log, or a single node's
+    /// restart): the callers of the previous one are gone. Every queued acquire is
+    /// withdrawn without an answer (its caller was told to retry), no grant can be given
+    /// back by a withdrawal any more, and every lease gets at least its full TTL again,
+    /// counted from now (etcd's lessor `Promote`), so that no lease expires before its
+    /// holder could reach the new leader.
+    Promote,
 }
 
 /// An acquire request.
 #[derive(Clone, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Acquire {
     pub name: LockName,
     pub lease: LeaseRef,
@@ -51,6 +61,7 @@ pub struct Acquire {
 
 /// The lease an acquire holds the lock under.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum LeaseRef {
     /// A live lease the caller created and keeps alive.
     Existing(LeaseId),
@@ -71,6 +82,7 @@ impl LeaseRef {
 
 /// A successful answer.
 #[derive(Clone, PartialEq, Eq, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Answer {
     /// A lease created or kept alive.
     Lease(LeaseInfo),
@@ -84,6 +96,7 @@ pub enum Answer {
 
 /// What the lock table needs made durable, so that a restart keeps its promises.
 #[derive(Clone, PartialEq, Eq, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Persist {
     /// Every token issued is below this.
     TokenCeiling(u64),

@@ -9,6 +9,7 @@ use crate::Token;
 /// Why the lock service refused a request. Expected outcomes ("the lock is held", "the
 /// token is stale") are variants too: a caller matches on them, not on strings.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Error {
     /// No live lease with this id: it expired, was revoked or never existed.
     LeaseNotFound,
@@ -60,6 +61,12 @@ pub enum Error {
     },
     /// The server is shutting down and takes no new waits.
     ShuttingDown,
+    /// This member of a cluster is not the leader (or lost leadership before the
+    /// request committed: then it may or may not have taken effect, and a retry by the
+    /// same lease is safe). `leader` is the member believed to lead, if any.
+    NotLeader {
+        leader: Option<u64>,
+    },
 }
 
 impl Error {
@@ -80,6 +87,7 @@ impl Error {
             Error::StaleToken { .. } => "stale_token",
             Error::TokenNotIssued { .. } => "token_not_issued",
             Error::ShuttingDown => "shutting_down",
+            Error::NotLeader { .. } => "not_leader",
         }
     }
 
@@ -107,6 +115,7 @@ impl Error {
                 d.extend(opt("highest_issued", highest_issued));
                 d
             }
+            Error::NotLeader { leader } => leader.map(|id| ("leader_id", id)).into_iter().collect(),
             Error::LeaseNotFound | Error::LeaseExists | Error::ShuttingDown => Vec::new(),
         }
     }
@@ -137,6 +146,7 @@ impl Error {
                 Error::TokenNotIssued { token: token("token")?, highest_issued: token("highest_issued") }
             }
             "shutting_down" => Error::ShuttingDown,
+            "not_leader" => Error::NotLeader { leader: n("leader_id") },
             _ => return None,
         })
     }
@@ -175,6 +185,12 @@ impl fmt::Display for Error {
                 write!(f, "token {token} was never issued: no token has been issued yet")
             }
             Error::ShuttingDown => write!(f, "the server is shutting down"),
+            Error::NotLeader { leader: Some(id) } => {
+                write!(f, "this member is not the cluster's leader (member {id} is): try another endpoint")
+            }
+            Error::NotLeader { leader: None } => {
+                write!(f, "this member is not the cluster's leader and knows of none: try another endpoint")
+            }
         }
     }
 }
@@ -205,6 +221,8 @@ mod tests {
             Error::TokenNotIssued { token: t(99), highest_issued: Some(t(9)) },
             Error::TokenNotIssued { token: t(99), highest_issued: None },
             Error::ShuttingDown,
+            Error::NotLeader { leader: Some(2) },
+            Error::NotLeader { leader: None },
         ];
         for e in all {
             let details = e.details();

@@ -4,6 +4,7 @@ use std::fmt;
 
 /// A fencing token: strictly increasing over the life of a lock service, never 0.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Token(u64);
 
 impl Token {
@@ -37,6 +38,22 @@ impl fmt::Display for Token {
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct LeaseId(pub u128);
 
+/// Serialized as its 32 hex digits (JSON numbers stop at 64 bits in most readers).
+#[cfg(feature = "serde")]
+impl serde::Serialize for LeaseId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_hex())
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for LeaseId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<LeaseId, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        LeaseId::from_hex(&s).ok_or_else(|| serde::de::Error::custom("a lease id is 32 hex digits"))
+    }
+}
+
 impl LeaseId {
     /// 32 lowercase hex digits, the wire form.
     pub fn to_hex(self) -> String {
@@ -62,6 +79,22 @@ impl fmt::Display for LeaseId {
 /// no control characters. Cloning is a reference-count increment.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct LockName(std::sync::Arc<str>);
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for LockName {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+/// Validated like any name from outside: a log or snapshot cannot smuggle one in.
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for LockName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<LockName, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        LockName::new(&s).map_err(serde::de::Error::custom)
+    }
+}
 
 /// Why a string is not a valid lock name.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -81,6 +81,12 @@ pub struct Config {
     /// demonstrating what fencing prevents (`fenced demo --fencing off`), not for data
     /// that matters.
     pub unfenced_prefix: String,
+    /// This member's id in a cluster (1 for a single server).
+    pub node_id: u64,
+    /// Every member of a new cluster, `ID=URL` separated by commas, this one included:
+    /// the URL its peers reach its HTTP listener at (`1=http://10.0.0.1:7400,...`).
+    /// Empty, the default: a cluster of one. The lowest id initialises an empty cluster.
+    pub peers: String,
 }
 
 impl Default for Config {
@@ -116,6 +122,8 @@ impl Default for Config {
             store_bytes_max: 1 << 30,
             token_block: 1_000_000,
             unfenced_prefix: String::new(),
+            node_id: 1,
+            peers: String::new(),
         }
     }
 }
@@ -204,10 +212,40 @@ impl Config {
         if self.body_bytes_in_flight_max < self.body_bytes_max || self.body_bytes_in_flight_max > u32::MAX as usize {
             return bad("body_bytes_in_flight_max must be at least body_bytes_max and below 4 GiB");
         }
+        if self.node_id == 0 {
+            return bad("node_id must be at least 1");
+        }
+        let members = self.members("http://self")?;
+        if !members.contains_key(&self.node_id) {
+            return bad("peers must list this node's own node_id");
+        }
         if self.connections_max == 0 || self.store_key_bytes_max == 0 || self.list_locks_max == 0 {
             return bad("connections_max, store_key_bytes_max and list_locks_max must be positive");
         }
         Ok(())
+    }
+
+    /// The members of a new cluster by id, with their peer URLs: `peers` parsed, or this
+    /// node alone at `self_url`.
+    pub fn members(&self, self_url: &str) -> Result<std::collections::BTreeMap<u64, String>, ConfigError> {
+        let mut out = std::collections::BTreeMap::new();
+        if self.peers.trim().is_empty() {
+            out.insert(self.node_id, self_url.to_string());
+            return Ok(out);
+        }
+        for part in self.peers.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let bad = || ConfigError::Invalid(format!("peers: '{part}' is not ID=URL (like 2=http://127.0.0.1:7402)"));
+            let (id, url) = part.split_once('=').ok_or_else(bad)?;
+            let id: u64 = id.trim().parse().map_err(|_| bad())?;
+            let url = url.trim();
+            if id == 0 || !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(bad());
+            }
+            if out.insert(id, url.trim_end_matches('/').to_string()).is_some() {
+                return Err(ConfigError::Invalid(format!("peers: member {id} is listed twice")));
+            }
+        }
+        Ok(out)
     }
 
     /// Whether `key` is under `unfenced_prefix` (never, when the prefix is empty).
@@ -235,7 +273,14 @@ impl Config {
 fn typed(key: &str, raw: &str) -> Result<toml::Value, ConfigError> {
     let is_string = matches!(
         key,
-        "listen" | "wire_listen" | "data_dir" | "auth_token_file" | "tls_cert" | "tls_key" | "unfenced_prefix"
+        "listen"
+            | "wire_listen"
+            | "data_dir"
+            | "auth_token_file"
+            | "tls_cert"
+            | "tls_key"
+            | "unfenced_prefix"
+            | "peers"
     );
     if is_string {
         return Ok(toml::Value::String(raw.to_string()));

@@ -27,7 +27,7 @@ pub use config::{Config, ConfigError};
 
 use crate::locks::Locks;
 use crate::metrics::Metrics;
-use fenced_store::{MetaKey, Store, StoreError};
+use fenced_store::{Store, StoreError};
 
 /// The OpenAPI 3 document served at `/openapi.json`.
 pub const OPENAPI_JSON: &str = api::OPENAPI_DOC;
@@ -88,26 +88,38 @@ pub async fn run_with_wire(
 
     let quotas = fenced_store::Quotas { keys_max: config.store_keys_max, bytes_max: config.store_bytes_max };
     let (store, durable, writer) = Store::open_with(&config.data_dir, quotas)?;
-    // The table's rules decide the start: tokens continue above the old ceiling (the
-    // new one durable before the first grant), the grace is one maximal TTL after a
-    // crash and the recorded one after a clean shutdown, and a lock that may owe a
-    // lock-delay serves it past the grace. The clean record is single-use.
-    let clean_start = durable.clean_grace_ms.is_some();
-    let (table, first_writes) = LockTable::recover(config.limits(), config.token_block, durable);
-    store.persist(first_writes).await?;
-    if clean_start {
-        store.set_meta(MetaKey::CleanGraceMs, None).await?;
+    let base = migrated_table(&config, durable);
+
+    let self_url = format!("http://{}", listener.local_addr()?);
+    let members = config.members(&self_url).map_err(|e| ServerError::Setup(e.to_string()))?;
+    let single = members.len() == 1;
+    let mut opts = fenced_raft::NodeOptions::single(config.data_dir.clone(), config.limits(), self_url);
+    opts.id = config.node_id;
+    opts.members = members;
+    opts.base = base;
+    if single {
+        // One voter elects itself: no reason to wait a network's election timeout.
+        (opts.election_timeout_min_ms, opts.election_timeout_max_ms) = (30, 60);
+        opts.heartbeat_ms = 10;
+    }
+    let metrics = Arc::new(Metrics::default());
+    let (router, gone) = locks::Router::new(metrics.clone());
+    let node = fenced_raft::Node::start(opts, router.clone(), router.clone()).await.map_err(|e| {
+        ServerError::Setup(format!("cannot start the replicated log in {}: {e}", config.data_dir.display()))
+    })?;
+    if single && !node.wait_leading(Duration::from_secs(10)).await {
+        return Err(ServerError::Setup("a single server did not become its own leader within 10 s".into()));
     }
     tracing::info!(
         data_dir = %config.data_dir.display(),
-        highest_issued = table.highest_issued().map_or(0, |t| t.get()),
-        grace_ms = table.grace_left_ms(0),
-        clean_start,
+        node_id = config.node_id,
+        leading = node.is_leading(),
+        highest_issued = node.state_machine().state().table.highest_issued().map_or(0, |t| t.get()),
         "recovered"
     );
-
-    let metrics = Arc::new(Metrics::default());
-    let locks = Arc::new(Locks::new(table, store.clone(), metrics.clone()));
+    let fatal = Arc::new(tokio::sync::Notify::new());
+    tokio::spawn(watch_fatal(node.clone(), fatal.clone()));
+    let locks = Locks::new(node.clone(), router, gone);
     let (stop_tx, stop_rx) = watch::channel(false);
     let app = Arc::new(api::AppInner {
         locks: locks.clone(),
@@ -138,7 +150,6 @@ pub async fn run_with_wire(
     };
     tracing::info!(addr = %listener.tcp.local_addr()?, tls = listener.tls.is_some(), "serving");
 
-    let timers = tokio::spawn(locks.clone().run_timers(stop_rx.clone()));
     let close_locks = locks.clone();
     let signal = async move {
         shutdown.await;
@@ -156,21 +167,27 @@ pub async fn run_with_wire(
     let serve = axum::serve(listener, router.into_make_service_with_connect_info::<listener::ConnMeta>())
         .with_graceful_shutdown(signal);
     let both = async { tokio::join!(serve, wire_serve).0 };
-    let fatal = locks.fatal.notified();
+    let fatal = fatal.notified();
     let drained = tokio::select! {
         r = both => { r?; true }
         _ = drain_deadline => { tracing::warn!("drain deadline passed; closing with requests in flight"); false }
         _ = fatal => {
-            return Err(ServerError::Setup("the lock table's state could not be made durable; stopped".into()));
+            locks.close();
+            node.shutdown().await;
+            return Err(ServerError::Setup("the replicated log stopped (a write failed); stopped".into()));
         }
     };
-    let _ = timers.await;
-
-    if let Some(grace_ms) = locks.close().filter(|_| drained) {
-        // Nothing can be held: the next start needs no grace.
-        store.set_meta(MetaKey::CleanGraceMs, Some(grace_ms)).await?;
+    if !drained {
+        tracing::warn!("closing with requests in flight");
     }
+    locks.close();
+    node.shutdown().await;
+    let raft_db = node.db_handle();
     drop(locks);
+    drop(node);
+    if !fenced_raft::Node::wait_closed(raft_db, Duration::from_secs(5)).await {
+        tracing::warn!("the raft log's file is still open at exit");
+    }
     drop(store);
     // The writer thread ends when the last store handle drops, closing redb. Handles
     // held by requests cut off at the drain deadline may keep it alive: don't wait
@@ -185,6 +202,42 @@ pub async fn run_with_wire(
     }
     tracing::warn!("database still busy at exit");
     Ok(())
+}
+
+/// A data directory of the single-node format (before the replicated log): the table
+/// its durable records rebuild, for the log to start from. Tokens continue above the old
+/// ceiling; leases lived in memory then, so grants wait one maximal TTL (the old rule's
+/// grace), and lock-delays owed are kept. `None` for a fresh directory or one whose log
+/// exists already.
+fn migrated_table(config: &Config, durable: fenced_core::Durable) -> Option<LockTable> {
+    if config.data_dir.join("raft.redb").exists() || (durable.token_ceiling <= 1 && durable.lock_delays.is_empty()) {
+        return None;
+    }
+    let (table, _) = LockTable::recover(config.limits(), config.token_block, durable);
+    tracing::warn!(
+        highest_issued = table.highest_issued().map_or(0, |t| t.get()),
+        grace_ms = table.grace_left_ms(0),
+        "migrating a single-node data directory to the replicated log"
+    );
+    Some(table)
+}
+
+/// Wakes `fatal` when openraft stops on an error (a log write failed): answering on
+/// would break the promise that what is acknowledged is durable.
+async fn watch_fatal(node: Arc<fenced_raft::Node>, fatal: Arc<tokio::sync::Notify>) {
+    use fenced_raft::openraft::async_runtime::WatchReceiver;
+    let mut m = node.raft.metrics();
+    loop {
+        if let Err(e) = &m.borrow_watched().running_state {
+            tracing::error!(error = %e, "the replicated log stopped");
+            fatal.notify_waiters();
+            fatal.notify_one();
+            return;
+        }
+        if m.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// The binary's entry: a multi-threaded runtime, bind `config.listen`, serve until

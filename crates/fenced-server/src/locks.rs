@@ -1,260 +1,80 @@
-//! The driver of the core lock table: the runtime around the engine. It owns the
-//! monotonic clock (with stalls of the process taken out), makes durable what the table
-//! asks to keep before anything leaves, delivers answers to the callers of queued
-//! acquires, and runs the one timer task.
+//! The driver of the replicated lock table: the runtime around the engine.
 //!
-//! Every change is one `Command` applied under the table mutex at a clock read inside
-//! it, so the table never sees time go backwards; `settle` then executes the output in
-//! its one safe order: durable writes, then effects (events, counters), then answers.
-//! The rules (implicit leases, twins, lock-delay, the grace, the token ceiling) are the
-//! table's: the driver only carries out what it says.
+//! Every change is a `Command` proposed to the node's log ([`fenced_raft::Node`]) under
+//! a request id; the answer comes back only when the entry is committed and applied (on
+//! a single node: written and fsynced, one fsync per group of commands that arrived
+//! together). The state machine hands every applied output to [`Router`], which runs its
+//! effects (events, counters) and delivers answers to the callers waiting on this node:
+//! the command's own, and later those of queued acquires. An answer nobody takes any
+//! more becomes `Command::Cancel`, as before: the table decides what a departure means.
+//!
+//! Time, expiry and the token counter are the log's: this driver reads no clock.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
 
-use fenced_core::{
-    Answer, Command, Effect, Error, Grant, LockTable, Output, Persist, ReleaseReason, RequestId, WaitEnd,
-};
-use tokio::sync::{broadcast, oneshot, Notify};
+use fenced_core::{Answer, Command, Effect, Error, Grant, LockTable, Output, ReleaseReason, RequestId, WaitEnd};
+use fenced_raft::{Applied, Node, NodeId, Refusals};
+use tokio::sync::{broadcast, mpsc, oneshot};
 
 use crate::events::Event;
 use crate::metrics::{inc, Metrics};
-use fenced_store::Store;
-
-/// The timer task reads the clock at least this often, so that a longer gap between
-/// two reads means the process did not run.
-const HEARTBEAT_MS: u64 = 100;
-/// A gap between two clock reads longer than this is a stall of the whole process
-/// (SIGSTOP, a VM frozen, a machine suspended): the lock table's time stands still
-/// through it, so no lease expires and no waiter times out because the *server* was
-/// not running. Leases are extended by the stall, never shortened: clients judge their
-/// leases on their own clocks, so this costs liveness after a stall, never safety.
-const STALL_MS: u64 = 1_000;
 
 /// How a command's request was answered.
 pub enum Reply {
-    /// At once.
+    /// With its entry.
     Now(Result<Answer, Error>),
     /// Queued: the answer comes on `rx`. Dropping the request must withdraw it
     /// ([`Locks::withdraw`]).
     Queued { id: RequestId, rx: oneshot::Receiver<Result<Grant, Error>> },
 }
 
-/// Mutable state behind the mutex.
-struct Inner {
-    table: LockTable,
-    /// Callers of queued acquires.
-    pending: HashMap<RequestId, oneshot::Sender<Result<Grant, Error>>>,
-    next_request: u64,
-    /// The clock: the last raw reading, and the stalls taken out of it.
-    last_raw_ms: u64,
-    stalled_ms: u64,
-    /// The deadline the timer task sleeps towards.
-    armed_ms: Option<u64>,
-    /// Set at shutdown: no new waits.
-    closed: bool,
-    /// Reused output buffer.
-    out: Output,
+/// What a caller on this node hears first.
+enum Step {
+    Answer(Result<Answer, Error>),
+    Queued(oneshot::Receiver<Result<Grant, Error>>),
 }
 
-impl Inner {
-    /// The table's clock: milliseconds since start, less the stalls.
-    fn now(&mut self, start: Instant) -> u64 {
-        let raw = start.elapsed().as_millis() as u64;
-        let gap = raw.saturating_sub(self.last_raw_ms);
-        if gap > STALL_MS {
-            self.stalled_ms += gap - HEARTBEAT_MS;
-            tracing::warn!(stall_ms = gap, "the process did not run for {gap} ms: lock time stood still");
-        }
-        self.last_raw_ms = self.last_raw_ms.max(raw);
-        self.last_raw_ms - self.stalled_ms
-    }
-
-    fn next_id(&mut self) -> RequestId {
-        self.next_request += 1;
-        RequestId(self.next_request)
-    }
+enum Slot {
+    Now(oneshot::Sender<Step>),
+    Later(oneshot::Sender<Result<Grant, Error>>),
 }
 
-pub struct Locks {
-    inner: Mutex<Inner>,
-    start: Instant,
-    /// `Inner::stalled_ms`, for clock reads outside the mutex (event times).
-    stalled_ms: AtomicU64,
-    timer: Notify,
+/// Where applied output goes: the callers waiting here, the events, the counters.
+pub struct Router {
+    pending: Mutex<HashMap<RequestId, Slot>>,
     pub events: broadcast::Sender<Event>,
     pub metrics: Arc<Metrics>,
-    store: Store,
-    /// Set when a durable write failed: nothing is answered any more.
-    failed: AtomicBool,
-    /// Woken when `failed` is set, so the server stops.
-    pub fatal: Notify,
+    /// Requests whose caller left after they were granted: withdrawn by a `Cancel`.
+    gone: mpsc::UnboundedSender<RequestId>,
 }
 
-impl Locks {
-    /// `table` comes from `LockTable::recover`, whose first writes are durable already.
-    pub fn new(table: LockTable, store: Store, metrics: Arc<Metrics>) -> Locks {
+impl Router {
+    pub fn new(metrics: Arc<Metrics>) -> (Arc<Router>, mpsc::UnboundedReceiver<RequestId>) {
         let (events, _) = broadcast::channel(1024);
-        Locks {
-            inner: Mutex::new(Inner {
-                table,
-                pending: HashMap::new(),
-                next_request: 0,
-                last_raw_ms: 0,
-                stalled_ms: 0,
-                armed_ms: None,
-                closed: false,
-                out: Output::default(),
-            }),
-            start: Instant::now(),
-            stalled_ms: AtomicU64::new(0),
-            timer: Notify::new(),
-            events,
-            metrics,
-            store,
-            failed: AtomicBool::new(false),
-            fatal: Notify::new(),
-        }
+        let (gone, gone_rx) = mpsc::unbounded_channel();
+        (Arc::new(Router { pending: Mutex::new(HashMap::new()), events, metrics, gone }), gone_rx)
     }
 
-    /// The lock table's clock, read outside the mutex (for event times).
-    pub fn now_ms(&self) -> u64 {
-        (self.start.elapsed().as_millis() as u64).saturating_sub(self.stalled_ms.load(Ordering::Relaxed))
+    fn pending(&self) -> MutexGuard<'_, HashMap<RequestId, Slot>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn clock(&self, inner: &mut Inner) -> u64 {
-        let now = inner.now(self.start);
-        self.stalled_ms.store(inner.stalled_ms, Ordering::Relaxed);
-        now
-    }
-
-    /// Applies one command now and settles its output.
-    pub fn apply(&self, cmd: Command) -> Reply {
-        if self.failed.load(Ordering::Acquire) {
-            return Reply::Now(Err(Error::ShuttingDown));
-        }
-        let mut inner = self.lock();
-        let now = self.clock(&mut inner);
-        let id = inner.next_id();
-        let mut out = std::mem::take(&mut inner.out);
-        inner.table.apply_into(id, cmd, now, &mut out);
-        let reply = match out.take_answer(id) {
-            Some(a) => Reply::Now(a),
-            None if inner.closed => {
-                let cancel = inner.next_id();
-                inner.table.apply_into(cancel, Command::Cancel { request: id }, now, &mut out);
-                out.take_answer(cancel);
-                Reply::Now(Err(Error::ShuttingDown))
-            }
-            None => {
-                let (tx, rx) = oneshot::channel();
-                inner.pending.insert(id, tx);
-                Reply::Queued { id, rx }
-            }
-        };
-        if !self.settle(&mut inner, now, out) {
-            return Reply::Now(Err(Error::ShuttingDown));
-        }
-        reply
-    }
-
-    /// Reads the table as of now: a tick runs first when one is due, so a view never
-    /// shows a lease past its expiry. The view itself changes nothing.
-    pub fn view<R>(&self, f: impl FnOnce(&LockTable, u64) -> R) -> R {
-        let mut inner = self.lock();
-        let now = self.clock(&mut inner);
-        self.tick_if_due(&mut inner, now);
-        f(&inner.table, now)
-    }
-
-    /// Applies a `Tick` when a timer of the table is due at `now`.
-    fn tick_if_due(&self, inner: &mut Inner, now: u64) {
-        if inner.table.is_due(now) && !self.failed.load(Ordering::Acquire) {
-            let id = inner.next_id();
-            let mut out = std::mem::take(&mut inner.out);
-            inner.table.apply_into(id, Command::Tick, now, &mut out);
-            self.settle(inner, now, out);
-        }
-    }
-
-    /// The caller of a queued acquire went away. The table decides what that means:
-    /// the request leaves its queue, or a grant it was answered with is given back
-    /// unless another request of the same lease was told of it.
-    pub fn withdraw(&self, id: RequestId) {
-        let _ = self.apply(Command::Cancel { request: id });
-    }
-
-    /// Executes an output: durable writes first (urgent ones before anything leaves),
-    /// then effects, then answers. An answer nobody takes any more is withdrawn, which
-    /// may produce more output. False when a durable write failed: then nothing of
-    /// this output left, and the server stops.
-    fn settle(&self, inner: &mut Inner, now: u64, mut out: Output) -> bool {
-        loop {
-            let urgent = out.needs_sync();
-            if !out.persist.is_empty() && !self.make_durable(std::mem::take(&mut out.persist), urgent) {
-                // Answers are dropped unsent: waiters hear "shutting down".
-                out.clear();
-                inner.out = out;
-                inner.pending.clear();
-                inner.closed = true;
-                return false;
-            }
-            for e in out.effects.drain(..) {
-                self.execute(e);
-            }
-            let mut gone = Vec::new();
-            for (request, answer) in out.answers.drain(..) {
-                let Some(tx) = inner.pending.remove(&request) else { continue };
-                let answer = answer.map(|a| match a {
+    fn deliver(&self, request: RequestId, answer: Result<Answer, Error>) {
+        let Some(slot) = self.pending().remove(&request) else { return };
+        let granted = matches!(answer, Ok(Answer::Granted(_)));
+        let taken = match slot {
+            Slot::Now(tx) => tx.send(Step::Answer(answer)).is_ok(),
+            Slot::Later(tx) => tx
+                .send(answer.map(|a| match a {
                     Answer::Granted(g) => g,
                     other => unreachable!("a queued acquire answered {other:?}"),
-                });
-                if tx.send(answer).is_err() {
-                    gone.push(request);
-                }
-            }
-            if gone.is_empty() {
-                break;
-            }
-            for request in gone {
-                let id = inner.next_id();
-                inner.table.apply_into(id, Command::Cancel { request }, now, &mut out);
-                out.take_answer(id);
-            }
-        }
-        inner.out = out;
-        let next = inner.table.poll_timeout();
-        if next.is_some() && (inner.armed_ms.is_none() || next < inner.armed_ms) {
-            inner.armed_ms = next;
-            self.timer.notify_one();
-        }
-        true
-    }
-
-    /// Writes what the table asked to keep: blocking when answers must wait for it
-    /// (rare: a token ceiling once per `token_block` grants, a higher TTL mark, a
-    /// lock's first lock-delay), lazily otherwise.
-    fn make_durable(&self, items: Vec<Persist>, urgent: bool) -> bool {
-        if !urgent {
-            self.store.persist_lazily(items);
-            return true;
-        }
-        match self.store.persist_blocking(items) {
-            Ok(()) => true,
-            Err(e) => {
-                // Answering would break a promise after the next crash (a token reused,
-                // a lock-delay forgotten): stop serving instead.
-                tracing::error!(error = %e, "cannot make the lock table's state durable; stopping");
-                self.failed.store(true, Ordering::Release);
-                self.fatal.notify_waiters();
-                false
-            }
+                }))
+                .is_ok(),
+        };
+        if !taken && granted {
+            let _ = self.gone.send(request);
         }
     }
 
@@ -300,41 +120,146 @@ impl Locks {
         }
     }
 
-    /// The timer task: ticks at the table's next deadline (or when a call arms an
-    /// earlier one), and at least every `HEARTBEAT_MS` so that stalls are seen. Ends
-    /// when `shutdown` resolves.
-    pub async fn run_timers(self: Arc<Self>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
-        loop {
-            let raw_deadline_ms = {
-                let mut inner = self.lock();
-                let now = self.clock(&mut inner);
-                self.tick_if_due(&mut inner, now);
-                inner.armed_ms = inner.table.poll_timeout();
-                let heartbeat = inner.last_raw_ms + HEARTBEAT_MS;
-                inner.armed_ms.map_or(heartbeat, |at| (at + inner.stalled_ms).min(heartbeat))
-            };
-            let at = self.start + Duration::from_millis(raw_deadline_ms);
-            tokio::select! {
-                _ = tokio::time::sleep_until(at.into()) => {}
-                _ = self.timer.notified() => {}
-                _ = shutdown.changed() => return,
+    /// Tells every caller still waiting here `error` (shutdown, leadership lost).
+    fn fail_all(&self, error: Error) {
+        let slots: Vec<Slot> = self.pending().drain().map(|(_, s)| s).collect();
+        for slot in slots {
+            match slot {
+                Slot::Now(tx) => drop(tx.send(Step::Answer(Err(error.clone())))),
+                Slot::Later(tx) => drop(tx.send(Err(error.clone()))),
             }
         }
     }
+}
 
-    /// At shutdown: answer every queued acquire (it hears "shutting down") and refuse
-    /// new waits. Returns the clean-shutdown record for the next start, if any.
-    pub fn close(&self) -> Option<u64> {
-        let ids: Vec<RequestId> = {
-            let mut inner = self.lock();
-            inner.closed = true;
-            inner.pending.drain().map(|(id, _)| id).collect()
-        };
-        for id in ids {
-            self.withdraw(id);
+impl Applied for Router {
+    fn applied(&self, out: &mut Output, queued: Option<RequestId>) {
+        // Effects first: an event never trails the answer it explains.
+        for e in out.effects.drain(..) {
+            self.execute(e);
         }
-        let inner = self.lock();
-        inner.table.clean_shutdown_grace_ms()
+        for (request, answer) in out.answers.drain(..) {
+            self.deliver(request, answer);
+        }
+        if let Some(id) = queued {
+            let mut pending = self.pending();
+            if let Some(Slot::Now(tx)) = pending.remove(&id) {
+                let (later, rx) = oneshot::channel();
+                pending.insert(id, Slot::Later(later));
+                drop(pending);
+                if tx.send(Step::Queued(rx)).is_err() {
+                    // The caller left before it heard: withdraw the request.
+                    self.pending().remove(&id);
+                    let _ = self.gone.send(id);
+                }
+            }
+        }
+    }
+}
+
+impl Refusals for Router {
+    fn refused(&self, requests: &[RequestId], error: Error) {
+        for r in requests {
+            self.deliver(*r, Err(error.clone()));
+        }
+    }
+
+    fn leadership_lost(&self, leader: Option<NodeId>) {
+        self.fail_all(Error::NotLeader { leader });
+    }
+}
+
+pub struct Locks {
+    pub node: Arc<Node>,
+    router: Arc<Router>,
+    next_request: AtomicU64,
+    pub events: broadcast::Sender<Event>,
+}
+
+impl Locks {
+    /// `gone` is the router's: requests to withdraw (a task proposes their `Cancel`).
+    pub fn new(node: Arc<Node>, router: Arc<Router>, mut gone: mpsc::UnboundedReceiver<RequestId>) -> Arc<Locks> {
+        let locks = Arc::new(Locks {
+            node,
+            events: router.events.clone(),
+            router,
+            // 0 is the log's "nobody waits" id.
+            next_request: AtomicU64::new(1),
+        });
+        let node = locks.node.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    r = gone.recv() => match r {
+                        Some(request) => {
+                            let _ = node.propose(fenced_raft::state_machine::NO_REQUEST, Command::Cancel { request });
+                        }
+                        None => return,
+                    },
+                    _ = node.stopping() => return,
+                }
+            }
+        });
+        locks
+    }
+
+    /// The time of the last applied entry, on the replicated timeline (event times).
+    pub fn now_ms(&self) -> u64 {
+        self.node.state_machine().state().table.now_ms()
+    }
+
+    fn next_id(&self) -> RequestId {
+        RequestId(self.next_request.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Proposes one command and waits for its entry to be applied. Dropping the future
+    /// before the answer withdraws nothing by itself; a grant that finds its caller gone
+    /// is given back (the router proposes `Cancel`).
+    pub async fn apply(&self, cmd: Command) -> Reply {
+        let id = self.next_id();
+        let (tx, rx) = oneshot::channel();
+        self.router.pending().insert(id, Slot::Now(tx));
+        if let Err(not_leader) = self.node.propose(id, cmd) {
+            self.router.pending().remove(&id);
+            return Reply::Now(Err(not_leader.into()));
+        }
+        match rx.await {
+            Ok(Step::Answer(a)) => Reply::Now(a),
+            Ok(Step::Queued(rx)) => Reply::Queued { id, rx },
+            Err(_) => Reply::Now(Err(Error::ShuttingDown)),
+        }
+    }
+
+    /// Reads the table as of the last applied entry (no quorum round): for metrics and
+    /// what may be a moment old.
+    pub fn view<R>(&self, f: impl FnOnce(&LockTable, u64) -> R) -> R {
+        let st = self.node.state_machine().state();
+        f(&st.table, st.table.now_ms())
+    }
+
+    /// Reads the table after a quorum confirmed this node still leads and the table
+    /// reflects every entry committed before the call (ReadIndex): what `check`, fenced
+    /// reads and lock views see is never stale.
+    pub async fn read<R>(&self, f: impl FnOnce(&LockTable, u64) -> R) -> Result<R, Error> {
+        self.node.linearize().await.map_err(Error::from)?;
+        Ok(self.view(f))
+    }
+
+    /// The caller of a queued acquire went away. The table decides what that means:
+    /// the request leaves its queue, or a grant it was answered with is given back
+    /// unless another request of the same lease was told of it.
+    pub fn withdraw(&self, id: RequestId) {
+        self.router.pending().remove(&id);
+        let _ = self.node.propose(fenced_raft::state_machine::NO_REQUEST, Command::Cancel { request: id });
+    }
+
+    pub fn publish(&self, event: impl FnOnce() -> Event) {
+        self.router.publish(event)
+    }
+
+    /// At shutdown: every caller still waiting hears "shutting down".
+    pub fn close(&self) {
+        self.router.fail_all(Error::ShuttingDown);
     }
 
     pub fn gauges(&self) -> crate::metrics::Gauges {
@@ -343,67 +268,5 @@ impl Locks {
             locks: t.lock_count(),
             waiters: t.waiter_count(),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use fenced_core::{LeaseId, Limits};
-    use fenced_store::{Backend, MemoryBackend, StoreError, Txn};
-
-    /// A disk whose every commit takes 200 ms: an answer that did not wait for its
-    /// write comes back long before the write lands.
-    struct SlowDisk(MemoryBackend);
-
-    impl Backend for SlowDisk {
-        fn transact(&self, body: &mut dyn FnMut(&mut dyn Txn) -> Result<(), StoreError>) -> Result<(), StoreError> {
-            std::thread::sleep(Duration::from_millis(200));
-            self.0.transact(body)
-        }
-        fn kv_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
-            self.0.kv_get(key)
-        }
-        fn kv_scan(&self, prefix: &str, limit: usize) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-            self.0.kv_scan(prefix, limit)
-        }
-    }
-
-    /// What the disk has committed: (token ceiling, TTL mark).
-    fn committed(disk: &SlowDisk) -> (u64, u64) {
-        let mut out = (0, 0);
-        disk.0
-            .transact(&mut |t| {
-                out = (t.meta_get("token_ceiling")?.unwrap_or(0), t.meta_get("ttl_ms_hwm")?.unwrap_or(0));
-                Ok(())
-            })
-            .unwrap();
-        out
-    }
-
-    #[test]
-    fn what_the_table_calls_urgent_is_durable_before_the_answer() {
-        let disk = Arc::new(SlowDisk(MemoryBackend::default()));
-        let (store, durable, _writer) = Store::with_backend(disk.clone()).unwrap();
-        let (table, first) = LockTable::recover(Limits::default(), 2, durable);
-        store.persist_blocking(first).unwrap();
-        let locks = Locks::new(table, store, Arc::new(Metrics::default()));
-        // A lease with a TTL above the mark: the mark is on disk when the answer is.
-        let reply = locks.apply(Command::GrantLease { lease: LeaseId(1), ttl_ms: 5_000 });
-        assert!(matches!(reply, Reply::Now(Ok(Answer::Lease(_)))));
-        assert_eq!(committed(&disk).1, 5_000);
-        // A token that reaches the ceiling: the next ceiling is on disk with the grant.
-        for (i, name) in ["a", "b"].into_iter().enumerate() {
-            let name = fenced_core::LockName::new(name).unwrap();
-            let acquire = fenced_core::Acquire {
-                name,
-                lease: fenced_core::LeaseRef::Existing(LeaseId(1)),
-                wait_ms: 0,
-                lock_delay_ms: 0,
-            };
-            let Reply::Now(Ok(Answer::Granted(g))) = locks.apply(Command::Acquire(acquire)) else { panic!() };
-            assert_eq!(g.token.get(), 1 + i as u64);
-        }
-        assert!(committed(&disk).0 > 2, "{:?}", committed(&disk));
     }
 }

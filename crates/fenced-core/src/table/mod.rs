@@ -25,6 +25,7 @@ use timers::{Timer, Timers};
 
 /// Bounds on everything a client controls. Each is a named setting in the server.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Limits {
     /// Live leases at once.
     pub leases_max: usize,
@@ -58,6 +59,7 @@ impl Default for Limits {
 
 /// A lock granted to a lease.
 #[derive(Clone, PartialEq, Eq, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Grant {
     pub name: LockName,
     pub token: Token,
@@ -67,6 +69,7 @@ pub struct Grant {
 
 /// A lease as the table sees it.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LeaseInfo {
     pub id: LeaseId,
     pub ttl_ms: u64,
@@ -115,6 +118,7 @@ pub enum Effect {
 }
 
 #[derive(Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 struct Lease {
     ttl_ms: u64,
     expires_at_ms: u64,
@@ -130,6 +134,7 @@ struct Lease {
 }
 
 #[derive(Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 struct Holder {
     lease: LeaseId,
     token: Token,
@@ -143,6 +148,7 @@ struct Holder {
 }
 
 #[derive(Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 struct Lock {
     holder: Option<Holder>,
     /// FIFO; every id here is in `LockTable::waiters`.
@@ -152,6 +158,7 @@ struct Lock {
 }
 
 #[derive(Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 struct Waiter {
     name: LockName,
     lease: LeaseId,
@@ -160,7 +167,10 @@ struct Waiter {
 
 /// The lock table. See the module documentation.
 #[derive(Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LockTable {
+    /// Configuration, not state: a restored table takes the local one (`set_limits`).
+    #[cfg_attr(feature = "serde", serde(skip))]
     limits: Limits,
     now_ms: u64,
     /// The next token to mint; strictly above every token minted before.
@@ -185,6 +195,7 @@ pub struct LockTable {
     /// them. Entries leave with their holder.
     granted: HashMap<RequestId, LockName, FxBuildHasher>,
     timers: Timers,
+    #[cfg_attr(feature = "serde", serde(skip))]
     out: Output,
 }
 
@@ -258,6 +269,10 @@ impl LockTable {
                 Some(Ok(Answer::Done))
             }
             Command::Tick => None,
+            Command::Promote => {
+                self.promote();
+                None
+            }
         };
         if let Some(a) = answer {
             self.out.answers.push((request, a));
@@ -272,6 +287,13 @@ impl LockTable {
 
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// Replaces the limits: for a table restored from a snapshot, which carries none
+    /// (they are each server's configuration; the members of a cluster must agree on
+    /// them, or they would decide the same command differently).
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
     }
 
     /// The time of the last applied command.
@@ -463,6 +485,32 @@ impl LockTable {
         }
         self.enqueue(request, req)?;
         Ok(None)
+    }
+
+    /// See [`Command::Promote`].
+    fn promote(&mut self) {
+        let mut waiting: Vec<RequestId> = self.waiters.keys().copied().collect();
+        waiting.sort_unstable();
+        for id in waiting {
+            let lease = self.waiters[&id].lease;
+            self.end_wait(id, WaitEnd::Cancelled);
+            if self.leases.get(&lease).is_some_and(|l| l.pending_for == Some(id)) {
+                self.end_lease(lease, ReleaseReason::Revoked);
+            }
+        }
+        self.granted.clear();
+        let names: Vec<LockName> = self.locks.keys().cloned().collect();
+        for name in names {
+            if let Some(holder) = self.locks.get_mut(&name).and_then(|l| l.holder.as_mut()) {
+                holder.queued.clear();
+            }
+            self.forget_if_idle(&name);
+        }
+        let now_ms = self.now_ms;
+        for lease in self.leases.values_mut() {
+            // The expiry timer armed earlier fires early and re-arms at the new time.
+            lease.expires_at_ms = lease.expires_at_ms.max(now_ms + lease.ttl_ms);
+        }
     }
 
     /// The caller of `target` went away.

@@ -720,3 +720,35 @@ mod props {
         }
     }
 }
+
+#[test]
+fn promote_withdraws_every_waiter_and_gives_every_lease_its_full_ttl_again() {
+    let mut t = T::on(LockTable::new(Limits::default()));
+    let (a, b) = (LeaseId(1), LeaseId(2));
+    t.grant_lease(a, TTL, 0).unwrap();
+    t.grant_lease(b, 5 * TTL, 0).unwrap();
+    let x = name("x");
+    let req = |lease, wait_ms| Acquire { name: x.clone(), lease, wait_ms, lock_delay_ms: 0 };
+    let AcquireOutcome::Granted { grant } = t.acquire(req(LeaseRef::Existing(a), 0), 0).unwrap() else { panic!() };
+    let queued = [
+        t.acquire(req(LeaseRef::Existing(b), 10 * TTL), 0).unwrap(),
+        t.acquire(req(LeaseRef::Implicit { id: LeaseId(3), ttl_ms: TTL }, 10 * TTL), 0).unwrap(),
+    ];
+    assert!(queued.iter().all(|q| matches!(q, AcquireOutcome::Queued(_))));
+    assert_eq!((t.waiter_count(), t.lease_count()), (2, 3));
+    // 900 ms into a's 1,000 ms lease, a new leader takes over.
+    t.run(Command::Promote, 900);
+    assert_eq!(t.waiter_count(), 0, "the callers of the queued acquires are gone");
+    assert_eq!(t.lease_count(), 2, "the implicit lease of a waiter ends with its request");
+    assert_eq!(t.t.lease(a).unwrap().expires_at_ms, 900 + TTL, "a full TTL again from the promotion");
+    assert_eq!(t.t.lease(b).unwrap().expires_at_ms, 900 + 5 * TTL, "every lease, whatever it had left");
+    assert!(t.answers.iter().all(|(r, _)| !matches!(queued[0], AcquireOutcome::Queued(q) if q == *r)));
+    // The holder keeps its grant and token; a's lease now lives to 1,900 ms, not 1,000.
+    assert_eq!(t.check(&x, grant.token, 1_500), (true, Some(grant.token)));
+    assert_eq!(t.check(&x, grant.token, 1_901), (false, None));
+    // And the lock is free for b once a's lease ended: nobody stayed queued.
+    let AcquireOutcome::Granted { grant: next } = t.acquire(req(LeaseRef::Existing(b), 0), 1_901).unwrap() else {
+        panic!()
+    };
+    assert_eq!(next.token, grant.token.next());
+}

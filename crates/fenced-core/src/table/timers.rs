@@ -15,6 +15,7 @@ use crate::command::RequestId;
 use crate::{LeaseId, LockName};
 
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub(super) enum Timer {
     LeaseExpiry(LeaseId),
     WaitDeadline(RequestId),
@@ -23,6 +24,7 @@ pub(super) enum Timer {
 }
 
 #[derive(Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub(super) struct Timers {
     /// Ordered by time, then by insertion, so equal times fire deterministically.
     heap: BinaryHeap<Reverse<(u64, u64, Timer)>>,

@@ -53,7 +53,7 @@ impl From<fenced_core::Error> for ApiError {
             E::TooManyLeases { .. } | E::TooManyLocks { .. } | E::TooManyWaiters { .. } => {
                 StatusCode::TOO_MANY_REQUESTS
             }
-            E::Recovering { .. } | E::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            E::Recovering { .. } | E::ShuttingDown | E::NotLeader { .. } => StatusCode::SERVICE_UNAVAILABLE,
             // 128 random bits collided with a live lease: not the caller's fault.
             E::LeaseExists => return ApiError::internal("a fresh random lease id collided with a live one"),
         };

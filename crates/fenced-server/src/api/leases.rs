@@ -31,21 +31,21 @@ pub async fn create(State(app): State<App>, headers: HeaderMap, body: Body) -> R
 /// Creates a lease (HTTP and the wire protocol): its id and TTL.
 pub async fn create_lease(app: &AppInner, ttl_ms: u64) -> Result<(LeaseId, u64), ApiError> {
     let id = new_lease_id()?;
-    let info = lease_answer(app.locks.apply(Command::GrantLease { lease: id, ttl_ms }))?;
+    let info = lease_answer(app.locks.apply(Command::GrantLease { lease: id, ttl_ms }).await)?;
     inc(&app.metrics.leases_created);
     Ok((id, info.ttl_ms))
 }
 
 /// Keeps a lease alive (HTTP and the wire protocol): its TTL.
-pub fn keepalive_lease(app: &AppInner, id: LeaseId) -> Result<u64, ApiError> {
-    let info = lease_answer(app.locks.apply(Command::Keepalive { lease: id }))?;
+pub async fn keepalive_lease(app: &AppInner, id: LeaseId) -> Result<u64, ApiError> {
+    let info = lease_answer(app.locks.apply(Command::Keepalive { lease: id }).await)?;
     inc(&app.metrics.keepalives);
     Ok(info.ttl_ms)
 }
 
 /// Revokes a lease and releases its locks (HTTP and the wire protocol).
-pub fn revoke_lease(app: &AppInner, id: LeaseId) -> Result<(), ApiError> {
-    match app.locks.apply(Command::Revoke { lease: id }) {
+pub async fn revoke_lease(app: &AppInner, id: LeaseId) -> Result<(), ApiError> {
+    match app.locks.apply(Command::Revoke { lease: id }).await {
         Reply::Now(Ok(_)) => Ok(()),
         Reply::Now(Err(e)) => Err(e.into()),
         Reply::Queued { .. } => unreachable!("a revoke does not queue"),
@@ -68,11 +68,11 @@ pub async fn keepalive(
 ) -> Result<Response, ApiError> {
     let _: Empty = app.json_body(&headers, body).await?;
     let id = parse_lease_id(&id)?;
-    let ttl_ms = keepalive_lease(&app, id)?;
+    let ttl_ms = keepalive_lease(&app, id).await?;
     Ok(json(StatusCode::OK, &json!({ "lease_id": id.to_hex(), "ttl_ms": ttl_ms })))
 }
 
 pub async fn revoke(State(app): State<App>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
-    revoke_lease(&app, parse_lease_id(&id)?)?;
+    revoke_lease(&app, parse_lease_id(&id)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -60,12 +60,12 @@ pub async fn action(
         }
         "release" => {
             let (name, req): (_, ReleaseBody) = (lock_name(&app, name)?, app.json_body(&headers, body).await?);
-            let token = release_lock(&app, &name, parse_lease_id(&req.lease_id)?)?;
+            let token = release_lock(&app, &name, parse_lease_id(&req.lease_id)?).await?;
             Ok(json(StatusCode::OK, &json!({ "name": name.as_str(), "token": token.get(), "released": true })))
         }
         "check" => {
             let (name, req): (_, CheckBody) = (lock_name(&app, name)?, app.json_body(&headers, body).await?);
-            let (current, holder) = check_token(&app, &name, req.token)?;
+            let (current, holder) = check_token(&app, &name, req.token).await?;
             Ok(json(
                 StatusCode::OK,
                 &json!({ "name": name.as_str(), "current": current, "token": holder.map(Token::get) }),
@@ -114,7 +114,7 @@ pub async fn acquire_grant(app: App, name: LockName, req: AcquireReq) -> Result<
     };
     let wait_ms = req.wait_ms;
     let cmd = Command::Acquire(Acquire { name, lease, wait_ms, lock_delay_ms: req.lock_delay_ms });
-    let answer = match app.locks.apply(cmd) {
+    let answer = match app.locks.apply(cmd).await {
         Reply::Now(answer) => answer.map(|a| match a {
             Answer::Granted(g) => g,
             other => unreachable!("an acquire answered {other:?}"),
@@ -167,8 +167,8 @@ fn grant_response(g: &Grant) -> Response {
 }
 
 /// Release (HTTP and the wire protocol): the released grant's token.
-pub fn release_lock(app: &AppInner, name: &LockName, lease: LeaseId) -> Result<Token, ApiError> {
-    match app.locks.apply(Command::Release { name: name.clone(), lease }) {
+pub async fn release_lock(app: &AppInner, name: &LockName, lease: LeaseId) -> Result<Token, ApiError> {
+    match app.locks.apply(Command::Release { name: name.clone(), lease }).await {
         Reply::Now(Ok(Answer::Released(token))) => Ok(token),
         Reply::Now(Err(e)) => Err(e.into()),
         _ => unreachable!("a release answers at once"),
@@ -177,15 +177,15 @@ pub fn release_lock(app: &AppInner, name: &LockName, lease: LeaseId) -> Result<T
 
 /// CheckSequencer (HTTP and the wire protocol): whether `raw` is the current grant,
 /// and the holder's token.
-pub fn check_token(app: &AppInner, name: &LockName, raw: u64) -> Result<(bool, Option<Token>), ApiError> {
+pub async fn check_token(app: &AppInner, name: &LockName, raw: u64) -> Result<(bool, Option<Token>), ApiError> {
     let token = Token::new(raw).ok_or_else(|| ApiError::bad_request("invalid_token", "a token is at least 1"))?;
-    Ok(app.locks.view(|t, _| t.check(name, token)))
+    Ok(app.locks.read(|t, _| t.check(name, token)).await?)
 }
 
 /// `GET /v1/locks/{name}`.
 pub async fn get_one(State(app): State<App>, Path(name): Path<String>) -> Result<Response, ApiError> {
     let name = lock_name(&app, &name)?;
-    let (info, now) = app.locks.view(|t, now| (t.lock(&name), now));
+    let (info, now) = app.locks.read(|t, now| (t.lock(&name), now)).await?;
     let v = match info {
         Some(info) => lock_view(&info, now),
         None => json!({ "name": name.as_str(), "held": false, "token": null, "waiters": 0 }),
@@ -199,7 +199,7 @@ pub async fn list(
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (prefix, limit) = list_params(query, app.config.list_locks_max, app.config.lock_name_bytes_max, "lock name")?;
-    let (locks, now) = app.locks.view(|t, now| (t.locks_with_prefix(&prefix, limit), now));
+    let (locks, now) = app.locks.read(|t, now| (t.locks_with_prefix(&prefix, limit), now)).await?;
     let views: Vec<Value> = locks.iter().map(|l| lock_view(l, now)).collect();
     Ok(json(StatusCode::OK, &json!({ "locks": views })))
 }

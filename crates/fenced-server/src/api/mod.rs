@@ -6,6 +6,7 @@ mod error;
 mod leases;
 mod locks;
 pub mod ops;
+mod raft;
 mod store;
 
 use std::sync::Arc;
@@ -51,6 +52,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/livez"),
     ("get", "/readyz"),
     ("get", "/openapi.json"),
+    ("get", "/v1/cluster"),
     ("post", "/v1/sim/runs"),
     ("post", "/v1/sim/sweeps"),
     ("get", "/"),
@@ -85,10 +87,20 @@ pub fn router(app: App) -> Router {
         .route("/v1/store", get(store::list))
         .route("/v1/store/{*key}", get(store::read).put(store::write))
         .route("/v1/events", get(ops::events))
+        .route("/v1/cluster", get(ops::cluster))
         .merge(lab)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(app.clone(), auth));
+    let peers = Router::new()
+        .route("/raft/append", post(raft::append))
+        .route("/raft/vote", post(raft::vote))
+        .route("/raft/pre-vote", post(raft::pre_vote))
+        .route("/raft/snapshot", post(raft::snapshot))
+        .route("/raft/transfer-leader", post(raft::transfer_leader))
+        .layer(axum::extract::DefaultBodyLimit::max(raft::PEER_BODY_BYTES_MAX))
+        .layer(middleware::from_fn_with_state(app.clone(), auth));
     Router::new()
+        .merge(peers)
         .merge(fenced_console::pages())
         .route("/livez", get(ops::livez))
         .route("/readyz", get(ops::readyz))

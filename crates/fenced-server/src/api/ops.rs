@@ -25,7 +25,22 @@ pub async fn readyz(State(app): State<App>) -> Response {
         return json(StatusCode::SERVICE_UNAVAILABLE, &json!({ "status": "shutting_down" }));
     }
     let left = app.locks.view(|t, now| t.grace_left_ms(now));
-    json(StatusCode::OK, &json!({ "status": "ready", "recovering": left > 0, "grace_left_ms": left }))
+    let node = &app.locks.node;
+    let leading = node.is_leading();
+    let leader = if leading { Some(node.id()) } else { node.not_leader().leader };
+    if leader.is_none() {
+        return json(StatusCode::SERVICE_UNAVAILABLE, &json!({ "status": "no_leader" }));
+    }
+    json(
+        StatusCode::OK,
+        &json!({ "status": "ready", "leader": leading, "leader_id": leader, "recovering": left > 0, "grace_left_ms": left }),
+    )
+}
+
+/// `GET /v1/cluster`: the members, the leader, the term and the commit index, as this
+/// member sees them (a single server answers as a cluster of one).
+pub async fn cluster(State(app): State<App>) -> Response {
+    json(StatusCode::OK, &serde_json::to_value(app.locks.node.status()).unwrap_or_default())
 }
 
 pub async fn metrics(State(app): State<App>) -> Response {

@@ -189,9 +189,17 @@ impl Session {
                 });
             }
             Request::Keepalive { lease } => {
-                api::keepalive_lease(app, lease).map(|ttl| Answer::Lease(op::KEEPALIVE, lease, ttl))
+                let app = app.clone();
+                return self.start(id, false, async move {
+                    answer(api::keepalive_lease(&app, lease).await, |ttl| Answer::Lease(op::KEEPALIVE, lease, ttl))
+                });
             }
-            Request::Revoke { lease } => api::revoke_lease(app, lease).map(|()| Answer::Done(op::REVOKE)),
+            Request::Revoke { lease } => {
+                let app = app.clone();
+                return self.start(id, false, async move {
+                    answer(api::revoke_lease(&app, lease).await, |()| Answer::Done(op::REVOKE))
+                });
+            }
             Request::Acquire { name, lease, ttl_ms, wait_ms, lock_delay_ms } => match api::lock_name(app, name) {
                 Err(e) => Err(e),
                 Ok(name) => {
@@ -202,12 +210,26 @@ impl Session {
                     });
                 }
             },
-            Request::Release { name, lease } => {
-                api::lock_name(app, name).and_then(|n| api::release_lock(app, &n, lease)).map(Answer::Released)
-            }
-            Request::Check { name, token } => api::lock_name(app, name)
-                .and_then(|n| api::check_token(app, &n, token))
-                .map(|(current, holder)| Answer::Checked(current, holder)),
+            Request::Release { name, lease } => match api::lock_name(app, name) {
+                Err(e) => Err(e),
+                Ok(name) => {
+                    let app = app.clone();
+                    return self.start(id, false, async move {
+                        answer(api::release_lock(&app, &name, lease).await, Answer::Released)
+                    });
+                }
+            },
+            Request::Check { name, token } => match api::lock_name(app, name) {
+                Err(e) => Err(e),
+                Ok(name) => {
+                    let app = app.clone();
+                    return self.start(id, false, async move {
+                        answer(api::check_token(&app, &name, token).await, |(current, holder)| {
+                            Answer::Checked(current, holder)
+                        })
+                    });
+                }
+            },
             Request::Put { key, token, value } => match api::store_key(app, key.to_owned()) {
                 Err(e) => Err(e),
                 Ok(key) => {

@@ -1,74 +1,46 @@
-//! Restarts on the same data directory: tokens only go up, acknowledged store writes
-//! stay, and the start-up grace follows what the previous run left. (The kill -9 test
-//! is in the `fenced` binary's tests.)
+//! Restarts on the same data directory: every grant, lease and store write is in the
+//! replicated log (a cluster of one), so a restart keeps held locks with their leases
+//! and tokens, grants free locks at once, and tokens only go up. (The kill -9 loop is in
+//! the `fenced` binary's tests.)
 
 use fenced_server::Config;
 
 use crate::harness::TestServer;
 
 #[test]
-fn clean_restart_without_leases_has_no_grace_and_keeps_state() {
+fn a_restart_keeps_every_lock_its_lease_and_its_token() {
     let s = TestServer::start();
     let a = s.lease(60_000);
-    let (_, g) = s.acquire("x", &format!("{{\"lease_id\":\"{a}\"}}"));
+    let (_, g) = s.acquire("held", &format!("{{\"lease_id\":\"{a}\"}}"));
     let t1 = g["token"].as_u64().unwrap();
     assert_eq!(s.request("PUT", "/v1/store/k", &[("Fencing-Token", &t1.to_string())], b"kept").status, 200);
-    s.call("DELETE", &format!("/v1/leases/{a}"), "");
     let dir = s.stop();
 
     let s = TestServer::on(Config { data_dir: dir, ..Config::default() });
-    assert_eq!(s.get("/readyz").json()["recovering"], false);
+    assert_eq!(s.get("/readyz").json()["recovering"], false, "no grace: the log knows every lease");
+    let lock = s.get("/v1/locks/held").json();
+    assert_eq!((lock["held"].as_bool(), lock["token"].as_u64()), (Some(true), Some(t1)), "{lock}");
+    // At least the full TTL again, counted from the restart.
+    assert!(lock["expires_in_ms"].as_u64().unwrap() > 55_000, "{lock}");
+    // The holder's lease is still alive and still the holder: a retry is the same grant.
+    let (st, g) = s.acquire("held", &format!("{{\"lease_id\":\"{a}\"}}"));
+    assert_eq!((st, g["token"].as_u64()), (200, Some(t1)), "{g}");
+    let (st, _) = s.call("POST", &format!("/v1/leases/{a}/keepalive"), "{}");
+    assert_eq!(st, 200);
+    // Another lease is refused the held lock, and gets a free one at once.
     let b = s.lease(1_000);
-    let (st, g) = s.acquire("x", &format!("{{\"lease_id\":\"{b}\"}}"));
-    assert_eq!(st, 200, "no live lease at the clean shutdown: no grace: {g}");
-    assert!(g["token"].as_u64().unwrap() > t1);
+    let (st, e) = s.acquire("held", &format!("{{\"lease_id\":\"{b}\"}}"));
+    assert_eq!((st, e["error"]["code"].as_str()), (409, Some("lock_held")), "{e}");
+    let (st, g) = s.acquire("free", &format!("{{\"lease_id\":\"{b}\"}}"));
+    assert_eq!(st, 200, "{g}");
+    assert_eq!(g["token"].as_u64(), Some(t1 + 1), "tokens continue without a jump");
     let r = s.get("/v1/store/k");
     assert_eq!((r.text().as_str(), r.header("fencing-highest-seen")), ("kept", Some(t1.to_string().as_str())));
 }
 
 #[test]
-fn restart_with_a_live_lease_grants_nothing_during_the_grace() {
+fn tokens_stay_above_every_token_of_before_a_restart() {
     let s = TestServer::start();
-    let a = s.lease(60_000);
-    let (_, g) = s.acquire("held", &format!("{{\"lease_id\":\"{a}\"}}"));
-    let t1 = g["token"].as_u64().unwrap();
-    let dir = s.stop();
-
-    let s = TestServer::on(Config { data_dir: dir, ..Config::default() });
-    let ready = s.get("/readyz").json();
-    assert_eq!(ready["recovering"], true, "{ready}");
-    let b = s.lease(1_000);
-    let (st, e) = s.acquire("held", &format!("{{\"lease_id\":\"{b}\"}}"));
-    assert_eq!((st, e["error"]["code"].as_str()), (503, Some("recovering")), "{e}");
-    assert!(e["error"]["retry_after_ms"].as_u64().unwrap() > 0);
-    // A lock nobody held is held back too: the server cannot know which were held.
-    let (st, _) = s.acquire("other", &format!("{{\"lease_id\":\"{b}\"}}"));
-    assert_eq!(st, 503);
-    // A waiting acquire queues instead of failing.
-    let (st, e) = s.acquire("held", &format!("{{\"lease_id\":\"{b}\",\"wait_ms\":100}}"));
-    assert_eq!((st, e["error"]["code"].as_str()), (409, Some("lock_held")), "{e}");
-    // The store still works during the grace, and tokens stay above the old ones.
-    let r = s.request("PUT", "/v1/store/k", &[("Fencing-Token", &t1.to_string())], b"v");
-    assert_eq!(r.status, 200);
-}
-
-#[test]
-fn grace_ends_and_queued_acquires_are_granted() {
-    let s = TestServer::start();
-    let a = s.lease(300);
-    s.acquire("g", &format!("{{\"lease_id\":\"{a}\"}}"));
-    let dir = s.stop();
-    let s = TestServer::on(Config { data_dir: dir, ..Config::default() });
-    let b = s.lease(10_000);
-    // Queued through the grace (at most 300 ms), then granted.
-    let (st, g) = s.acquire("g", &format!("{{\"lease_id\":\"{b}\",\"wait_ms\":30000}}"));
-    assert_eq!(st, 200, "{g}");
-    assert_eq!(s.get("/readyz").json()["recovering"], false);
-}
-
-#[test]
-fn tokens_cross_many_ceilings_and_stay_above_them_after_a_restart() {
-    let s = TestServer::with(|c| c.token_block = 3);
     let a = s.lease(60_000);
     let mut last = 0;
     for i in 0..20 {
@@ -80,10 +52,7 @@ fn tokens_cross_many_ceilings_and_stay_above_them_after_a_restart() {
     }
     s.call("DELETE", &format!("/v1/leases/{a}"), "");
     let dir = s.stop();
-    let s = TestServer::on(Config { data_dir: dir, token_block: 3, ..Config::default() });
+    let s = TestServer::on(Config { data_dir: dir, ..Config::default() });
     let (_, g) = s.acquire("after", "{\"ttl_ms\":1000}");
-    let t = g["token"].as_u64().unwrap();
-    assert!(t > last, "{t} after restart, {last} before");
-    // The restart skips at most what the last block reserved, plus the start-up block.
-    assert!(t <= last + 3 + 3, "{t} after restart, {last} before");
+    assert_eq!(g["token"].as_u64(), Some(last + 1), "the next token, no jump: {g}");
 }

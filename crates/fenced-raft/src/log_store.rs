@@ -1,0 +1,333 @@
+//! The log, the vote and the snapshots, in one redb file (`raft.redb`).
+//!
+//! Reads are served from memory: the entries since the last purge (the snapshot policy
+//! keeps that window small), mirrored from the file at start. Every change goes to one
+//! writer thread that folds the changes queued meanwhile into one transaction; redb's
+//! commit returns after fsync, and only then does openraft hear that an append is
+//! flushed (group commit: one fsync for every entry that arrived during the last one).
+//! A vote, a truncation and a purge are durable when their call returns.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::io;
+use std::ops::RangeBounds;
+use std::path::Path;
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+
+use openraft::entry::RaftEntry;
+use openraft::storage::{IOFlushed, RaftLogStorage};
+use openraft::{LogState, OptionalSend, RaftLogReader};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use tokio::sync::oneshot;
+
+use crate::{io_err, Entry, LogId, TypeConfig, Vote};
+
+const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
+
+const VOTE: &str = "vote";
+const COMMITTED: &str = "committed";
+const LAST_PURGED: &str = "last_purged";
+const SNAPSHOT_META: &str = "snapshot_meta";
+const SNAPSHOT_DATA: &str = "snapshot_data";
+/// The state the log starts from when there is no snapshot: a migrated lock table.
+const BASE: &str = "base";
+
+/// The most changes one transaction carries.
+const BATCH_MAX: usize = 1024;
+
+/// The redb file behind the log and the state machine's snapshots.
+pub struct Db {
+    db: Database,
+}
+
+impl Db {
+    /// Opens or creates `dir/raft.redb`.
+    pub fn open(dir: &Path) -> io::Result<Arc<Db>> {
+        std::fs::create_dir_all(dir)?;
+        let db = Database::create(dir.join("raft.redb")).map_err(io_err)?;
+        let txn = db.begin_write().map_err(io_err)?;
+        txn.open_table(LOG).map_err(io_err)?;
+        txn.open_table(META).map_err(io_err)?;
+        txn.commit().map_err(io_err)?;
+        Ok(Arc::new(Db { db }))
+    }
+
+    fn meta(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
+        let txn = self.db.begin_read().map_err(io_err)?;
+        let table = txn.open_table(META).map_err(io_err)?;
+        Ok(table.get(key).map_err(io_err)?.map(|v| v.value().to_vec()))
+    }
+
+    fn put_meta(&self, rows: &[(&str, &[u8])]) -> io::Result<()> {
+        let txn = self.db.begin_write().map_err(io_err)?;
+        {
+            let mut table = txn.open_table(META).map_err(io_err)?;
+            for (k, v) in rows {
+                table.insert(*k, *v).map_err(io_err)?;
+            }
+        }
+        txn.commit().map_err(io_err)
+    }
+
+    /// True when the log has never been written: no vote, no entry, no snapshot.
+    pub fn is_empty(&self) -> io::Result<bool> {
+        let txn = self.db.begin_read().map_err(io_err)?;
+        let log = txn.open_table(LOG).map_err(io_err)?;
+        let meta = txn.open_table(META).map_err(io_err)?;
+        Ok(log.first().map_err(io_err)?.is_none() && meta.first().map_err(io_err)?.is_none())
+    }
+
+    /// The last snapshot taken or installed: its meta and its bytes.
+    pub fn snapshot(&self) -> io::Result<Option<(Vec<u8>, Vec<u8>)>> {
+        match (self.meta(SNAPSHOT_META)?, self.meta(SNAPSHOT_DATA)?) {
+            (Some(m), Some(d)) => Ok(Some((m, d))),
+            _ => Ok(None),
+        }
+    }
+
+    /// Keeps a snapshot, meta and bytes in one durable transaction.
+    pub fn put_snapshot(&self, meta: &[u8], data: &[u8]) -> io::Result<()> {
+        self.put_meta(&[(SNAPSHOT_META, meta), (SNAPSHOT_DATA, data)])
+    }
+
+    /// The state a log with no snapshot starts from, when it is not a fresh table.
+    pub fn base(&self) -> io::Result<Option<Vec<u8>>> {
+        self.meta(BASE)
+    }
+
+    pub fn put_base(&self, data: &[u8]) -> io::Result<()> {
+        self.put_meta(&[(BASE, data)])
+    }
+}
+
+/// What readers see: the log since the last purge, the vote, the purge and commit marks.
+#[derive(Default)]
+struct Mem {
+    entries: BTreeMap<u64, Entry>,
+    vote: Option<Vote>,
+    committed: Option<LogId>,
+    last_purged: Option<LogId>,
+}
+
+enum Op {
+    Append {
+        rows: Vec<(u64, Vec<u8>)>,
+        done: IOFlushed<TypeConfig>,
+    },
+    /// Removes entries with index `>= from`.
+    Truncate {
+        from: u64,
+        done: oneshot::Sender<io::Result<()>>,
+    },
+    /// Removes entries with index `<= upto` and records the purge mark.
+    Purge {
+        upto: u64,
+        mark: Vec<u8>,
+        done: oneshot::Sender<io::Result<()>>,
+    },
+    Meta {
+        key: &'static str,
+        value: Vec<u8>,
+        done: Option<oneshot::Sender<io::Result<()>>>,
+    },
+}
+
+/// openraft's log storage and log reader (cheap clones share one log).
+#[derive(Clone)]
+pub struct LogStore {
+    mem: Arc<Mutex<Mem>>,
+    tx: mpsc::Sender<Op>,
+}
+
+fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> io::Result<T> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("raft.redb: the {what} does not decode: {e}")))
+}
+
+fn encode<T: serde::Serialize>(value: &T) -> io::Result<Vec<u8>> {
+    serde_json::to_vec(value).map_err(io_err)
+}
+
+impl LogStore {
+    /// Reads the log into memory and starts the writer thread (it ends when the last
+    /// clone is dropped).
+    pub fn open(db: Arc<Db>) -> io::Result<LogStore> {
+        let mut mem = Mem::default();
+        {
+            let txn = db.db.begin_read().map_err(io_err)?;
+            let log = txn.open_table(LOG).map_err(io_err)?;
+            for row in log.iter().map_err(io_err)? {
+                let (k, v) = row.map_err(io_err)?;
+                let entry: Entry = decode(v.value(), "log entry")?;
+                if entry.index() != k.value() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "raft.redb: a log entry under the wrong index",
+                    ));
+                }
+                mem.entries.insert(k.value(), entry);
+            }
+        }
+        mem.vote = db.meta(VOTE)?.map(|b| decode(&b, "vote")).transpose()?;
+        mem.committed = db.meta(COMMITTED)?.map(|b| decode(&b, "commit mark")).transpose()?;
+        mem.last_purged = db.meta(LAST_PURGED)?.map(|b| decode(&b, "purge mark")).transpose()?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new().name("fenced-raft-log".into()).spawn(move || writer(&db, rx))?;
+        Ok(LogStore { mem: Arc::new(Mutex::new(mem)), tx })
+    }
+
+    fn mem(&self) -> MutexGuard<'_, Mem> {
+        self.mem.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn send(&self, op: Op) -> io::Result<()> {
+        self.tx.send(op).map_err(|_| io::Error::other("the raft log writer stopped"))
+    }
+
+    async fn durable(&self, op: impl FnOnce(oneshot::Sender<io::Result<()>>) -> Op) -> io::Result<()> {
+        let (done, rx) = oneshot::channel();
+        self.send(op(done))?;
+        rx.await.map_err(|_| io::Error::other("the raft log writer stopped"))?
+    }
+
+    /// The index of the last entry in the log (0 when none).
+    pub fn last_index(&self) -> u64 {
+        self.mem().entries.last_key_value().map_or(0, |(k, _)| *k)
+    }
+}
+
+/// The writer thread: one durable transaction for every run of queued changes.
+fn writer(db: &Db, rx: mpsc::Receiver<Op>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < BATCH_MAX {
+            match rx.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
+            }
+        }
+        let result = commit(db, &batch).map_err(|e| e.to_string());
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "the raft log could not be written");
+        }
+        for op in batch {
+            let r = result.clone().map_err(io::Error::other);
+            match op {
+                Op::Append { done, .. } => done.io_completed(r),
+                Op::Truncate { done, .. } | Op::Purge { done, .. } => drop(done.send(r)),
+                Op::Meta { done, .. } => {
+                    if let Some(done) = done {
+                        drop(done.send(r));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn commit(db: &Db, batch: &[Op]) -> Result<(), redb::Error> {
+    let txn = db.db.begin_write()?;
+    {
+        let mut log = txn.open_table(LOG)?;
+        let mut meta = txn.open_table(META)?;
+        for op in batch {
+            match op {
+                Op::Append { rows, .. } => {
+                    for (index, bytes) in rows {
+                        log.insert(*index, bytes.as_slice())?;
+                    }
+                }
+                Op::Truncate { from, .. } => log.retain_in(*from.., |_, _| false)?,
+                Op::Purge { upto, mark, .. } => {
+                    log.retain_in(..=*upto, |_, _| false)?;
+                    meta.insert(LAST_PURGED, mark.as_slice())?;
+                }
+                Op::Meta { key, value, .. } => {
+                    meta.insert(*key, value.as_slice())?;
+                }
+            }
+        }
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, io::Error> {
+        Ok(self.mem().entries.range(range).map(|(_, e)| e.clone()).collect())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
+        Ok(self.mem().vote.clone())
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
+        let mem = self.mem();
+        let last_purged_log_id = mem.last_purged.clone();
+        let last_log_id = mem.entries.last_key_value().map(|(_, e)| e.log_id()).or(last_purged_log_id.clone());
+        Ok(LogState { last_purged_log_id, last_log_id })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
+        let value = encode(vote)?;
+        self.mem().vote = Some(vote.clone());
+        self.durable(|done| Op::Meta { key: VOTE, value, done: Some(done) }).await
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
+        // Lazy: a lost commit mark only means entries are applied again from the
+        // snapshot after a restart, which is what happens without one.
+        let value = encode(&committed)?;
+        self.mem().committed = committed;
+        self.send(Op::Meta { key: COMMITTED, value, done: None })
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
+        Ok(self.mem().committed.clone())
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), io::Error>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut rows = Vec::new();
+        {
+            let mut mem = self.mem();
+            for entry in entries {
+                rows.push((entry.index(), encode(&entry)?));
+                mem.entries.insert(entry.index(), entry);
+            }
+        }
+        self.send(Op::Append { rows, done: callback })
+    }
+
+    async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
+        let from = last_log_id.map_or(0, |id| id.index() + 1);
+        drop(self.mem().entries.split_off(&from));
+        self.durable(|done| Op::Truncate { from, done }).await
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
+        let upto = log_id.index();
+        let mark = encode(&log_id)?;
+        {
+            let mut mem = self.mem();
+            mem.entries = mem.entries.split_off(&(upto + 1));
+            mem.last_purged = Some(log_id);
+        }
+        self.durable(|done| Op::Purge { upto, mark, done }).await
+    }
+}

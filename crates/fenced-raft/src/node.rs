@@ -1,0 +1,538 @@
+//! One member of the group: openraft, the log, the state machine, and the leader's side
+//! of time.
+//!
+//! **Time.** Only the leader reads a clock, and only to stamp the batches it proposes.
+//! When it takes office it waits until its term's first (blank) entry is applied, then
+//! anchors: its clock continues from the last applied entry's time, so the replicated
+//! timeline never goes back and stands still through an election (every lease is
+//! extended by the gap, never shortened). A stall of the process (a gap over
+//! `STALL_MS` between two reads, where the timer reads every `HEARTBEAT_MS`) is taken
+//! out of the clock, as the single node always did. Expiry is the leader's `Tick`,
+//! proposed when the table's next deadline is due and applied like any command.
+//!
+//! **Proposals.** Commands queue to one proposer task, which stamps the run queued
+//! meanwhile into one batch and hands it to openraft bound to the term it anchored in
+//! (`with_leader`): a batch stamped by a deposed leader is never appended. Answers come
+//! out of the state machine (the [`Applied`] sink), never from here; a batch that cannot
+//! commit is refused with `NotLeader` for every request in it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use fenced_core::{Command, Error, Limits, LockTable, RequestId};
+use openraft::async_runtime::WatchReceiver;
+use openraft::impls::ProgressResponder;
+use openraft::{BasicNode, ReadPolicy, ServerState, SnapshotPolicy};
+use tokio::sync::{mpsc, Notify};
+
+use crate::log_store::{Db, LogStore};
+use crate::network::Network;
+use crate::state_machine::{Applied, StateMachine, NO_REQUEST};
+use crate::{Batch, NodeId, Raft};
+
+/// The timer reads the clock at least this often.
+const HEARTBEAT_MS: u64 = 100;
+/// A longer gap between two clock reads is a stall of the process: time stands still.
+const STALL_MS: u64 = 1_000;
+/// The most commands one batch carries.
+const BATCH_MAX: usize = 4_096;
+
+/// How to start a member.
+#[derive(Debug)]
+pub struct NodeOptions {
+    pub id: NodeId,
+    pub dir: PathBuf,
+    /// Every voter of a new cluster, by id, with the base URL of its peer listener (this
+    /// node included). The lowest id initialises an empty cluster; the others wait to be
+    /// contacted. One entry: a cluster of one.
+    pub members: BTreeMap<NodeId, String>,
+    pub limits: Limits,
+    /// For a log never written: the table it starts from (migrated from the single-node
+    /// format), instead of a fresh one.
+    pub base: Option<LockTable>,
+    pub heartbeat_ms: u64,
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+    /// A snapshot every this many entries; the log keeps `snapshot_keep` entries before it.
+    pub snapshot_every: u64,
+    pub snapshot_keep: u64,
+}
+
+impl NodeOptions {
+    pub fn single(dir: PathBuf, limits: Limits, url: String) -> NodeOptions {
+        NodeOptions {
+            id: 1,
+            dir,
+            members: BTreeMap::from([(1, url)]),
+            limits,
+            base: None,
+            heartbeat_ms: 100,
+            election_timeout_min_ms: 300,
+            election_timeout_max_ms: 600,
+            snapshot_every: 5_000,
+            snapshot_keep: 1_000,
+        }
+    }
+}
+
+/// This member cannot take the request: another leads, or none is known.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotLeader {
+    pub leader: Option<NodeId>,
+    pub leader_url: Option<String>,
+}
+
+impl From<NotLeader> for Error {
+    fn from(n: NotLeader) -> Error {
+        Error::NotLeader { leader: n.leader }
+    }
+}
+
+/// A member as `GET /v1/cluster` shows it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Member {
+    pub id: NodeId,
+    pub url: String,
+    /// `leader`, `follower` or `learner`.
+    pub role: &'static str,
+    /// The last log index known to be on that member: its own log for this member, the
+    /// replicated index for the others as the leader sees them (unknown elsewhere).
+    pub last_log_index: Option<u64>,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ClusterStatus {
+    pub id: NodeId,
+    pub state: String,
+    pub leader_id: Option<NodeId>,
+    pub term: u64,
+    pub commit_index: Option<u64>,
+    pub last_applied_index: Option<u64>,
+    pub last_log_index: Option<u64>,
+    pub snapshot_index: Option<u64>,
+    pub members: Vec<Member>,
+}
+
+struct Anchor {
+    term: u64,
+    leader: openraft::alias::CommittedLeaderIdOf<crate::TypeConfig>,
+    table_ms: u64,
+    local_ms: u64,
+}
+
+/// The local monotonic clock with stalls taken out, and the anchor of the term this
+/// node leads, if any.
+struct Clock {
+    start: Instant,
+    last_raw_ms: u64,
+    stalled_ms: u64,
+    anchor: Option<Anchor>,
+}
+
+impl Clock {
+    fn local(&mut self) -> u64 {
+        let raw = self.start.elapsed().as_millis() as u64;
+        let gap = raw.saturating_sub(self.last_raw_ms);
+        if gap > STALL_MS {
+            self.stalled_ms += gap - HEARTBEAT_MS;
+            tracing::warn!(stall_ms = gap, "the process did not run for {gap} ms: lock time stood still");
+        }
+        self.last_raw_ms = self.last_raw_ms.max(raw);
+        self.last_raw_ms - self.stalled_ms
+    }
+
+    /// The replicated timeline's now, when this node leads an anchored term.
+    fn stamp(&mut self) -> Option<(u64, openraft::alias::CommittedLeaderIdOf<crate::TypeConfig>)> {
+        let local = self.local();
+        let a = self.anchor.as_ref()?;
+        Some((a.table_ms + local.saturating_sub(a.local_ms), a.leader.clone()))
+    }
+}
+
+/// What the server sees of failures the state machine cannot report.
+pub trait Refusals: Send + Sync + 'static {
+    /// These requests will get no answer from the log: their batch was not appended or
+    /// did not commit under this leader (it may still commit under the next one).
+    fn refused(&self, requests: &[RequestId], error: Error);
+    /// This node stopped leading: every caller still waiting here is told to go
+    /// elsewhere.
+    fn leadership_lost(&self, leader: Option<NodeId>);
+}
+
+pub struct Node {
+    pub raft: Raft,
+    sm: StateMachine,
+    log: LogStore,
+    id: NodeId,
+    /// Taken at shutdown, which ends the proposer.
+    proposals: Mutex<Option<mpsc::UnboundedSender<(RequestId, Command)>>>,
+    clock: Mutex<Clock>,
+    /// True while this node leads an anchored term: proposals are taken.
+    leading: AtomicBool,
+    anchored: Notify,
+    refusals: Arc<dyn Refusals>,
+    stopped: AtomicBool,
+    stop: Notify,
+    db: std::sync::Weak<Db>,
+}
+
+fn raft_io(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+impl Node {
+    /// Opens the log and the state machine in `opts.dir`, starts openraft and this
+    /// node's tasks, and initialises a new cluster when this node is its lowest id.
+    pub async fn start(
+        opts: NodeOptions,
+        applied: Arc<dyn Applied>,
+        refusals: Arc<dyn Refusals>,
+    ) -> io::Result<Arc<Node>> {
+        let db = Db::open(&opts.dir)?;
+        if let Some(base) = &opts.base {
+            if db.is_empty()? && db.base()?.is_none() {
+                StateMachine::write_base(&db, base)?;
+            }
+        }
+        let db_weak = Arc::downgrade(&db);
+        let log = LogStore::open(db.clone())?;
+        let sm = StateMachine::open(db, opts.limits.clone(), applied)?;
+        let config = openraft::Config {
+            cluster_name: "fenced".into(),
+            heartbeat_interval: opts.heartbeat_ms,
+            election_timeout_min: opts.election_timeout_min_ms,
+            election_timeout_max: opts.election_timeout_max_ms,
+            enable_pre_vote: Some(true),
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(opts.snapshot_every),
+            max_in_snapshot_log_to_keep: opts.snapshot_keep,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(raft_io)?;
+        let raft =
+            Raft::new(opts.id, Arc::new(config), Network::default(), log.clone(), sm.clone()).await.map_err(raft_io)?;
+        let lowest = opts.members.keys().next().copied();
+        if !raft.is_initialized().await.map_err(raft_io)? && lowest == Some(opts.id) {
+            let members: BTreeMap<NodeId, BasicNode> =
+                opts.members.iter().map(|(id, url)| (*id, BasicNode { addr: url.clone() })).collect();
+            tracing::info!(members = ?opts.members, "initialising a new cluster");
+            raft.initialize(members).await.map_err(raft_io)?;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let node = Arc::new(Node {
+            raft,
+            sm,
+            log,
+            id: opts.id,
+            proposals: Mutex::new(Some(tx)),
+            clock: Mutex::new(Clock { start: Instant::now(), last_raw_ms: 0, stalled_ms: 0, anchor: None }),
+            leading: AtomicBool::new(false),
+            anchored: Notify::new(),
+            refusals,
+            stopped: AtomicBool::new(false),
+            stop: Notify::new(),
+            db: db_weak,
+        });
+        tokio::spawn(node.clone().propose_loop(rx));
+        tokio::spawn(node.clone().leadership_loop());
+        tokio::spawn(node.clone().timer_loop());
+        Ok(node)
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    fn clock(&self) -> MutexGuard<'_, Clock> {
+        self.clock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The state machine: views read its table (as of the last applied entry).
+    pub fn state_machine(&self) -> &StateMachine {
+        &self.sm
+    }
+
+    /// True while this node leads and takes proposals.
+    pub fn is_leading(&self) -> bool {
+        self.leading.load(Ordering::Acquire)
+    }
+
+    /// Waits until this node leads an anchored term, up to `timeout`.
+    pub async fn wait_leading(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.anchored.notified();
+            if self.is_leading() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.is_leading();
+            }
+        }
+    }
+
+    /// The member believed to lead, and its URL.
+    pub fn not_leader(&self) -> NotLeader {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        let leader = m.current_leader;
+        let leader_url = leader.and_then(|id| m.membership_config.membership().get_node(&id).map(|n| n.addr.clone()));
+        NotLeader { leader, leader_url }
+    }
+
+    /// Queues a command for the log. Its answer comes out of the state machine.
+    pub fn propose(&self, request: RequestId, cmd: Command) -> Result<(), NotLeader> {
+        if !self.is_leading() || self.stopped.load(Ordering::Acquire) {
+            return Err(self.not_leader());
+        }
+        self.send(request, cmd).map_err(|()| self.not_leader())
+    }
+
+    fn send(&self, request: RequestId, cmd: Command) -> Result<(), ()> {
+        let proposals = self.proposals.lock().unwrap_or_else(|p| p.into_inner());
+        proposals.as_ref().ok_or(())?.send((request, cmd)).map_err(drop)
+    }
+
+    /// Resolves once [`shutdown`](Self::shutdown) has begun.
+    pub async fn stopping(&self) {
+        let notified = self.stop.notified();
+        if self.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        notified.await
+    }
+
+    /// Waits until the state machine reflects every entry committed before the call, as
+    /// confirmed by a quorum (ReadIndex): a read after this is linearizable.
+    pub async fn linearize(&self) -> Result<(), NotLeader> {
+        match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                tracing::debug!(error = %e, "a linearizable read was refused");
+                Err(self.not_leader())
+            }
+        }
+    }
+
+    async fn propose_loop(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<(RequestId, Command)>) {
+        while let Some(first) = rx.recv().await {
+            let mut items = vec![first];
+            while items.len() < BATCH_MAX {
+                match rx.try_recv() {
+                    Ok(item) => items.push(item),
+                    Err(_) => break,
+                }
+            }
+            let ids: Vec<RequestId> = items.iter().map(|(r, _)| *r).filter(|r| *r != NO_REQUEST).collect();
+            let Some((now_ms, leader)) = self.clock().stamp() else {
+                self.refusals.refused(&ids, self.not_leader().into());
+                continue;
+            };
+            let (responder, done) = ProgressResponder::complete_only();
+            let batch = Batch { items, now_ms };
+            if let Err(e) = self.raft.write(batch).with_leader(leader).responder(responder).await {
+                tracing::error!(error = %e, "the raft core stopped");
+                self.refusals.refused(&ids, Error::ShuttingDown);
+                continue;
+            }
+            let this = self.clone();
+            tokio::spawn(async move {
+                match done.await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "a batch did not commit under this leader");
+                        this.refusals.refused(&ids, this.not_leader().into());
+                    }
+                    Err(_) => this.refusals.refused(&ids, this.not_leader().into()),
+                }
+            });
+        }
+    }
+
+    /// Follows openraft's view of who leads: anchors this node's clock when it takes
+    /// office (after its term's blank entry is applied), drops the anchor when it leaves.
+    async fn leadership_loop(self: Arc<Self>) {
+        let mut metrics = self.raft.metrics();
+        loop {
+            let (leader_now, term) = {
+                let m = metrics.borrow_watched();
+                (m.state == ServerState::Leader && m.current_leader == Some(self.id), m.current_term)
+            };
+            let anchored_term = self.clock().anchor.as_ref().map(|a| a.term);
+            if leader_now && anchored_term != Some(term) {
+                self.take_office(term).await;
+            } else if !leader_now && anchored_term.is_some() {
+                self.clock().anchor = None;
+                self.leading.store(false, Ordering::Release);
+                let leader = self.not_leader().leader;
+                tracing::info!(term, ?leader, "no longer leading");
+                self.refusals.leadership_lost(leader);
+            }
+            tokio::select! {
+                r = metrics.changed() => if r.is_err() { return },
+                _ = self.stopping() => return,
+            }
+        }
+    }
+
+    async fn take_office(&self, term: u64) {
+        if self.linearize().await.is_err() {
+            return;
+        }
+        // The blank entry of this term is applied once the last applied entry is of it.
+        for _ in 0..1_000 {
+            let applied_term = self.sm.state().last_applied.as_ref().map(|l| l.leader_id.term);
+            if applied_term == Some(term) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let Ok(leader) = self.raft.as_leader() else { return };
+        if leader.leader_id().term != term {
+            return;
+        }
+        let table_ms = self.sm.state().table.now_ms();
+        {
+            let mut clock = self.clock();
+            let local_ms = clock.local();
+            clock.anchor = Some(Anchor { term, leader: leader.to_committed_leader_id(), table_ms, local_ms });
+        }
+        // The first batch of every time in office, ahead of any proposal: the previous
+        // callers are gone, every lease gets its full TTL again (`Command::Promote`). A
+        // restarted single node keeps its term (openraft writes no blank entry then),
+        // so this cannot ride on the blank entry.
+        let _ = self.send(NO_REQUEST, Command::Promote);
+        self.leading.store(true, Ordering::Release);
+        tracing::info!(term, table_ms, "leading: the replicated clock continues from {table_ms} ms");
+        self.anchored.notify_waiters();
+    }
+
+    /// The leader's timer: proposes `Tick` when the table's next deadline is due (one at
+    /// a time: the next waits until the last is applied), and reads the clock at least
+    /// every `HEARTBEAT_MS` so that stalls are seen.
+    async fn timer_loop(self: Arc<Self>) {
+        let mut tick_sent_at: Option<u64> = None;
+        let notify = self.sm.applied_notify.clone();
+        while !self.stopped.load(Ordering::Acquire) {
+            let stamp = self.clock().stamp();
+            let mut wait_ms = HEARTBEAT_MS;
+            if let (Some((now_ms, _)), true) = (stamp, self.is_leading()) {
+                let (due, applied_ms) = {
+                    let st = self.sm.state();
+                    (st.table.poll_timeout(), st.table.now_ms())
+                };
+                match due {
+                    Some(at) if at <= now_ms => {
+                        if tick_sent_at.is_none_or(|t| applied_ms >= t) {
+                            tick_sent_at = Some(now_ms);
+                            let _ = self.propose(NO_REQUEST, Command::Tick);
+                        }
+                    }
+                    Some(at) => wait_ms = wait_ms.min(at - now_ms),
+                    None => {}
+                }
+            } else {
+                tick_sent_at = None;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(wait_ms.max(1))) => {}
+                _ = notify.notified() => {}
+                _ = self.stopping() => return,
+            }
+        }
+    }
+
+    /// Where the cluster stands, as this member sees it.
+    pub fn status(&self) -> ClusterStatus {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+        let replication = m.replication.clone();
+        let members = membership
+            .nodes()
+            .map(|(id, node)| {
+                let role = if m.current_leader == Some(*id) {
+                    "leader"
+                } else if voters.contains(id) {
+                    "follower"
+                } else {
+                    "learner"
+                };
+                let last_log_index = if *id == self.id {
+                    m.last_log_index
+                } else {
+                    replication.as_ref().and_then(|r| r.get(id).cloned().flatten()).map(|l| l.index)
+                };
+                Member { id: *id, url: node.addr.clone(), role, last_log_index }
+            })
+            .collect();
+        ClusterStatus {
+            id: self.id,
+            state: format!("{:?}", m.state).to_lowercase(),
+            leader_id: m.current_leader,
+            term: m.current_term,
+            commit_index: m.cluster_committed.as_ref().map(|l| l.index),
+            last_applied_index: m.last_applied.as_ref().map(|l| l.index),
+            last_log_index: m.last_log_index,
+            snapshot_index: m.snapshot.as_ref().map(|l| l.index),
+            members,
+        }
+    }
+
+    /// Adds a member: first as a learner that catches up, then as a voter.
+    pub async fn add_member(&self, id: NodeId, url: String) -> Result<(), String> {
+        self.raft.add_learner(id, BasicNode { addr: url }, true).await.map_err(|e| e.to_string())?;
+        let mut voters: BTreeSet<NodeId> = self.raft.voter_ids().collect();
+        voters.insert(id);
+        self.raft.change_membership(voters, false).await.map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// Removes a member from the voters and the cluster.
+    pub async fn remove_member(&self, id: NodeId) -> Result<(), String> {
+        let mut voters: BTreeSet<NodeId> = self.raft.voter_ids().collect();
+        if !voters.remove(&id) {
+            return Err(format!("member {id} is not a voter"));
+        }
+        self.raft.change_membership(voters, false).await.map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// The last index in the local log.
+    pub fn last_log_index(&self) -> u64 {
+        self.log.last_index()
+    }
+
+    /// Stops proposing, shuts openraft down, and waits (up to 5 s) until the log's file
+    /// is closed, so that the directory can be opened again at once.
+    pub async fn shutdown(&self) {
+        self.stopped.store(true, Ordering::Release);
+        self.leading.store(false, Ordering::Release);
+        self.stop.notify_waiters();
+        self.proposals.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let _ = self.raft.shutdown().await;
+    }
+
+    /// Waits until every handle on the log's file is gone (after [`shutdown`] and the
+    /// last `Arc<Node>` dropped); false if it is still open after `timeout`.
+    pub async fn wait_closed(db: std::sync::Weak<Db>, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while db.strong_count() > 0 {
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        true
+    }
+
+    /// A handle that does not keep the log's file open (for [`Node::wait_closed`]).
+    pub fn db_handle(&self) -> std::sync::Weak<Db> {
+        self.db.clone()
+    }
+}
