@@ -4,7 +4,6 @@ use std::future::Future;
 use std::time::Duration;
 
 use fenced_core::{LeaseId, LockName, Token};
-use hyper::Method;
 use tokio::time::Instant;
 
 use crate::conn::Conn;
@@ -32,7 +31,9 @@ pub struct Client {
 #[derive(Clone, Debug)]
 pub struct ClientBuilder {
     /// `http://host:port`, `https://host:port` or `fenced://host:port` (the binary
-    /// wire protocol); `FENCED_ENDPOINT`, else [`ENDPOINT_DEFAULT`].
+    /// wire protocol), or several separated by commas (the members of a cluster: a call
+    /// moves on to the next when one is unreachable or not the leader);
+    /// `FENCED_ENDPOINT`, else [`ENDPOINT_DEFAULT`].
     endpoint: Option<String>,
     /// Sent as `Authorization: Bearer ..`; `FENCED_AUTH_TOKEN` by default.
     auth_token: Option<String>,
@@ -177,23 +178,13 @@ impl Client {
             Some(p) => format!("/v1/locks?prefix={}", segment(p)),
             None => "/v1/locks".to_owned(),
         };
-        let t = self.conn.http("listing locks")?;
-        let r = t.send(Method::GET, &path, &[], None, t.request_timeout).await?;
-        if !r.is_success() {
-            return Err(r.api_error().into_error());
-        }
-        r.json()
+        self.conn.view("listing locks", &path).await?.map_err(|e| e.into_error())
     }
 
     /// One lock as the server describes it.
     pub async fn lock_info(&self, name: &str) -> Result<serde_json::Value, Error> {
         let path = format!("/v1/locks/{}", segment(name));
-        let t = self.conn.http("describing a lock")?;
-        let r = t.send(Method::GET, &path, &[], None, t.request_timeout).await?;
-        if !r.is_success() {
-            return Err(r.api_error().into_error());
-        }
-        r.json()
+        self.conn.view("describing a lock", &path).await?.map_err(|e| e.into_error())
     }
 
     /// Asks whether `token` is still the current grant of `name` (Chubby's

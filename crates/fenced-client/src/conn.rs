@@ -3,6 +3,8 @@
 //! `Ok(Ok(value))`, `Ok(Err(api_error))` (the server's error, the same code and
 //! details on both transports) or `Err(error)` (it could not be asked).
 
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,48 +27,48 @@ const FENCING_TOKEN: &str = "fencing-token";
 /// The header carrying the key's mark on a read.
 const FENCING_HIGHEST_SEEN: &str = "fencing-highest-seen";
 
-/// One lock service, over one transport. Cloning shares the connections.
+/// One endpoint of the lock service, over one transport. Cloning shares the connections.
 #[derive(Clone, Debug)]
-pub(crate) enum Conn {
+pub(crate) enum Endpoint {
     /// `http://` or `https://`: pooled HTTP/1.1 connections.
     Http(Arc<Transport>),
     /// `fenced://`: one multiplexed wire-protocol connection.
     Wire(Arc<Mux>),
 }
 
-impl Conn {
+impl Endpoint {
     pub fn new(
         endpoint: &str,
         auth: Option<&str>,
         connect_timeout: Duration,
         request_timeout: Duration,
         ca_pem: Option<&[u8]>,
-    ) -> Result<Conn, Error> {
+    ) -> Result<Endpoint, Error> {
         if endpoint.starts_with("fenced://") {
-            return Ok(Conn::Wire(Arc::new(Mux::new(endpoint, auth, connect_timeout, request_timeout)?)));
+            return Ok(Endpoint::Wire(Arc::new(Mux::new(endpoint, auth, connect_timeout, request_timeout)?)));
         }
-        Ok(Conn::Http(Transport::new(endpoint, auth, connect_timeout, request_timeout, ca_pem)?))
+        Ok(Endpoint::Http(Transport::new(endpoint, auth, connect_timeout, request_timeout, ca_pem)?))
     }
 
     pub fn endpoint(&self) -> &str {
         match self {
-            Conn::Http(t) => &t.base,
-            Conn::Wire(m) => &m.endpoint,
+            Endpoint::Http(t) => &t.base,
+            Endpoint::Wire(m) => &m.endpoint,
         }
     }
 
     pub fn request_timeout(&self) -> Duration {
         match self {
-            Conn::Http(t) => t.request_timeout,
-            Conn::Wire(m) => m.request_timeout,
+            Endpoint::Http(t) => t.request_timeout,
+            Endpoint::Wire(m) => m.request_timeout,
         }
     }
 
     /// The HTTP transport, for the calls only the HTTP API has (the views).
     pub fn http(&self, what: &str) -> Result<&Transport, Error> {
         match self {
-            Conn::Http(t) => Ok(t),
-            Conn::Wire(_) => {
+            Endpoint::Http(t) => Ok(t),
+            Endpoint::Wire(_) => {
                 Err(Error::BadRequest(format!("{what} is served over HTTP only; use an http:// endpoint for it")))
             }
         }
@@ -81,7 +83,7 @@ impl Conn {
         timeout: Duration,
     ) -> Result<Answer<GrantBody>, Error> {
         match self {
-            Conn::Http(t) => {
+            Endpoint::Http(t) => {
                 let path = format!("/v1/locks/{}/acquire", segment(name.as_str()));
                 let req = serde_json::json!({ "ttl_ms": ttl_ms, "wait_ms": wait_ms });
                 let r = t.json(Method::POST, &path, &req, timeout).await?;
@@ -91,7 +93,7 @@ impl Conn {
                     Ok(Err(r.api_error()))
                 }
             }
-            Conn::Wire(m) => {
+            Endpoint::Wire(m) => {
                 let req = Request::Acquire {
                     name: name.as_str(),
                     lease: None,
@@ -116,7 +118,7 @@ impl Conn {
     /// in one round trip: the server runs them in order).
     pub async fn release_and_revoke(&self, name: &LockName, lease: LeaseId) -> Result<(Answer<()>, Answer<()>), Error> {
         match self {
-            Conn::Http(t) => {
+            Endpoint::Http(t) => {
                 let path = format!("/v1/locks/{}/release", segment(name.as_str()));
                 let body = serde_json::json!({ "lease_id": lease.to_hex() });
                 let release = t.json(Method::POST, &path, &body, t.request_timeout).await?;
@@ -125,7 +127,7 @@ impl Conn {
                 let answer = |r: crate::http::Response| if r.is_success() { Ok(()) } else { Err(r.api_error()) };
                 Ok((answer(release), answer(revoke)))
             }
-            Conn::Wire(m) => {
+            Endpoint::Wire(m) => {
                 let reqs =
                     [(Request::Release { name: name.as_str(), lease }, false), (Request::Revoke { lease }, false)];
                 let mut replies = m.call_many(&reqs, m.request_timeout).await?.into_iter();
@@ -142,7 +144,7 @@ impl Conn {
     /// A new lease of `ttl_ms`: its id and TTL.
     pub async fn create_lease(&self, ttl_ms: u64) -> Result<Answer<(LeaseId, u64)>, Error> {
         match self {
-            Conn::Http(t) => {
+            Endpoint::Http(t) => {
                 let req = serde_json::json!({ "ttl_ms": ttl_ms });
                 let r = t.json(Method::POST, "/v1/leases", &req, t.request_timeout).await?;
                 if !r.is_success() {
@@ -151,7 +153,7 @@ impl Conn {
                 let b = r.json::<LeaseBody>()?;
                 Ok(Ok((wire::lease_id(&b.lease_id)?, b.ttl_ms)))
             }
-            Conn::Wire(m) => match m.call(Request::CreateLease { ttl_ms }, false, m.request_timeout).await? {
+            Endpoint::Wire(m) => match m.call(Request::CreateLease { ttl_ms }, false, m.request_timeout).await? {
                 Reply::Lease { lease, ttl_ms } => Ok(Ok((lease, ttl_ms))),
                 other => unexpected(other),
             },
@@ -161,7 +163,7 @@ impl Conn {
     /// Keeps `lease` alive once: its TTL.
     pub async fn keepalive(&self, lease: LeaseId, timeout: Duration) -> Result<Answer<u64>, Error> {
         match self {
-            Conn::Http(t) => {
+            Endpoint::Http(t) => {
                 let path = format!("/v1/leases/{}/keepalive", lease.to_hex());
                 let r = t.send(Method::POST, &path, &[], None, timeout).await?;
                 if !r.is_success() {
@@ -169,7 +171,7 @@ impl Conn {
                 }
                 Ok(Ok(r.json::<LeaseBody>()?.ttl_ms))
             }
-            Conn::Wire(m) => match m.call(Request::Keepalive { lease }, false, timeout).await? {
+            Endpoint::Wire(m) => match m.call(Request::Keepalive { lease }, false, timeout).await? {
                 Reply::Lease { ttl_ms, .. } => Ok(Ok(ttl_ms)),
                 other => unexpected(other),
             },
@@ -178,12 +180,12 @@ impl Conn {
 
     pub async fn revoke(&self, lease: LeaseId) -> Result<Answer<()>, Error> {
         match self {
-            Conn::Http(t) => {
+            Endpoint::Http(t) => {
                 let path = format!("/v1/leases/{}", lease.to_hex());
                 let r = t.send(Method::DELETE, &path, &[], None, t.request_timeout).await?;
                 Ok(if r.is_success() { Ok(()) } else { Err(r.api_error()) })
             }
-            Conn::Wire(m) => match m.call(Request::Revoke { lease }, false, m.request_timeout).await? {
+            Endpoint::Wire(m) => match m.call(Request::Revoke { lease }, false, m.request_timeout).await? {
                 Reply::Done => Ok(Ok(())),
                 other => unexpected(other),
             },
@@ -192,7 +194,7 @@ impl Conn {
 
     pub async fn check(&self, name: &str, token: Token) -> Result<Answer<CheckBody>, Error> {
         match self {
-            Conn::Http(t) => {
+            Endpoint::Http(t) => {
                 let path = format!("/v1/locks/{}/check", segment(name));
                 let body = serde_json::json!({ "token": token.get() });
                 let r = t.json(Method::POST, &path, &body, t.request_timeout).await?;
@@ -201,18 +203,19 @@ impl Conn {
                 }
                 Ok(Ok(r.json()?))
             }
-            Conn::Wire(m) => match m.call(Request::Check { name, token: token.get() }, false, m.request_timeout).await?
-            {
-                Reply::Checked { current, token } => Ok(Ok(CheckBody { current, token: token.map(Token::get) })),
-                other => unexpected(other),
-            },
+            Endpoint::Wire(m) => {
+                match m.call(Request::Check { name, token: token.get() }, false, m.request_timeout).await? {
+                    Reply::Checked { current, token } => Ok(Ok(CheckBody { current, token: token.map(Token::get) })),
+                    other => unexpected(other),
+                }
+            }
         }
     }
 
     /// A fenced write: the key's new mark.
     pub async fn put(&self, key: &str, token: Token, value: &[u8]) -> Result<Answer<Token>, Error> {
         match self {
-            Conn::Http(t) => {
+            Endpoint::Http(t) => {
                 let path = format!("/v1/store/{}", segment(key));
                 let headers = [(FENCING_TOKEN, token.get().to_string())];
                 let r = t
@@ -230,7 +233,7 @@ impl Conn {
                     _ => Ok(Err(r.api_error())),
                 }
             }
-            Conn::Wire(m) => {
+            Endpoint::Wire(m) => {
                 let req = Request::Put { key, token: Some(token), value };
                 match m.call(req, false, m.request_timeout).await? {
                     Reply::Written { highest_seen } => Ok(Ok(highest_seen)),
@@ -243,7 +246,7 @@ impl Conn {
     /// A read, fenced when `token` is given; an absent key reads as no value.
     pub async fn get(&self, key: &str, token: Option<Token>) -> Result<Answer<StoreRead>, Error> {
         match self {
-            Conn::Http(t) => {
+            Endpoint::Http(t) => {
                 let path = format!("/v1/store/{}", segment(key));
                 let headers: Vec<_> = token.map(|t| (FENCING_TOKEN, t.get().to_string())).into_iter().collect();
                 let r = t.send(Method::GET, &path, &headers, None, t.request_timeout).await?;
@@ -263,7 +266,7 @@ impl Conn {
                     _ => Ok(Err(r.api_error())),
                 }
             }
-            Conn::Wire(m) => match m.call(Request::Get { key, token }, false, m.request_timeout).await? {
+            Endpoint::Wire(m) => match m.call(Request::Get { key, token }, false, m.request_timeout).await? {
                 Reply::Read { highest_seen, value } => Ok(Ok(StoreRead { value: Some(value), highest_seen })),
                 Reply::Error(api) if api.code == "not_found" => {
                     let mark = api.detail_u64("highest_seen").and_then(Token::new);
@@ -280,5 +283,158 @@ fn unexpected<T>(reply: Reply) -> Result<Answer<T>, Error> {
     match reply {
         Reply::Error(e) => Ok(Err(e)),
         other => Err(wire::bad_answer(&format!("the server answered a different call: {other:?}"))),
+    }
+}
+
+/// The lock service: one endpoint, or the members of a cluster. A call goes to the
+/// endpoint that answered last; when it cannot be reached, or answers that it is not
+/// the leader (or is shutting down), the call moves on to the next, round after round
+/// (100 ms apart) until the request timeout: a failover costs the election, not an
+/// error. Cloning shares the connections and the current endpoint.
+#[derive(Clone, Debug)]
+pub(crate) struct Conn {
+    endpoints: Arc<[Endpoint]>,
+    current: Arc<AtomicUsize>,
+}
+
+/// A pause between rounds over every endpoint while none takes the call.
+const ROUND_PAUSE: Duration = Duration::from_millis(100);
+
+fn moves_on<T>(r: &Result<Answer<T>, Error>) -> bool {
+    match r {
+        Err(Error::Unavailable { .. }) => true,
+        Ok(Err(e)) => e.code == "not_leader" || e.code == "shutting_down",
+        _ => false,
+    }
+}
+
+impl Conn {
+    /// `endpoints` is one URL or several separated by commas.
+    pub fn new(
+        endpoints: &str,
+        auth: Option<&str>,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+        ca_pem: Option<&[u8]>,
+    ) -> Result<Conn, Error> {
+        let list: Vec<Endpoint> = endpoints
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(|e| Endpoint::new(e, auth, connect_timeout, request_timeout, ca_pem))
+            .collect::<Result<_, _>>()?;
+        if list.is_empty() {
+            return Err(Error::BadRequest("no endpoint given".into()));
+        }
+        Ok(Conn { endpoints: list.into(), current: Arc::new(AtomicUsize::new(0)) })
+    }
+
+    fn current(&self) -> &Endpoint {
+        &self.endpoints[self.current.load(Ordering::Relaxed) % self.endpoints.len()]
+    }
+
+    pub fn endpoint(&self) -> &str {
+        self.current().endpoint()
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        self.current().request_timeout()
+    }
+
+    pub fn http(&self, what: &str) -> Result<&Transport, Error> {
+        self.current().http(what)
+    }
+
+    /// Runs `call` on the current endpoint, and on the next ones while it moves on.
+    async fn each<'a, T, F, Fut>(&'a self, call: F) -> Result<Answer<T>, Error>
+    where
+        F: Fn(&'a Endpoint) -> Fut,
+        Fut: Future<Output = Result<Answer<T>, Error>> + 'a,
+    {
+        self.each_by(call, moves_on).await
+    }
+
+    async fn each_by<'a, R, F, Fut>(&'a self, call: F, moves_on: impl Fn(&Result<R, Error>) -> bool) -> Result<R, Error>
+    where
+        F: Fn(&'a Endpoint) -> Fut,
+        Fut: Future<Output = Result<R, Error>> + 'a,
+    {
+        let n = self.endpoints.len();
+        let first = self.current.load(Ordering::Relaxed);
+        let deadline = tokio::time::Instant::now() + self.request_timeout();
+        let mut k = 0;
+        loop {
+            let i = (first + k) % n;
+            let r = call(&self.endpoints[i]).await;
+            if n == 1 || !moves_on(&r) {
+                self.current.store(i, Ordering::Relaxed);
+                return r;
+            }
+            k += 1;
+            if k % n == 0 {
+                if tokio::time::Instant::now() + ROUND_PAUSE > deadline {
+                    return r;
+                }
+                tokio::time::sleep(ROUND_PAUSE).await;
+            }
+        }
+    }
+
+    /// `GET path` as JSON over HTTP (the views), on whichever endpoint answers.
+    pub async fn view(&self, what: &str, path: &str) -> Result<Answer<serde_json::Value>, Error> {
+        self.each(|e| async move {
+            let t = e.http(what)?;
+            let r = t.send(Method::GET, path, &[], None, t.request_timeout).await?;
+            if r.is_success() {
+                Ok(Ok(r.json()?))
+            } else {
+                Ok(Err(r.api_error()))
+            }
+        })
+        .await
+    }
+
+    pub async fn acquire(
+        &self,
+        name: &LockName,
+        ttl_ms: u64,
+        wait_ms: u64,
+        timeout: Duration,
+    ) -> Result<Answer<GrantBody>, Error> {
+        self.each(|e| e.acquire(name, ttl_ms, wait_ms, timeout)).await
+    }
+
+    pub async fn release_and_revoke(&self, name: &LockName, lease: LeaseId) -> Result<(Answer<()>, Answer<()>), Error> {
+        // Two answers: moved on together when the first says so.
+        let moves_on = |r: &Result<(Answer<()>, Answer<()>), Error>| match r {
+            Ok((Err(e), _)) => e.code == "not_leader" || e.code == "shutting_down",
+            Ok((Ok(()), _)) => false,
+            Err(e) => matches!(e, Error::Unavailable { .. }),
+        };
+        self.each_by(|e| e.release_and_revoke(name, lease), moves_on).await
+    }
+
+    pub async fn create_lease(&self, ttl_ms: u64) -> Result<Answer<(LeaseId, u64)>, Error> {
+        self.each(|e| e.create_lease(ttl_ms)).await
+    }
+
+    pub async fn keepalive(&self, lease: LeaseId, timeout: Duration) -> Result<Answer<u64>, Error> {
+        self.each(|e| e.keepalive(lease, timeout)).await
+    }
+
+    pub async fn revoke(&self, lease: LeaseId) -> Result<Answer<()>, Error> {
+        self.each(|e| e.revoke(lease)).await
+    }
+
+    pub async fn check(&self, name: &str, token: Token) -> Result<Answer<CheckBody>, Error> {
+        self.each(|e| e.check(name, token)).await
+    }
+
+    pub async fn put(&self, key: &str, token: Token, value: &[u8]) -> Result<Answer<Token>, Error> {
+        self.each(|e| e.put(key, token, value)).await
+    }
+
+    pub async fn get(&self, key: &str, token: Option<Token>) -> Result<Answer<StoreRead>, Error> {
+        self.each(|e| e.get(key, token)).await
     }
 }

@@ -209,6 +209,9 @@ impl Node {
             enable_pre_vote: Some(true),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(opts.snapshot_every),
             max_in_snapshot_log_to_keep: opts.snapshot_keep,
+            // Purge in steps of a tenth of the snapshot interval (openraft's default, 256,
+            // would keep a small interval's log forever).
+            purge_batch_size: (opts.snapshot_every / 10).max(1),
             ..Default::default()
         }
         .validate()
@@ -401,11 +404,21 @@ impl Node {
             let local_ms = clock.local();
             clock.anchor = Some(Anchor { term, leader: leader.to_committed_leader_id(), table_ms, local_ms });
         }
-        // The first batch of every time in office, ahead of any proposal: the previous
-        // callers are gone, every lease gets its full TTL again (`Command::Promote`). A
-        // restarted single node keeps its term (openraft writes no blank entry then),
-        // so this cannot ride on the blank entry.
-        let _ = self.send(NO_REQUEST, Command::Promote);
+        // The first batch of every time in office, applied before any proposal is taken:
+        // the previous callers are gone, every lease gets its full TTL again
+        // (`Command::Promote`). A restarted single node keeps its term (openraft writes
+        // no blank entry then), so this cannot ride on the blank entry.
+        let Some((now_ms, leader)) = self.clock().stamp() else { return };
+        let (responder, done) = ProgressResponder::complete_only();
+        let batch = Batch { items: vec![(NO_REQUEST, Command::Promote)], now_ms };
+        if self.raft.write(batch).with_leader(leader).responder(responder).await.is_err() {
+            return;
+        }
+        if !matches!(done.await, Ok(Ok(_))) {
+            tracing::info!(term, "lost office before its first entry committed");
+            self.clock().anchor = None;
+            return;
+        }
         self.leading.store(true, Ordering::Release);
         tracing::info!(term, table_ms, "leading: the replicated clock continues from {table_ms} ms");
         self.anchored.notify_waiters();
@@ -501,6 +514,14 @@ impl Node {
         }
         self.raft.change_membership(voters, false).await.map_err(|e| e.to_string())?;
         Ok(())
+    }
+
+    /// True while the membership is this node alone (a cluster of one).
+    pub fn is_single(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        let nodes: Vec<NodeId> = m.membership_config.membership().nodes().map(|(id, _)| *id).collect();
+        nodes.is_empty() || nodes == [self.id]
     }
 
     /// The last index in the local log.

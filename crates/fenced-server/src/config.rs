@@ -87,6 +87,9 @@ pub struct Config {
     /// the URL its peers reach its HTTP listener at (`1=http://10.0.0.1:7400,...`).
     /// Empty, the default: a cluster of one. The lowest id initialises an empty cluster.
     pub peers: String,
+    /// A snapshot of the lock table every this many log entries; the log keeps a fifth
+    /// of that before it, and a member further behind catches up from the snapshot.
+    pub snapshot_entries: u64,
 }
 
 impl Default for Config {
@@ -124,6 +127,7 @@ impl Default for Config {
             unfenced_prefix: String::new(),
             node_id: 1,
             peers: String::new(),
+            snapshot_entries: 5_000,
         }
     }
 }
@@ -211,6 +215,9 @@ impl Config {
         }
         if self.body_bytes_in_flight_max < self.body_bytes_max || self.body_bytes_in_flight_max > u32::MAX as usize {
             return bad("body_bytes_in_flight_max must be at least body_bytes_max and below 4 GiB");
+        }
+        if self.snapshot_entries < 10 {
+            return bad("snapshot_entries must be at least 10");
         }
         if self.node_id == 0 {
             return bad("node_id must be at least 1");

@@ -97,6 +97,8 @@ pub async fn run_with_wire(
     opts.id = config.node_id;
     opts.members = members;
     opts.base = base;
+    opts.snapshot_every = config.snapshot_entries;
+    opts.snapshot_keep = config.snapshot_entries / 5;
     if single {
         // One voter elects itself: no reason to wait a network's election timeout.
         (opts.election_timeout_min_ms, opts.election_timeout_max_ms) = (30, 60);

@@ -12,7 +12,8 @@ pub struct Global {
     /// Shorthand for --output json.
     #[arg(long, global = true)]
     pub json: bool,
-    /// The server to talk to.
+    /// The server to talk to; the members of a cluster separated by commas (a call
+    /// moves to the next when one is down or not the leader).
     #[arg(long, global = true, env = "FENCED_ENDPOINT", default_value = "http://127.0.0.1:7400")]
     pub endpoint: String,
 }

@@ -41,6 +41,14 @@ pub struct ServerArgs {
     /// wins): for demonstrations only [default: none].
     #[arg(long)]
     pub unfenced_prefix: Option<String>,
+    /// This member's id in a cluster [default: 1].
+    #[arg(long)]
+    pub node_id: Option<u64>,
+    /// Every member of a new cluster, ID=URL,... with this one included (the URL its
+    /// peers reach its --listen address at): `1=http://127.0.0.1:7401,2=...`. The lowest
+    /// id initialises an empty cluster [default: none: a cluster of one].
+    #[arg(long)]
+    pub peers: Option<String>,
     /// Print the effective configuration (TOML, or JSON with --json) and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -63,11 +71,15 @@ pub fn run(args: ServerArgs, global: &Global) -> anyhow::Result<ExitCode> {
         ("tls_cert", &args.tls_cert),
         ("tls_key", &args.tls_key),
         ("unfenced_prefix", &args.unfenced_prefix),
+        ("peers", &args.peers),
     ];
     for (key, value) in strings {
         if let Some(v) = value {
             flags.push((key, v.clone()));
         }
+    }
+    if let Some(n) = args.node_id {
+        flags.push(("node_id", n.to_string()));
     }
     if let Some(n) = args.connections_max {
         flags.push(("connections_max", n.to_string()));

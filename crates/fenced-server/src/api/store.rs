@@ -25,6 +25,7 @@ pub async fn list(
 ) -> Result<Response, ApiError> {
     let max = app.config.list_locks_max;
     let (prefix, limit) = super::locks::list_params(query, max, app.config.store_key_bytes_max, "key")?;
+    single_member(&app)?;
     let keys = app.store.list(prefix, limit).await.map_err(store_error)?;
     let views: Vec<serde_json::Value> = keys
         .iter()
@@ -56,6 +57,7 @@ pub async fn write(
 /// A fenced write (HTTP and the wire protocol) of a checked key: the new mark when
 /// accepted. No token is 428 `token_required`; a stale one is 409 `stale_token`.
 pub async fn write_value(app: &AppInner, key: String, token: Option<Token>, value: Vec<u8>) -> Result<Token, ApiError> {
+    single_member(app)?;
     if value.len() > app.config.value_bytes_max {
         return Err(ApiError::too_large("value", app.config.value_bytes_max));
     }
@@ -105,6 +107,7 @@ pub async fn read_value(
     key: String,
     token: Option<Token>,
 ) -> Result<(Option<Token>, Vec<u8>), ApiError> {
+    single_member(app)?;
     if token.is_some() && app.config.is_unfenced(&key) {
         return Err(token_on_unfenced(app, &key));
     }
@@ -138,6 +141,21 @@ pub async fn read_value(
         });
     };
     Ok((mark, value))
+}
+
+/// The fenced store is not in the replicated log yet: it is each server's own. A
+/// cluster of one keeps every acknowledged write (fsynced before the answer); a cluster
+/// of several would lose writes at a failover, so it refuses the store rather than
+/// pretend (501 `store_not_replicated`).
+fn single_member(app: &AppInner) -> Result<(), ApiError> {
+    if app.locks.node.is_single() {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "store_not_replicated",
+        "the fenced store is not replicated yet: a cluster of several members does not serve it",
+    ))
 }
 
 /// The store lives beside the lock service, so it refuses a token the service never

@@ -2,6 +2,7 @@
 //! subcommand family.
 
 mod bench;
+mod cluster;
 mod console;
 mod demo;
 mod exec;

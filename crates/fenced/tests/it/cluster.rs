@@ -1,0 +1,283 @@
+//! Three `fenced server` processes on loopback as one cluster: `kill -9` of the leader
+//! under load (a new leader serves, nothing acknowledged is lost, no token repeats or
+//! goes back, a held lock keeps its holder), the killed member rejoins and catches up,
+//! a follower that missed more than the log keeps catches up from a snapshot, and a
+//! leader frozen past every TTL grants nothing when it wakes.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::server::{call, free_addr, scratch, until, BIN};
+
+struct Member {
+    id: u64,
+    addr: SocketAddr,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+struct Cluster {
+    members: Vec<Member>,
+    peers: String,
+}
+
+impl Cluster {
+    fn start(name: &str, n: u64) -> Cluster {
+        let members: Vec<Member> = (1..=n)
+            .map(|id| Member { id, addr: free_addr(), dir: scratch(&format!("{name}-{id}")), child: None })
+            .collect();
+        let peers = members.iter().map(|m| format!("{}=http://{}", m.id, m.addr)).collect::<Vec<_>>().join(",");
+        let mut c = Cluster { members, peers };
+        for i in 0..c.members.len() {
+            c.spawn(i);
+        }
+        c.leader(20);
+        c
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let m = &mut self.members[i];
+        let child = Command::new(BIN)
+            .args(["server", "--listen", &m.addr.to_string(), "--node-id", &m.id.to_string(), "--peers", &self.peers])
+            .arg("--data-dir")
+            .arg(&m.dir)
+            .env("FENCED_LOG", "warn")
+            .env("FENCED_SNAPSHOT_ENTRIES", "50")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        m.child = Some(child);
+        let addr = m.addr;
+        until(20, || matches!(call(addr, "GET", "/livez", "", &[]), Ok((200, _))));
+    }
+
+    fn kill9(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    fn signal(&self, i: usize, sig: &str) {
+        let pid = self.members[i].child.as_ref().unwrap().id().to_string();
+        assert!(Command::new("kill").args([sig, &pid]).status().unwrap().success());
+    }
+
+    fn status(&self, i: usize) -> Option<Value> {
+        match call(self.members[i].addr, "GET", "/v1/cluster", "", &[]) {
+            Ok((200, v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The index of the member every live member agrees leads, within `secs`.
+    fn leader(&self, secs: u64) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let mut votes = BTreeMap::new();
+            for (i, m) in self.members.iter().enumerate() {
+                if m.child.is_none() {
+                    continue;
+                }
+                if let Some(s) = self.status(i) {
+                    if let Some(l) = s["leader_id"].as_u64() {
+                        *votes.entry(l).or_insert(0) += 1;
+                    }
+                }
+            }
+            let live = self.members.iter().filter(|m| m.child.is_some()).count();
+            if let Some((&id, _)) = votes.iter().find(|(_, n)| **n == live) {
+                let i = self.members.iter().position(|m| m.id == id).unwrap();
+                if call(self.members[i].addr, "GET", "/readyz", "", &[]).is_ok_and(|(_, v)| v["leader"] == true) {
+                    return i;
+                }
+            }
+            assert!(Instant::now() < deadline, "no leader agreed within {secs} s: {votes:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A call to whichever live member takes it (the client's failover, by hand).
+    fn any(&self, method: &str, path: &str, body: &str) -> (u16, Value) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            for m in self.members.iter().filter(|m| m.child.is_some()) {
+                if let Ok((st, v)) = call(m.addr, method, path, body, &[]) {
+                    if v["error"]["code"] != "not_leader" {
+                        return (st, v);
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "no member took {method} {path}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill9(i);
+            let _ = std::fs::remove_dir_all(&self.members[i].dir);
+        }
+    }
+}
+
+/// Grants seen by the load: (token, lock) in the order they were acknowledged.
+#[derive(Default)]
+struct Grants {
+    tokens: Vec<u64>,
+}
+
+/// One load thread: acquire, release, over and over, on whichever member leads.
+fn load(addrs: Vec<SocketAddr>, i: usize, grants: &Mutex<Grants>, stop: &AtomicBool) {
+    let mut at = 0;
+    while !stop.load(Ordering::SeqCst) {
+        let addr = addrs[at % addrs.len()];
+        match call(addr, "POST", &format!("/v1/locks/load-{i}/acquire"), "{\"ttl_ms\":2000}", &[]) {
+            Ok((200, g)) => {
+                grants.lock().unwrap().tokens.push(g["token"].as_u64().unwrap());
+                let lease = g["lease_id"].as_str().unwrap();
+                let _ = call(addr, "DELETE", &format!("/v1/leases/{lease}"), "", &[]);
+            }
+            _ => {
+                at += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+#[test]
+fn kill_9_of_the_leader_under_load_loses_nothing_and_the_member_rejoins() {
+    let mut c = Cluster::start("kill-leader", 3);
+    let l = c.leader(20);
+    // A lock held across the failover.
+    let (st, lease) = c.any("POST", "/v1/leases", "{\"ttl_ms\":20000}");
+    assert_eq!(st, 201, "{lease}");
+    let lease = lease["lease_id"].as_str().unwrap().to_string();
+    let by_holder = format!("{{\"lease_id\":\"{lease}\"}}");
+    let (st, g) = c.any("POST", "/v1/locks/held/acquire", &by_holder);
+    assert_eq!(st, 200, "{g}");
+    let held = g["token"].as_u64().unwrap();
+
+    let grants = Arc::new(Mutex::new(Grants::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let addrs: Vec<SocketAddr> = c.members.iter().map(|m| m.addr).collect();
+    let workers: Vec<_> = (0..4)
+        .map(|i| {
+            let (g, s, a) = (grants.clone(), stop.clone(), addrs.clone());
+            std::thread::spawn(move || load(a, i, &g, &s))
+        })
+        .collect();
+    until(30, || grants.lock().unwrap().tokens.len() >= 100);
+    let before = grants.lock().unwrap().tokens.len();
+    c.kill9(l);
+    let killed_at = Instant::now();
+    until(30, || grants.lock().unwrap().tokens.len() > before + 20);
+    let served_after = killed_at.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.join().unwrap();
+    }
+    println!("a new leader served {} ms after kill -9 of the leader", served_after.as_millis());
+
+    // No token was issued twice, and every acknowledged one is below the next grant.
+    let tokens = grants.lock().unwrap().tokens.clone();
+    let mut sorted = tokens.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), tokens.len(), "a token was issued twice");
+    let new_leader = c.leader(20);
+    assert_ne!(new_leader, l);
+    let (st, g) = c.any("POST", "/v1/locks/after/acquire", "{\"ttl_ms\":2000}");
+    assert_eq!(st, 200, "{g}");
+    assert!(g["token"].as_u64().unwrap() > *sorted.last().unwrap(), "a token went back: {g}");
+    // The held lock is still held by its lease, with its token, after the failover.
+    let (_, v) = c.any("GET", "/v1/locks/held", "");
+    assert_eq!((v["held"].as_bool(), v["token"].as_u64()), (Some(true), Some(held)), "{v}");
+    let (st, g) = c.any("POST", "/v1/locks/held/acquire", &by_holder);
+    assert_eq!((st, g["token"].as_u64()), (200, Some(held)), "a retry is the same grant: {g}");
+
+    // The killed member rejoins and catches up with the leader's commit index.
+    c.spawn(l);
+    let target = c.status(new_leader).unwrap()["commit_index"].as_u64().unwrap();
+    until(20, || c.status(l).is_some_and(|s| s["last_applied_index"].as_u64() >= Some(target)));
+    let s = c.status(l).unwrap();
+    assert_eq!(s["leader_id"].as_u64(), Some(c.members[new_leader].id), "{s}");
+}
+
+#[test]
+fn a_follower_that_missed_more_than_the_log_keeps_catches_up_from_a_snapshot() {
+    let mut c = Cluster::start("snapshot", 3);
+    let l = c.leader(20);
+    let f = (l + 1) % 3;
+    c.kill9(f);
+    // Far more entries than the log keeps past a snapshot (50 per snapshot here).
+    let mut last = 0;
+    for i in 0..150 {
+        let (st, g) = c.any("POST", &format!("/v1/locks/s{}/acquire", i % 7), "{\"ttl_ms\":60000}");
+        if st == 200 {
+            last = g["token"].as_u64().unwrap();
+        }
+    }
+    until(20, || c.status(l).is_some_and(|s| s["snapshot_index"].as_u64().unwrap_or(0) > 50));
+    c.spawn(f);
+    let target = c.status(l).unwrap()["commit_index"].as_u64().unwrap();
+    until(30, || c.status(f).is_some_and(|s| s["last_applied_index"].as_u64() >= Some(target)));
+    let s = c.status(f).unwrap();
+    assert!(s["snapshot_index"].as_u64().is_some(), "the follower caught up without a snapshot: {s}");
+    // The follower now holds what the leader holds: make it lead, and read through it.
+    c.kill9(l);
+    let (_, v) = c.any("GET", "/v1/locks/s0", "");
+    assert_eq!(v["held"], true, "{v}");
+    let (st, g) = c.any("POST", "/v1/locks/fresh/acquire", "{\"ttl_ms\":1000}");
+    assert_eq!(st, 200, "{g}");
+    assert!(g["token"].as_u64().unwrap() > last);
+}
+
+#[test]
+fn a_leader_frozen_past_every_ttl_grants_nothing_when_it_wakes() {
+    let c = Cluster::start("sigstop", 3);
+    let l = c.leader(20);
+    let old = c.members[l].addr;
+    c.signal(l, "-STOP");
+    // Longer than the election timeout and than the 1 s TTL below.
+    let others: Vec<usize> = (0..3).filter(|i| *i != l).collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let new_leader = loop {
+        let s = c.status(others[0]).unwrap();
+        if let Some(id) = s["leader_id"].as_u64().filter(|id| *id != c.members[l].id) {
+            break id;
+        }
+        assert!(Instant::now() < deadline, "no new leader while the old one is frozen");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let ni = c.members.iter().position(|m| m.id == new_leader).unwrap();
+    let mut g = Value::Null;
+    until(10, || {
+        let (st, v) = call(c.members[ni].addr, "POST", "/v1/locks/z/acquire", "{\"ttl_ms\":1000}", &[]).unwrap();
+        g = v;
+        st == 200
+    });
+    let token = g["token"].as_u64().unwrap();
+    std::thread::sleep(Duration::from_millis(1_500));
+    c.signal(l, "-CONT");
+    // The old leader grants nothing and tells a client talking only to it to go
+    // elsewhere: at once, or after it hears of the new term.
+    for _ in 0..20 {
+        let (st, e) = call(old, "POST", "/v1/locks/z2/acquire", "{\"ttl_ms\":1000}", &[]).unwrap();
+        assert_eq!((st, e["error"]["code"].as_str()), (503, Some("not_leader")), "the woken leader answered: {e}");
+        let (st, e) = call(old, "POST", "/v1/locks/z/check", &format!("{{\"token\":{token}}}"), &[]).unwrap();
+        assert!(st == 503 && e["error"]["code"] == "not_leader", "a stale check from the old leader: {st} {e}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
