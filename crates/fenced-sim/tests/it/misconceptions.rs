@@ -232,3 +232,23 @@ fn settings_that_do_not_fit_the_scenario_are_refused_by_name() {
     c.clock_step_ms = 0;
     assert_eq!(field(c), "--clock-step");
 }
+
+#[test]
+fn the_diagrams_tell_the_new_stories() {
+    // Split brain with fencing on: no zombie, no refusal story first, but the write
+    // that lost an increment under a token another client held too.
+    let mut c = Config::new(Scenario::SplitBrain, 1);
+    c.fencing = true;
+    let (s, records) = run_traced(&c);
+    let d = fenced_sim::diagram::render(&records, &s);
+    assert!(d.contains("Two holders of one token"), "{d}");
+    assert!(d.contains("had been granted token"), "{d}");
+    // A crash and its restart are drawn on the lock service's lane when they fall in
+    // the story's window.
+    let (s, records) = run_traced(&Config::new(Scenario::ServiceCrash, 1));
+    let crash = records.iter().position(|r| r.kind == Kind::ServiceCrash).expect("a crash");
+    let window = &records[crash.saturating_sub(20)..crash + 20];
+    assert!(window.iter().all(|r| !r.kind.is_service_wide() || (r.client, r.lock) == (0, 0)));
+    let d = fenced_sim::diagram::render(&records, &s);
+    assert!(d.contains("--fencing on"), "the hint names the flag for this scenario: {d}");
+}
