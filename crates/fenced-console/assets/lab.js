@@ -75,11 +75,14 @@ function derive(summary, trace) {
   const pauses = [];
   const counts = [];        // cumulative counters after each record
   let c = { grants: 0, late: 0, zombie: 0, rejected: 0, lostNet: 0 };
-  let firstZombie = null, firstRejected = null;
+  let firstZombie = null, firstRejected = null, firstLost = null;
+  const holders = new Map(); // token -> clients granted it (a split brain grants one twice)
   for (const r of trace) {
     if (r.kind === "granted") {
       c = { ...c, grants: c.grants + 1 };
-      const bar = { client: r.client, token: r.token, t0: r.t_ms, t1: summary.duration_ms, end: "open" };
+      const twice = holders.get(r.token) || [];
+      holders.set(r.token, [...twice, r.client]);
+      const bar = { client: r.client, token: r.token, t0: r.t_ms, t1: summary.duration_ms, end: "open", twin: twice.length > 0 };
       bars.push(bar);
       open.set(r.token, bar);
     } else if (r.kind === "expired" || r.kind === "released") {
@@ -93,10 +96,13 @@ function derive(summary, trace) {
       if (r.zombie) { c.zombie += 1; if (!firstZombie) firstZombie = r; }
       if (r.outcome === "rejected") { c.rejected += 1; if (!firstRejected) firstRejected = r; }
       if (r.outcome === "accepted") c.lostNet += r.value_before + 1 - r.value;
+      if (r.outcome === "accepted" && r.value < r.value_before + 1 && !r.zombie && !firstLost) {
+        firstLost = { ...r, twins: holders.get(r.token) || [] };
+      }
     }
     counts.push(c);
   }
-  return { bars, pauses, counts, firstZombie, firstRejected };
+  return { bars, pauses, counts, firstZombie, firstRejected, firstLost };
 }
 
 /** Index of the last record at or before t (-1 for none). */
@@ -230,6 +236,11 @@ function drawVerdict() {
   if (z) {
     v.append(`Unsafe: first zombie write at t=${z.t_ms} ms: c${z.client} wrote ${z.value} with token ${z.token} after a newer holder touched the resource. `);
     v.append(jumpLink(z.t_ms, "Show the violation", "jump-violation"));
+  } else if (bad.d.firstLost) {
+    const l = bad.d.firstLost;
+    const others = l.twins.filter((c) => c !== l.client).map((c) => `c${c}`);
+    v.append(`Unsafe: ${bad.summary.lost_updates} lost updates without a zombie write. The first at t=${l.t_ms} ms: c${l.client} wrote ${l.value} with token ${l.token} over ${l.value_before}${others.length ? `, a token ${others.join(" and ")} held too` : ""}; the gate saw nothing older. `);
+    v.append(jumpLink(l.t_ms, "Show the lost update", "jump-lost"));
   } else {
     v.append(`Unsafe: ${bad.summary.lost_updates} lost updates.`);
   }
@@ -282,8 +293,8 @@ function drawPanel(run, host) {
   // Lease bars and pauses.
   for (const b of run.d.bars) {
     if (!visible(b.t0, b.t1)) continue;
-    const r = Fenced.svg("rect", { x: x(clip(b.t0)), y: cy(b.client) - 7, width: Math.max(1, x(clip(b.t1)) - x(clip(b.t0))), height: 14, rx: 3, class: `lease ${b.end}${dim(b.client)}` });
-    tip(r, `lease of token #${b.token}, c${b.client}: granted ${b.t0} ms, ${b.end === "open" ? "still held" : `${b.end} ${b.t1} ms`}`);
+    const r = Fenced.svg("rect", { x: x(clip(b.t0)), y: cy(b.client) - 7, width: Math.max(1, x(clip(b.t1)) - x(clip(b.t0))), height: 14, rx: 3, class: `lease ${b.end}${b.twin ? " twin" : ""}${dim(b.client)}` });
+    tip(r, `lease of token #${b.token}, c${b.client}: granted ${b.t0} ms, ${b.end === "open" ? "still held" : `${b.end} ${b.t1} ms`}${b.twin ? "; this token was granted before, to another holder" : ""}`);
     svg.append(r);
     if (x(clip(b.t1)) - x(clip(b.t0)) > 30) {
       const t = Fenced.svg("text", { x: x(clip(b.t0)) + 3, y: cy(b.client) + 4, class: "lease-label" });
@@ -470,10 +481,16 @@ async function sweep() {
   b.disabled = true;
   b.textContent = "Sweeping…";
   try {
-    const leases = $("sweep-leases").value.split(",").map((x) => Number(x.trim()));
+    const values = $("sweep-leases").value.split(",").map((x) => Number(x.trim()));
+    const over = $("sweep-over").value;
+    const lockless = ["occ", "partitioned"].includes($("scenario").value);
     const body = {
-      scenario: $("scenario").value === "occ" ? "default" : $("scenario").value,
-      leases,
+      over,
+      // Lease sweeps keep the chosen scenario's settings; the other knobs their own
+      // scenario's (lock-delay, clock-drift).
+      scenario: over !== "lease" ? undefined : lockless ? "default" : $("scenario").value,
+      leases: over === "lease" ? values : undefined,
+      values: over === "lease" ? undefined : values,
       seeds: [Number($("sweep-from").value), Number($("sweep-to").value)],
       lease_ms: Number($("lease").value),
       duration_ms: Math.round(Number($("sweep-duration").value) * 1000),
@@ -481,10 +498,12 @@ async function sweep() {
     const data = await Fenced.call("POST", "/v1/sim/sweeps", body);
     $("sweep-chart").innerHTML = data.svg;
     const t = $("sweep-table");
-    t.replaceChildren(Fenced.el("tr", {}, ...["lease", "fencing", "seeds", "zombie writes", "lost updates", "stale refused"].map((h) => Fenced.el("th", {}, h))));
+    const knob = { lease: "lease", "lock-delay": "lock-delay", "clock-step": "clock step" }[over];
+    const value = (r) => (over === "lease" ? r.lease_ms : over === "lock-delay" ? r.lock_delay_ms : r.clock_step_ms);
+    t.replaceChildren(Fenced.el("tr", {}, ...[knob, "fencing", "seeds", "zombie writes", "lost updates", "stale refused"].map((h) => Fenced.el("th", {}, h))));
     for (const r of data.rows) {
       t.append(Fenced.el("tr", { class: r.fencing === "on" ? "on" : "off" },
-        ...[`${r.lease_ms} ms`, r.fencing, r.seeds, r.zombie_writes, r.lost_updates, r.stale_writes_rejected].map((v) => Fenced.el("td", {}, String(v)))));
+        ...[`${value(r)} ms`, r.fencing, r.seeds, r.zombie_writes, r.lost_updates, r.stale_writes_rejected].map((v) => Fenced.el("td", {}, String(v)))));
     }
     t.hidden = false;
   } catch (e) {
@@ -629,6 +648,12 @@ $("step").addEventListener("click", () => step(1));
 $("step-back").addEventListener("click", () => step(-1));
 $("zoom").addEventListener("change", (e) => { state.windowMs = Number(e.target.value); draw(); });
 $("sweep-run").addEventListener("click", sweep);
+$("sweep-over").addEventListener("change", (e) => {
+  const knob = e.target.value;
+  $("sweep-knob").textContent = { lease: "lease length", "lock-delay": "lock-delay", "clock-step": "wall-clock step" }[knob];
+  $("sweep-values-label").textContent = knob === "lease" ? "Lease multiples" : "Values (ms)";
+  $("sweep-leases").value = { lease: "1,2,4,8,16", "lock-delay": "0,250,500,1000,2000,4000", "clock-step": "250,500,1000,2000,4000" }[knob];
+});
 $("tour-next").addEventListener("click", () => (tourStep + 1 < TOUR.length ? showTour(tourStep + 1) : endTour()));
 $("tour-skip").addEventListener("click", endTour);
 $("tour-open").addEventListener("click", () => showTour(0));
