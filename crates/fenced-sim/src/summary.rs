@@ -86,8 +86,9 @@ impl Summary {
         self.writes_accepted as f64 * 1_000.0 / self.duration_ms as f64
     }
 
-    /// The fields only some scenarios have, in a fixed order, as JSON values. Runs of
-    /// the first five scenarios have none, so their output is what it always was.
+    /// The fields only some runs have, in a fixed order, as JSON values. Runs of the
+    /// first five scenarios have none unless a flag adds one (`--lock-delay`, `--clock
+    /// wall`), so their output is what it always was.
     pub fn extras(&self) -> Vec<(&'static str, String)> {
         let mut e = Vec::new();
         if self.scenario == Scenario::NetworkDelay {
