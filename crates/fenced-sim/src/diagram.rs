@@ -276,6 +276,10 @@ fn narrate(window: &[Record], write: &Record, s: &Summary) -> String {
     let _ = writeln!(o, ".");
     if let Some(e) = expired {
         let _ = write!(o, "Its {} ms lease expired at t={} ms", s.lease_ms, e.t_ms);
+        let step = window.iter().find(|r| r.kind == Kind::ClockStep && r.t_ms == e.t_ms);
+        if let Some(Detail::Step { step_ms }) = step.map(|r| r.detail) {
+            let _ = write!(o, ", early: the lock service's wall clock had just stepped forward {step_ms} ms");
+        }
         if let Some(n) = newer {
             let _ = write!(
                 o,
@@ -288,7 +292,10 @@ fn narrate(window: &[Record], write: &Record, s: &Summary) -> String {
         let _ = writeln!(o, ".");
     }
     let Detail::Write { value, accepted, zombie, value_before, .. } = write.detail else { return o };
-    let _ = write!(o, "At t={} ms c{c} woke up and wrote {value} with token {t}: ", write.t_ms);
+    // A writer that never stopped (the lease ended early, or a split brain) did not
+    // wake; the seed's own runs keep the words they always printed.
+    let how = if pause.is_some() || seed_run(s) { "woke up and wrote" } else { "wrote" };
+    let _ = write!(o, "At t={} ms c{c} {how} {value} with token {t}: ", write.t_ms);
     if zombie {
         let seen = s.zombies.first().map_or(0, |z| z.highest_seen);
         let _ = writeln!(
@@ -298,11 +305,7 @@ fn narrate(window: &[Record], write: &Record, s: &Summary) -> String {
         );
         // The seed's own runs compare against the fencing scenario; the others against
         // themselves with fencing on.
-        use crate::Scenario::{Default, Fencing, LongLease, Occ, Renewal};
-        let hint = match s.scenario {
-            Default | Fencing | LongLease | Renewal | Occ => "--scenario fencing",
-            _ => "--fencing on",
-        };
+        let hint = if seed_run(s) { "--scenario fencing" } else { "--fencing on" };
         let _ = writeln!(o, "Run the same seed with {hint} to see the resource refuse it.");
     } else if !accepted {
         let _ = writeln!(
@@ -323,4 +326,10 @@ fn narrate(window: &[Record], write: &Record, s: &Summary) -> String {
         let _ = writeln!(o, "accepted.");
     }
     o
+}
+
+/// The first seed's runs and `occ`, whose stories print what they always printed.
+fn seed_run(s: &Summary) -> bool {
+    use crate::Scenario::{Default, Fencing, LongLease, Occ, Renewal};
+    matches!(s.scenario, Default | Fencing | LongLease | Renewal | Occ)
 }

@@ -251,4 +251,12 @@ fn the_diagrams_tell_the_new_stories() {
     assert!(window.iter().all(|r| !r.kind.is_service_wide() || (r.client, r.lock) == (0, 0)));
     let d = fenced_sim::diagram::render(&records, &s);
     assert!(d.contains("--fencing on"), "the hint names the flag for this scenario: {d}");
+    // No pause at all: the lease ended early because the clock stepped, and the writer
+    // never slept.
+    let mut c = Config::new(Scenario::ClockDrift, 1);
+    c.pauses = PauseModel::None;
+    let (s, records) = run_traced(&c);
+    let d = fenced_sim::diagram::render(&records, &s);
+    assert!(d.contains("wall clock +2000 ms") && d.contains("had just stepped forward 2000 ms"), "{d}");
+    assert!(!d.contains("woke up"), "{d}");
 }
