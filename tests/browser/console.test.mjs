@@ -118,6 +118,15 @@ test("the sweep draws its chart", async () => {
   await page.locator("#sweep-run").click();
   await page.locator("#sweep-chart svg").waitFor();
   assert.equal(await page.locator("#sweep-table tr.on").count(), 2);
+  // Another knob: the lock-delay, its rows in milliseconds, fencing rows zero.
+  await page.selectOption("#sweep-over", "lock-delay");
+  await page.fill("#sweep-leases", "0,2000");
+  await page.locator("#sweep-run").click();
+  await page.locator("#sweep-table th").filter({ hasText: "lock-delay" }).waitFor();
+  const rows = await page.locator("#sweep-table tr.on td:nth-child(3)").allTextContents();
+  assert.deepEqual(await page.locator("#sweep-table tr td:first-child").allTextContents(), ["0 ms", "0 ms", "2000 ms", "2000 ms"]);
+  assert.equal(rows.length, 2);
+  assert.ok(await page.locator("#sweep-chart svg").filter({ hasText: "lock-delay" }).count() > 0);
   await page.context().close();
 });
 
@@ -143,6 +152,122 @@ test("a narrow screen keeps the laboratory usable", async () => {
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   assert.ok(overflow <= 0, `the page does not scroll sideways (${overflow}px)`);
   await page.screenshot({ path: `${SHOTS}/lab-narrow.png`, fullPage: true });
+  await page.context().close();
+});
+
+// What `fenced sim --seed 1 --json` printed for every scenario (set by console.rs).
+const CLI = JSON.parse(process.env.CLI_SUMMARIES || "{}");
+
+test("every scenario opens with its claim and ends with the CLI's numbers", async () => {
+  const names = Object.keys(CLI);
+  assert.ok(names.length >= 12, `the harness passed the CLI's summaries (${names.length})`);
+  const page = await open("/?notour");
+  const options = await page.locator("#scenario option").evaluateAll((os) => os.map((o) => o.value));
+  assert.deepEqual([...options].sort(), [...names].sort(), "the page lists every scenario the CLI runs");
+  for (const name of names) {
+    const s = CLI[name];
+    await page.selectOption("#scenario", name);
+    const claim = await page.locator("#claim").textContent();
+    assert.ok(claim.split(/[.:!?]\s/).length >= 2 && claim.length > 80, `${name}: two sentences of claim: ${claim}`);
+    await runAndWait(page);
+    const v = page.locator(`#claim-verdict[data-scenario="${name}"]`);
+    await v.waitFor();
+    const text = await v.textContent();
+    const expect = [`seed 1,`, `${s.zombie_writes} zombie writes`, `${s.lost_updates} lost updates`];
+    if (s.fencing) expect.push(`${s.stale_writes_rejected} stale writes refused`);
+    if ("delayed_messages" in s) expect.push(`${s.delayed_messages} messages held`);
+    if ("duplicates_absorbed" in s) expect.push(`${s.duplicates_absorbed} duplicate writes absorbed`);
+    if ("writes_per_s" in s) expect.push(`${s.writes_per_s} writes/s`);
+    if ("early_expiries" in s) expect.push(`${s.clock_steps} steps, ${s.early_expiries} leases ended early`);
+    if ("service_crashes" in s) expect.push(`${s.service_crashes} service crashes, ${s.token_regressions} token regressions`);
+    if ("duplicate_tokens" in s && "failovers" in s) expect.push(`${s.failovers} failovers, ${s.duplicate_tokens} tokens granted twice`);
+    for (const e of expect) assert.ok(text.includes(e), `${name}: the verdict says "${e}": ${text}`);
+    assert.ok(text.endsWith(s.safe ? "Safe." : "Unsafe."), `${name}: ${text}`);
+  }
+  await page.context().close();
+});
+
+test("split-brain with a majority: the verdict says no token granted twice", async () => {
+  const page = await open("/?notour");
+  await page.selectOption("#scenario", "split-brain");
+  assert.ok(await page.locator("#replication").isVisible(), "the replication choice shows for split-brain");
+  await page.selectOption("#replication", "majority");
+  await page.selectOption("#fencing", "on");
+  await runAndWait(page);
+  const v = page.locator('#claim-verdict[data-scenario="split-brain"]');
+  await v.waitFor();
+  assert.match(await v.textContent(), /majority: \d+ failovers, 0 tokens granted twice.*Safe\.$/);
+  // Primary-backup, fencing still on: lost updates without any zombie write, and the
+  // page shows the first, under a token two clients held.
+  await page.selectOption("#replication", "primary-backup");
+  await runAndWait(page);
+  await page.locator('#claim-verdict[data-scenario="split-brain"]').filter({ hasText: "primary-backup" }).waitFor();
+  assert.match(await page.locator("#verdict").textContent(), /lost updates without a zombie write.*a token c\d+ held too/);
+  await page.selectOption("#zoom", "1500");
+  await page.locator("#jump-lost").click();
+  await page.locator(".lease.twin").first().waitFor();
+  await page.screenshot({ path: `${SHOTS}/lab-split-brain.png`, fullPage: true });
+  await page.selectOption("#scenario", "default");
+  assert.equal(await page.locator("#replication").isVisible(), false);
+  await page.context().close();
+});
+
+test("grant labels give way at 4 clients in the compare view, and a lane can be focused", async () => {
+  const page = await open("/?notour");
+  await page.locator("#compare").check();
+  await page.selectOption("#zoom", "20000");
+  await runAndWait(page);
+  await page.locator("article.panel[data-fencing=on] .arrow.grant").first().waitFor();
+  const overlaps = await page.evaluate(() => {
+    let n = 0, labels = 0, folded = 0;
+    for (const svg of document.querySelectorAll(".seq-svg")) {
+      const boxes = [...svg.querySelectorAll(".arrow.grant .arrow-label")].map((t) => t.getBoundingClientRect());
+      labels += boxes.length;
+      folded += svg.querySelectorAll(".arrow-label.folded").length;
+      for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+        const a = boxes[i], b = boxes[j];
+        if (a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom) n += 1;
+      }
+    }
+    return { n, labels, folded };
+  });
+  assert.ok(overlaps.labels > 0, "grant labels are drawn");
+  assert.ok(overlaps.folded > 0, "at this scale some labels fold");
+  assert.equal(overlaps.n, 0, "no two grant labels overlap");
+  const title = await page.locator(".arrow-label.folded").first().getAttribute("data-folded");
+  assert.match(title, /^#\d+( #\d+)+$/, "a folded label lists the grants it stands for");
+  // Focus c1: what the other clients do is dimmed, c1's own arrows are not.
+  await page.locator('article.panel[data-fencing=off] .lane-label[data-lane="c1"]').click();
+  await page.locator(".lane-label.focused").first().waitFor();
+  const dims = await page.evaluate(() => ({
+    dimmed: document.querySelectorAll(".seq-svg .dim").length,
+    undimmed: [...document.querySelectorAll(".seq-svg .arrow")].filter((g) => !g.classList.contains("dim")).length,
+  }));
+  assert.ok(dims.dimmed > 0 && dims.undimmed > 0, JSON.stringify(dims));
+  await page.locator('article.panel[data-fencing=off] .lane-label[data-lane="c1"]').click();
+  assert.equal(await page.locator(".seq-svg .dim").count(), 0, "a second click shows every lane again");
+  await page.context().close();
+});
+
+test("the guided tour walks the whole argument, then the follow-up questions", async () => {
+  const page = await open("/?notour");
+  await page.locator("#tour-open").click();
+  const titles = [];
+  for (;;) {
+    await page.waitForFunction(() => document.getElementById("tour-text").textContent !== "…");
+    titles.push(await page.locator("#tour-title").textContent());
+    const text = await page.locator("#tour-text").textContent();
+    assert.ok(!/undefined|NaN/.test(text), `${titles.at(-1)}: ${text}`);
+    if ((await page.locator("#tour-next").textContent()) === "Done") break;
+    await page.locator("#tour-next").click();
+  }
+  const order = ["zombie write", "Fencing on", "longer lease", "Renewal", "Network delay", "Idempotency", "Clocks",
+    "split brain", "senior answer", "distributed lock", "holder pauses", "longer lease help", "lock at all", "Your turn"];
+  let at = 0;
+  for (const t of titles) if (at < order.length && t.includes(order[at])) at += 1;
+  assert.equal(at, order.length, `the tour's steps in the seeds' order: ${titles.join(" | ")}`);
+  await page.locator("#tour-next").click();
+  assert.equal(await page.locator("#tour").isVisible(), false);
   await page.context().close();
 });
 

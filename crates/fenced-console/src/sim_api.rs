@@ -2,8 +2,11 @@
 //!
 //! A run answers `{"runs":[{"summary":{..},"trace":[..]}]}` where each trace element is
 //! exactly a line of `fenced sim --trace`, and the summary is `fenced sim --json`.
-//! With `"compare":true` the same seed runs fencing off, then on. Sizes and times are
-//! bounded; parameters out of range answer 400 with the flag-style name of the field.
+//! With `"compare":true` the same seed runs fencing off, then on. Every scenario of
+//! `fenced sim` runs, with `replication`, `clock` and `lock_delay_ms` as its flags; a
+//! sweep turns the knob `over` names (`lease`, `lock-delay` or `clock-step`). Sizes and
+//! times are bounded; parameters out of range answer 400 with the flag-style name of
+//! the field.
 //!
 //! The laboratory runs inside the lock server, so it is contained: at most
 //! `runs_in_flight_max` requests simulate at once (503 `sim_busy` past it), a trace
@@ -20,9 +23,9 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use fenced_sim::sweep::{self, Spec};
+use fenced_sim::sweep::{self, Axis, Spec};
 use fenced_sim::trace::{write_json, TraceSink};
-use fenced_sim::{Config, PauseModel, Record, Scenario};
+use fenced_sim::{Config, PauseModel, Record, Replication, Scenario, ServiceClock};
 use serde::Deserialize;
 
 /// Bounds on what one request may ask of the simulator.
@@ -108,14 +111,23 @@ struct RunRequest {
     pauses: Option<String>,
     duration_ms: Option<u64>,
     compare: Option<bool>,
+    /// `split-brain`: primary-backup or majority.
+    replication: Option<String>,
+    /// The lock service's clock: monotonic or wall.
+    clock: Option<String>,
+    lock_delay_ms: Option<u64>,
 }
 
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
 struct SweepRequest {
     scenario: Option<String>,
-    /// Lease multiples.
+    /// The knob: lease (the default), lock-delay or clock-step.
+    over: Option<String>,
+    /// Lease multiples, when sweeping the lease.
     leases: Option<Vec<u64>>,
+    /// Milliseconds, when sweeping the lock-delay or the clock step.
+    values: Option<Vec<u64>>,
     /// Inclusive seed range `[first, last]`.
     seeds: Option<[u64; 2]>,
     lease_ms: Option<u64>,
@@ -180,6 +192,9 @@ fn base_config(
             return Err(bad("clients", format!("the console runs 1 to {} clients, not {n}", limits.clients_max)));
         }
         c.clients = n;
+        if scenario == Scenario::Partitioned {
+            c.locks = n; // one key per worker
+        }
     }
     if let Some(d) = duration_ms {
         if d == 0 || d > limits.duration_ms_max {
@@ -246,9 +261,20 @@ async fn runs(limits: Limits, slots: &Arc<tokio::sync::Semaphore>, body: Bytes) 
     if let Some(p) = req.pauses.as_deref() {
         c.pauses = PauseModel::parse(p).ok_or_else(|| bad("pauses", format!("unknown pause model '{p}'")))?;
     }
+    if let Some(r) = req.replication.as_deref() {
+        let r = Replication::parse(r).ok_or_else(|| bad("replication", format!("unknown replication '{r}'")))?;
+        c.replication = Some(r);
+    }
+    if let Some(k) = req.clock.as_deref() {
+        c.clock = ServiceClock::parse(k).ok_or_else(|| bad("clock", format!("unknown clock '{k}'")))?;
+    }
+    if let Some(d) = req.lock_delay_ms {
+        c.lock_delay_ms = d;
+    }
     let configs: Vec<Config> = if req.compare.unwrap_or(false) {
-        if sc == Scenario::Occ {
-            return Err(bad("compare", "occ takes no lock: there is no fencing to compare"));
+        if sc.lockless() {
+            let name = sc.name();
+            return Err(bad("compare", format!("{name} takes no lock: there is no fencing to compare")));
         }
         [false, true].into_iter().map(|fencing| Config { fencing, ..c.clone() }).collect()
     } else {
@@ -300,18 +326,32 @@ async fn runs(limits: Limits, slots: &Arc<tokio::sync::Semaphore>, body: Bytes) 
 
 async fn sweeps(limits: Limits, slots: &Arc<tokio::sync::Semaphore>, body: Bytes) -> Result<Response, Refusal> {
     let req: SweepRequest = parse(&limits, &body)?;
-    let sc = scenario(req.scenario.as_deref())?;
+    let over = req.over.as_deref().unwrap_or("lease");
+    let axis = Axis::parse(over).ok_or_else(|| bad("over", format!("unknown knob '{over}'")))?;
+    let sc = match req.scenario.as_deref() {
+        None => axis.scenario(),
+        name => scenario(name)?,
+    };
     let mut base = base_config(&limits, sc, req.clients, None, req.duration_ms)?;
     base.lease_ms = req.lease_ms.unwrap_or(fenced_sim::LEASE_MS_DEFAULT);
     let [first, last] = req.seeds.unwrap_or([1, 20]);
     if first > last {
         return Err(bad("seeds", format!("[{first}, {last}] is an empty range")));
     }
-    let multiples = req.leases.unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
-    if multiples.len() > 12 || multiples.iter().any(|m| *m == 0 || *m > 1_000) {
-        return Err(bad("leases", "give 1 to 12 lease multiples, each 1 to 1000"));
-    }
-    let spec = Spec { base, multiples, seeds: first..=last };
+    let values = if axis == Axis::Lease {
+        let multiples = req.leases.unwrap_or_else(|| axis.values());
+        if multiples.len() > 12 || multiples.iter().any(|m| *m == 0 || *m > 1_000) {
+            return Err(bad("leases", "give 1 to 12 lease multiples, each 1 to 1000"));
+        }
+        multiples
+    } else {
+        let values = req.values.unwrap_or_else(|| axis.values());
+        if values.is_empty() || values.len() > 12 || values.iter().any(|v| *v > 3_600_000) {
+            return Err(bad("values", "give 1 to 12 durations in ms, each at most an hour"));
+        }
+        values
+    };
+    let spec = Spec { base, axis, values, seeds: first..=last };
     spec.validate().map_err(|e| bad(e.field.trim_start_matches("--"), e.message))?;
     if spec.runs() > limits.sweep_runs_max {
         let m = format!("{} runs asked, at most {} per request", spec.runs(), limits.sweep_runs_max);
@@ -319,7 +359,12 @@ async fn sweeps(limits: Limits, slots: &Arc<tokio::sync::Semaphore>, body: Bytes
     }
     let body = blocking(limits, slots, move |stop| {
         let rows = sweep::run_until(&spec, 2, &|| {}, stop).expect("validated");
-        let title = format!("Zombie writes vs lease length: {}, seeds {first}..{last}", spec.base.scenario.name());
+        let knob = match spec.axis {
+            Axis::Lease => "lease length",
+            Axis::LockDelay => "lock-delay",
+            Axis::ClockStep => "wall-clock step",
+        };
+        let title = format!("Zombie writes vs {knob}: {}, seeds {first}..{last}", spec.base.scenario.name());
         let svg = sweep::to_svg(&rows, &title);
         format!(
             r#"{{"rows":{},"svg":{}}}"#,

@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-/// The first seed's four runs, plus optimistic concurrency.
+/// The first seed's four runs, optimistic concurrency, and one run for every
+/// misconception the seeds list.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Scenario {
     /// Fencing off: zombie writes climb.
@@ -15,11 +16,38 @@ pub enum Scenario {
     Renewal,
     /// No lock at all: a version check on the resource.
     Occ,
+    /// No process pause: a write sent inside the lease is held in the network.
+    NetworkDelay,
+    /// Every write is idempotent (a retried copy changes nothing), computed from a
+    /// stale read all the same.
+    Idempotent,
+    /// Each key owned by one worker: no lock at all.
+    Partitioned,
+    /// The lock service times leases on a wall clock that steps forward.
+    ClockDrift,
+    /// Chubby's lock-delay after an expiry.
+    LockDelay,
+    /// The lock service crashes and restarts from what it made durable.
+    ServiceCrash,
+    /// A replicated lock service that fails over on a timeout, without a majority.
+    SplitBrain,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 5] =
-        [Scenario::Default, Scenario::Fencing, Scenario::LongLease, Scenario::Renewal, Scenario::Occ];
+    pub const ALL: [Scenario; 12] = [
+        Scenario::Default,
+        Scenario::Fencing,
+        Scenario::LongLease,
+        Scenario::Renewal,
+        Scenario::Occ,
+        Scenario::NetworkDelay,
+        Scenario::Idempotent,
+        Scenario::Partitioned,
+        Scenario::ClockDrift,
+        Scenario::LockDelay,
+        Scenario::ServiceCrash,
+        Scenario::SplitBrain,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -28,6 +56,13 @@ impl Scenario {
             Scenario::LongLease => "long-lease",
             Scenario::Renewal => "renewal",
             Scenario::Occ => "occ",
+            Scenario::NetworkDelay => "network-delay",
+            Scenario::Idempotent => "idempotent",
+            Scenario::Partitioned => "partitioned",
+            Scenario::ClockDrift => "clock-drift",
+            Scenario::LockDelay => "lock-delay",
+            Scenario::ServiceCrash => "service-crash",
+            Scenario::SplitBrain => "split-brain",
         }
     }
 
@@ -43,10 +78,32 @@ impl Scenario {
             Scenario::LongLease => "four times the lease, fencing off: zombie writes rarer, never zero",
             Scenario::Renewal => "renew at half the lease, fencing off: safe only against pauses under half a lease",
             Scenario::Occ => "no lock: a version check on the resource; zero lost updates",
+            Scenario::NetworkDelay => {
+                "no pause at all: a write sent inside the lease is held in the network and lands after a newer holder's"
+            }
+            Scenario::Idempotent => {
+                "every write idempotent (a retried copy changes nothing), yet computed from a stale read: still wrong"
+            }
+            Scenario::Partitioned => "no lock: each key owned by one worker; nothing lost, no lock on the path",
+            Scenario::ClockDrift => {
+                "the lock service times leases on a wall clock that steps forward: leases end early"
+            }
+            Scenario::LockDelay => "Chubby's lock-delay after an expiry, fencing off: zombie writes rarer, never zero",
+            Scenario::ServiceCrash => {
+                "the lock service crashes and restarts from its durable state: tokens never go back"
+            }
+            Scenario::SplitBrain => {
+                "a primary-backup lock service fails over on a timeout, without a majority: two holders, same tokens"
+            }
         }
     }
 
     /// How many times the base lease this scenario runs with.
+    /// True when clients take no lock (nothing to fence, renew or delay).
+    pub fn lockless(self) -> bool {
+        matches!(self, Scenario::Occ | Scenario::Partitioned)
+    }
+
     pub fn lease_multiple(self) -> u64 {
         if self == Scenario::LongLease {
             4
@@ -87,6 +144,81 @@ impl PauseModel {
     }
 }
 
+/// The clock the lock service times leases on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ServiceClock {
+    /// What the design requires: time since start, never stepped.
+    Monotonic,
+    /// Wall-clock time, which NTP or a resumed VM steps forward now and then.
+    Wall,
+}
+
+impl ServiceClock {
+    pub const ALL: [ServiceClock; 2] = [ServiceClock::Monotonic, ServiceClock::Wall];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ServiceClock::Monotonic => "monotonic",
+            ServiceClock::Wall => "wall",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ServiceClock> {
+        ServiceClock::ALL.into_iter().find(|x| x.name() == s)
+    }
+}
+
+/// What a crashed lock service restarts from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ServiceRestart {
+    /// What it made durable (`LockTable::recover`): the token ceiling, the TTL mark,
+    /// lock-delays.
+    Durable,
+    /// Nothing, as if its disk were lost: the negative control, tokens start again.
+    Empty,
+}
+
+impl ServiceRestart {
+    pub const ALL: [ServiceRestart; 2] = [ServiceRestart::Durable, ServiceRestart::Empty];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ServiceRestart::Durable => "durable",
+            ServiceRestart::Empty => "empty",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ServiceRestart> {
+        ServiceRestart::ALL.into_iter().find(|x| x.name() == s)
+    }
+}
+
+/// How a replicated lock service decides who serves.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Replication {
+    /// Two replicas; the backup promotes itself when it has not heard the primary for
+    /// a timeout, with no majority to ask.
+    PrimaryBackup,
+    /// Three replicas; only a leader with a majority commits, and a new leader starts
+    /// from every committed entry (Raft's rule).
+    Majority,
+}
+
+impl Replication {
+    pub const ALL: [Replication; 2] = [Replication::PrimaryBackup, Replication::Majority];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Replication::PrimaryBackup => "primary-backup",
+            Replication::Majority => "majority",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Replication> {
+        Replication::ALL.into_iter().find(|x| x.name() == s)
+    }
+}
+
 /// Everything a run depends on. Two runs with equal configs are identical.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -118,31 +250,70 @@ pub struct Config {
     pub net_ms: (u64, u64),
     /// How long an acquire waits in the queue before giving up.
     pub wait_ms: u64,
+    /// Chubby's lock-delay: after a holder's lease expires, nobody gets the lock for
+    /// this long.
+    pub lock_delay_ms: u64,
+    /// The clock the lock service times leases on.
+    pub clock: ServiceClock,
+    /// How far one step of a wall clock jumps forward.
+    pub clock_step_ms: u64,
+    /// Mean time between wall-clock steps.
+    pub clock_step_every_ms: u64,
+    /// Mean time between lock service crashes; `None`: it never crashes.
+    pub service_crash_every_ms: Option<u64>,
+    /// What a crashed lock service restarts from.
+    pub service_restart: ServiceRestart,
+    /// A replicated lock service whose replicas are cut apart now and then; `None`:
+    /// one node.
+    pub replication: Option<Replication>,
+    /// Copies of each write the client sends (an at-least-once retry); the resource
+    /// applies each write once, by its idempotency key.
+    pub write_copies: u32,
 }
 
 /// Base lease for every scenario unless `--lease` says otherwise.
 pub const LEASE_MS_DEFAULT: u64 = 1_000;
 
+/// `lock-delay`'s delay: one base lease.
+pub const LOCK_DELAY_MS_DEFAULT: u64 = 1_000;
+
+/// How far a wall clock steps: two base leases, as a VM resumed after a migration or
+/// an NTP correction does.
+pub const CLOCK_STEP_MS_DEFAULT: u64 = 2_000;
+
+/// `network-delay` holds some packets of half the critical sections (most holds are
+/// short; the tail reaches GitHub's 90 s), and pauses no process.
+const NETWORK_DELAY_CHANCE: f64 = 1.0;
+
 impl Config {
     /// The scenario's defaults, with `lease_ms` the base lease.
     pub fn new(scenario: Scenario, seed: u64) -> Config {
+        let sc = scenario;
         Config {
             scenario,
             seed,
             clients: 4,
-            locks: 1,
+            locks: if sc == Scenario::Partitioned { 4 } else { 1 },
             duration_ms: 60_000,
             lease_ms: LEASE_MS_DEFAULT * scenario.lease_multiple(),
             renew_fraction: (scenario == Scenario::Renewal).then_some(0.5),
             fencing: scenario == Scenario::Fencing,
-            pauses: PauseModel::Mixed,
-            pause_chance: 0.25,
+            pauses: if sc == Scenario::NetworkDelay { PauseModel::Network } else { PauseModel::Mixed },
+            pause_chance: if sc == Scenario::NetworkDelay { NETWORK_DELAY_CHANCE } else { 0.25 },
             crash_chance: 0.002,
             restart_ms: 2_000,
             work_ms: (10, 100),
             think_ms: (0, 50),
             net_ms: (2, 5),
             wait_ms: 30_000,
+            lock_delay_ms: if sc == Scenario::LockDelay { LOCK_DELAY_MS_DEFAULT } else { 0 },
+            clock: if sc == Scenario::ClockDrift { ServiceClock::Wall } else { ServiceClock::Monotonic },
+            clock_step_ms: CLOCK_STEP_MS_DEFAULT,
+            clock_step_every_ms: 5_000,
+            service_crash_every_ms: (sc == Scenario::ServiceCrash).then_some(10_000),
+            service_restart: ServiceRestart::Durable,
+            replication: (sc == Scenario::SplitBrain).then_some(Replication::PrimaryBackup),
+            write_copies: if sc == Scenario::Idempotent { 2 } else { 1 },
         }
     }
 
@@ -173,12 +344,43 @@ impl Config {
             if !(f > 0.0 && f < 1.0) {
                 return bad("--renew-at", format!("must be a fraction of the lease between 0 and 1, not {f}"));
             }
-            if self.scenario == Scenario::Occ {
-                return bad("--renew-at", "occ takes no lock, so there is no lease to renew".into());
+            if self.scenario.lockless() {
+                let name = self.scenario.name();
+                return bad("--renew-at", format!("{name} takes no lock, so there is no lease to renew"));
             }
         }
-        if self.fencing && self.scenario == Scenario::Occ {
-            return bad("--fencing", "occ takes no lock and has no token to fence with".into());
+        if self.fencing && self.scenario.lockless() {
+            let name = self.scenario.name();
+            return bad("--fencing", format!("{name} takes no lock and has no token to fence with"));
+        }
+        if self.lock_delay_ms > 0 && self.scenario.lockless() {
+            let name = self.scenario.name();
+            return bad("--lock-delay", format!("{name} takes no lock, so there is no lock-delay"));
+        }
+        if self.lock_delay_ms > 3_600_000 {
+            return bad("--lock-delay", format!("must be at most 1h, not {} ms", self.lock_delay_ms));
+        }
+        if self.clock == ServiceClock::Wall && !(1..=3_600_000).contains(&self.clock_step_ms) {
+            return bad("--clock-step", format!("must be 1ms to 1h, not {} ms", self.clock_step_ms));
+        }
+        if self.clock_step_every_ms == 0 || self.service_crash_every_ms == Some(0) {
+            return bad("--config", "the mean time between clock steps or crashes must be positive".into());
+        }
+        if self.replication.is_some() != (self.scenario == Scenario::SplitBrain) {
+            return bad("--replication", "only split-brain runs a replicated lock service".into());
+        }
+        if self.replication.is_some() && self.service_crash_every_ms.is_some() {
+            return bad("--replication", "a replicated lock service is not also crashed (one fault at a time)".into());
+        }
+        if self.replication.is_some() && self.clock == ServiceClock::Wall {
+            return bad("--clock", "a replicated lock service runs on the leader's timeline, not a wall clock".into());
+        }
+        if self.scenario.lockless() && (self.service_crash_every_ms.is_some() || self.clock == ServiceClock::Wall) {
+            let name = self.scenario.name();
+            return bad("--clock", format!("{name} takes no lock, so there is no lock service to disturb"));
+        }
+        if !(1..=8).contains(&self.write_copies) {
+            return bad("--config", format!("write copies must be 1 to 8, not {}", self.write_copies));
         }
         for (name, p) in [("pause chance", self.pause_chance), ("crash chance", self.crash_chance)] {
             if !(0.0..=1.0).contains(&p) {

@@ -1,5 +1,7 @@
-//! A text sequence diagram of the run's story: the first zombie write (fencing off) or
-//! the first write the gate refused (fencing on), from the writer's grant to its write.
+//! A text sequence diagram of the run's story: the first zombie write (fencing off), or
+//! the first write that lost an update without being one (two holders of one token, a
+//! replicated lock service's split brain), or the first write the gate refused
+//! (fencing on), from the writer's grant to its write.
 //!
 //! Lanes: the writer, the lock service, the resource, and the clients that held the
 //! lock in between. Arrows carry tokens; pauses shade the paused client's lane.
@@ -20,7 +22,19 @@ const ROWS_MAX: usize = 60;
 
 /// Renders the story of `summary` from the run's records.
 pub fn render(records: &[Record], summary: &Summary) -> String {
-    let focus = summary.zombies.first().map(|z| z.seq).or(summary.first_rejection.map(|(_, seq)| seq));
+    // Without a zombie write, an accepted write can still lose increments only when
+    // another holder had the same token: that story comes before a refusal's.
+    let lost = || {
+        records.iter().find(|r| {
+            matches!(r.detail, Detail::Write { accepted: true, value, value_before, .. } if value < value_before + 1)
+        })
+    };
+    let focus = summary
+        .zombies
+        .first()
+        .map(|z| z.seq)
+        .or_else(|| lost().map(|r| r.seq))
+        .or(summary.first_rejection.map(|(_, seq)| seq));
     let Some(focus) = focus.and_then(|seq| records.iter().position(|r| r.seq == seq)) else {
         return "No zombie write and no rejected write in this run: no story to draw. Try another seed, a \
                 longer --duration, or --scenario default.\n"
@@ -91,7 +105,9 @@ fn lane_of(lanes: &[Lane], l: Lane) -> Option<usize> {
 }
 
 fn shown(r: &Record, writer: u32, others: &[u32]) -> bool {
-    let involved = r.client == writer || others.contains(&r.client);
+    // What happened to the lock service itself (a clock step, a crash, a failover)
+    // concerns every client.
+    let involved = r.kind.is_service_wide() || r.client == writer || others.contains(&r.client);
     involved
         && match r.kind {
             Kind::Keepalive => matches!(r.detail, Detail::Keepalive { ok: false }),
@@ -143,6 +159,13 @@ fn row(sheet: &mut Sheet, lanes: &[Lane], r: &Record, writer_paused: bool) {
         (Kind::Aborted, _) => (client, None, "knows its lease is gone: no write".to_string()),
         (Kind::Crash, _) => (client, None, "crashed".to_string()),
         (Kind::Restart, _) => (client, None, "restarted".to_string()),
+        (Kind::ClockStep, Detail::Step { step_ms }) => (lock, None, format!("⏩ wall clock +{step_ms} ms")),
+        (Kind::ServiceCrash, _) => (lock, None, "☠ service crashed".to_string()),
+        (Kind::ServiceRestart, _) => (lock, None, "↻ service restarted".to_string()),
+        (Kind::Partition, _) => (lock, None, "⚡ replicas cut apart".to_string()),
+        (Kind::Failover, Detail::Replica { replica }) => (lock, None, format!("⇆ replica {replica} takes over")),
+        (Kind::Heal, _) => (lock, None, "✓ cut healed".to_string()),
+        (Kind::Duplicate, _) => (resource, None, "= duplicate absorbed".to_string()),
         _ => (client, None, r.kind.name().to_string()),
     };
     sheet.row(r.t_ms, from, to, &label, writer_paused.then_some(0));
@@ -253,6 +276,10 @@ fn narrate(window: &[Record], write: &Record, s: &Summary) -> String {
     let _ = writeln!(o, ".");
     if let Some(e) = expired {
         let _ = write!(o, "Its {} ms lease expired at t={} ms", s.lease_ms, e.t_ms);
+        let step = window.iter().find(|r| r.kind == Kind::ClockStep && r.t_ms == e.t_ms);
+        if let Some(Detail::Step { step_ms }) = step.map(|r| r.detail) {
+            let _ = write!(o, ", early: the lock service's wall clock had just stepped forward {step_ms} ms");
+        }
         if let Some(n) = newer {
             let _ = write!(
                 o,
@@ -265,7 +292,10 @@ fn narrate(window: &[Record], write: &Record, s: &Summary) -> String {
         let _ = writeln!(o, ".");
     }
     let Detail::Write { value, accepted, zombie, value_before, .. } = write.detail else { return o };
-    let _ = write!(o, "At t={} ms c{c} woke up and wrote {value} with token {t}: ", write.t_ms);
+    // A writer that never stopped (the lease ended early, or a split brain) did not
+    // wake; the seed's own runs keep the words they always printed.
+    let how = if pause.is_some() || seed_run(s) { "woke up and wrote" } else { "wrote" };
+    let _ = write!(o, "At t={} ms c{c} {how} {value} with token {t}: ", write.t_ms);
     if zombie {
         let seen = s.zombies.first().map_or(0, |z| z.highest_seen);
         let _ = writeln!(
@@ -273,14 +303,33 @@ fn narrate(window: &[Record], write: &Record, s: &Summary) -> String {
             "the resource accepted it (the counter held {value_before}), although it had already seen token {seen}. \
              A zombie write: two clients inside the critical section at once, and an increment lost."
         );
-        let _ = writeln!(o, "Run the same seed with --scenario fencing to see the resource refuse it.");
+        // The seed's own runs compare against the fencing scenario; the others against
+        // themselves with fencing on.
+        let hint = if seed_run(s) { "--scenario fencing" } else { "--fencing on" };
+        let _ = writeln!(o, "Run the same seed with {hint} to see the resource refuse it.");
     } else if !accepted {
         let _ = writeln!(
             o,
             "the resource had already seen a newer token and refused it. Nothing about the lock changed; the resource did."
         );
+    } else if value < value_before + 1 {
+        let twin = window.iter().rev().find(|r| r.kind == Kind::Granted && r.client != c && r.token == write.token);
+        let _ = write!(o, "the resource accepted it (the counter held {value_before}): it had seen no token above {t}");
+        if let Some(g) = twin {
+            let _ = write!(o, ", and c{} had been granted token {t} too, at t={} ms", g.client, g.t_ms);
+        }
+        let _ = writeln!(
+            o,
+            ". Two holders of one token: the gate cannot tell them apart, and an increment is lost with fencing on."
+        );
     } else {
         let _ = writeln!(o, "accepted.");
     }
     o
+}
+
+/// The first seed's runs and `occ`, whose stories print what they always printed.
+fn seed_run(s: &Summary) -> bool {
+    use crate::Scenario::{Default, Fencing, LongLease, Occ, Renewal};
+    matches!(s.scenario, Default | Fencing | LongLease | Renewal | Occ)
 }

@@ -17,7 +17,10 @@ pub mod sweep;
 pub mod trace;
 mod world;
 
-pub use config::{Config, ConfigError, PauseModel, Scenario, LEASE_MS_DEFAULT};
+pub use config::{
+    Config, ConfigError, PauseModel, Replication, Scenario, ServiceClock, ServiceRestart, CLOCK_STEP_MS_DEFAULT,
+    LEASE_MS_DEFAULT, LOCK_DELAY_MS_DEFAULT,
+};
 pub use pauses::PauseCause;
 pub use summary::{Summary, ZombieProof};
 pub use trace::{Kind, Record, TraceSink};

@@ -34,6 +34,13 @@ impl Rng {
         (lo * (hi / lo).powf(self.unit())).round() as u64
     }
 
+    /// Exponential with this mean: the time to the next of events that come at random
+    /// (a crash, a clock step), at least 1.
+    pub(crate) fn exponential(&mut self, mean: f64) -> u64 {
+        let u = 1.0 - self.unit(); // (0, 1]
+        ((-u.ln()) * mean).round().max(1.0) as u64
+    }
+
     /// Pareto with scale `x_min` and shape `alpha`: heavy-tailed, capped at `cap`.
     pub(crate) fn pareto(&mut self, x_min: f64, alpha: f64, cap: f64) -> u64 {
         let u = 1.0 - self.unit(); // (0, 1]

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::{PauseModel, Scenario};
+use crate::{PauseModel, Replication, Scenario, ServiceClock};
 
 /// One zombie write and what let it happen.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -54,10 +54,74 @@ pub struct Summary {
     pub zombie_pause_ms_min: Option<u64>,
     /// The first write the gate refused, as (t_ms, trace seq).
     pub first_rejection: Option<(u64, u64)>,
+    /// The knobs and counts of the misconception scenarios; in the JSON and the text
+    /// only where the run has them (see [`Summary::extras`]).
+    pub lock_delay_ms: u64,
+    pub clock: ServiceClock,
+    pub clock_step_ms: u64,
+    /// Wall-clock steps taken.
+    pub clock_steps: u64,
+    /// Lease expiries sooner after the lease's last sign of life than its TTL, in true
+    /// (simulated) time.
+    pub early_expiries: u64,
+    /// Messages a network hold kept past their ordinary delay.
+    pub delayed_messages: u64,
+    /// Second copies of writes that the resource recognised and did not apply again.
+    pub duplicates_absorbed: u64,
+    /// Lock service crashes, and whether it restarted from its durable state.
+    pub service_crashes: Option<u64>,
+    pub service_restart_durable: bool,
+    pub replication: Option<Replication>,
+    /// Grants of a token that had already been granted for the same lock.
+    pub duplicate_tokens: u64,
+    /// Replicas that took over serving clients.
+    pub failovers: u64,
 }
 
 impl Summary {
     pub const ZOMBIES_KEPT: usize = 100;
+
+    /// Writes accepted per second of virtual time.
+    pub fn writes_per_s(&self) -> f64 {
+        self.writes_accepted as f64 * 1_000.0 / self.duration_ms as f64
+    }
+
+    /// The fields only some runs have, in a fixed order, as JSON values. Runs of the
+    /// first five scenarios have none unless a flag adds one (`--lock-delay`, `--clock
+    /// wall`), so their output is what it always was.
+    pub fn extras(&self) -> Vec<(&'static str, String)> {
+        let mut e = Vec::new();
+        if self.scenario == Scenario::NetworkDelay {
+            e.push(("delayed_messages", self.delayed_messages.to_string()));
+        }
+        if self.scenario == Scenario::Idempotent {
+            e.push(("duplicates_absorbed", self.duplicates_absorbed.to_string()));
+        }
+        if self.scenario == Scenario::Partitioned {
+            e.push(("writes_per_s", format!("{:.1}", self.writes_per_s())));
+        }
+        if self.lock_delay_ms > 0 {
+            e.push(("lock_delay_ms", self.lock_delay_ms.to_string()));
+        }
+        if self.scenario == Scenario::ClockDrift || self.clock == ServiceClock::Wall {
+            e.push(("clock", format!(r#""{}""#, self.clock.name())));
+            e.push(("clock_step_ms", self.clock_step_ms.to_string()));
+            e.push(("clock_steps", self.clock_steps.to_string()));
+            e.push(("early_expiries", self.early_expiries.to_string()));
+        }
+        if let Some(n) = self.service_crashes {
+            let from = if self.service_restart_durable { "durable" } else { "empty" };
+            e.push(("service_crashes", n.to_string()));
+            e.push(("service_restart", format!(r#""{from}""#)));
+            e.push(("duplicate_tokens", self.duplicate_tokens.to_string()));
+        }
+        if let Some(r) = self.replication {
+            e.push(("replication", format!(r#""{}""#, r.name())));
+            e.push(("failovers", self.failovers.to_string()));
+            e.push(("duplicate_tokens", self.duplicate_tokens.to_string()));
+        }
+        e
+    }
 
     /// The design's *safe*.
     pub fn is_safe(&self) -> bool {
@@ -100,6 +164,9 @@ impl Summary {
             ("events", self.events),
         ];
         for (k, v) in counts {
+            let _ = write!(s, r#""{k}":{v},"#);
+        }
+        for (k, v) in self.extras() {
             let _ = write!(s, r#""{k}":{v},"#);
         }
         let _ = write!(s, r#""safe":{},"#, self.is_safe());

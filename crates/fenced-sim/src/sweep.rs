@@ -1,6 +1,8 @@
-//! Sweeps: the same scenario over lease lengths and seeds, fencing off and on, to show
-//! the seed's point with numbers: longer leases make zombie writes rarer, never zero;
-//! fencing makes them zero at every lease.
+//! Sweeps: the same scenario over one knob and seeds, fencing off and on, to show a
+//! point with numbers. Over lease lengths (the seed's point): longer leases make zombie
+//! writes rarer, never zero; fencing makes them zero at every lease. Over Chubby's
+//! lock-delay: rarer again, never zero. Over the size of a wall-clock step: once a step
+//! outgrows what is left of a lease, zombie writes climb.
 
 use std::fmt::Write as _;
 use std::ops::RangeInclusive;
@@ -10,20 +12,77 @@ use std::sync::Mutex;
 use crate::trace::StopFlag;
 use crate::{Config, ConfigError, Scenario, Summary};
 
+/// The knob a sweep turns.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Axis {
+    /// Lease lengths, as multiples of the base lease.
+    Lease,
+    /// Chubby's lock-delay, in ms (0: none).
+    LockDelay,
+    /// How far the lock service's wall clock steps, in ms.
+    ClockStep,
+}
+
+impl Axis {
+    pub const ALL: [Axis; 3] = [Axis::Lease, Axis::LockDelay, Axis::ClockStep];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Axis::Lease => "lease",
+            Axis::LockDelay => "lock-delay",
+            Axis::ClockStep => "clock-step",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Axis> {
+        Axis::ALL.into_iter().find(|a| a.name() == s)
+    }
+
+    /// The first column of the CSV and JSON rows.
+    fn column(self) -> &'static str {
+        match self {
+            Axis::Lease => "lease_multiple",
+            Axis::LockDelay => "lock_delay_ms",
+            Axis::ClockStep => "clock_step_ms",
+        }
+    }
+
+    /// The scenario whose settings a sweep over this knob keeps, unless told otherwise.
+    pub fn scenario(self) -> Scenario {
+        match self {
+            Axis::Lease => Scenario::Default,
+            Axis::LockDelay => Scenario::LockDelay,
+            Axis::ClockStep => Scenario::ClockDrift,
+        }
+    }
+
+    /// The values swept unless told otherwise.
+    pub fn values(self) -> Vec<u64> {
+        match self {
+            Axis::Lease => vec![1, 2, 4, 8, 16],
+            Axis::LockDelay => vec![0, 250, 500, 1_000, 2_000, 4_000],
+            Axis::ClockStep => vec![250, 500, 1_000, 2_000, 4_000],
+        }
+    }
+}
+
 /// What to sweep.
 #[derive(Clone, Debug)]
 pub struct Spec {
     /// Every other knob comes from here (its lease is the base lease).
     pub base: Config,
-    /// Lease lengths as multiples of the base lease.
-    pub multiples: Vec<u64>,
+    pub axis: Axis,
+    /// The knob's values: lease multiples, or milliseconds.
+    pub values: Vec<u64>,
     pub seeds: RangeInclusive<u64>,
 }
 
-/// Totals for one lease length and one fencing setting, over all seeds.
+/// Totals for one value of the knob and one fencing setting, over all seeds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Row {
-    pub lease_multiple: u64,
+    pub axis: Axis,
+    /// The knob's value: a lease multiple, or milliseconds.
+    pub value: u64,
     pub lease_ms: u64,
     pub fencing: bool,
     pub seeds: u64,
@@ -39,15 +98,17 @@ pub struct Row {
 impl Spec {
     /// Checks every configuration the sweep will run before running any.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.base.scenario == Scenario::Occ {
-            let message = "occ takes no lock: there is no lease to sweep".into();
+        if self.base.scenario.lockless() {
+            let message = format!("{} takes no lock: there is no lease to sweep", self.base.scenario.name());
             return Err(ConfigError { field: "--scenario", message });
         }
-        if self.multiples.is_empty() || self.multiples.contains(&0) {
-            return Err(ConfigError {
-                field: "--leases",
-                message: "give one or more positive multiples, like 1,2,4,8".into(),
-            });
+        let none_zero = self.axis != Axis::LockDelay;
+        if self.values.is_empty() || (none_zero && self.values.contains(&0)) {
+            let (field, message) = match self.axis {
+                Axis::Lease => ("--leases", "give one or more positive multiples, like 1,2,4,8"),
+                _ => ("--values", "give one or more durations, like 250ms,1s,2s (a clock step above 0)"),
+            };
+            return Err(ConfigError { field, message: message.into() });
         }
         if self.seeds.is_empty() || self.seeds.end() - self.seeds.start() >= 100_000 {
             return Err(ConfigError {
@@ -55,19 +116,26 @@ impl Spec {
                 message: "give a range of 1 to 100000 seeds, like 1..20".into(),
             });
         }
-        for m in &self.multiples {
-            self.config(*m, false, *self.seeds.start()).validate()?;
+        for v in &self.values {
+            self.config(*v, false, *self.seeds.start()).validate()?;
         }
         Ok(())
     }
 
     pub fn runs(&self) -> u64 {
-        self.multiples.len() as u64 * 2 * (self.seeds.end() - self.seeds.start() + 1)
+        self.values.len() as u64 * 2 * (self.seeds.end() - self.seeds.start() + 1)
     }
 
-    fn config(&self, multiple: u64, fencing: bool, seed: u64) -> Config {
+    fn config(&self, value: u64, fencing: bool, seed: u64) -> Config {
         let mut c = self.base.clone();
-        c.lease_ms = self.base.lease_ms.saturating_mul(multiple);
+        match self.axis {
+            Axis::Lease => c.lease_ms = self.base.lease_ms.saturating_mul(value),
+            Axis::LockDelay => c.lock_delay_ms = value,
+            Axis::ClockStep => {
+                c.clock = crate::ServiceClock::Wall;
+                c.clock_step_ms = value;
+            }
+        }
         c.fencing = fencing;
         c.seed = seed;
         c
@@ -90,7 +158,7 @@ pub fn run_until(
     stop: &AtomicBool,
 ) -> Result<Vec<Row>, ConfigError> {
     spec.validate()?;
-    let cells: Vec<(u64, bool)> = spec.multiples.iter().flat_map(|m| [(*m, false), (*m, true)]).collect();
+    let cells: Vec<(u64, bool)> = spec.values.iter().flat_map(|m| [(*m, false), (*m, true)]).collect();
     let seeds: Vec<u64> = spec.seeds.clone().collect();
     let jobs: Vec<(usize, u64)> = (0..cells.len()).flat_map(|c| seeds.iter().map(move |s| (c, *s))).collect();
     let results: Mutex<Vec<Vec<Summary>>> = Mutex::new(vec![Vec::new(); cells.len()]);
@@ -117,8 +185,9 @@ pub fn run_until(
         .map(|(&(m, fencing), runs)| {
             let sum = |f: fn(&Summary) -> u64| runs.iter().map(f).sum::<u64>();
             Row {
-                lease_multiple: m,
-                lease_ms: spec.base.lease_ms.saturating_mul(m),
+                axis: spec.axis,
+                value: m,
+                lease_ms: spec.config(m, fencing, 0).lease_ms,
                 fencing,
                 seeds: runs.len() as u64,
                 grants: sum(|s| s.grants),
@@ -132,12 +201,18 @@ pub fn run_until(
         .collect())
 }
 
+/// The columns after the knob's own.
 const COLUMNS: &str =
-    "lease_multiple,lease_ms,fencing,seeds,grants,late_writes,zombie_writes,stale_writes_rejected,lost_updates,unsafe_runs";
+    "lease_ms,fencing,seeds,grants,late_writes,zombie_writes,stale_writes_rejected,lost_updates,unsafe_runs";
+
+fn columns(rows: &[Row]) -> String {
+    let axis = rows.first().map_or(Axis::Lease, |r| r.axis);
+    format!("{},{COLUMNS}", axis.column())
+}
 
 fn fields(r: &Row) -> [String; 10] {
     [
-        r.lease_multiple.to_string(),
+        r.value.to_string(),
         r.lease_ms.to_string(),
         if r.fencing { "on" } else { "off" }.to_string(),
         r.seeds.to_string(),
@@ -151,7 +226,7 @@ fn fields(r: &Row) -> [String; 10] {
 }
 
 pub fn to_csv(rows: &[Row]) -> String {
-    let mut s = format!("{COLUMNS}\n");
+    let mut s = format!("{}\n", columns(rows));
     for r in rows {
         let _ = writeln!(s, "{}", fields(r).join(","));
     }
@@ -159,7 +234,8 @@ pub fn to_csv(rows: &[Row]) -> String {
 }
 
 pub fn to_json(rows: &[Row]) -> String {
-    let names: Vec<&str> = COLUMNS.split(',').collect();
+    let columns = columns(rows);
+    let names: Vec<&str> = columns.split(',').collect();
     let objects: Vec<String> = rows
         .iter()
         .map(|r| {
@@ -177,16 +253,22 @@ pub fn to_json(rows: &[Row]) -> String {
 
 pub fn to_text(rows: &[Row]) -> String {
     let mut s = String::new();
+    let axis = rows.first().map_or(Axis::Lease, |r| r.axis);
+    let head = match axis {
+        Axis::Lease => "lease",
+        Axis::LockDelay => "delay",
+        Axis::ClockStep => "step",
+    };
     let _ = writeln!(
         s,
         "{:>8} {:>9} {:>8} {:>7} {:>12} {:>14} {:>13} {:>12}",
-        "lease", "fencing", "seeds", "grants", "late writes", "zombie writes", "stale refused", "lost updates"
+        head, "fencing", "seeds", "grants", "late writes", "zombie writes", "stale refused", "lost updates"
     );
     for r in rows {
         let _ = writeln!(
             s,
             "{:>6}ms {:>9} {:>8} {:>7} {:>12} {:>14} {:>13} {:>12}",
-            r.lease_ms,
+            knob_ms(r),
             if r.fencing { "on" } else { "off" },
             r.seeds,
             r.grants,
@@ -199,8 +281,22 @@ pub fn to_text(rows: &[Row]) -> String {
     s
 }
 
-/// A line chart of zombie writes against lease length, fencing off and on.
+/// The knob's value in milliseconds, as the table and the chart show it.
+fn knob_ms(r: &Row) -> u64 {
+    match r.axis {
+        Axis::Lease => r.lease_ms,
+        Axis::LockDelay | Axis::ClockStep => r.value,
+    }
+}
+
+/// A line chart of zombie writes against the knob, fencing off and on.
 pub fn to_svg(rows: &[Row], title: &str) -> String {
+    let axis = rows.first().map_or(Axis::Lease, |r| r.axis);
+    let (x_label, note) = match axis {
+        Axis::Lease => ("lease length", ["longer leases:", "rarer, never zero"]),
+        Axis::LockDelay => ("lock-delay", ["longer delays:", "rarer, never zero"]),
+        Axis::ClockStep => ("wall-clock step", ["bigger steps:", "more zombie writes"]),
+    };
     let (w, h) = (720.0f64, 420.0f64);
     let (left, right, top, bottom) = (70.0, 180.0, 50.0, 60.0);
     let off: Vec<&Row> = rows.iter().filter(|r| !r.fencing).collect();
@@ -235,12 +331,12 @@ pub fn to_svg(rows: &[Row], title: &str) -> String {
             r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{} ms</text>"#,
             x(i),
             h - bottom + 20.0,
-            r.lease_ms
+            knob_ms(r)
         );
     }
     let _ = writeln!(
         s,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">lease length</text>"#,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{x_label}</text>"#,
         (left + w - right) / 2.0,
         h - 14.0
     );
@@ -252,10 +348,10 @@ pub fn to_svg(rows: &[Row], title: &str) -> String {
         for (i, r) in series.iter().enumerate() {
             let _ = writeln!(
                 s,
-                r#"<circle cx="{:.1}" cy="{:.1}" r="4" fill="{color}"><title>{label}, lease {} ms: {} zombie writes, {} lost updates</title></circle>"#,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="4" fill="{color}"><title>{label}, {x_label} {} ms: {} zombie writes, {} lost updates</title></circle>"#,
                 x(i),
                 y(r.zombie_writes),
-                r.lease_ms,
+                knob_ms(r),
                 r.zombie_writes,
                 r.lost_updates
             );
@@ -286,9 +382,11 @@ pub fn to_svg(rows: &[Row], title: &str) -> String {
     );
     let _ = writeln!(
         s,
-        r##"<text x="{lx}" y="{:.1}" fill="#555">longer leases:</text><text x="{lx}" y="{:.1}" fill="#555">rarer, never zero</text>"##,
+        r##"<text x="{lx}" y="{:.1}" fill="#555">{}</text><text x="{lx}" y="{:.1}" fill="#555">{}</text>"##,
         top + 60.0,
-        top + 76.0
+        note[0],
+        top + 76.0,
+        note[1]
     );
     s.push_str("</svg>\n");
     s

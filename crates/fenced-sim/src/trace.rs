@@ -35,6 +35,21 @@ pub enum Kind {
     Aborted,
     Crash,
     Restart,
+    /// A second copy of a write reached the resource, which had applied the first.
+    Duplicate,
+    /// The lock service's wall clock stepped forward by `step_ms`.
+    ClockStep,
+    /// The lock service crashed; everything it held in memory is gone.
+    ServiceCrash,
+    /// The lock service started again from what it had made durable.
+    ServiceRestart,
+    /// The replicas were cut apart, the clients with them (even ones stay with the
+    /// leader of the moment, odd ones with the other replicas).
+    Partition,
+    /// A replica took over serving the clients on its side of the cut.
+    Failover,
+    /// The cut healed: the replicas follow one leader again.
+    Heal,
 }
 
 impl Kind {
@@ -52,7 +67,23 @@ impl Kind {
             Kind::Aborted => "aborted",
             Kind::Crash => "crash",
             Kind::Restart => "restart",
+            Kind::Duplicate => "duplicate",
+            Kind::ClockStep => "clock_step",
+            Kind::ServiceCrash => "service_crash",
+            Kind::ServiceRestart => "service_restart",
+            Kind::Partition => "partition",
+            Kind::Failover => "failover",
+            Kind::Heal => "heal",
         }
+    }
+
+    /// True for records about the lock service as a whole, not one client (their
+    /// `client` and `lock` are 0).
+    pub fn is_service_wide(self) -> bool {
+        matches!(
+            self,
+            Kind::ClockStep | Kind::ServiceCrash | Kind::ServiceRestart | Kind::Partition | Kind::Failover | Kind::Heal
+        )
     }
 }
 
@@ -60,10 +91,34 @@ impl Kind {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Detail {
     None,
-    Pause { duration_ms: u64, cause: &'static str },
-    Keepalive { ok: bool },
-    Read { fenced: bool, value: u64, accepted: bool },
-    Write { fenced: bool, value: u64, value_before: u64, accepted: bool, late: bool, zombie: bool },
+    Pause {
+        duration_ms: u64,
+        cause: &'static str,
+    },
+    Keepalive {
+        ok: bool,
+    },
+    Read {
+        fenced: bool,
+        value: u64,
+        accepted: bool,
+    },
+    Write {
+        fenced: bool,
+        value: u64,
+        value_before: u64,
+        accepted: bool,
+        late: bool,
+        zombie: bool,
+    },
+    /// A wall-clock step.
+    Step {
+        step_ms: u64,
+    },
+    /// Which replica of a replicated lock service did it (grants, failovers).
+    Replica {
+        replica: u32,
+    },
 }
 
 /// One line of the trace.
@@ -211,6 +266,8 @@ pub fn write_json(s: &mut String, r: &Record) {
             r#","fenced":{fenced},"value":{value},"value_before":{value_before},"outcome":"{}","late":{late},"zombie":{zombie}"#,
             outcome(accepted)
         ),
+        Detail::Step { step_ms } => write!(s, r#","step_ms":{step_ms}"#),
+        Detail::Replica { replica } => write!(s, r#","replica":{replica}"#),
     };
     s.push('}');
 }

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use fenced_sim::trace::JsonLines;
-use fenced_sim::{Config, PauseModel, Record, Scenario, Summary};
+use fenced_sim::{Config, PauseModel, Record, Replication, Scenario, ServiceClock, ServiceRestart, Summary};
 
 use crate::args::{duration_ms, on_off, BadArgument, Global};
 
@@ -28,7 +28,8 @@ enum SimSub {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// default, fencing, long-lease, renewal or occ.
+    /// default, fencing, long-lease, renewal, occ, network-delay, idempotent,
+    /// partitioned, clock-drift, lock-delay, service-crash or split-brain.
     #[arg(long, default_value = "default", value_parser = scenario)]
     pub scenario: Scenario,
     /// The one number that reproduces the run.
@@ -54,6 +55,24 @@ pub struct RunArgs {
     /// mixed, gc, vm, cgroup, network or none.
     #[arg(long, value_parser = pause_model)]
     pub pauses: Option<PauseModel>,
+    /// Chubby's lock-delay after an expiry, like 1s (lock-delay's default).
+    #[arg(long, value_parser = duration_ms)]
+    pub lock_delay: Option<u64>,
+    /// The clock the lock service times leases on: monotonic, or wall (clock-drift's
+    /// default), which steps forward now and then.
+    #[arg(long, value_parser = service_clock)]
+    pub clock: Option<ServiceClock>,
+    /// How far one step of the wall clock jumps, like 2s.
+    #[arg(long, value_parser = duration_ms)]
+    pub clock_step: Option<u64>,
+    /// What a crashed lock service restarts from (service-crash): durable, or empty
+    /// (its disk lost: the negative control).
+    #[arg(long, value_parser = service_restart)]
+    pub service_restart: Option<ServiceRestart>,
+    /// How split-brain's replicated lock service decides who serves: primary-backup or
+    /// majority.
+    #[arg(long, value_parser = replication)]
+    pub replication: Option<Replication>,
     /// Write every event as a JSON line to this file.
     #[arg(long)]
     pub trace: Option<String>,
@@ -72,6 +91,18 @@ pub fn scenario(s: &str) -> Result<Scenario, String> {
     })
 }
 
+fn service_clock(s: &str) -> Result<ServiceClock, String> {
+    ServiceClock::parse(s).ok_or_else(|| format!("unknown clock '{s}': choose monotonic or wall"))
+}
+
+fn service_restart(s: &str) -> Result<ServiceRestart, String> {
+    ServiceRestart::parse(s).ok_or_else(|| format!("unknown restart '{s}': choose durable or empty"))
+}
+
+fn replication(s: &str) -> Result<Replication, String> {
+    Replication::parse(s).ok_or_else(|| format!("unknown replication '{s}': choose primary-backup or majority"))
+}
+
 fn pause_model(s: &str) -> Result<PauseModel, String> {
     PauseModel::parse(s).ok_or_else(|| {
         let names: Vec<&str> = PauseModel::ALL.iter().map(|s| s.name()).collect();
@@ -88,6 +119,9 @@ impl RunArgs {
         }
         if let Some(n) = self.clients {
             c.clients = n;
+            if self.scenario == Scenario::Partitioned {
+                c.locks = n; // one key per worker, unless --locks says otherwise
+            }
         }
         if let Some(n) = self.locks {
             c.locks = n;
@@ -103,6 +137,21 @@ impl RunArgs {
         }
         if let Some(p) = self.pauses {
             c.pauses = p;
+        }
+        if let Some(d) = self.lock_delay {
+            c.lock_delay_ms = d;
+        }
+        if let Some(k) = self.clock {
+            c.clock = k;
+        }
+        if let Some(d) = self.clock_step {
+            c.clock_step_ms = d;
+        }
+        if let Some(r) = self.service_restart {
+            c.service_restart = r;
+        }
+        if let Some(r) = self.replication {
+            c.replication = Some(r);
         }
         c.validate().map_err(|e| BadArgument::error(e.field, e.message))?;
         Ok(c)
@@ -213,6 +262,21 @@ pub fn text(s: &Summary) -> String {
     ];
     for (k, v, why) in rows {
         let line = format!("  {k:<22} {v:>8}   {why}");
+        let _ = writeln!(o, "{}", line.trim_end());
+    }
+    for (k, v) in s.extras() {
+        let why = match k {
+            "delayed_messages" => "held in the network past their usual delay",
+            "duplicates_absorbed" => "second copies of writes the resource did not apply again",
+            "writes_per_s" => "writes accepted per virtual second",
+            "clock_steps" => "forward steps of the lock service's wall clock",
+            "early_expiries" => "leases ended sooner than their TTL after their last sign of life",
+            "service_crashes" => "lock service crashes, each followed by a restart",
+            "duplicate_tokens" => "grants of a token already granted for the same lock",
+            "failovers" => "replicas that took over serving clients",
+            _ => "",
+        };
+        let line = format!("  {:<22} {:>8}   {why}", k.replace('_', " "), v.trim_matches('"'));
         let _ = writeln!(o, "{}", line.trim_end());
     }
     let _ = writeln!(o, "  {:<22} {:>8}   acknowledged {}", "final counter", s.final_value, s.acknowledged);

@@ -32,6 +32,40 @@ async fn a_run_returns_the_cli_summary_and_trace() {
 }
 
 #[tokio::test]
+async fn every_scenario_answers_what_the_cli_prints() {
+    for sc in Scenario::ALL {
+        let body = format!(r#"{{"scenario":"{}","seed":2}}"#, sc.name());
+        let (s, v) = call("/v1/sim/runs", &body).await;
+        assert_eq!(s, StatusCode::OK, "{body}: {v}");
+        let cli = fenced_sim::run(&Config::new(sc, 2), &mut ()).unwrap();
+        let cli: serde_json::Value = serde_json::from_str(&cli.to_json()).unwrap();
+        assert_eq!(v["runs"][0]["summary"], cli, "{}", sc.name());
+    }
+    let (s, v) = call("/v1/sim/runs", r#"{"scenario":"split-brain","seed":2,"replication":"majority"}"#).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["runs"][0]["summary"]["replication"], "majority");
+    assert_eq!(v["runs"][0]["summary"]["duplicate_tokens"], 0);
+    let (s, v) = call("/v1/sim/runs", r#"{"scenario":"partitioned","clients":6}"#).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(v["runs"][0]["summary"]["locks"], 6, "one key per worker");
+}
+
+#[tokio::test]
+async fn a_sweep_turns_the_lock_delay_or_the_clock_step() {
+    let body = r#"{"over":"lock-delay","values":[0,2000],"seeds":[1,4],"duration_ms":30000}"#;
+    let (s, v) = call("/v1/sim/sweeps", body).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    assert_eq!(rows[2]["lock_delay_ms"], 2000);
+    assert!(v["svg"].as_str().unwrap().contains("lock-delay"));
+    let (s, v) = call("/v1/sim/sweeps", r#"{"over":"clock-step","values":[0]}"#).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{v}");
+    let (s, _) = call("/v1/sim/sweeps", r#"{"over":"moon"}"#).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
 async fn compare_runs_the_same_seed_off_and_on() {
     let (s, v) = call("/v1/sim/runs", r#"{"seed":3,"compare":true,"duration_ms":30000}"#).await;
     assert_eq!(s, StatusCode::OK);
@@ -57,6 +91,10 @@ async fn bad_parameters_get_a_named_400() {
         (r#"{"colour":"red"}"#, "invalid_json", "colour"),
         (r#"{"seed":"#, "invalid_json", ""),
         (r#"{"scenario":"occ","compare":true}"#, "bad_parameter", "compare"),
+        (r#"{"scenario":"partitioned","compare":true}"#, "bad_parameter", "compare"),
+        (r#"{"replication":"majority"}"#, "bad_parameter", "replication"),
+        (r#"{"scenario":"split-brain","replication":"raft"}"#, "bad_parameter", "replication"),
+        (r#"{"clock":"sundial"}"#, "bad_parameter", "clock"),
     ] {
         let (s, v) = call("/v1/sim/runs", body).await;
         assert_eq!(s, StatusCode::BAD_REQUEST, "{body}");

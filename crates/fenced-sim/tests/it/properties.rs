@@ -1,7 +1,9 @@
 //! Safety over random configurations and seeds: the lock service never regresses a
-//! token or grants a held lock, and with fencing on nothing unsafe is ever accepted.
+//! token or grants a held lock (also with a lock-delay, a stepping wall clock and
+//! crashes with restarts from its durable state), and with fencing on nothing unsafe is
+//! ever accepted.
 
-use fenced_sim::{Config, PauseModel, Scenario};
+use fenced_sim::{Config, PauseModel, Scenario, ServiceClock};
 use proptest::prelude::*;
 
 fn config() -> impl Strategy<Value = Config> {
@@ -14,19 +16,30 @@ fn config() -> impl Strategy<Value = Config> {
         prop::sample::select(PauseModel::ALL.to_vec()),
         0.0f64..0.8,
         0.0f64..0.05,
+        prop::option::of(0u64..2_000),
+        prop::option::of(100u64..5_000),
+        prop::option::of(2_000u64..20_000),
     )
-        .prop_map(|(seed, clients, locks, lease_ms, renew, pauses, pause_chance, crash_chance)| {
-            let mut c = Config::new(Scenario::Default, seed);
-            c.clients = clients;
-            c.locks = locks.min(clients);
-            c.lease_ms = lease_ms;
-            c.renew_fraction = renew;
-            c.pauses = pauses;
-            c.pause_chance = pause_chance;
-            c.crash_chance = crash_chance;
-            c.duration_ms = 20_000;
-            c
-        })
+        .prop_map(
+            |(seed, clients, locks, lease_ms, renew, pauses, pause_chance, crash_chance, delay, step, crashes)| {
+                let mut c = Config::new(Scenario::Default, seed);
+                c.clients = clients;
+                c.locks = locks.min(clients);
+                c.lease_ms = lease_ms;
+                c.renew_fraction = renew;
+                c.pauses = pauses;
+                c.pause_chance = pause_chance;
+                c.crash_chance = crash_chance;
+                c.duration_ms = 20_000;
+                c.lock_delay_ms = delay.unwrap_or(0);
+                if let Some(step) = step {
+                    c.clock = ServiceClock::Wall;
+                    c.clock_step_ms = step;
+                }
+                c.service_crash_every_ms = crashes;
+                c
+            },
+        )
 }
 
 proptest! {

@@ -52,6 +52,14 @@ fn livez(port: u16) -> bool {
     out.starts_with("HTTP/1.1 200")
 }
 
+/// The scenario names `fenced sim --help` lists.
+fn cli_scenarios() -> Vec<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_fenced")).args(["sim", "--scenario", "?"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let list = err.split("choose one of ").nth(1).expect("the error lists the scenarios");
+    list.lines().next().unwrap().split(", ").map(|s| s.trim().to_string()).collect()
+}
+
 #[test]
 fn the_console_in_a_real_browser() {
     let root = root();
@@ -78,11 +86,26 @@ fn the_console_in_a_real_browser() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let shots = root.join("target/console-screenshots");
+    // What `fenced sim --json` prints for every scenario on seed 1: the page's verdict
+    // must say the same numbers.
+    let names = cli_scenarios();
+    let summaries: Vec<String> = names
+        .iter()
+        .map(|name| {
+            let out = Command::new(env!("CARGO_BIN_EXE_fenced"))
+                .args(["sim", "--scenario", name, "--seed", "1", "--json"])
+                .output()
+                .expect("run fenced sim");
+            assert!(out.status.success(), "fenced sim --scenario {name} failed");
+            format!("{:?}:{}", name, String::from_utf8(out.stdout).unwrap().trim())
+        })
+        .collect();
     let mut node = Command::new("node")
         .args(["--test", "--test-reporter=spec", "console.test.mjs"])
         .current_dir(&browser_dir)
         .env("FENCED_URL", format!("http://127.0.0.1:{port}"))
         .env("SCREENSHOT_DIR", &shots)
+        .env("CLI_SUMMARIES", format!("{{{}}}", summaries.join(",")))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -104,7 +127,7 @@ fn the_console_in_a_real_browser() {
     let _ = std::fs::remove_dir_all(&data);
     let status = status.unwrap_or_else(|| panic!("the browser tests ran over 300 s:\n{report}"));
     assert!(status.success(), "the browser tests failed:\n{report}");
-    for shot in ["lab.png", "live.png"] {
+    for shot in ["lab.png", "live.png", "lab-split-brain.png"] {
         assert!(shots.join(shot).exists(), "no screenshot {shot}");
     }
 }

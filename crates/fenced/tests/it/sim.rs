@@ -117,6 +117,13 @@ fn bad_arguments_exit_2_with_one_line_naming_the_argument() {
         (&["sim", "--scenario", "occ", "--fencing", "on"][..], "--fencing"),
         (&["sim", "sweep", "--seeds", "9..1"][..], "--seeds"),
         (&["sim", "sweep", "--leases", "1,x"][..], "--leases"),
+        (&["sim", "--replication", "majority"][..], "--replication"),
+        (&["sim", "--scenario", "split-brain", "--replication", "raft"][..], "--replication"),
+        (&["sim", "--clock", "sundial"][..], "--clock"),
+        (&["sim", "--scenario", "partitioned", "--fencing", "on"][..], "--fencing"),
+        (&["sim", "--scenario", "occ", "--lock-delay", "1s"][..], "--lock-delay"),
+        (&["sim", "sweep", "--over", "moon"][..], "--over"),
+        (&["sim", "sweep", "--over", "clock-step", "--values", "0"][..], "--values"),
     ] {
         let o = fenced(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");
@@ -150,4 +157,31 @@ fn sweep_prints_json_csv_and_an_svg() {
     let o = fenced(&["sim", "sweep", "--seeds", "1..2", "--leases", "1", "--duration", "30s", "--csv"]);
     assert!(stdout(&o).starts_with("lease_multiple,"));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_misconception_scenarios_and_their_flags() {
+    let pb = json(&fenced(&["sim", "--scenario", "split-brain", "--fencing", "on", "--json"]));
+    let maj = json(&fenced(&["sim", "--scenario", "split-brain", "--replication", "majority", "--json"]));
+    assert_eq!(pb["replication"], "primary-backup");
+    assert!(pb["duplicate_tokens"].as_u64().unwrap() > 0);
+    assert!(pb["lost_updates"].as_u64().unwrap() > 0, "the gate cannot tell equal tokens apart");
+    assert_eq!((maj["replication"].as_str(), maj["duplicate_tokens"].as_u64()), (Some("majority"), Some(0)));
+    let wall = json(&fenced(&["sim", "--scenario", "clock-drift", "--json"]));
+    let mono = json(&fenced(&["sim", "--scenario", "clock-drift", "--clock", "monotonic", "--json"]));
+    assert!(wall["early_expiries"].as_u64().unwrap() > 0);
+    assert_eq!(mono["early_expiries"], 0);
+    let crash = json(&fenced(&["sim", "--scenario", "service-crash", "--json"]));
+    let empty = json(&fenced(&["sim", "--scenario", "service-crash", "--service-restart", "empty", "--json"]));
+    assert!(crash["service_crashes"].as_u64().unwrap() > 0);
+    assert_eq!(crash["token_regressions"], 0);
+    assert!(empty["token_regressions"].as_u64().unwrap() > 0);
+    let p = json(&fenced(&["sim", "--scenario", "partitioned", "--clients", "6", "--json"]));
+    assert_eq!((p["locks"].as_u64(), p["grants"].as_u64(), p["lost_updates"].as_u64()), (Some(6), Some(0), Some(0)));
+    let text = stdout(&fenced(&["sim", "--scenario", "network-delay"]));
+    assert!(text.contains("delayed messages"), "{text}");
+    let o = fenced(&["sim", "sweep", "--over", "lock-delay", "--values", "0,1s", "--seeds", "1..3", "--csv"]);
+    let csv = stdout(&o);
+    assert!(csv.starts_with("lock_delay_ms,lease_ms,"), "{csv}");
+    assert!(csv.contains("\n1000,1000,off,3,"), "{csv}");
 }

@@ -1,22 +1,29 @@
 //! The event loop: clients running the counter workload, the lock service (the real
 //! `LockTable`) and the resource (the real fence gate), joined by a network with
-//! random delays, all in virtual time.
+//! random delays, all in virtual time. The faults of the lock service itself (a wall
+//! clock that steps, crashes, a replicated service cut in two) are in `service.rs` and
+//! `replicas.rs`.
 
-use std::collections::HashMap;
+mod replicas;
+mod service;
+
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, DefaultHasher};
 
 use fenced_core::checker::{Checker, Event, EventKind, FindingKind, Outcome};
 use fenced_core::gate::{FenceGate, Op};
 use fenced_core::{
-    Acquire, Answer, Command, Effect, Error, LeaseId, LeaseRef, Limits, LockName, LockTable, ReleaseReason, RequestId,
-    Token,
+    Acquire, Answer, Command, Durable, Effect, Error, LeaseId, LeaseRef, Limits, LockName, LockTable, ReleaseReason,
+    RequestId, Token,
 };
 
 use crate::pauses::{self, PauseCause};
 use crate::queue::Queue;
 use crate::rng::Rng;
 use crate::trace::{Actor, Detail, Kind, Record, TraceSink};
-use crate::{Config, ConfigError, Scenario, Summary, ZombieProof};
+use crate::{Config, ConfigError, Scenario, ServiceRestart, Summary, ZombieProof};
+use replicas::Cut;
+use service::Node;
 
 /// How often a run asks its sink whether to stop (a power of two).
 const STOP_CHECK_EVENTS: u64 = 4_096;
@@ -94,7 +101,24 @@ enum Ev {
         gen: u32,
         msg: ClientMsg,
     },
-    ServiceTimer,
+    /// A lock service node's timer.
+    ServiceTimer {
+        node: u8,
+    },
+    /// The lock service's wall clock steps forward.
+    ClockStep,
+    ServiceCrash,
+    ServiceRestart,
+    /// Replicated runs: the replicas are cut apart, a replica takes over, the cut heals,
+    /// a log entry reaches a follower.
+    Partition,
+    TakeOver,
+    Heal,
+    Replicate {
+        from: u8,
+        to: u8,
+        index: u32,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -106,8 +130,16 @@ enum ServiceMsg {
 
 #[derive(Clone, Copy, Debug)]
 enum ResourceMsg {
-    Read { held: Option<Token> },
-    Write { held: Option<Token>, value: u64, version: u64 },
+    Read {
+        held: Option<Token>,
+    },
+    /// `id` is the write's idempotency key: every copy of one write carries the same.
+    Write {
+        held: Option<Token>,
+        value: u64,
+        version: u64,
+        id: u64,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -147,16 +179,36 @@ struct World<'a, S: TraceSink> {
     queue: Queue<Ev>,
     events: u64,
     records: u64,
-    table: LockTable,
-    service_timer_at: Option<u64>,
+    limits: Limits,
+    /// The lock service: one node, or the replicas of a replicated one.
+    nodes: Vec<Node>,
+    /// Faults of the lock service come from their own stream, so that they fall at the
+    /// same moments whatever the clients do, and a run without them draws nothing.
+    fault_rng: Rng,
+    /// What the lock service has made durable (crash runs).
+    durable: Durable,
+    /// The lock service is down (crash runs).
+    down: bool,
+    /// Holders the crashed service forgot: their grants end when its grace ends.
+    orphans: Vec<(u32, Token)>,
+    /// Replicated runs: the replica that leads, and the cut between replicas if any.
+    leader: usize,
+    cut: Option<Cut>,
+    /// Tokens granted per lock, when duplicates are counted.
+    granted_tokens: Vec<HashSet<u64>>,
+    /// When each client's current lease last showed life at the lock service.
+    lease_alive_at: Vec<u64>,
+    /// Idempotency keys: the next write's, and those the resource has applied.
+    next_write: u64,
+    written: HashSet<u64>,
     /// Reused buffer for the table's effects (no allocation per service call).
     effects: Vec<Effect>,
     /// Answers to queued acquires that ended, by request.
     answers: Vec<(RequestId, Result<Answer, Error>)>,
     /// The id of the next command's request.
     next_request: u64,
-    /// Queued acquires: which client and attempt each waiter is.
-    waiters: HashMap<RequestId, (u32, u32), BuildHasherDefault<DefaultHasher>>,
+    /// Queued acquires: which client and attempt each waiter is, and the node it waits on.
+    waiters: HashMap<RequestId, (u32, u32, usize), BuildHasherDefault<DefaultHasher>>,
     names: Vec<LockName>,
     gate: FenceGate<u32>,
     values: Vec<u64>,
@@ -176,9 +228,24 @@ impl<'a, S: TraceSink> World<'a, S> {
             ttl_ms_min: 1,
             ttl_ms_max: u64::MAX / 4,
             wait_ms_max: u64::MAX / 4,
-            lock_delay_ms_max: 0,
+            lock_delay_ms_max: u64::MAX / 4,
         };
         let locks = cfg.locks as usize;
+        let mut durable = Durable::default();
+        let first = if cfg.service_crash_every_ms.is_some() {
+            // A crashing service mints tokens in blocks under a durable ceiling, as the
+            // server does (a smaller block than the server's, so tokens stay short).
+            let (table, persist) = LockTable::recover(limits.clone(), service::TOKEN_BLOCK, Durable::default());
+            service::make_durable(&mut durable, persist);
+            table
+        } else {
+            LockTable::new(limits.clone())
+        };
+        let replicas = cfg.replication.map_or(1, replicas::count);
+        let mut nodes = vec![Node::new(first)];
+        for _ in 1..replicas {
+            nodes.push(Node::new(LockTable::new(limits.clone())));
+        }
         World {
             cfg,
             sink,
@@ -187,8 +254,18 @@ impl<'a, S: TraceSink> World<'a, S> {
             queue: Queue::new(),
             events: 0,
             records: 0,
-            table: LockTable::new(limits),
-            service_timer_at: None,
+            limits,
+            nodes,
+            fault_rng: Rng::new(cfg.seed ^ 0x5eed_fa17_0000_0001),
+            durable,
+            down: false,
+            orphans: Vec::new(),
+            leader: 0,
+            cut: None,
+            granted_tokens: vec![HashSet::new(); if service::counts_duplicates(cfg) { locks } else { 0 }],
+            lease_alive_at: vec![0; cfg.clients as usize],
+            next_write: 0,
+            written: HashSet::new(),
             effects: Vec::new(),
             answers: Vec::new(),
             next_request: 0,
@@ -241,6 +318,18 @@ impl<'a, S: TraceSink> World<'a, S> {
                 zombies: Vec::new(),
                 zombie_pause_ms_min: None,
                 first_rejection: None,
+                lock_delay_ms: cfg.lock_delay_ms,
+                clock: cfg.clock,
+                clock_step_ms: cfg.clock_step_ms,
+                clock_steps: 0,
+                early_expiries: 0,
+                delayed_messages: 0,
+                duplicates_absorbed: 0,
+                service_crashes: cfg.service_crash_every_ms.map(|_| 0),
+                service_restart_durable: cfg.service_restart == ServiceRestart::Durable,
+                replication: cfg.replication,
+                duplicate_tokens: 0,
+                failovers: 0,
             },
         }
     }
@@ -249,11 +338,17 @@ impl<'a, S: TraceSink> World<'a, S> {
         self.cfg.scenario == Scenario::Occ
     }
 
+    /// No lock: `occ` and `partitioned`.
+    fn lockless(&self) -> bool {
+        self.cfg.scenario.lockless()
+    }
+
     fn start(&mut self) {
         for c in 0..self.cfg.clients {
             let t = self.rng.between(self.cfg.think_ms.0, self.cfg.think_ms.1);
             self.wake(c, t, Wake::Acquire);
         }
+        self.start_faults();
     }
 
     fn push(&mut self, t_ms: u64, ev: Ev) {
@@ -269,7 +364,11 @@ impl<'a, S: TraceSink> World<'a, S> {
     /// hold on the client's packets.
     fn arrival(&mut self, client: u32) -> u64 {
         let d = self.rng.between(self.cfg.net_ms.0, self.cfg.net_ms.1);
-        self.now.max(self.clients[client as usize].net_held_until) + d
+        let held_until = self.clients[client as usize].net_held_until;
+        if held_until > self.now {
+            self.summary.delayed_messages += 1;
+        }
+        self.now.max(held_until) + d
     }
 
     fn send_service(&mut self, client: u32, msg: ServiceMsg) {
@@ -377,13 +476,23 @@ impl<'a, S: TraceSink> World<'a, S> {
             }
             Ev::ToService { client, lease_n, sent_ms, msg } => self.on_service(client, lease_n, sent_ms, msg),
             Ev::ToResource { client, gen, sent_ms, msg } => self.on_resource(client, gen, sent_ms, msg),
-            Ev::ServiceTimer => {
-                if self.service_timer_at == Some(self.now) {
-                    self.service_timer_at = None;
+            Ev::ServiceTimer { node } => {
+                let node = node as usize;
+                if self.nodes[node].timer_at == Some(self.now) {
+                    self.nodes[node].timer_at = None;
                 }
-                self.service(Command::Tick);
-                self.after_service_call();
+                if self.serving(node) {
+                    self.service(node, Command::Tick);
+                    self.after_service_call(node);
+                }
             }
+            Ev::ClockStep => self.on_clock_step(),
+            Ev::ServiceCrash => self.on_service_crash(),
+            Ev::ServiceRestart => self.on_service_restart(),
+            Ev::Partition => self.on_partition(),
+            Ev::TakeOver => self.on_take_over(),
+            Ev::Heal => self.on_heal(),
+            Ev::Replicate { from, to, index } => self.on_replicate(from as usize, to as usize, index as usize),
         }
     }
 
@@ -405,7 +514,7 @@ impl<'a, S: TraceSink> World<'a, S> {
     fn on_wake(&mut self, client: u32, what: Wake) {
         let c = &self.clients[client as usize];
         match what {
-            Wake::Acquire if self.occ() => {
+            Wake::Acquire if self.lockless() => {
                 self.clients[client as usize].phase = Phase::Reading;
                 self.send_resource(client, ResourceMsg::Read { held: None });
             }
@@ -444,10 +553,16 @@ impl<'a, S: TraceSink> World<'a, S> {
                     self.release(client);
                     return;
                 }
-                let held = if self.occ() { None } else { c.token };
-                let msg = ResourceMsg::Write { held, value: c.read_value + 1, version: c.read_version };
+                let held = if self.lockless() { None } else { c.token };
+                let id = self.next_write;
+                self.next_write += 1;
+                let msg = ResourceMsg::Write { held, value: c.read_value + 1, version: c.read_version, id };
                 self.clients[client as usize].phase = Phase::Writing;
-                self.send_resource(client, msg);
+                // An at-least-once client sends a write again when it cannot tell whether
+                // the first copy arrived (`idempotent`): both copies carry the same key.
+                for _ in 0..self.cfg.write_copies {
+                    self.send_resource(client, msg);
+                }
             }
         }
     }
@@ -512,7 +627,7 @@ impl<'a, S: TraceSink> World<'a, S> {
                 if ok {
                     self.summary.acknowledged += 1;
                 }
-                if self.occ() {
+                if self.lockless() {
                     if ok {
                         self.think(client);
                     } else {
@@ -552,21 +667,26 @@ impl<'a, S: TraceSink> World<'a, S> {
     }
 
     fn on_service(&mut self, client: u32, lease_n: u32, sent_ms: u64, msg: ServiceMsg) {
+        let Some(node) = self.route(client) else {
+            return self.unavailable(client, lease_n, msg);
+        };
         let lease = Self::lease_id(client, lease_n);
         let name = self.names[self.clients[client as usize].lock as usize].clone();
         match msg {
             ServiceMsg::Acquire => {
                 let ttl_ms = self.cfg.lease_ms;
-                let (_, granted_lease) = self.service(Command::GrantLease { lease, ttl_ms });
+                let (_, granted_lease) = self.service(node, Command::GrantLease { lease, ttl_ms });
+                self.lease_alive_at[client as usize] = self.now;
                 let wait_ms = self.cfg.wait_ms;
-                let req = Acquire { name, lease: LeaseRef::Existing(lease), wait_ms, lock_delay_ms: 0 };
+                let lock_delay_ms = self.cfg.lock_delay_ms;
+                let req = Acquire { name, lease: LeaseRef::Existing(lease), wait_ms, lock_delay_ms };
                 let (request, answer) = if matches!(granted_lease, Some(Ok(_))) {
-                    self.service(Command::Acquire(req))
+                    self.service(node, Command::Acquire(req))
                 } else {
                     (RequestId(0), Some(Err(Error::LeaseNotFound)))
                 };
                 match answer {
-                    None => drop(self.waiters.insert(request, (client, lease_n))),
+                    None => drop(self.waiters.insert(request, (client, lease_n, node))),
                     // Grants, immediate or later, reach the client through the effects.
                     Some(Ok(Answer::Granted(_))) => {}
                     Some(_) => {
@@ -576,37 +696,61 @@ impl<'a, S: TraceSink> World<'a, S> {
                 }
             }
             ServiceMsg::Keepalive => {
-                let ok = matches!(self.service(Command::Keepalive { lease }).1, Some(Ok(_)));
+                let ok = matches!(self.service(node, Command::Keepalive { lease }).1, Some(Ok(_)));
+                if ok {
+                    self.lease_alive_at[client as usize] = self.now;
+                }
                 let token = self.clients[client as usize].token;
                 self.record(Actor::Lock, Kind::Keepalive, client, token, Some(sent_ms), Detail::Keepalive { ok });
                 let gen = self.clients[client as usize].gen;
                 self.reply(client, gen, ClientMsg::KeepaliveReply { lease_n, ok });
             }
             ServiceMsg::Release => {
-                self.service(Command::Release { name, lease });
-                self.service(Command::Revoke { lease });
+                self.service(node, Command::Release { name, lease });
+                self.service(node, Command::Revoke { lease });
                 let gen = self.clients[client as usize].gen;
                 self.reply(client, gen, ClientMsg::ReleaseAck);
             }
         }
-        self.after_service_call();
+        self.after_service_call(node);
+    }
+
+    /// No node serves this client now (the service is down, or the client is cut off
+    /// from every replica that serves): its connection fails. An acquire is answered
+    /// "not granted" (it tries again later), a release "done" (its lease ends anyway),
+    /// a keepalive not at all (the client cannot tell whether its lease lives).
+    fn unavailable(&mut self, client: u32, lease_n: u32, msg: ServiceMsg) {
+        let gen = self.clients[client as usize].gen;
+        match msg {
+            ServiceMsg::Acquire => self.reply(client, gen, ClientMsg::NotGranted { lease_n }),
+            ServiceMsg::Release => self.reply(client, gen, ClientMsg::ReleaseAck),
+            ServiceMsg::Keepalive => {}
+        }
     }
 
     /// Applies one command to the lock service now: its effects and the answers to
     /// queued requests are kept for `after_service_call`; its request id and its own
     /// answer are returned (`None` while it waits).
-    fn service(&mut self, cmd: Command) -> (RequestId, Option<Result<Answer, Error>>) {
+    fn service(&mut self, node: usize, cmd: Command) -> (RequestId, Option<Result<Answer, Error>>) {
         self.next_request += 1;
         let request = RequestId(self.next_request);
-        let mut out = self.table.apply(request, cmd, self.now);
+        let now = self.node_now(node);
+        if self.cfg.replication.is_some() {
+            self.replicate(node, request, &cmd, now);
+        }
+        let mut out = self.nodes[node].table.apply(request, cmd, now);
+        if self.cfg.service_crash_every_ms.is_some() {
+            service::make_durable(&mut self.durable, std::mem::take(&mut out.persist));
+        }
         let own = out.take_answer(request);
         self.effects.append(&mut out.effects);
         self.answers.append(&mut out.answers);
         (request, own)
     }
 
-    /// Carries out the table's effects and re-arms its timer.
-    fn after_service_call(&mut self) {
+    /// Carries out the effects of a node's table and re-arms its timer.
+    fn after_service_call(&mut self, node: usize) {
+        self.expire_orphans_if_open();
         let mut effects = std::mem::take(&mut self.effects);
         let answers = std::mem::take(&mut self.answers);
         for e in effects.drain(..) {
@@ -620,8 +764,7 @@ impl<'a, S: TraceSink> World<'a, S> {
                             // as a grant, so neither does the network.
                             let (client, lease_n) = Self::client_of(grant.lease);
                             let token = grant.token;
-                            self.record(Actor::Lock, Kind::Granted, client, Some(token), None, Detail::None);
-                            self.history(client, EventKind::Granted { token });
+                            self.granted(node, client, token);
                             let gen = self.clients[client as usize].gen;
                             self.reply(client, gen, ClientMsg::NotGranted { lease_n });
                             continue;
@@ -630,14 +773,16 @@ impl<'a, S: TraceSink> World<'a, S> {
                     let (client, lease_n) = Self::client_of(grant.lease);
                     self.summary.grants += 1;
                     let token = grant.token;
-                    self.record(Actor::Lock, Kind::Granted, client, Some(token), None, Detail::None);
-                    self.history(client, EventKind::Granted { token });
+                    self.granted(node, client, token);
                     let gen = self.clients[client as usize].gen;
                     self.reply(client, gen, ClientMsg::Granted { lease_n, token });
                 }
                 Effect::Released { token, lease, reason, .. } => {
                     let (client, _) = Self::client_of(lease);
                     if reason == ReleaseReason::Expired {
+                        if self.now < self.lease_alive_at[client as usize] + self.cfg.lease_ms {
+                            self.summary.early_expiries += 1;
+                        }
                         self.record(Actor::Lock, Kind::Expired, client, Some(token), None, Detail::None);
                         self.history(client, EventKind::LeaseExpired { token });
                     } else {
@@ -647,7 +792,7 @@ impl<'a, S: TraceSink> World<'a, S> {
                 }
                 Effect::WaitEnded { request, .. } => {
                     // Timed out, or its lease ended: the client hears "not granted".
-                    if let Some((client, lease_n)) = self.waiters.remove(&request) {
+                    if let Some((client, lease_n, _)) = self.waiters.remove(&request) {
                         self.record(Actor::Lock, Kind::WaitEnded, client, None, None, Detail::None);
                         let gen = self.clients[client as usize].gen;
                         self.reply(client, gen, ClientMsg::NotGranted { lease_n });
@@ -657,10 +802,20 @@ impl<'a, S: TraceSink> World<'a, S> {
             }
         }
         self.effects = effects;
-        if let Some(t) = self.table.poll_timeout() {
-            if self.service_timer_at.is_none_or(|s| t < s) {
-                self.service_timer_at = Some(t);
-                self.push(t.max(self.now), Ev::ServiceTimer);
+        self.arm_timer(node);
+    }
+
+    /// A grant reached a client's history: the trace, the checker, and the count of
+    /// tokens granted twice.
+    fn granted(&mut self, node: usize, client: u32, token: Token) {
+        let detail =
+            if self.cfg.replication.is_some() { Detail::Replica { replica: node as u32 } } else { Detail::None };
+        self.record(Actor::Lock, Kind::Granted, client, Some(token), None, detail);
+        self.history(client, EventKind::Granted { token });
+        let lock = self.clients[client as usize].lock as usize;
+        if let Some(seen) = self.granted_tokens.get_mut(lock) {
+            if !seen.insert(token.get()) {
+                self.summary.duplicate_tokens += 1;
             }
         }
     }
@@ -685,7 +840,13 @@ impl<'a, S: TraceSink> World<'a, S> {
                 self.history(client, EventKind::Read { held, fenced, value, outcome });
                 self.reply(client, gen, ClientMsg::ReadReply { ok, value, version });
             }
-            ResourceMsg::Write { held, value, version } => {
+            ResourceMsg::Write { held, value, version, id } => {
+                if self.cfg.write_copies > 1 && !self.written.insert(id) {
+                    // The idempotency key says: applied already. Nothing changes.
+                    self.summary.duplicates_absorbed += 1;
+                    self.record(Actor::Resource, Kind::Duplicate, client, held, Some(sent_ms), Detail::None);
+                    return;
+                }
                 let value_before = self.values[key as usize];
                 let ok = if self.occ() {
                     version == self.versions[key as usize]
