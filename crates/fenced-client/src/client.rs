@@ -181,6 +181,29 @@ impl Client {
         self.conn.view("listing locks", &path).await?.map_err(|e| e.into_error())
     }
 
+    /// The cluster as the member that answers sees it (`GET /v1/cluster`).
+    pub async fn cluster(&self) -> Result<serde_json::Value, Error> {
+        self.conn.view("the cluster's status", "/v1/cluster").await?.map_err(|e| e.into_error())
+    }
+
+    /// Adds a member (`id`, reachable at `url`) to the cluster: it catches up as a
+    /// learner, then becomes a voter. Returns the cluster's status after.
+    pub async fn add_member(&self, id: u64, url: &str) -> Result<serde_json::Value, Error> {
+        let body = serde_json::json!({ "id": id, "url": url });
+        let method = hyper::Method::POST;
+        self.conn
+            .call_json("adding a member", method, "/v1/cluster/members", Some(&body))
+            .await?
+            .map_err(|e| e.into_error())
+    }
+
+    /// Removes a member from the cluster's voters.
+    pub async fn remove_member(&self, id: u64) -> Result<serde_json::Value, Error> {
+        let path = format!("/v1/cluster/members/{id}");
+        let method = hyper::Method::DELETE;
+        self.conn.call_json("removing a member", method, &path, None).await?.map_err(|e| e.into_error())
+    }
+
     /// One lock as the server describes it.
     pub async fn lock_info(&self, name: &str) -> Result<serde_json::Value, Error> {
         let path = format!("/v1/locks/{}", segment(name));

@@ -382,13 +382,35 @@ impl Conn {
 
     /// `GET path` as JSON over HTTP (the views), on whichever endpoint answers.
     pub async fn view(&self, what: &str, path: &str) -> Result<Answer<serde_json::Value>, Error> {
-        self.each(|e| async move {
-            let t = e.http(what)?;
-            let r = t.send(Method::GET, path, &[], None, t.request_timeout).await?;
-            if r.is_success() {
-                Ok(Ok(r.json()?))
-            } else {
-                Ok(Err(r.api_error()))
+        self.call_json(what, Method::GET, path, None).await
+    }
+
+    /// A JSON call over HTTP (views and administration), on whichever endpoint takes it.
+    /// An empty answer (204) is `null`.
+    pub async fn call_json(
+        &self,
+        what: &str,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<Answer<serde_json::Value>, Error> {
+        self.each(|e| {
+            let method = method.clone();
+            async move {
+                let t = e.http(what)?;
+                // Membership changes wait for a new member to catch up: a longer bound.
+                let timeout = t.request_timeout * 6;
+                let r = match body {
+                    Some(b) => t.json(method, path, b, timeout).await?,
+                    None => t.send(method, path, &[], None, timeout).await?,
+                };
+                if r.status == 204 {
+                    Ok(Ok(serde_json::Value::Null))
+                } else if r.is_success() {
+                    Ok(Ok(r.json()?))
+                } else {
+                    Ok(Err(r.api_error()))
+                }
             }
         })
         .await

@@ -32,6 +32,15 @@ const RESPONSE_BYTES_MAX: usize = 16 << 20;
 #[derive(Clone)]
 pub struct Network {
     http: Client<HttpConnector, Full<Bytes>>,
+    /// `Authorization: Bearer ...` for every RPC, when the members share a token.
+    auth: Option<String>,
+}
+
+impl Network {
+    /// A network whose RPCs carry `token` (the members' shared bearer token).
+    pub fn with_auth(token: Option<String>) -> Network {
+        Network { auth: token.map(|t| format!("Bearer {t}")), ..Network::default() }
+    }
 }
 
 impl Default for Network {
@@ -40,7 +49,7 @@ impl Default for Network {
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_millis(500)));
         let http = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
-        Network { http }
+        Network { http, auth: None }
     }
 }
 
@@ -48,7 +57,12 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
-        Peer { target, base: node.addr.trim_end_matches('/').to_string(), http: self.http.clone() }
+        Peer {
+            target,
+            base: node.addr.trim_end_matches('/').to_string(),
+            http: self.http.clone(),
+            auth: self.auth.clone(),
+        }
     }
 }
 
@@ -57,6 +71,7 @@ pub struct Peer {
     target: NodeId,
     base: String,
     http: Client<HttpConnector, Full<Bytes>>,
+    auth: Option<String>,
 }
 
 fn net_err(e: impl Display) -> NetworkError<TypeConfig> {
@@ -71,10 +86,11 @@ impl Peer {
     {
         let url = format!("{}/raft/{what}", self.base);
         let body = serde_json::to_vec(req).map_err(|e| RPCError::Network(net_err(e)))?;
-        let request = hyper::Request::post(&url)
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| RPCError::Network(net_err(e)))?;
+        let mut request = hyper::Request::post(&url).header("content-type", "application/json");
+        if let Some(auth) = &self.auth {
+            request = request.header("authorization", auth);
+        }
+        let request = request.body(Full::new(Bytes::from(body))).map_err(|e| RPCError::Network(net_err(e)))?;
         let exchange = async {
             let resp = self.http.request(request).await.map_err(|e| {
                 if e.is_connect() {

@@ -60,6 +60,8 @@ pub struct NodeOptions {
     /// A snapshot every this many entries; the log keeps `snapshot_keep` entries before it.
     pub snapshot_every: u64,
     pub snapshot_keep: u64,
+    /// The bearer token peers present to each other (the server's own), if any.
+    pub peer_token: Option<String>,
 }
 
 impl NodeOptions {
@@ -75,6 +77,7 @@ impl NodeOptions {
             election_timeout_max_ms: 600,
             snapshot_every: 5_000,
             snapshot_keep: 1_000,
+            peer_token: None,
         }
     }
 }
@@ -217,7 +220,9 @@ impl Node {
         .validate()
         .map_err(raft_io)?;
         let raft =
-            Raft::new(opts.id, Arc::new(config), Network::default(), log.clone(), sm.clone()).await.map_err(raft_io)?;
+            Raft::new(opts.id, Arc::new(config), Network::with_auth(opts.peer_token.clone()), log.clone(), sm.clone())
+                .await
+                .map_err(raft_io)?;
         let lowest = opts.members.keys().next().copied();
         if !raft.is_initialized().await.map_err(raft_io)? && lowest == Some(opts.id) {
             let members: BTreeMap<NodeId, BasicNode> =

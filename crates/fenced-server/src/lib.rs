@@ -98,6 +98,7 @@ pub async fn run_with_wire(
     opts.members = members;
     opts.base = base;
     opts.snapshot_every = config.snapshot_entries;
+    opts.peer_token = auth_token.as_ref().map(|t| String::from_utf8_lossy(t).into_owned());
     opts.snapshot_keep = config.snapshot_entries / 5;
     if single {
         // One voter elects itself: no reason to wait a network's election timeout.

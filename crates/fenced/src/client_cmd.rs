@@ -39,6 +39,9 @@ pub enum ClientCmd {
     Put(PutArgs),
     /// Read a value from the server's fenced store.
     Get(GetArgs),
+    /// The cluster: its members, leader and commit index; add or remove a member.
+    #[command(subcommand)]
+    Cluster(ClusterCmd),
     /// The parent of `exec`'s command (started by `exec`, not by hand).
     #[command(hide = true)]
     ExecWatchdog(exec::watchdog::WatchdogArgs),
@@ -61,6 +64,18 @@ pub struct LockArgs {
     pub name: String,
     #[command(flatten)]
     pub hold: HoldArgs,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ClusterCmd {
+    /// Members (id, URL, role, last log index), leader, term and commit index, as the
+    /// member that answers sees them.
+    Status,
+    /// Add member ID reachable at URL (started with --node-id ID and the cluster's
+    /// --peers): it catches up, then votes.
+    Add { id: u64, url: String },
+    /// Remove member ID from the voters.
+    Remove { id: u64 },
 }
 
 #[derive(Args, Debug)]
@@ -106,6 +121,7 @@ pub fn run(cmd: ClientCmd, global: &Global) -> anyhow::Result<ExitCode> {
             ClientCmd::Locks(a) => locks(&client, a, global).await,
             ClientCmd::Put(a) => put(&client, a, global).await,
             ClientCmd::Get(a) => get(&client, a, global).await,
+            ClientCmd::Cluster(c) => cluster(&client, c, global).await,
             ClientCmd::ExecWatchdog(_) => unreachable!("handled before the runtime starts"),
         }
     })
@@ -180,6 +196,28 @@ async fn lock(client: &Client, a: LockArgs, global: &Global) -> anyhow::Result<E
             }
         }
     }
+}
+
+async fn cluster(client: &Client, c: ClusterCmd, global: &Global) -> anyhow::Result<ExitCode> {
+    let status = match c {
+        ClusterCmd::Status => client.cluster().await?,
+        ClusterCmd::Add { id, url } => client.add_member(id, &url).await?,
+        ClusterCmd::Remove { id } => client.remove_member(id).await?,
+    };
+    if global.json() {
+        println!("{status}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let n = |k: &str| status.get(k).and_then(|v| v.as_u64()).map_or("-".to_string(), |v| v.to_string());
+    println!("leader {}, term {}, commit index {}", n("leader_id"), n("term"), n("commit_index"));
+    for m in status.get("members").and_then(|m| m.as_array()).cloned().unwrap_or_default() {
+        let id = m.get("id").and_then(|v| v.as_u64()).unwrap_or(0);
+        let url = m.get("url").and_then(|v| v.as_str()).unwrap_or("?");
+        let role = m.get("role").and_then(|v| v.as_str()).unwrap_or("?");
+        let index = m.get("last_log_index").and_then(|v| v.as_u64()).map_or("-".to_string(), |v| v.to_string());
+        println!("{id}\t{role}\t{url}\tlast log index {index}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn locks(client: &Client, a: LocksArgs, global: &Global) -> anyhow::Result<ExitCode> {

@@ -53,6 +53,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/readyz"),
     ("get", "/openapi.json"),
     ("get", "/v1/cluster"),
+    ("post", "/v1/cluster/members"),
+    ("delete", "/v1/cluster/members/{id}"),
     ("post", "/v1/sim/runs"),
     ("post", "/v1/sim/sweeps"),
     ("get", "/"),
@@ -88,6 +90,8 @@ pub fn router(app: App) -> Router {
         .route("/v1/store/{*key}", get(store::read).put(store::write))
         .route("/v1/events", get(ops::events))
         .route("/v1/cluster", get(ops::cluster))
+        .route("/v1/cluster/members", post(ops::add_member))
+        .route("/v1/cluster/members/{id}", axum::routing::delete(ops::remove_member))
         .merge(lab)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(app.clone(), auth));

@@ -37,6 +37,52 @@ pub async fn readyz(State(app): State<App>) -> Response {
     )
 }
 
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddMember {
+    id: u64,
+    url: String,
+}
+
+/// `POST /v1/cluster/members` `{"id","url"}`: the new member catches up as a learner,
+/// then joins the voters; answered with the cluster's status once it has. Leader only.
+pub async fn add_member(
+    State(app): State<App>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Body,
+) -> Result<Response, super::ApiError> {
+    let req: AddMember = app.json_body(&headers, body).await?;
+    if req.id == 0 || !(req.url.starts_with("http://") || req.url.starts_with("https://")) {
+        return Err(super::ApiError::bad_request(
+            "invalid_field",
+            "a member needs an id of at least 1 and an http(s) URL",
+        ));
+    }
+    let node = &app.locks.node;
+    if !node.is_leading() {
+        return Err(fenced_core::Error::from(node.not_leader()).into());
+    }
+    node.add_member(req.id, req.url.trim_end_matches('/').to_string())
+        .await
+        .map_err(|e| super::ApiError::new(StatusCode::CONFLICT, "membership_change_failed", e))?;
+    Ok(cluster(State(app)).await)
+}
+
+/// `DELETE /v1/cluster/members/{id}`: the member leaves the voters. Leader only.
+pub async fn remove_member(
+    State(app): State<App>,
+    axum::extract::Path(id): axum::extract::Path<u64>,
+) -> Result<Response, super::ApiError> {
+    let node = &app.locks.node;
+    if !node.is_leading() {
+        return Err(fenced_core::Error::from(node.not_leader()).into());
+    }
+    node.remove_member(id)
+        .await
+        .map_err(|e| super::ApiError::new(StatusCode::CONFLICT, "membership_change_failed", e))?;
+    Ok(cluster(State(app)).await)
+}
+
 /// `GET /v1/cluster`: the members, the leader, the term and the commit index, as this
 /// member sees them (a single server answers as a cluster of one).
 pub async fn cluster(State(app): State<App>) -> Response {

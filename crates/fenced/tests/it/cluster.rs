@@ -281,3 +281,49 @@ fn a_leader_frozen_past_every_ttl_grants_nothing_when_it_wakes() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn members_join_and_leave_under_load() {
+    let mut c = Cluster::start("membership", 3);
+    // A fourth process, started with the cluster's peers and its own id: it waits to be
+    // added (only the lowest id initialises).
+    let spare = Member { id: 4, addr: free_addr(), dir: scratch("membership-4"), child: None };
+    c.peers = format!("{},4=http://{}", c.peers, spare.addr);
+    c.members.push(spare);
+    c.spawn(3);
+    let grants = Arc::new(Mutex::new(Grants::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let addrs: Vec<SocketAddr> = c.members.iter().map(|m| m.addr).collect();
+    let workers: Vec<_> = (0..3)
+        .map(|i| {
+            let (g, s, a) = (grants.clone(), stop.clone(), addrs.clone());
+            std::thread::spawn(move || load(a, i, &g, &s))
+        })
+        .collect();
+    until(30, || grants.lock().unwrap().tokens.len() >= 50);
+    let url = format!("http://{}", c.members[3].addr);
+    let (st, s) = c.any("POST", "/v1/cluster/members", &format!("{{\"id\":4,\"url\":\"{url}\"}}"));
+    assert_eq!(st, 200, "{s}");
+    let n = grants.lock().unwrap().tokens.len();
+    until(30, || grants.lock().unwrap().tokens.len() >= n + 50);
+    let (st, s) = c.any("DELETE", "/v1/cluster/members/3", "");
+    assert_eq!(st, 200, "{s}");
+    let n = grants.lock().unwrap().tokens.len();
+    until(30, || grants.lock().unwrap().tokens.len() >= n + 50);
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let l = c.leader(20);
+    let ids: Vec<u64> =
+        c.status(l).unwrap()["members"].as_array().unwrap().iter().map(|m| m["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, [1, 2, 4]);
+    let tokens = grants.lock().unwrap().tokens.clone();
+    let mut sorted = tokens.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), tokens.len(), "a token was issued twice");
+    // The new member holds the same table: it answers a linearizable view when it leads.
+    let (_, v) = c.any("GET", "/v1/locks", "");
+    assert!(v["locks"].is_array(), "{v}");
+}
