@@ -262,7 +262,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, io::Error> {
-        Ok(self.mem().vote.clone())
+        Ok(self.mem().vote)
     }
 }
 
@@ -271,8 +271,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, io::Error> {
         let mem = self.mem();
-        let last_purged_log_id = mem.last_purged.clone();
-        let last_log_id = mem.entries.last_key_value().map(|(_, e)| e.log_id()).or(last_purged_log_id.clone());
+        let last_purged_log_id = mem.last_purged;
+        let last_log_id = mem.entries.last_key_value().map(|(_, e)| e.log_id()).or(last_purged_log_id);
         Ok(LogState { last_purged_log_id, last_log_id })
     }
 
@@ -282,7 +282,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
         let value = encode(vote)?;
-        self.mem().vote = Some(vote.clone());
+        self.mem().vote = Some(*vote);
         self.durable(|done| Op::Meta { key: VOTE, value, done: Some(done) }).await
     }
 
@@ -295,7 +295,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {
-        Ok(self.mem().committed.clone())
+        Ok(self.mem().committed)
     }
 
     async fn append<I>(&mut self, entries: I, callback: IOFlushed<TypeConfig>) -> Result<(), io::Error>

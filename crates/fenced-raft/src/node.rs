@@ -152,7 +152,7 @@ impl Clock {
     fn stamp(&mut self) -> Option<(u64, openraft::alias::CommittedLeaderIdOf<crate::TypeConfig>)> {
         let local = self.local();
         let a = self.anchor.as_ref()?;
-        Some((a.table_ms + local.saturating_sub(a.local_ms), a.leader.clone()))
+        Some((a.table_ms + local.saturating_sub(a.local_ms), a.leader))
     }
 }
 
@@ -201,6 +201,9 @@ impl Node {
                 StateMachine::write_base(&db, base)?;
             }
         }
+        // A base state is not in the log: until a snapshot holds it, a member that
+        // replays the log from the start would miss it.
+        let base_unsnapshotted = db.base()?.is_some() && db.snapshot()?.is_none();
         let db_weak = Arc::downgrade(&db);
         let log = LogStore::open(db.clone())?;
         let sm = StateMachine::open(db, opts.limits.clone(), applied)?;
@@ -248,7 +251,35 @@ impl Node {
         tokio::spawn(node.clone().propose_loop(rx));
         tokio::spawn(node.clone().leadership_loop());
         tokio::spawn(node.clone().timer_loop());
+        if base_unsnapshotted {
+            tokio::spawn(node.clone().snapshot_base());
+        }
         Ok(node)
+    }
+
+    /// Puts a migrated base state into a snapshot and purges the log it covers, so that
+    /// every member added later starts from the snapshot, never from an empty table.
+    async fn snapshot_base(self: Arc<Self>) {
+        if !self.wait_leading(Duration::from_secs(60)).await {
+            return;
+        }
+        if let Err(e) = self.raft.trigger().snapshot().await {
+            tracing::error!(error = %e, "cannot snapshot the migrated state");
+            return;
+        }
+        let mut metrics = self.raft.metrics();
+        loop {
+            let snapshot = metrics.borrow_watched().snapshot.as_ref().map(|l| l.index);
+            if let Some(index) = snapshot {
+                let _ = self.raft.trigger().purge_log(index).await;
+                tracing::info!(index, "the migrated state is in a snapshot");
+                return;
+            }
+            tokio::select! {
+                r = metrics.changed() => if r.is_err() { return },
+                _ = self.stopping() => return,
+            }
+        }
     }
 
     pub fn id(&self) -> NodeId {
@@ -444,13 +475,12 @@ impl Node {
                     (st.table.poll_timeout(), st.table.now_ms())
                 };
                 match due {
-                    Some(at) if at <= now_ms => {
-                        if tick_sent_at.is_none_or(|t| applied_ms >= t) {
-                            tick_sent_at = Some(now_ms);
-                            let _ = self.propose(NO_REQUEST, Command::Tick);
-                        }
+                    Some(at) if at <= now_ms && tick_sent_at.is_none_or(|t| applied_ms >= t) => {
+                        tick_sent_at = Some(now_ms);
+                        let _ = self.propose(NO_REQUEST, Command::Tick);
                     }
-                    Some(at) => wait_ms = wait_ms.min(at - now_ms),
+                    // Due with a tick in flight: the apply wakes this loop.
+                    Some(at) => wait_ms = wait_ms.min(at.saturating_sub(now_ms)),
                     None => {}
                 }
             } else {

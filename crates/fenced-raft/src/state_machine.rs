@@ -136,7 +136,7 @@ impl StateMachine {
     fn snapshot_now(&self) -> io::Result<Snapshot> {
         let (meta, data) = {
             let st = self.state();
-            let meta = SnapshotMeta { last_log_id: st.last_applied.clone(), last_membership: st.membership.clone() };
+            let meta = SnapshotMeta { last_log_id: st.last_applied, last_membership: st.membership.clone() };
             (meta, encode_table(&st.table)?)
         };
         self.db.put_snapshot(&serde_json::to_vec(&meta).map_err(io_err)?, &data)?;
@@ -159,7 +159,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
         let st = self.state();
-        Ok((st.last_applied.clone(), st.membership.clone()))
+        Ok((st.last_applied, st.membership.clone()))
     }
 
     async fn apply<Strm>(&mut self, mut entries: Strm) -> Result<(), io::Error>
@@ -174,7 +174,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                     EntryPayload::Blank => {}
                     EntryPayload::Normal(batch) => self.apply_batch(&mut st, batch.items, batch.now_ms, &mut out),
                     EntryPayload::Membership(m) => {
-                        st.membership = StoredMembership::new(Some(entry.log_id.clone()), m);
+                        st.membership = StoredMembership::new(Some(entry.log_id), m);
                     }
                 }
                 st.last_applied = Some(entry.log_id);
@@ -202,7 +202,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         drop(data);
         let mut st = self.state();
         st.table = table;
-        st.last_applied = meta.last_log_id.clone();
+        st.last_applied = meta.last_log_id;
         st.membership = meta.last_membership.clone();
         Ok(())
     }

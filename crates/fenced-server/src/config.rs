@@ -73,8 +73,8 @@ pub struct Config {
     /// it runs simulations on the lock server's own cores (bounded, but an operator of a
     /// production server may want none of it).
     pub lab_api: bool,
-    /// Tokens reserved per durable ceiling write (one fsync per this many grants, and
-    /// this many tokens skipped at each restart).
+    /// Only for migrating a data directory of the single-node format (before the
+    /// replicated log): the token block that format reserved. Tokens now live in the log.
     pub token_block: u64,
     /// Fenced-store keys starting with this take writes without a `Fencing-Token`
     /// (last writer wins, no mark kept). Empty, the default: every key is fenced. For
@@ -226,6 +226,11 @@ impl Config {
         if !members.contains_key(&self.node_id) {
             return bad("peers must list this node's own node_id");
         }
+        if members.len() > 1 && self.tls_cert.is_some() {
+            return bad(
+                "a cluster's members talk plain HTTP to each other: peers cannot be combined with tls_cert yet",
+            );
+        }
         if self.connections_max == 0 || self.store_key_bytes_max == 0 || self.list_locks_max == 0 {
             return bad("connections_max, store_key_bytes_max and list_locks_max must be positive");
         }
@@ -241,11 +246,16 @@ impl Config {
             return Ok(out);
         }
         for part in self.peers.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let bad = || ConfigError::Invalid(format!("peers: '{part}' is not ID=URL (like 2=http://127.0.0.1:7402)"));
+            let bad = || {
+                ConfigError::Invalid(format!(
+                    "peers: '{part}' is not ID=http://HOST:PORT (like 2=http://127.0.0.1:7402)"
+                ))
+            };
             let (id, url) = part.split_once('=').ok_or_else(bad)?;
             let id: u64 = id.trim().parse().map_err(|_| bad())?;
             let url = url.trim();
-            if id == 0 || !(url.starts_with("http://") || url.starts_with("https://")) {
+            // Peer RPCs are plain HTTP for now (no TLS between members).
+            if id == 0 || !url.starts_with("http://") {
                 return Err(bad());
             }
             if out.insert(id, url.trim_end_matches('/').to_string()).is_some() {

@@ -93,6 +93,14 @@ pub async fn run_with_wire(
     let self_url = format!("http://{}", listener.local_addr()?);
     let members = config.members(&self_url).map_err(|e| ServerError::Setup(e.to_string()))?;
     let single = members.len() == 1;
+    if base.is_some() && !single {
+        // The migrated table would be this member's alone, not the log's.
+        return Err(ServerError::Setup(format!(
+            "{} holds a single-node data directory of the format before the replicated log: start it once \
+             without --peers (it migrates), then add the other members with `fenced cluster add`",
+            config.data_dir.display()
+        )));
+    }
     let mut opts = fenced_raft::NodeOptions::single(config.data_dir.clone(), config.limits(), self_url);
     opts.id = config.node_id;
     opts.members = members;

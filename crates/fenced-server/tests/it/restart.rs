@@ -56,3 +56,49 @@ fn tokens_stay_above_every_token_of_before_a_restart() {
     let (_, g) = s.acquire("after", "{\"ttl_ms\":1000}");
     assert_eq!(g["token"].as_u64(), Some(last + 1), "the next token, no jump: {g}");
 }
+
+/// A data directory of the format before the replicated log (token ceiling, TTL mark,
+/// a lock-delay record): migrated once, tokens continue above the old ceiling, the old
+/// rule's grace holds back grants once, the lock-delay is served, and the migrated
+/// state is put in a snapshot so that members added later start from it.
+#[test]
+fn a_single_node_directory_of_the_old_format_is_migrated() {
+    let dir = std::env::temp_dir().join(format!("fenced-migrate-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (store, _, writer) = fenced_store::Store::open(&dir).unwrap();
+            let name = fenced_core::LockName::new("delayed").unwrap();
+            store
+                .persist(vec![
+                    fenced_core::Persist::TokenCeiling(1_000),
+                    fenced_core::Persist::TtlMsHwm(500),
+                    fenced_core::Persist::LockDelay { name, lock_delay_ms: Some(20_000) },
+                ])
+                .await
+                .unwrap();
+            drop(store);
+            writer.join().unwrap();
+        });
+    }
+    let s = TestServer::on(Config { data_dir: dir.clone(), ..Config::default() });
+    // The old rule's grace, once: every lease of the old run lived in memory.
+    let (st, e) = s.acquire("a", "{\"ttl_ms\":1000}");
+    assert!(st == 503 || st == 200, "{e}");
+    let (st, g) = s.acquire("a", "{\"ttl_ms\":1000,\"wait_ms\":5000}");
+    assert_eq!(st, 200, "{g}");
+    assert!(g["token"].as_u64().unwrap() >= 1_000, "tokens continue above the old ceiling: {g}");
+    let (st, e) = s.acquire("delayed", "{\"ttl_ms\":1000}");
+    assert_eq!((st, e["error"]["code"].as_str()), (409, Some("lock_held")), "the lock-delay is served: {e}");
+    crate::harness::eventually(10, || s.get("/v1/cluster").json()["snapshot_index"].as_u64().is_some());
+    let t = g["token"].as_u64().unwrap();
+    let dir = s.stop();
+    // The next start is not a migration: no grace, the same state.
+    let s = TestServer::on(Config { data_dir: dir, ..Config::default() });
+    let (st, g) = s.acquire("b", "{\"ttl_ms\":1000}");
+    assert_eq!(st, 200, "{g}");
+    assert!(g["token"].as_u64().unwrap() > t);
+    let (st, _) = s.acquire("delayed", "{\"ttl_ms\":1000}");
+    assert_eq!(st, 409);
+}
