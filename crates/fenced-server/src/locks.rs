@@ -172,6 +172,12 @@ impl Refusals for Router {
 pub struct Locks {
     pub node: Arc<Node>,
     router: Arc<Router>,
+    /// Request ids are unique across the cluster and across restarts, because every
+    /// member applies every entry and routes answers by id to its own callers: the
+    /// high 16 bits are the node id, the next 16 a random draw at start (this process),
+    /// the low 32 a counter (it wraps after 4 billion requests, long after any request
+    /// that used the id has ended: a wait is bounded by `wait_ms_max`).
+    id_prefix: u64,
     next_request: AtomicU64,
     pub events: broadcast::Sender<Event>,
 }
@@ -179,13 +185,17 @@ pub struct Locks {
 impl Locks {
     /// `gone` is the router's: requests to withdraw (a task proposes their `Cancel`).
     pub fn new(node: Arc<Node>, router: Arc<Router>, mut gone: mpsc::UnboundedReceiver<RequestId>) -> Arc<Locks> {
-        let locks = Arc::new(Locks {
-            node,
-            events: router.events.clone(),
-            router,
-            // 0 is the log's "nobody waits" id.
-            next_request: AtomicU64::new(1),
-        });
+        let mut draw = [0u8; 2];
+        // Without OS randomness the clock's nanoseconds still tell two starts apart.
+        if getrandom::fill(&mut draw).is_err() {
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            draw = (nanos.subsec_nanos() as u16).to_le_bytes();
+        }
+        let incarnation = u16::from_le_bytes(draw) as u64;
+        // Never 0: that is the log's "nobody waits" id (node ids start at 1).
+        let id_prefix = ((node.id() & 0xffff).max(1) << 48) | (incarnation << 32);
+        let locks =
+            Arc::new(Locks { node, events: router.events.clone(), router, id_prefix, next_request: AtomicU64::new(1) });
         let node = locks.node.clone();
         tokio::spawn(async move {
             loop {
@@ -209,7 +219,7 @@ impl Locks {
     }
 
     fn next_id(&self) -> RequestId {
-        RequestId(self.next_request.fetch_add(1, Ordering::Relaxed))
+        RequestId(self.id_prefix | (self.next_request.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff))
     }
 
     /// Proposes one command and waits for its entry to be applied. Dropping the future
