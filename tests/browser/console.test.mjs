@@ -308,6 +308,13 @@ test("the live page shows a lock acquired through the API, and store writes", as
   await page.locator('tr[data-key="demo-key"]').filter({ hasText: `#${token}` }).waitFor();
   await page.locator("#feed li.store_rejected").first().waitFor();
   await page.locator("#feed li.granted").first().waitFor();
+  // The cluster card: a single server is a cluster of one, its own leader, and the
+  // commit index it shows is the server's own.
+  await page.locator('#members tr[data-member="1"].leader').waitFor();
+  const cluster = await (await api.get(`${URL}/v1/cluster`)).json();
+  assert.equal(cluster.leader_id, 1);
+  await page.locator("#cluster-summary").filter({ hasText: "a cluster of one" }).waitFor();
+  assert.match(await page.locator("#cluster-summary").textContent(), /leader #1 \(a cluster of one\), term \d+, commit index \d+/);
   await page.screenshot({ path: `${SHOTS}/live.png`, fullPage: true });
   await page.context().close();
 });

@@ -1,5 +1,6 @@
-// The live page: the running server's locks, its fenced store's marks, and its event
-// feed, updating without reload.
+// The live page: the running server's locks, its fenced store's marks, the cluster it
+// belongs to (members, leader, commit index), and its event feed, updating without
+// reload.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -11,6 +12,11 @@ function headers() {
   return t ? { Authorization: `Bearer ${t}` } : {};
 }
 
+/** The code of an error thrown by getJson, when the server gave one. */
+class ApiError extends Error {
+  constructor(message, code) { super(message); this.code = code; }
+}
+
 async function getJson(path) {
   let resp;
   try { resp = await fetch(path, { headers: headers() }); } catch (e) { throw new Error(`cannot reach the server (${e.message})`); }
@@ -19,7 +25,7 @@ async function getJson(path) {
   try { data = text ? JSON.parse(text) : null; } catch (_) { /* not JSON */ }
   if (!resp.ok) {
     const err = data && data.error;
-    throw new Error(err ? `${err.message} (${resp.status} ${err.code})` : `HTTP ${resp.status}`);
+    throw new ApiError(err ? `${err.message} (${resp.status} ${err.code})` : `HTTP ${resp.status}`, err && err.code);
   }
   return data;
 }
@@ -52,7 +58,29 @@ async function refreshKeys() {
     }
     renderKeys();
   } catch (e) {
+    if (e.code === "store_not_replicated") {
+      $("keys-empty").textContent = "A cluster of several members does not serve the fenced store yet.";
+      $("keys-empty").hidden = false;
+      return;
+    }
     Fenced.banner(`The server answered with an error: ${e.message}`);
+  }
+}
+
+/** The members as this server sees them, the leader, the term and the commit index. */
+async function refreshCluster() {
+  try {
+    const c = await getJson("/v1/cluster");
+    const one = c.members.length === 1 ? " (a cluster of one)" : "";
+    $("cluster-summary").textContent =
+      `leader ${c.leader_id === null ? "none" : `#${c.leader_id}`}${one}, term ${c.term}, commit index ${c.commit_index === null ? "none" : c.commit_index}; this server is #${c.id}`;
+    $("members").tBodies[0].replaceChildren(...c.members.map((m) => Fenced.el("tr", { "data-member": String(m.id), class: m.role },
+      Fenced.el("td", {}, `#${m.id}${m.id === c.id ? " (this)" : ""}`),
+      Fenced.el("td", { class: m.role === "leader" ? "good" : "" }, m.role),
+      Fenced.el("td", { class: "name" }, m.url),
+      Fenced.el("td", {}, m.last_log_index === null ? "" : String(m.last_log_index)))));
+  } catch (e) {
+    $("cluster-summary").textContent = `unknown: ${e.message}`;
   }
 }
 
@@ -128,6 +156,8 @@ $("token").addEventListener("change", () => { sessionStorage.setItem("fenced-tok
 $("prefix").addEventListener("input", refreshLocks);
 refreshLocks();
 refreshKeys();
+refreshCluster();
 setInterval(refreshLocks, 1000);
 setInterval(refreshKeys, 2000);
+setInterval(refreshCluster, 1000);
 follow();
