@@ -81,6 +81,11 @@ pub struct Config {
     /// demonstrating what fencing prevents (`fenced demo --fencing off`), not for data
     /// that matters.
     pub unfenced_prefix: String,
+    /// Fenced-store keys starting with this take tokens minted by another lock service
+    /// (an etcd lock key's `create_revision`, a ZooKeeper lock node's `czxid`, a Redis
+    /// `INCR`): the gate rule is the same, only the check that this server issued the
+    /// token is off for them, since it cannot know. Empty, the default: none.
+    pub foreign_token_prefix: String,
 }
 
 impl Default for Config {
@@ -116,6 +121,7 @@ impl Default for Config {
             store_bytes_max: 1 << 30,
             token_block: 1_000_000,
             unfenced_prefix: String::new(),
+            foreign_token_prefix: String::new(),
         }
     }
 }
@@ -201,6 +207,9 @@ impl Config {
         if self.unfenced_prefix.chars().any(char::is_control) {
             return bad("unfenced_prefix must not hold control characters");
         }
+        if self.foreign_token_prefix.chars().any(char::is_control) {
+            return bad("foreign_token_prefix must not hold control characters");
+        }
         if self.body_bytes_in_flight_max < self.body_bytes_max || self.body_bytes_in_flight_max > u32::MAX as usize {
             return bad("body_bytes_in_flight_max must be at least body_bytes_max and below 4 GiB");
         }
@@ -213,6 +222,11 @@ impl Config {
     /// Whether `key` is under `unfenced_prefix` (never, when the prefix is empty).
     pub fn is_unfenced(&self, key: &str) -> bool {
         !self.unfenced_prefix.is_empty() && key.starts_with(&self.unfenced_prefix)
+    }
+
+    /// Whether `key` is under `foreign_token_prefix` (never, when the prefix is empty).
+    pub fn takes_foreign_tokens(&self, key: &str) -> bool {
+        !self.foreign_token_prefix.is_empty() && key.starts_with(&self.foreign_token_prefix)
     }
 
     /// The core's limits.
@@ -235,7 +249,14 @@ impl Config {
 fn typed(key: &str, raw: &str) -> Result<toml::Value, ConfigError> {
     let is_string = matches!(
         key,
-        "listen" | "wire_listen" | "data_dir" | "auth_token_file" | "tls_cert" | "tls_key" | "unfenced_prefix"
+        "listen"
+            | "wire_listen"
+            | "data_dir"
+            | "auth_token_file"
+            | "tls_cert"
+            | "tls_key"
+            | "unfenced_prefix"
+            | "foreign_token_prefix"
     );
     if is_string {
         return Ok(toml::Value::String(raw.to_string()));
