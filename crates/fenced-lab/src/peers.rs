@@ -20,6 +20,11 @@ use anyhow::{bail, Context, Result};
 /// The key prefix a lab-started Fenced server leaves unfenced (writes need no token).
 pub const UNFENCED_PREFIX: &str = "unfenced/";
 
+/// The key prefix under which a lab-started Fenced server takes tokens minted by
+/// another lock service (etcd, ZooKeeper, Redis): the gate rule without the check that
+/// it issued them itself.
+pub const FOREIGN_PREFIX: &str = "foreign/";
+
 /// Debian's ZooKeeper server and client classes; its manifest names the jars it needs.
 const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 
@@ -95,10 +100,19 @@ impl Service {
     pub fn fenced(bin: &Path, extra: &[&str]) -> Result<Service> {
         let dir = TempDir::new("lab-fenced")?;
         let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-        let mut args: Vec<OsString> = ["server", "--listen", &addr.to_string(), "--unfenced-prefix", UNFENCED_PREFIX]
-            .iter()
-            .map(OsString::from)
-            .collect();
+        let listen = addr.to_string();
+        let mut args: Vec<OsString> = [
+            "server",
+            "--listen",
+            &listen,
+            "--unfenced-prefix",
+            UNFENCED_PREFIX,
+            "--foreign-token-prefix",
+            FOREIGN_PREFIX,
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
         args.push("--data-dir".into());
         args.push(dir.path().join("data").into());
         args.extend(extra.iter().map(OsString::from));
@@ -167,7 +181,9 @@ impl Service {
 
     /// A standalone ZooKeeper (Debian's `zookeeper`, run by `java`) with its default
     /// durability: the transaction log is fsynced before a write is answered
-    /// (`forceSync=yes`). No admin server, no four-letter words but `srvr`.
+    /// (`forceSync=yes`). No admin server, no four-letter words but `srvr`. Sessions
+    /// may be as short as one tick (2 s) rather than the default two, so that a session
+    /// can stand for a 2 s lease.
     pub fn zookeeper() -> Result<Service> {
         const HINT: &str = "apt-get install -y zookeeper";
         let java = find_program("java", HINT)?;
@@ -179,7 +195,8 @@ impl Service {
         let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
         let cfg = dir.path().join("zoo.cfg");
         let conf = format!(
-            "tickTime=2000\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
+            "tickTime=2000\nminSessionTimeout=2000\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\n\
+             admin.enableServer=false\n\
              4lw.commands.whitelist=srvr\nmaxClientCnxns=0\n",
             dir.path().join("data").display(),
             addr.port()
