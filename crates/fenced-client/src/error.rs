@@ -69,6 +69,11 @@ pub enum Error {
     #[cfg(feature = "sqlite")]
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// The S3 adapter's store error (unreachable, denied, ...; a precondition failure
+    /// is retried, and a stale token is a `Fenced::Rejected`, not this).
+    #[cfg(feature = "s3")]
+    #[error("object store: {0}")]
+    ObjectStore(#[from] object_store::Error),
 }
 
 impl Error {

@@ -14,6 +14,8 @@ use crate::error::Error;
 
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "s3")]
+pub mod s3;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 mod store;

@@ -4,6 +4,8 @@
 
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "s3")]
+mod s3;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod store;
