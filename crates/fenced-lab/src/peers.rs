@@ -210,6 +210,26 @@ impl Service {
         Service::launch("zookeeper", java, args, addr, dir, zookeeper_serving)
     }
 
+    /// moto's S3 server (`moto_server`, PyPI `moto[server]`, on the PATH), in memory,
+    /// with `bucket` made. It keeps nothing across a restart, so it stands for the
+    /// resource, which the nemesis never crashes.
+    pub fn moto(bucket: &str) -> Result<Service> {
+        let program = find_program("moto_server", "pip install 'moto[server]'")?;
+        let dir = TempDir::new("lab-moto")?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let args: Vec<OsString> =
+            ["-H", "127.0.0.1", "-p", &addr.port().to_string()].iter().map(OsString::from).collect();
+        let s = Service::launch("moto", program, args, addr, dir, listening)?;
+        // A bucket is made by a bare PUT (moto checks no signature).
+        let request =
+            format!("PUT /{bucket} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        let conn = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+        match ask(conn, request.as_bytes(), Duration::from_secs(5)) {
+            Some(a) if a.starts_with("HTTP/1.1 200") => Ok(s),
+            other => bail!("moto did not make bucket {bucket}: {other:?}"),
+        }
+    }
+
     /// A PostgreSQL cluster (Debian's `postgresql`), on a loopback TCP port, with its
     /// default durability. The user is `postgres`, trusted, database `postgres`.
     pub fn postgres() -> Result<Service> {

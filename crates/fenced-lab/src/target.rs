@@ -12,6 +12,7 @@
 //! | `zookeeper-gated` | Curator's `InterProcessMutex` recipe, session timeout = TTL | as `etcd-gated` | the lock node's `czxid`, checked by the store |
 //! | `redis-token` | `SET NX PX` and `INCR` of a token key in one script (Redisson's fenced lock) | as `etcd-gated` | the `INCR`, checked by the store |
 //! | `redlock` | Redlock over five Redis instances, the published algorithm | a Fenced store key under the unfenced prefix | none exists |
+//! | `s3` | Fenced lock | an S3 object (moto's server) through the client's `S3Gate`: a conditional put on the ETag | checked by the gate |
 //!
 //! The four rows after `postgres` keep their counter in a second Fenced server (the
 //! gate), reached directly: the nemesis crashes and delays only their lock service.
@@ -22,6 +23,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use fenced_client::resource::postgres::PgKv;
+use fenced_client::resource::s3::{AmazonS3Builder, S3Gate};
 use fenced_client::{Client, Fenced, FencedResource, LockGuard, Token};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng as _, SeedableRng};
@@ -52,10 +54,11 @@ pub enum Target {
     ZookeeperGated,
     RedisToken,
     Redlock,
+    S3,
 }
 
 impl Target {
-    pub const ALL: [Target; 9] = [
+    pub const ALL: [Target; 10] = [
         Target::Fenced,
         Target::FencedUnfenced,
         Target::Redis,
@@ -65,6 +68,7 @@ impl Target {
         Target::ZookeeperGated,
         Target::RedisToken,
         Target::Redlock,
+        Target::S3,
     ];
 
     pub fn name(self) -> &'static str {
@@ -78,6 +82,7 @@ impl Target {
             Target::ZookeeperGated => "zookeeper-gated",
             Target::RedisToken => "redis-token",
             Target::Redlock => "redlock",
+            Target::S3 => "s3",
         }
     }
 
@@ -85,7 +90,12 @@ impl Target {
     pub fn fenced(self) -> bool {
         matches!(
             self,
-            Target::Fenced | Target::Postgres | Target::EtcdGated | Target::ZookeeperGated | Target::RedisToken
+            Target::Fenced
+                | Target::Postgres
+                | Target::EtcdGated
+                | Target::ZookeeperGated
+                | Target::RedisToken
+                | Target::S3
         )
     }
 
@@ -96,7 +106,7 @@ impl Target {
 
     /// Whether the lock service is Fenced.
     pub fn fenced_locks(self) -> bool {
-        matches!(self, Target::Fenced | Target::FencedUnfenced | Target::Postgres)
+        matches!(self, Target::Fenced | Target::FencedUnfenced | Target::Postgres | Target::S3)
     }
 
     /// Whether the counter lives in a second Fenced server (the gate), apart from the
@@ -146,6 +156,9 @@ pub struct Endpoints {
     pub lock: String,
     /// A `tokio-postgres` connection string, for `postgres`.
     pub pg: Option<String>,
+    /// The S3 endpoint (`http://host:port`) of the `s3` target's bucket.
+    #[serde(default)]
+    pub s3: Option<String>,
     /// `host:port` of the Fenced server that holds the counter, for the rows whose
     /// lock service is another ([`Target::gated_elsewhere`]).
     #[serde(default)]
@@ -183,11 +196,10 @@ enum Held {
 }
 
 enum Conn {
-    /// Fenced locks; the counter in the Fenced store (fenced or not) or in PostgreSQL.
+    /// Fenced locks; the counter in the Fenced store (fenced or not), PostgreSQL or S3.
     Fenced {
         client: Client,
-        pg: Option<PgKv>,
-        unfenced: bool,
+        counter: Counter,
     },
     Redis(redis::aio::MultiplexedConnection),
     Etcd(Etcd),
@@ -200,6 +212,17 @@ enum Conn {
     /// One connection per instance, opened again after a failure.
     Redlock(Vec<RedisInstance>),
 }
+
+/// Where a Fenced-locked target keeps its counter.
+enum Counter {
+    Store,
+    Unfenced,
+    Pg(PgKv),
+    S3(S3Gate),
+}
+
+/// The bucket of the `s3` target (moto's server creates it at start).
+pub const S3_BUCKET: &str = "fenced-torture";
 
 /// One Redlock instance and its connection, while it has one.
 struct RedisInstance {
@@ -249,20 +272,33 @@ async fn redis_connect(addr: &str, op_timeout: Duration) -> Result<redis::aio::M
 impl Driver {
     pub async fn connect(target: Target, ep: &Endpoints, op_timeout: Duration, nonce: u64) -> Result<Driver> {
         let conn = match target {
-            Target::Fenced | Target::FencedUnfenced | Target::Postgres => {
+            Target::Fenced | Target::FencedUnfenced | Target::Postgres | Target::S3 => {
                 let client = fenced_client(&ep.lock, op_timeout)?;
-                let pg = match target {
+                let counter = match target {
                     Target::Postgres => {
                         let conf = ep.pg.as_deref().context("the postgres target needs a database")?;
                         let (db, connection) = tokio_postgres::connect(conf, tokio_postgres::NoTls)
                             .await
                             .context("connect to PostgreSQL")?;
                         tokio::spawn(connection);
-                        Some(PgKv::open(db, "fenced_torture").await?)
+                        Counter::Pg(PgKv::open(db, "fenced_torture").await?)
                     }
-                    _ => None,
+                    Target::S3 => {
+                        let endpoint = ep.s3.as_deref().context("the s3 target needs an S3 endpoint")?;
+                        // moto takes any credentials; a real bucket takes AmazonS3Builder::from_env().
+                        let bucket = AmazonS3Builder::new()
+                            .with_endpoint(endpoint)
+                            .with_allow_http(true)
+                            .with_bucket_name(S3_BUCKET)
+                            .with_region("us-east-1")
+                            .with_access_key_id("torture")
+                            .with_secret_access_key("torture");
+                        Counter::S3(S3Gate::new(bucket)?)
+                    }
+                    Target::FencedUnfenced => Counter::Unfenced,
+                    _ => Counter::Store,
                 };
-                Conn::Fenced { client, pg, unfenced: target == Target::FencedUnfenced }
+                Conn::Fenced { client, counter }
             }
             Target::Redis | Target::RedisToken => Conn::Redis(redis_connect(&ep.lock, op_timeout).await?),
             Target::Etcd | Target::EtcdGated => {
@@ -292,7 +328,7 @@ impl Driver {
             Target::EtcdGated | Target::ZookeeperGated | Target::RedisToken => {
                 format!("{FOREIGN_PREFIX}{LOCK}/counter")
             }
-            Target::Fenced | Target::Postgres => format!("{LOCK}/counter"),
+            Target::Fenced | Target::Postgres | Target::S3 => format!("{LOCK}/counter"),
         }
     }
 
@@ -409,12 +445,13 @@ impl Driver {
         let raw: Fenced<Option<Vec<u8>>> = match (&self.gate, &mut self.conn) {
             (Some(gate), _) if self.target.fenced() => gate.store().read(&key, grant_token(grant)?).await?,
             (Some(gate), _) => gate.store().get(&key, None).await?.map(|r| r.value),
-            (None, Conn::Fenced { client, pg, unfenced }) => {
+            (None, Conn::Fenced { client, counter }) => {
                 let token = grant_token(grant)?;
-                match (pg, *unfenced) {
-                    (Some(pg), _) => pg.read(&key, token).await?,
-                    (None, true) => client.store().get(&key, None).await?.map(|r| r.value),
-                    (None, false) => client.store().read(&key, token).await?,
+                match counter {
+                    Counter::Pg(pg) => pg.read(&key, token).await?,
+                    Counter::S3(s3) => s3.read(&key, token).await?,
+                    Counter::Unfenced => client.store().get(&key, None).await?.map(|r| r.value),
+                    Counter::Store => client.store().read(&key, token).await?,
                 }
             }
             (None, Conn::Redis(conn)) => Fenced::Accepted(
@@ -443,15 +480,16 @@ impl Driver {
                 gate.store().put_unfenced(&key, &bytes).await?;
                 Fenced::Accepted(())
             }
-            (None, Conn::Fenced { client, pg, unfenced }) => {
+            (None, Conn::Fenced { client, counter }) => {
                 let token = grant_token(grant)?;
-                match (pg, *unfenced) {
-                    (Some(pg), _) => pg.write(&key, token, &bytes).await?,
-                    (None, true) => {
+                match counter {
+                    Counter::Pg(pg) => pg.write(&key, token, &bytes).await?,
+                    Counter::S3(s3) => s3.write(&key, token, &bytes).await?,
+                    Counter::Unfenced => {
                         client.store().put_unfenced(&key, &bytes).await?;
                         Fenced::Accepted(())
                     }
-                    (None, false) => client.store().write(&key, token, &bytes).await?,
+                    Counter::Store => client.store().write(&key, token, &bytes).await?,
                 }
             }
             (None, Conn::Redis(conn)) => {
@@ -508,11 +546,12 @@ impl Driver {
         let op = self.op_timeout;
         let raw = match (&self.gate, &mut self.conn) {
             (Some(gate), _) => gate.store().get(&key, None).await?.into_result()?.value,
-            (None, Conn::Fenced { pg: Some(pg), .. }) => {
+            (None, Conn::Fenced { counter: Counter::Pg(pg), .. }) => {
                 let sql = "SELECT value FROM fenced_torture WHERE key = $1";
                 let row = pg.db().query_opt(sql, &[&key]).await?;
                 row.and_then(|r| r.get::<_, Option<Vec<u8>>>(0))
             }
+            (None, Conn::Fenced { counter: Counter::S3(s3), .. }) => s3.value(&key).await?,
             (None, Conn::Fenced { client, .. }) => client.store().get(&key, None).await?.into_result()?.value,
             (None, Conn::Redis(conn)) => timeout(op, redis::cmd("GET").arg(&key).query_async::<Option<Vec<u8>>>(conn))
                 .await

@@ -24,7 +24,7 @@ use tokio::time::{sleep, timeout, Instant};
 use crate::history::{analyse, Fault, Op, OpKind, OpResult};
 use crate::peers::{signal, Service};
 use crate::proxy::DelayProxy;
-use crate::target::{Driver, Endpoints, Target, REDLOCK_INSTANCES};
+use crate::target::{Driver, Endpoints, Target, REDLOCK_INSTANCES, S3_BUCKET};
 use crate::worker::{now_us, WorkerSpec};
 
 /// The faults the nemesis may inject.
@@ -146,7 +146,7 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     cfg.validate().map_err(anyhow::Error::msg)?;
     let bin = cfg.fenced_bin.clone();
     let target = cfg.target;
-    let (locks, gate, pg) = tokio::task::spawn_blocking(move || start_services(target, &bin)).await??;
+    let Services { locks, gate, pg, s3 } = tokio::task::spawn_blocking(move || start_services(target, &bin)).await??;
     let lock_addrs: Vec<_> = locks.iter().map(|s| s.addr).collect();
     let locks: Vec<Arc<Mutex<Service>>> = locks.into_iter().map(|s| Arc::new(Mutex::new(s))).collect();
     let mut proxies = Vec::new();
@@ -158,6 +158,7 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
         lock: joined(proxies.iter().map(|p| p.addr.to_string()).collect()),
         pg: pg.as_ref().map(Service::pg_config),
         gate: gate.as_ref().map(|g| g.addr.to_string()),
+        s3: s3.as_ref().map(Service::url),
     };
 
     let start_us = now_us();
@@ -341,9 +342,11 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
         lock: joined(lock_addrs.iter().map(ToString::to_string).collect()),
         pg: endpoints.pg.clone(),
         gate: endpoints.gate.clone(),
+        s3: endpoints.s3.clone(),
     };
     let final_value = read_counter(target, &direct, cfg.op_timeout()).await?;
     drop(pg);
+    drop(s3);
     drop(gate);
     drop(locks);
 
@@ -376,19 +379,30 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     })
 }
 
-/// The services of a run: the lock service (Redlock's five instances), the Fenced
-/// server that gates the rows whose lock service is another, PostgreSQL for `postgres`.
-fn start_services(target: Target, bin: &std::path::Path) -> Result<(Vec<Service>, Option<Service>, Option<Service>)> {
+/// The services of a run.
+struct Services {
+    /// The lock service (Redlock's five instances): the one the nemesis crashes.
+    locks: Vec<Service>,
+    /// The Fenced server that gates the rows whose lock service is another.
+    gate: Option<Service>,
+    /// PostgreSQL, for `postgres`.
+    pg: Option<Service>,
+    /// moto's S3 server, for `s3` (in memory: never crashed).
+    s3: Option<Service>,
+}
+
+fn start_services(target: Target, bin: &std::path::Path) -> Result<Services> {
     let locks = match target {
         Target::Redis | Target::RedisToken => vec![Service::redis(true)?],
         Target::Redlock => (0..REDLOCK_INSTANCES).map(|_| Service::redis(true)).collect::<Result<_>>()?,
         Target::Etcd | Target::EtcdGated => vec![Service::etcd()?],
         Target::ZookeeperGated => vec![Service::zookeeper()?],
-        Target::Fenced | Target::FencedUnfenced | Target::Postgres => vec![Service::fenced(bin, &[])?],
+        Target::Fenced | Target::FencedUnfenced | Target::Postgres | Target::S3 => vec![Service::fenced(bin, &[])?],
     };
     let gate = if target.gated_elsewhere() { Some(Service::fenced(bin, &[])?) } else { None };
     let pg = if target == Target::Postgres { Some(Service::postgres()?) } else { None };
-    Ok((locks, gate, pg))
+    let s3 = if target == Target::S3 { Some(Service::moto(S3_BUCKET)?) } else { None };
+    Ok(Services { locks, gate, pg, s3 })
 }
 
 /// Reads the final counter, retrying while the service comes back from a crash.

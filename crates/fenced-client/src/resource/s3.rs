@@ -34,7 +34,8 @@ use http_body_util::BodyExt;
 use hyper_util::client::legacy::connect::HttpConnector as TcpConnector;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::TokioExecutor;
-use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
+use object_store::aws::S3ConditionalPut;
+pub use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::client::{
     ClientOptions, HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpRequestBody, HttpResponse,
     HttpResponseBody, HttpService,
@@ -86,6 +87,18 @@ impl S3Gate {
     /// The store underneath, for what the gate does not cover (listing, deleting).
     pub fn store(&self) -> &AmazonS3 {
         &self.store
+    }
+
+    /// The value under `key` as it stands, read without a token (nothing moves): for a
+    /// report or a check after the work, not for a holder deciding what to write.
+    /// `None` when there is no object or it holds no value.
+    pub async fn value(&self, key: &str) -> Result<Option<Vec<u8>>, Error> {
+        let path = Path::parse(key).map_err(|e| Error::BadRequest(format!("'{key}' is not an object name: {e}")))?;
+        match self.store.get_opts(&path, GetOptions::default()).await {
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+            Ok(got) => Ok(decode(&got.bytes().await?).ok_or_else(|| corrupt(key))?.1),
+        }
     }
 
     /// Reads `key`, checks `token` against its mark, and when accepted puts the new
