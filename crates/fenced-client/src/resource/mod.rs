@@ -12,6 +12,10 @@ use fenced_core::Token;
 
 use crate::error::Error;
 
+#[cfg(any(feature = "s3", feature = "dynamodb"))]
+mod aws_http;
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "s3")]

@@ -26,25 +26,14 @@
 //! features: SigV4 signing, the conditional puts, no `reqwest` and no `aws-lc-rs`),
 //! on this crate's own hyper connection pool through [`HyperConnector`].
 
-use std::time::Duration;
-
-use async_trait::async_trait;
 use fenced_core::Token;
-use http_body_util::BodyExt;
-use hyper_util::client::legacy::connect::HttpConnector as TcpConnector;
-use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::rt::TokioExecutor;
 use object_store::aws::S3ConditionalPut;
 pub use object_store::aws::{AmazonS3, AmazonS3Builder};
-use object_store::client::{
-    ClientOptions, HttpClient, HttpConnector, HttpError, HttpErrorKind, HttpRequest, HttpRequestBody, HttpResponse,
-    HttpResponseBody, HttpService,
-};
 use object_store::path::Path;
 use object_store::{Attribute, Attributes, GetOptions, ObjectStore, PutMode, PutOptions, UpdateVersion};
 
 use crate::error::Error;
-use crate::http::{wrap_tls, Connector};
+pub use crate::resource::aws_http::HyperConnector;
 use crate::resource::{Fenced, FencedResource};
 
 /// The object's first line starts with this, then the mark in decimal.
@@ -56,8 +45,6 @@ const NO_VALUE: &[u8] = b" none";
 const MARK_METADATA: &str = "fenced-token";
 /// Conditional puts lost to other writers before the gate gives up on one operation.
 pub const RETRIES_MAX_DEFAULT: u32 = 64;
-/// The bound on one HTTP exchange with the store.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A bucket behind the gate: keys are object names.
 #[derive(Debug)]
@@ -179,42 +166,6 @@ fn corrupt(key: &str) -> Error {
         status: None,
         code: "corrupt_record".into(),
         message: format!("object '{key}' has no intact fenced-token line: the gate refuses to guess its mark"),
-    }
-}
-
-/// `object_store`'s HTTP client on hyper (and rustls on ring with the `tls` feature),
-/// the stack the rest of this crate uses: no second HTTP client to build.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct HyperConnector;
-
-impl HttpConnector for HyperConnector {
-    fn connect(&self, _options: &ClientOptions) -> object_store::Result<HttpClient> {
-        let mut tcp = TcpConnector::new();
-        tcp.set_nodelay(true);
-        tcp.set_connect_timeout(Some(Duration::from_secs(5)));
-        let connector =
-            wrap_tls(tcp, true, None).map_err(|e| object_store::Error::Generic { store: "S3", source: Box::new(e) })?;
-        Ok(HttpClient::new(HyperService(HyperClient::builder(TokioExecutor::new()).build(connector))))
-    }
-}
-
-/// One pooled hyper client serving `object_store`'s requests.
-#[derive(Debug)]
-struct HyperService(HyperClient<Connector, HttpRequestBody>);
-
-#[async_trait]
-impl HttpService for HyperService {
-    async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
-        let answer = tokio::time::timeout(REQUEST_TIMEOUT, self.0.request(req))
-            .await
-            .map_err(|e| HttpError::new(HttpErrorKind::Timeout, e))?;
-        let resp = answer.map_err(|e| {
-            let kind = if e.is_connect() { HttpErrorKind::Connect } else { HttpErrorKind::Request };
-            HttpError::new(kind, e)
-        })?;
-        let (parts, body) = resp.into_parts();
-        let body = HttpResponseBody::new(body.map_err(|e| HttpError::new(HttpErrorKind::Decode, e)));
-        Ok(HttpResponse::from_parts(parts, body))
     }
 }
 

@@ -2,6 +2,8 @@
 //! refused and changes nothing; interleaved writers leave the newer one's value; the
 //! counter workload under a lock with an injected pause loses no update.
 
+#[cfg(feature = "dynamodb")]
+mod dynamodb;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "s3")]
