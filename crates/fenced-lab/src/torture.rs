@@ -146,7 +146,8 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     cfg.validate().map_err(anyhow::Error::msg)?;
     let bin = cfg.fenced_bin.clone();
     let target = cfg.target;
-    let Services { locks, gate, pg, s3 } = tokio::task::spawn_blocking(move || start_services(target, &bin)).await??;
+    let Services { locks, gate, pg, s3, ddb } =
+        tokio::task::spawn_blocking(move || start_services(target, &bin)).await??;
     let lock_addrs: Vec<_> = locks.iter().map(|s| s.addr).collect();
     let locks: Vec<Arc<Mutex<Service>>> = locks.into_iter().map(|s| Arc::new(Mutex::new(s))).collect();
     let mut proxies = Vec::new();
@@ -159,7 +160,11 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
         pg: pg.as_ref().map(Service::pg_config),
         gate: gate.as_ref().map(|g| g.addr.to_string()),
         s3: s3.as_ref().map(Service::url),
+        dynamodb: ddb.as_ref().map(Service::url),
     };
+    if let Some(endpoint) = &endpoints.dynamodb {
+        crate::target::dynamo_gate(endpoint)?.create_table().await.context("create the DynamoDB table")?;
+    }
 
     let start_us = now_us();
     let until_us = start_us + cfg.duration.as_micros() as u64;
@@ -343,10 +348,12 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
         pg: endpoints.pg.clone(),
         gate: endpoints.gate.clone(),
         s3: endpoints.s3.clone(),
+        dynamodb: endpoints.dynamodb.clone(),
     };
     let final_value = read_counter(target, &direct, cfg.op_timeout()).await?;
     drop(pg);
     drop(s3);
+    drop(ddb);
     drop(gate);
     drop(locks);
 
@@ -389,6 +396,8 @@ struct Services {
     pg: Option<Service>,
     /// moto's S3 server, for `s3` (in memory: never crashed).
     s3: Option<Service>,
+    /// DynamoDB Local, for `dynamodb` (in memory: never crashed).
+    ddb: Option<Service>,
 }
 
 fn start_services(target: Target, bin: &std::path::Path) -> Result<Services> {
@@ -397,12 +406,15 @@ fn start_services(target: Target, bin: &std::path::Path) -> Result<Services> {
         Target::Redlock => (0..REDLOCK_INSTANCES).map(|_| Service::redis(true)).collect::<Result<_>>()?,
         Target::Etcd | Target::EtcdGated => vec![Service::etcd()?],
         Target::ZookeeperGated => vec![Service::zookeeper()?],
-        Target::Fenced | Target::FencedUnfenced | Target::Postgres | Target::S3 => vec![Service::fenced(bin, &[])?],
+        Target::Fenced | Target::FencedUnfenced | Target::Postgres | Target::S3 | Target::Dynamodb => {
+            vec![Service::fenced(bin, &[])?]
+        }
     };
     let gate = if target.gated_elsewhere() { Some(Service::fenced(bin, &[])?) } else { None };
     let pg = if target == Target::Postgres { Some(Service::postgres()?) } else { None };
     let s3 = if target == Target::S3 { Some(Service::moto(S3_BUCKET)?) } else { None };
-    Ok(Services { locks, gate, pg, s3 })
+    let ddb = if target == Target::Dynamodb { Some(Service::dynamodb_local()?) } else { None };
+    Ok(Services { locks, gate, pg, s3, ddb })
 }
 
 /// Reads the final counter, retrying while the service comes back from a crash.

@@ -18,7 +18,9 @@ use crate::term::{follow, interrupted, progress_bar};
 #[derive(Args, Debug)]
 pub struct TortureArgs {
     /// The system under test: fenced, fenced-unfenced, redis, etcd, postgres, s3
-    /// (Fenced's lock, an S3 object through the client's gate, on moto), and the locks
+    /// (Fenced's lock, an S3 object through the client's gate, on moto), dynamodb (an
+    /// item through the client's gate, on DynamoDB Local: FENCED_DYNAMODB_LOCAL names
+    /// the directory of DynamoDBLocal.jar), and the locks
     /// of other services with Fenced's store as their gate: etcd-gated,
     /// zookeeper-gated, redis-token; or redlock (five Redis instances, no token).
     #[arg(long, default_value = "fenced")]

