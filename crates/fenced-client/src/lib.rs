@@ -22,6 +22,8 @@
 mod client;
 mod conn;
 mod error;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 mod guard;
 mod http;
 mod mux;

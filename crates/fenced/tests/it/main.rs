@@ -5,6 +5,7 @@ mod bench;
 mod console;
 mod demo;
 mod exec;
+mod exec_etcd;
 mod server;
 mod sim;
 mod torture;
