@@ -14,7 +14,7 @@
 //! The deadline is the guard's: the send time of the last keepalive etcd answered with
 //! a live lease, plus the TTL, minus a tenth of it.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -27,11 +27,11 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio::time::{sleep, timeout, Instant};
+use tokio::time::{timeout, Instant};
 
 use crate::error::{Error, LostReason};
+use crate::foreign::{Lease, Renewal};
 use crate::Token;
 
 /// One etcd endpoint (`http://host:port`), over pooled HTTP/1 connections.
@@ -51,14 +51,8 @@ pub struct EtcdGuard {
     key: Vec<u8>,
     lease: i64,
     token: Token,
-    shared: Arc<Shared>,
+    shared: Arc<Lease>,
     keeper: JoinHandle<()>,
-}
-
-#[derive(Debug)]
-struct Shared {
-    valid_until: Mutex<Instant>,
-    lost: watch::Sender<Option<LostReason>>,
 }
 
 impl Etcd {
@@ -90,9 +84,8 @@ impl Etcd {
         let sent = Instant::now();
         let granted = self.call("/v3/lease/grant", json!({ "TTL": ttl.as_secs().to_string() }), None).await?;
         let lease = int64(&granted["ID"]).ok_or_else(|| Error::unavailable("etcd granted a lease without an ID"))?;
-        let (lost, _) = watch::channel(None);
-        let shared = Arc::new(Shared { valid_until: Mutex::new(sent + ttl - ttl / 10), lost });
-        let keeper = tokio::spawn(keep_alive(self.clone(), lease, ttl, shared.clone()));
+        let shared = Arc::new(Lease::new(sent, ttl));
+        let keeper = tokio::spawn(keep_alive(self.clone(), lease, shared.clone()));
         let revoke = |e: Error| async {
             keeper.abort();
             let _ = self.call("/v3/lease/revoke", json!({ "ID": lease.to_string() }), None).await;
@@ -174,28 +167,17 @@ impl EtcdGuard {
 
     /// The client-side deadline: the last answered keepalive's send time + TTL − a tenth.
     pub fn valid_until(&self) -> Instant {
-        *self.shared.valid_until.lock().expect("deadline lock")
+        self.shared.valid_until()
     }
 
     /// Why the lock was lost, once it was.
     pub fn lost_reason(&self) -> Option<LostReason> {
-        *self.shared.lost.borrow()
+        self.shared.lost_reason()
     }
 
     /// Resolves when the lock is lost.
     pub fn lost(&self) -> impl std::future::Future<Output = LostReason> + Send + 'static {
-        let mut rx = self.shared.lost.subscribe();
-        async move {
-            loop {
-                if let Some(r) = *rx.borrow_and_update() {
-                    return r;
-                }
-                if rx.changed().await.is_err() {
-                    // The guard is gone; nothing will ever be lost now.
-                    std::future::pending::<()>().await;
-                }
-            }
-        }
+        self.shared.lost()
     }
 
     /// Deletes the lock's key and revokes its lease; `Error::Lost` when the lock had been
@@ -222,39 +204,18 @@ impl Drop for EtcdGuard {
     }
 }
 
-/// Renews `lease` every third of `ttl`, moving the deadline on from each renewal's send
-/// time; marks the lock lost when etcd no longer knows the lease, or when the deadline
-/// passes with no renewal answered.
-async fn keep_alive(etcd: Etcd, lease: i64, ttl: Duration, shared: Arc<Shared>) {
-    let lose = |reason| {
-        shared.lost.send_replace(Some(reason));
-    };
-    loop {
-        let deadline = *shared.valid_until.lock().expect("deadline lock");
-        let next = (Instant::now() + ttl / 3).min(deadline);
-        sleep(next.saturating_duration_since(Instant::now())).await;
-        let sent = Instant::now();
-        if sent >= deadline {
-            return lose(LostReason::Expired);
-        }
-        let bound = deadline - sent;
-        match timeout(bound, etcd.call("/v3/lease/keepalive", json!({ "ID": lease.to_string() }), None)).await {
-            Ok(Ok(answer)) => {
-                let left = int64(&answer["result"]["TTL"]).unwrap_or(0);
-                if left <= 0 {
-                    return lose(LostReason::LeaseNotFound);
-                }
-                if Instant::now() >= deadline {
-                    return lose(LostReason::KeepaliveTooLate);
-                }
-                *shared.valid_until.lock().expect("deadline lock") = sent + ttl - ttl / 10;
+/// Renews `lease` every third of its TTL (etcd's keepalive answers the TTL left, 0 for
+/// a lease it no longer knows).
+async fn keep_alive(etcd: Etcd, lease: i64, shared: Arc<Lease>) {
+    shared
+        .keep(|| async {
+            match etcd.call("/v3/lease/keepalive", json!({ "ID": lease.to_string() }), None).await {
+                Ok(answer) if int64(&answer["result"]["TTL"]).unwrap_or(0) > 0 => Renewal::Alive,
+                Ok(_) | Err(Error::NotFound(_)) => Renewal::Gone,
+                Err(_) => Renewal::Failed,
             }
-            Ok(Err(Error::NotFound(_))) => return lose(LostReason::LeaseNotFound),
-            // In transit: try again while the deadline allows (keepalive is idempotent).
-            Ok(Err(_)) => {}
-            Err(_) => return lose(LostReason::Expired),
-        }
-    }
+        })
+        .await
 }
 
 /// An int64 field of the gateway's JSON: a string (numbers are taken too).

@@ -12,9 +12,10 @@
 //! Whatever is left when the command exits is stopped the same way, and the lock is
 //! released only once every descendant is gone and reaped.
 //!
-//! With `--lock-service etcd://HOST:PORT` the lock is etcd's (`fenced_client::etcd`):
-//! the token is its lock key's `create_revision`, and the same deadline and kill rules
-//! apply to its lease.
+//! With `--lock-service etcd://HOST:PORT` the lock is etcd's (`fenced_client::etcd`),
+//! the token its lock key's `create_revision`; with `zk://HOST:PORT` it is ZooKeeper's
+//! (`fenced_client::zookeeper`), the token its node's `czxid`. The same deadline and
+//! kill rules apply to their lease or session.
 
 mod procs;
 pub mod watchdog;
@@ -27,6 +28,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use fenced_client::etcd::{Etcd, EtcdGuard};
+use fenced_client::zookeeper::{self, ZkGuard};
 use fenced_client::{Client, Error, LockGuard, LostReason};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::net::UnixStream;
@@ -54,8 +56,10 @@ pub struct ExecArgs {
     pub grace: u64,
     /// Take the lock from another lock service instead of Fenced: `etcd://HOST:PORT`
     /// (its lock API on a kept-alive lease; FENCED_TOKEN is the lock key's
-    /// create_revision, FENCED_LEASE_ID the etcd lease in hex). The TTL is rounded
-    /// down to whole seconds, at least 1.
+    /// create_revision, FENCED_LEASE_ID the etcd lease in hex; the TTL is rounded down
+    /// to whole seconds) or `zk://HOST:PORT` (Curator's recipe in a session whose
+    /// timeout is the TTL; FENCED_TOKEN is the lock node's czxid, FENCED_LEASE_ID the
+    /// session in hex).
     #[arg(long, value_name = "URL")]
     pub lock_service: Option<String>,
     /// The command and its arguments.
@@ -86,10 +90,13 @@ pub async fn run(client: &Client, a: ExecArgs, _global: &Global) -> anyhow::Resu
             }
             Err(e) => Err(e),
         },
+        Some(url) if url.starts_with("zk://") => {
+            zookeeper::lock(url, &a.name, ttl, wait).await.map(|g| Held::Zk(Box::new(g), url.clone()))
+        }
         Some(url) => {
             return Err(crate::args::BadArgument::error(
                 "--lock-service",
-                format!("'{url}' is not a lock service this exec knows (etcd://HOST:PORT)"),
+                format!("'{url}' is not a lock service this exec knows (etcd://HOST:PORT or zk://HOST:PORT)"),
             ))
         }
     };
@@ -298,6 +305,8 @@ enum Held {
     /// An etcd lock (boxed: it carries its own HTTP client), and the etcd endpoint
     /// (for `FENCED_ENDPOINT`).
     Etcd(Box<EtcdGuard>, String),
+    /// A ZooKeeper lock, and its `zk://` URL.
+    Zk(Box<ZkGuard>, String),
 }
 
 impl Held {
@@ -305,6 +314,7 @@ impl Held {
         match self {
             Held::Fenced(g) => g.token(),
             Held::Etcd(g, _) => g.token(),
+            Held::Zk(g, _) => g.token(),
         }
     }
 
@@ -312,6 +322,7 @@ impl Held {
         match self {
             Held::Fenced(g) => g.name().as_str(),
             Held::Etcd(g, _) => g.name(),
+            Held::Zk(g, _) => g.name(),
         }
     }
 
@@ -319,6 +330,7 @@ impl Held {
         match self {
             Held::Fenced(g) => g.lease_id().to_hex(),
             Held::Etcd(g, _) => g.lease_hex(),
+            Held::Zk(g, _) => g.session_hex(),
         }
     }
 
@@ -326,6 +338,7 @@ impl Held {
         match self {
             Held::Fenced(_) => client.endpoint().to_owned(),
             Held::Etcd(_, endpoint) => format!("etcd://{}", endpoint.trim_start_matches("http://")),
+            Held::Zk(_, url) => url.clone(),
         }
     }
 
@@ -333,6 +346,7 @@ impl Held {
         match self {
             Held::Fenced(g) => g.valid_until(),
             Held::Etcd(g, _) => g.valid_until(),
+            Held::Zk(g, _) => g.valid_until(),
         }
     }
 
@@ -340,6 +354,7 @@ impl Held {
         match self {
             Held::Fenced(g) => g.lost_reason(),
             Held::Etcd(g, _) => g.lost_reason(),
+            Held::Zk(g, _) => g.lost_reason(),
         }
     }
 
@@ -347,6 +362,7 @@ impl Held {
         match self {
             Held::Fenced(g) => Box::pin(g.lost()),
             Held::Etcd(g, _) => Box::pin(g.lost()),
+            Held::Zk(g, _) => Box::pin(g.lost()),
         }
     }
 
@@ -354,6 +370,7 @@ impl Held {
         match self {
             Held::Fenced(g) => g.release().await,
             Held::Etcd(g, _) => (*g).release().await,
+            Held::Zk(g, _) => (*g).release().await,
         }
     }
 }

@@ -5,7 +5,7 @@ mod bench;
 mod console;
 mod demo;
 mod exec;
-mod exec_etcd;
+mod exec_foreign;
 mod server;
 mod sim;
 mod torture;

@@ -1,7 +1,8 @@
-//! `fenced exec --lock-service etcd://HOST:PORT` against a real etcd (Debian's
-//! `etcd-server`, started by the lab on a free loopback port): the command gets the lock
-//! key's create_revision as its token, tokens grow from run to run, a busy lock exits 1,
-//! and a lease revoked from outside stops the command (exit 3).
+//! `fenced exec --lock-service etcd://HOST:PORT|zk://HOST:PORT` against a real etcd
+//! and a real ZooKeeper (Debian's, started by the lab on free loopback ports): the
+//! command gets the lock key's create_revision or the lock node's czxid as its token,
+//! tokens grow from run to run, a busy lock exits 1, and a lost lock (a lease revoked
+//! from outside; `fenced exec` frozen past its session) stops the command (exit 3).
 #![cfg(all(feature = "client", feature = "lab"))]
 
 use std::process::{Command, Stdio};
@@ -30,8 +31,9 @@ fn etcd() -> Option<(Service, std::sync::MutexGuard<'static, ()>)> {
 }
 
 fn exec(service: &Service, args: &[&str]) -> Command {
+    let scheme = if service.name == "zookeeper" { "zk" } else { "etcd" };
     let mut c = Command::new(BIN);
-    c.args(["exec", "--lock-service", &format!("etcd://{}", service.addr)]).args(args).stdin(Stdio::null());
+    c.args(["exec", "--lock-service", &format!("{scheme}://{}", service.addr)]).args(args).stdin(Stdio::null());
     c
 }
 
@@ -54,8 +56,10 @@ fn etcd_locks_hand_the_command_their_create_revision_and_tokens_grow() {
     assert_eq!(endpoint, format!("etcd://{}", service.addr));
     assert!(first > 0 && second > first, "tokens {first} then {second}");
     // A lock service this exec does not know is a bad argument: exit 2, nothing run.
-    let out =
-        Command::new(BIN).args(["exec", "--lock-service", "zk://127.0.0.1:2181", "j", "--", "true"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["exec", "--lock-service", "consul://127.0.0.1:8500", "j", "--", "true"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -103,4 +107,63 @@ fn an_etcd_lock_held_elsewhere_exits_1_and_a_revoked_lease_exits_3() {
     };
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(status.code(), Some(3), "exit 3 when the etcd lock is lost");
+}
+
+/// A fresh ZooKeeper; `None` (the test skips) without it, outside CI.
+fn zookeeper() -> Option<Service> {
+    match Service::zookeeper() {
+        Ok(s) => Some(s),
+        Err(e) if std::env::var_os("CI").is_none() && e.to_string().contains("not") => {
+            eprintln!("skipping: {e}");
+            None
+        }
+        Err(e) => panic!("cannot start ZooKeeper: {e:#}"),
+    }
+}
+
+#[test]
+fn zookeeper_locks_hand_the_command_their_czxid_and_a_frozen_exec_loses_its_lock() {
+    let Some(service) = zookeeper() else { return };
+    let (first, endpoint) = run_and_print(&service);
+    let (second, _) = run_and_print(&service);
+    assert_eq!(endpoint, format!("zk://{}", service.addr));
+    assert!(first > 0 && second > first, "tokens {first} then {second}");
+
+    // Held by a running exec: a second one waits 300 ms, runs nothing, exits 1.
+    let dir = std::env::temp_dir().join(format!("fenced-exec-zk-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ready = dir.join("ready");
+    let script = format!("echo up > {}; sleep 1000", ready.display());
+    let mut holder =
+        exec(&service, &["jobs/zk", "--ttl", "2s", "--grace", "1s", "--", "sh", "-c", &script]).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&ready).is_ok_and(|s| s.ends_with('\n')) {
+        assert!(Instant::now() < deadline, "the holder's command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = exec(&service, &["jobs/zk", "--wait", "300ms", "--", "sh", "-c", "echo ran"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stdout.is_empty(), "the command ran without the lock");
+
+    // The holder frozen past its session (a GC pause of fenced exec itself): when it
+    // wakes, its lock is lost and its command is stopped, exit 3.
+    let pid = holder.id() as libc::pid_t;
+    // SAFETY: kill(2) takes no memory; the pid is our unreaped child.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_secs(6));
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = holder.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = holder.kill();
+            panic!("fenced exec still running 20 s after its pause");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(status.code(), Some(3), "exit 3 when the ZooKeeper lock is lost");
 }
