@@ -69,6 +69,12 @@ pub enum Error {
     #[cfg(feature = "sqlite")]
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// The S3 adapter's store error (unreachable, denied, ...; a precondition failure
+    /// is retried, and a stale token is a `Fenced::Rejected`, not this), or the
+    /// DynamoDB adapter's failure to sign a request.
+    #[cfg(any(feature = "s3", feature = "dynamodb"))]
+    #[error("object store: {0}")]
+    ObjectStore(#[from] object_store::Error),
 }
 
 impl Error {

@@ -59,9 +59,9 @@ impl Response {
 
 /// Plain TCP, wrapped in TLS for `https://` endpoints when the `tls` feature is on.
 #[cfg(feature = "tls")]
-type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+pub(crate) type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 #[cfg(not(feature = "tls"))]
-type Connector = HttpConnector;
+pub(crate) type Connector = HttpConnector;
 
 /// Shared by every handle of one client: cloning a `Client` clones an `Arc` of this.
 #[derive(Debug)]
@@ -197,7 +197,7 @@ impl Transport {
 }
 
 #[cfg(feature = "tls")]
-fn wrap_tls(http: HttpConnector, _https: bool, ca_pem: Option<&[u8]>) -> Result<Connector, Error> {
+pub(crate) fn wrap_tls(http: HttpConnector, _https: bool, ca_pem: Option<&[u8]>) -> Result<Connector, Error> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
 
@@ -233,7 +233,7 @@ fn wrap_tls(http: HttpConnector, _https: bool, ca_pem: Option<&[u8]>) -> Result<
 }
 
 #[cfg(not(feature = "tls"))]
-fn wrap_tls(http: HttpConnector, https: bool, _ca_pem: Option<&[u8]>) -> Result<Connector, Error> {
+pub(crate) fn wrap_tls(http: HttpConnector, https: bool, _ca_pem: Option<&[u8]>) -> Result<Connector, Error> {
     if https {
         return Err(Error::BadRequest("https endpoints need fenced-client's `tls` feature".into()));
     }

@@ -22,12 +22,18 @@
 mod client;
 mod conn;
 mod error;
+#[cfg(feature = "etcd")]
+pub mod etcd;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod foreign;
 mod guard;
 mod http;
 mod mux;
 pub mod resource;
 pub mod validity;
 mod wire;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 pub use client::{Client, ClientBuilder, LockOptions, LockRequest, ENDPOINT_DEFAULT};
 pub use error::{Error, LostReason};

@@ -46,7 +46,9 @@ pub struct Etcd {
 pub struct Locked {
     /// The lock's key (the lock's name, `/`, the lease in hex): what `Unlock` takes.
     pub key: Vec<u8>,
-    /// The store's revision in the response's header, as the gRPC client reports it.
+    /// The store's revision in the response's header, as the gRPC client reports it:
+    /// the revision when etcd answered, tied to nothing about this grant. Not a fencing
+    /// token; [`Etcd::create_revision`] of `key` is.
     pub revision: i64,
 }
 
@@ -126,6 +128,27 @@ impl Etcd {
     pub async fn unlock(&self, key: &[u8]) -> Result<()> {
         self.call::<Value>("/v3/lock/unlock", json!({ "key": BASE64.encode(key) }), self.op_timeout).await?;
         Ok(())
+    }
+
+    /// The `create_revision` of `key`: the revision of the transaction that created it;
+    /// `None` when the key does not exist. For a lock key this is the grant's fencing
+    /// token, as etcd advises: waiters queue in `create_revision` order, so each holder
+    /// of one lock has a higher one than every holder before it, across restarts too.
+    pub async fn create_revision(&self, key: &[u8]) -> Result<Option<i64>> {
+        #[derive(Deserialize)]
+        struct Range {
+            // Left out when nothing matched.
+            #[serde(default)]
+            kvs: Vec<Kv>,
+        }
+        #[derive(Deserialize)]
+        struct Kv {
+            #[serde(deserialize_with = "int64")]
+            create_revision: i64,
+        }
+        let body = json!({ "key": BASE64.encode(key), "keys_only": true });
+        let r: Range = self.call("/v3/kv/range", body, self.op_timeout).await?;
+        Ok(r.kvs.into_iter().next().map(|kv| kv.create_revision))
     }
 
     /// A plain `Put`: no lease, no revision check.

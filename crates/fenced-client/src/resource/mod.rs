@@ -12,8 +12,14 @@ use fenced_core::Token;
 
 use crate::error::Error;
 
+#[cfg(any(feature = "s3", feature = "dynamodb"))]
+mod aws_http;
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "s3")]
+pub mod s3;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 mod store;

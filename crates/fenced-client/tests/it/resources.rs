@@ -2,8 +2,12 @@
 //! refused and changes nothing; interleaved writers leave the newer one's value; the
 //! counter workload under a lock with an injected pause loses no update.
 
+#[cfg(feature = "dynamodb")]
+mod dynamodb;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "s3")]
+mod s3;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod store;

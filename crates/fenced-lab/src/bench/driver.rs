@@ -128,7 +128,7 @@ impl Conn {
                 let r = client.lock(name.as_bytes(), *lease, bound).await?;
                 Ok(Held::Etcd(r.with_context(|| format!("lock held (no grant within {bound:?})"))?.key))
             }
-            Conn::Zookeeper(client) => zk_lock(client, name, o, give_up).await.map(Held::Zookeeper),
+            Conn::Zookeeper(client) => zk_lock(client, name, o, give_up).await.map(|(node, _)| Held::Zookeeper(node)),
             Conn::Redis { conn, nonce, .. } => {
                 let value = format!("{nonce}-{}", next_nonce());
                 loop {
@@ -278,7 +278,7 @@ fn zk_path(name: &str) -> String {
 }
 
 /// Opens a ZooKeeper session (`host:port`) whose timeout is the bench's TTL.
-async fn zk_connect(endpoint: &str, o: ConnOptions) -> Result<zk::Client> {
+pub(crate) async fn zk_connect(endpoint: &str, o: ConnOptions) -> Result<zk::Client> {
     let connect = zk::Client::connector()
         .with_session_timeout(o.ttl)
         .with_connection_timeout(Duration::from_secs(2))
@@ -304,18 +304,24 @@ async fn zk_mkdirs(client: &zk::Client, path: &str, o: ConnOptions) -> Result<()
 /// Curator's `InterProcessMutex` recipe, which ZooKeeper's documentation gives for
 /// locks: queue up as an ephemeral sequential child of the lock's node; the lowest
 /// sequence holds the lock; every other waiter watches only the node just before its
-/// own (no herd), and looks again when that one goes. Returns the node's path.
-async fn zk_lock(client: &zk::Client, name: &str, o: ConnOptions, give_up: Instant) -> Result<String> {
+/// own (no herd), and looks again when that one goes. Returns the node's path and its
+/// `czxid` (the zxid that created it: a fencing token that grows across the service).
+pub(crate) async fn zk_lock(
+    client: &zk::Client,
+    name: &str,
+    o: ConnOptions,
+    give_up: Instant,
+) -> Result<(String, i64)> {
     let dir = zk_path(name);
     let prefix = format!("{dir}/lock-");
     let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-    let sequence = match bounded(o.op_timeout, client.create(&prefix, &[], &ephemeral)).await {
+    let (stat, sequence) = match bounded(o.op_timeout, client.create(&prefix, &[], &ephemeral)).await {
         Err(e) if zk_is(&e, zk::Error::NoNode) => {
             // The lock's first use: create its node, then queue.
             zk_mkdirs(client, &dir, o).await?;
-            bounded(o.op_timeout, client.create(&prefix, &[], &ephemeral)).await?.1
+            bounded(o.op_timeout, client.create(&prefix, &[], &ephemeral)).await?
         }
-        r => r?.1,
+        r => r?,
     };
     let node = format!("{prefix}{sequence}");
     let mine = &node[dir.len() + 1..];
@@ -337,7 +343,7 @@ async fn zk_lock(client: &zk::Client, name: &str, o: ConnOptions, give_up: Insta
         }
     };
     match tokio::time::timeout_at(give_up, waited).await {
-        Ok(Ok(())) => Ok(node),
+        Ok(Ok(())) => Ok((node, stat.czxid)),
         outcome => {
             // Leave the queue, so that the ones behind are not stuck behind this node.
             let _ = bounded(o.op_timeout, client.delete(&node, None)).await;

