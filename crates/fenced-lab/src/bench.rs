@@ -282,9 +282,8 @@ impl Peer {
             (BenchTarget::Fenced, Workload::Store) => {
                 "each write fsynced before its answer (redb, group commit)".into()
             }
-            (BenchTarget::Fenced, Workload::Keepalive) => "leases in memory (not persisted; start-up grace)".into(),
             (BenchTarget::Fenced, _) => {
-                "token ceiling fsynced once per 1,000,000 grants; leases in memory (start-up grace)".into()
+                "every command in the raft log, fsynced before its answer (a cluster of one, group commit)".into()
             }
             (BenchTarget::Etcd, _) => "fsync per commit (etcd default)".into(),
             (BenchTarget::Zookeeper, _) => {
