@@ -80,11 +80,6 @@ enum Request {
         value: Vec<u8>,
         reply: Reply,
     },
-    Meta {
-        key: &'static str,
-        value: Option<u64>,
-        reply: Reply,
-    },
     /// What the lock table asked to keep, in order.
     Persist {
         items: Vec<Persist>,
@@ -92,29 +87,8 @@ enum Request {
     },
 }
 
-/// Meta writes come from async code (start and shutdown) and from inside the lock-table
-/// mutex (the table's `Persist` writes), where only a blocking wait is possible, or
-/// none at all for the writes that may land lazily.
-enum Reply {
-    Async(oneshot::Sender<Result<(), StoreError>>),
-    Blocking(mpsc::SyncSender<Result<(), StoreError>>),
-    /// Nobody waits: a failure is only logged.
-    Lazy,
-}
-
-impl Reply {
-    fn send(self, r: Result<(), StoreError>) {
-        match self {
-            Reply::Async(tx) => drop(tx.send(r)),
-            Reply::Blocking(tx) => drop(tx.send(r)),
-            Reply::Lazy => {
-                if let Err(e) = r {
-                    tracing::warn!(error = %e, "a lazy write failed");
-                }
-            }
-        }
-    }
-}
+/// The answer to a write that returns no value.
+type Reply = oneshot::Sender<Result<(), StoreError>>;
 
 /// Bounds on the fenced store's size, enforced in the transaction that would pass
 /// them: a write that would is refused ([`StoreError::Full`]) and changes nothing,
@@ -215,7 +189,7 @@ impl Store {
     /// leave unfenced; the gate does not see it.
     pub async fn put_unfenced(&self, key: String, value: Vec<u8>) -> Result<(), StoreError> {
         let (tx, rx) = oneshot::channel();
-        self.tx.send(Request::PutUnfenced { key, value, reply: Reply::Async(tx) }).map_err(|_| StoreError::Closed)?;
+        self.tx.send(Request::PutUnfenced { key, value, reply: tx }).map_err(|_| StoreError::Closed)?;
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
@@ -256,48 +230,11 @@ impl Store {
         .map_err(db_err)?
     }
 
-    /// Makes a meta value durable, from async code.
-    pub async fn set_meta(&self, key: MetaKey, value: Option<u64>) -> Result<(), StoreError> {
-        let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(Request::Meta { key: key.name(), value, reply: Reply::Async(tx) })
-            .map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Makes what the lock table asked to keep durable, blocking the calling thread
-    /// until it is (the table's mutex is held: answers wait for this).
-    pub fn persist_blocking(&self, items: Vec<Persist>) -> Result<(), StoreError> {
-        let (tx, rx) = mpsc::sync_channel(1);
-        self.tx.send(Request::Persist { items, reply: Reply::Blocking(tx) }).map_err(|_| StoreError::Closed)?;
-        rx.recv().map_err(|_| StoreError::Closed)?
-    }
-
-    /// The same without waiting, for writes that may land lazily. They queue behind
-    /// every write sent before, so a later urgent write of the same record wins.
-    pub fn persist_lazily(&self, items: Vec<Persist>) {
-        let _ = self.tx.send(Request::Persist { items, reply: Reply::Lazy });
-    }
-
     /// Makes what the lock table asked to keep durable, from async code.
     pub async fn persist(&self, items: Vec<Persist>) -> Result<(), StoreError> {
         let (tx, rx) = oneshot::channel();
-        self.tx.send(Request::Persist { items, reply: Reply::Async(tx) }).map_err(|_| StoreError::Closed)?;
+        self.tx.send(Request::Persist { items, reply: tx }).map_err(|_| StoreError::Closed)?;
         rx.await.map_err(|_| StoreError::Closed)?
-    }
-}
-
-/// The meta values a caller may set directly (the table's own go through `Persist`).
-#[derive(Clone, Copy, Debug)]
-pub enum MetaKey {
-    CleanGraceMs,
-}
-
-impl MetaKey {
-    fn name(self) -> &'static str {
-        match self {
-            MetaKey::CleanGraceMs => CLEAN_GRACE_MS,
-        }
     }
 }
 
@@ -355,9 +292,9 @@ fn writer(backend: &dyn Backend, rx: mpsc::Receiver<Request>, quotas: Quotas, mu
                         Request::Put { reply, .. } | Request::FencedRead { reply, .. } => {
                             drop(reply.send(answer.map(|a| a.expect("store ops answer"))))
                         }
-                        Request::Meta { reply, .. }
-                        | Request::PutUnfenced { reply, .. }
-                        | Request::Persist { reply, .. } => reply.send(answer.map(drop)),
+                        Request::PutUnfenced { reply, .. } | Request::Persist { reply, .. } => {
+                            drop(reply.send(answer.map(drop)))
+                        }
                     }
                 }
             }
@@ -367,9 +304,9 @@ fn writer(backend: &dyn Backend, rx: mpsc::Receiver<Request>, quotas: Quotas, mu
                     let err = || StoreError::Db(e.to_string());
                     match req {
                         Request::Put { reply, .. } | Request::FencedRead { reply, .. } => drop(reply.send(Err(err()))),
-                        Request::Meta { reply, .. }
-                        | Request::PutUnfenced { reply, .. }
-                        | Request::Persist { reply, .. } => reply.send(Err(err())),
+                        Request::PutUnfenced { reply, .. } | Request::Persist { reply, .. } => {
+                            drop(reply.send(Err(err())))
+                        }
                     }
                 }
             }
@@ -460,13 +397,6 @@ fn apply_one(kv: &mut Kv<'_, '_>, req: &Request) -> Result<Option<StoreAnswer>, 
         Request::PutUnfenced { key, value, .. } => {
             let old = t.kv_get(key)?;
             kv.put(key, old.as_deref(), &encode(None, Some(value)))?;
-            None
-        }
-        Request::Meta { key, value, .. } => {
-            match value {
-                Some(v) => t.meta_put(key, *v)?,
-                None => t.meta_delete(key)?,
-            }
             None
         }
         Request::Persist { items, .. } => {
@@ -631,9 +561,9 @@ mod tests {
             let r = store.fenced_read("k".into(), Token::new(9).unwrap()).await.unwrap();
             assert_eq!(r.value.as_deref(), Some(&b"five"[..]));
             store.persist(vec![Persist::TokenCeiling(1000)]).await.unwrap();
-            store.persist_blocking(vec![Persist::TtlMsHwm(5000)]).unwrap();
+            store.persist(vec![Persist::TtlMsHwm(5000)]).await.unwrap();
             let delay = |name: &str, d| Persist::LockDelay { name: LockName::new(name).unwrap(), lock_delay_ms: d };
-            store.persist_blocking(vec![delay("x", Some(30_000)), delay("y", Some(5)), delay("y", None)]).unwrap();
+            store.persist(vec![delay("x", Some(30_000)), delay("y", Some(5)), delay("y", None)]).await.unwrap();
             drop(store);
             handle.join().unwrap();
         }
