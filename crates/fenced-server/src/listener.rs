@@ -12,6 +12,14 @@
 //!   answered, and a waiting acquire whose client went away is still withdrawn soon
 //!   (a half-close and a full close look the same from here).
 //!
+//! - hyper's own answers: a request head hyper cannot parse (400), one too large (431:
+//!   over 100 header lines, or past hyper's read buffer of about 400 KiB) or a URI too
+//!   long (414) is answered by hyper itself with an empty body before any handler runs;
+//!   the connection rewrites that answer into the API's JSON error as it goes out;
+//! - no h2c: HTTP/2 over cleartext is not served, whatever hyper was built with. A
+//!   client that opens with HTTP/2's preface gets HTTP/2's own refusal, a GOAWAY with
+//!   `HTTP_1_1_REQUIRED`, and the connection closes (see [`H2_PREFACE`]).
+//!
 //! A request in flight (a waiting acquire) is never cut by the idle or head clocks: the
 //! `observe` middleware counts it in the connection's [`ConnMeta`].
 
@@ -36,10 +44,24 @@ use tokio_rustls::{server::TlsStream, Accept, TlsAcceptor};
 
 use crate::metrics::{inc, Metrics};
 
-/// Answer to a connection over `connections_max` (plain HTTP only), then close.
 /// How long an end of file from the client is held back while a request is in flight.
 const HALF_CLOSE_GRACE: Duration = Duration::from_secs(2);
 
+/// The request line of HTTP/2's connection preface (RFC 9113, 3.4). h2c is refused
+/// rather than served: every deadline, budget and limit of this edge is built and
+/// tested for HTTP/1.1, HTTP/2 brings its own attack surface (stream floods, rapid
+/// reset, CONTINUATION floods), TLS offers only `http/1.1` in ALPN, and every client
+/// of the API speaks HTTP/1.1 (throughput has the wire protocol). Refusing it here
+/// keeps it off even if a feature of hyper gets switched on by another crate.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
+
+/// HTTP/2's refusal, sent to a client that opened with the preface: the server's
+/// (empty) SETTINGS frame, which must come first, then GOAWAY (last stream 0, error
+/// code 0xd `HTTP_1_1_REQUIRED`) with a reason as debug data.
+const H2_REFUSAL: &[u8] = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00\
+\x00\x00\x27\x07\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x0dh2c is not served: use HTTP/1.1";
+
+/// Answer to a connection over `connections_max` (plain HTTP only), then close.
 const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: 92\r\n\r\n{\"error\":{\"code\":\"too_many_connections\",\"message\":\"the server is at its connection limit\"}}\n";
 
 pub struct FencedListener {
@@ -137,6 +159,8 @@ impl axum::serve::Listener for FencedListener {
                 eof_at: None,
                 awaiting_answer: false,
                 sleep: None,
+                preface: Some(0),
+                rewrite: None,
             };
             return (conn, meta);
         }
@@ -185,6 +209,11 @@ pub struct Conn {
     /// handler (one that is not yet counted in flight).
     awaiting_answer: bool,
     sleep: Option<Pin<Box<Sleep>>>,
+    /// While the connection's first bytes may still be HTTP/2's preface: how many of
+    /// [`H2_PREFACE`] they matched.
+    preface: Option<usize>,
+    /// hyper's empty-bodied error answer, rewritten as JSON, and how much of it is out.
+    rewrite: Option<(Vec<u8>, usize)>,
 }
 
 enum Io {
@@ -272,6 +301,59 @@ impl Conn {
         }
     }
 
+    /// Follows the first bytes against HTTP/2's preface; an error once they match it
+    /// (after sending HTTP/2's refusal, best effort, on a plain connection).
+    fn refuse_h2c(&mut self, new: &[u8]) -> Option<io::Error> {
+        let matched = self.preface?;
+        let want = &H2_PREFACE[matched..];
+        let n = new.len().min(want.len());
+        if new[..n] != want[..n] {
+            self.preface = None;
+            return None;
+        }
+        if matched + n < H2_PREFACE.len() {
+            self.preface = Some(matched + n);
+            return None;
+        }
+        self.preface = None;
+        inc(&self.metrics.h2c_refused);
+        if let Io::Plain(s) = &self.io {
+            let _ = s.try_write(H2_REFUSAL);
+        }
+        Some(io::Error::new(io::ErrorKind::InvalidData, "h2c is not served"))
+    }
+
+    fn poll_write_io(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        match &mut self.io {
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Io::Handshaking(_) => unreachable!("handshake finished above"),
+        }
+    }
+
+    /// Writes `buf`, or its JSON rewrite when it is hyper's own error answer: the
+    /// rewrite goes out whole before `buf` counts as written.
+    fn poll_write_answer(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if self.rewrite.is_none() {
+            self.rewrite = hyper_error_as_json(buf).map(|b| (b, 0));
+        }
+        let Some((bytes, mut at)) = self.rewrite.take() else {
+            return self.poll_write_io(cx, buf);
+        };
+        while at < bytes.len() {
+            match self.poll_write_io(cx, &bytes[at..]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Ok(0)),
+                Poll::Ready(Ok(n)) => at += n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    self.rewrite = Some((bytes, at));
+                    return Poll::Pending;
+                }
+            }
+        }
+        Poll::Ready(Ok(buf.len()))
+    }
+
     fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if let Io::Handshaking(accept) = &mut self.io {
             let stream = ready!(accept.as_mut().poll(cx))?;
@@ -299,6 +381,9 @@ impl AsyncRead for Conn {
                 None => Poll::Pending,
             },
             Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                if let Some(e) = this.refuse_h2c(&buf.filled()[before..]) {
+                    return Poll::Ready(Err(e));
+                }
                 this.saw_bytes();
                 Poll::Ready(Ok(()))
             }
@@ -312,11 +397,7 @@ impl AsyncWrite for Conn {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         ready!(this.poll_handshake(cx))?;
-        let r = match &mut this.io {
-            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-            Io::Handshaking(_) => unreachable!("handshake finished above"),
-        };
+        let r = this.poll_write_answer(cx, buf);
         if let Poll::Ready(Ok(n)) = r {
             if n > 0 {
                 this.last_io = Instant::now();
@@ -349,4 +430,42 @@ impl AsyncWrite for Conn {
             Io::Handshaking(_) => unreachable!("handshake finished above"),
         }
     }
+}
+
+/// hyper's answer to a request head it could not take (it has no hook for the body):
+/// a status line, `connection: close`, `content-length: 0`, a date, no content type.
+/// No handler of the API answers an error without a JSON body, so such an answer at
+/// the end of `buf` is hyper's; the same bytes with the API's JSON error instead.
+fn hyper_error_as_json(buf: &[u8]) -> Option<Vec<u8>> {
+    const START: &[u8] = b"HTTP/1.1 4";
+    // Cheap first: most writes end with a body, and hyper's answer ends its write.
+    if !buf.ends_with(b"\r\n\r\n") {
+        return None;
+    }
+    let at = buf.windows(START.len()).rposition(|w| w == START)?;
+    let head = std::str::from_utf8(&buf[at..]).ok()?;
+    let lower = head.to_ascii_lowercase();
+    if !lower.ends_with("\r\n\r\n") || !lower.contains("\r\ncontent-length: 0\r\n") || lower.contains("content-type") {
+        return None;
+    }
+    let (status, code, message) = match head.get(9..12)? {
+        "400" => ("400 Bad Request", "malformed_request", "the request head is not well-formed HTTP/1.1"),
+        "414" => ("414 URI Too Long", "uri_too_long", "the request's URI is longer than 65534 bytes"),
+        "431" => (
+            "431 Request Header Fields Too Large",
+            "headers_too_large",
+            "the request head is too large: over 100 header lines, or over about 400 KiB",
+        ),
+        _ => return None,
+    };
+    let body = format!("{{\"error\":{{\"code\":\"{code}\",\"message\":\"{message}\"}}}}\n");
+    let mut out = buf[..at].to_vec();
+    out.extend_from_slice(
+        format!(
+            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    Some(out)
 }

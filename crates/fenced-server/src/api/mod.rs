@@ -239,10 +239,10 @@ pub async fn read_body(
     let read = axum::body::to_bytes(body, max);
     let timeout_ms = app.config.body_timeout_ms;
     if timeout_ms == 0 {
-        return read.await.map_err(|_| ApiError::too_large(what, max));
+        return read.await.map_err(|e| body_error(e, what, max));
     }
     match tokio::time::timeout(std::time::Duration::from_millis(timeout_ms), read).await {
-        Ok(r) => r.map_err(|_| ApiError::too_large(what, max)),
+        Ok(r) => r.map_err(|e| body_error(e, what, max)),
         Err(_) => {
             crate::metrics::inc(&app.metrics.body_timeouts);
             Err(ApiError::new(
@@ -253,6 +253,16 @@ pub async fn read_body(
             .with("body_timeout_ms", timeout_ms))
         }
     }
+}
+
+/// Why a body could not be read: over its limit (413 `too_large`), or not a body at
+/// all (a bad chunk size, a connection closed mid-body: 400 `invalid_body`).
+fn body_error(e: axum::Error, what: &str, max: usize) -> ApiError {
+    let e = e.into_inner();
+    if e.is::<http_body_util::LengthLimitError>() {
+        return ApiError::too_large(what, max);
+    }
+    ApiError::bad_request("invalid_body", format!("the {what} cannot be read as sent: {e}"))
 }
 
 /// Parses a strict JSON body: malformed JSON is `invalid_json`, a wrong type, a

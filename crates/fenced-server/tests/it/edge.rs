@@ -147,3 +147,72 @@ fn an_operator_can_leave_the_laboratory_api_out() {
     let on = TestServer::start();
     assert_eq!(on.call("POST", "/v1/sim/runs", "{\"duration_ms\":1000}").0, 200);
 }
+
+#[test]
+fn hypers_own_answers_to_a_bad_head_are_the_documented_json() {
+    let s = TestServer::start();
+    let raw = |bytes: &[u8]| parse_response(&crate::harness::request_raw(s.addr, bytes));
+    let mut many = b"GET /livez HTTP/1.1\r\nhost: x\r\n".to_vec();
+    for i in 0..120 {
+        many.extend_from_slice(format!("x-h{i}: v\r\n").as_bytes());
+    }
+    many.extend_from_slice(b"\r\n");
+    let mut huge = b"GET /livez HTTP/1.1\r\nhost: x\r\nx-big: ".to_vec();
+    huge.extend(std::iter::repeat_n(b'a', 2_000_000));
+    huge.extend_from_slice(b"\r\n\r\n");
+    let long_uri = format!("GET /v1/locks/{} HTTP/1.1\r\nhost: x\r\n\r\n", "a".repeat(70_000));
+    let cases: [(&[u8], u16, &str); 5] = [
+        (b"GARBAGE\r\n\r\n", 400, "malformed_request"),
+        (b"GET /livez HTTP/1.1\r\nhost: x\r\nno colon here\r\n\r\n", 400, "malformed_request"),
+        (&many, 431, "headers_too_large"),
+        (&huge, 431, "headers_too_large"),
+        (long_uri.as_bytes(), 414, "uri_too_long"),
+    ];
+    for (bytes, status, code) in cases {
+        let r = raw(bytes);
+        let what = String::from_utf8_lossy(&bytes[..bytes.len().min(40)]).into_owned();
+        assert_eq!(r.status, status, "{what}: {}", r.text());
+        assert_eq!(r.header("content-type"), Some("application/json"), "{what}");
+        assert_eq!(r.json()["error"]["code"], code, "{what}: {}", r.text());
+        assert!(r.json()["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{what}");
+    }
+    assert_eq!(s.get("/livez").status, 200, "the server serves on");
+}
+
+#[test]
+fn a_bad_chunk_size_is_an_unreadable_body_not_a_large_one() {
+    let s = TestServer::with(|c| c.body_bytes_max = 1024);
+    let raw = |bytes: &[u8]| parse_response(&crate::harness::request_raw(s.addr, bytes));
+    let head = "POST /v1/leases HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\n\
+                transfer-encoding: chunked\r\n\r\n";
+    let r = raw(format!("{head}zz\r\n{{\"ttl_ms\":1000}}\r\n0\r\n\r\n").as_bytes());
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("invalid_body")), "{}", r.text());
+    // A chunked body that is really over the limit is still 413.
+    let big = format!("{{\"ttl_ms\":1000,\"x\":\"{}\"}}", "a".repeat(2000));
+    let r = raw(format!("{head}{:x}\r\n{big}\r\n0\r\n\r\n", big.len()).as_bytes());
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (413, Some("too_large")), "{}", r.text());
+    // A well-formed chunked body is taken; the refused ones changed nothing.
+    let r = raw(format!("{head}f\r\n{{\"ttl_ms\":1000}}\r\n0\r\n\r\n").as_bytes());
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert!(s.get("/metrics").text().contains("fenced_leases_created_total 1"));
+}
+
+#[test]
+fn h2c_is_refused_with_http2s_own_goaway_and_http1_goes_on() {
+    let s = TestServer::start();
+    // Prior knowledge: the preface, then an empty SETTINGS frame.
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00").unwrap();
+    let (got, closed) = read_until_closed(&mut c, 10);
+    assert!(closed, "the connection closes");
+    // SETTINGS (type 4, stream 0) first, as RFC 9113 wants from a server, then GOAWAY
+    // (type 7) with error code 0xd, HTTP_1_1_REQUIRED.
+    assert!(got.len() >= 9 + 9 + 8, "{got:?}");
+    assert_eq!(&got[..9], b"\x00\x00\x00\x04\x00\x00\x00\x00\x00", "{got:?}");
+    assert_eq!(got[9 + 3], 7, "a GOAWAY frame: {got:?}");
+    assert_eq!(&got[9 + 9 + 4..9 + 9 + 8], &[0, 0, 0, 0x0d], "HTTP_1_1_REQUIRED: {got:?}");
+    // An HTTP/1.1 upgrade to h2c is not taken: the request is answered over HTTP/1.1.
+    let r = s.request("GET", "/livez", &[("upgrade", "h2c"), ("http2-settings", "AAMAAABkAAQCAAAAAAIAAAAA")], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(s.get("/metrics").text().contains("fenced_h2c_refused_total 1"));
+}
