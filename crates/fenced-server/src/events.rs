@@ -3,8 +3,10 @@
 //! Lease ids never appear here: a lease id is the capability to release or revoke.
 
 use serde::Serialize;
+use utoipa::ToSchema;
 
-#[derive(Clone, Debug, Serialize)]
+/// The `type` field names the event; `at_ms` is the lock table's time.
+#[derive(Clone, Debug, Serialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Event {
     Granted {

@@ -29,8 +29,10 @@ use crate::locks::Locks;
 use crate::metrics::Metrics;
 use fenced_store::{Store, StoreError};
 
-/// The OpenAPI 3 document served at `/openapi.json`.
-pub const OPENAPI_JSON: &str = api::OPENAPI_DOC;
+/// The OpenAPI 3.1 document a server with `config` serves at `/openapi.json`.
+pub fn openapi_json(config: &Config) -> String {
+    api::doc::document(config)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -140,6 +142,7 @@ pub async fn run_with_wire(
         auth_token,
         body_budget: Arc::new(Semaphore::new(config.body_bytes_in_flight_max)),
         shutdown: stop_rx.clone(),
+        openapi: api::doc::document(&config),
     });
     let router = api::router(app.clone());
     let conns = Arc::new(Semaphore::new(config.connections_max));

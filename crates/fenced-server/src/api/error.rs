@@ -1,9 +1,31 @@
 //! The one error shape of the API: `{"error":{"code","message",...details}}`, and the
 //! one place the lock service's domain errors get their HTTP status.
 
+use std::collections::BTreeMap;
+
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+/// Every error answer: `{"error":{"code","message",...details}}`.
+#[derive(Serialize, ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// snake_case, stable: what a client matches on.
+    pub code: String,
+    /// A sentence for a person.
+    pub message: String,
+    /// Details that fit the code: limits, tokens, `retry_after_ms`.
+    #[serde(flatten)]
+    pub details: BTreeMap<String, Value>,
+}
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -64,11 +86,12 @@ impl From<fenced_core::Error> for ApiError {
 impl ApiError {
     /// The body every transport sends: `{"error":{"code","message",...details}}`.
     pub fn body(&self) -> Value {
-        let mut inner = Map::new();
-        inner.insert("code".into(), json!(self.code));
-        inner.insert("message".into(), json!(self.message));
-        inner.extend(self.details.iter().map(|(k, v)| (k.clone(), v.clone())));
-        json!({ "error": inner })
+        let error = ErrorDetail {
+            code: self.code.to_string(),
+            message: self.message.clone(),
+            details: self.details.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        };
+        serde_json::to_value(ErrorBody { error }).expect("an error body serializes")
     }
 }
 

@@ -5,27 +5,46 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use fenced_core::{Answer, Command, LeaseId, LeaseInfo};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
-use super::{json, new_lease_id, parse_lease_id, ApiError, App, AppInner};
+use super::error::ErrorBody;
+use super::{new_lease_id, parse_lease_id, reply, ApiError, App, AppInner};
 use crate::locks::Reply;
 use crate::metrics::inc;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CreateLease {
+#[schema(as = LeaseRequest)]
+pub struct CreateLease {
+    /// The lease's TTL; bounds: `ttl_ms_min`, `ttl_ms_max`.
     ttl_ms: u64,
 }
 
-#[derive(Deserialize)]
+/// A keepalive's body: empty, or `{}`.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Empty {}
+pub struct Empty {}
 
+/// A lease: its id (the capability to keep alive, release and revoke) and TTL.
+#[derive(Serialize, ToSchema)]
+pub struct Lease {
+    #[schema(pattern = "^[0-9a-f]{32}$")]
+    lease_id: String,
+    ttl_ms: u64,
+}
+
+#[utoipa::path(post, path = "/v1/leases", tag = "leases", operation_id = "create_lease", request_body = CreateLease,
+    responses(
+        (status = 201, description = "created", body = Lease),
+        (status = 400, description = "invalid_json, invalid_field, ttl_out_of_range", body = ErrorBody),
+        (status = 429, description = "too_many_leases", body = ErrorBody),
+        (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
+    ))]
 pub async fn create(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     let req: CreateLease = app.json_body(&headers, body).await?;
     let (id, ttl_ms) = create_lease(&app, req.ttl_ms).await?;
-    Ok(json(StatusCode::CREATED, &json!({ "lease_id": id.to_hex(), "ttl_ms": ttl_ms })))
+    Ok(reply(StatusCode::CREATED, &Lease { lease_id: id.to_hex(), ttl_ms }))
 }
 
 /// Creates a lease (HTTP and the wire protocol): its id and TTL.
@@ -60,6 +79,14 @@ fn lease_answer(reply: Reply) -> Result<LeaseInfo, ApiError> {
     }
 }
 
+#[utoipa::path(post, path = "/v1/leases/{lease_id}/keepalive", tag = "leases", operation_id = "keepalive", params(("lease_id" = String, Path, description = "32 hexadecimal digits", pattern = "^[0-9a-fA-F]{32}$")),
+    request_body(content = Option<Empty>, description = "empty, or {}"),
+    responses(
+        (status = 200, description = "kept alive: its TTL restarts", body = Lease),
+        (status = 400, description = "invalid_lease_id, invalid_json, invalid_field", body = ErrorBody),
+        (status = 404, description = "lease_not_found", body = ErrorBody),
+        (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
+    ))]
 pub async fn keepalive(
     State(app): State<App>,
     Path(id): Path<String>,
@@ -69,9 +96,16 @@ pub async fn keepalive(
     let _: Empty = app.json_body(&headers, body).await?;
     let id = parse_lease_id(&id)?;
     let ttl_ms = keepalive_lease(&app, id).await?;
-    Ok(json(StatusCode::OK, &json!({ "lease_id": id.to_hex(), "ttl_ms": ttl_ms })))
+    Ok(reply(StatusCode::OK, &Lease { lease_id: id.to_hex(), ttl_ms }))
 }
 
+#[utoipa::path(delete, path = "/v1/leases/{lease_id}", tag = "leases", operation_id = "revoke_lease", params(("lease_id" = String, Path, description = "32 hexadecimal digits", pattern = "^[0-9a-fA-F]{32}$")),
+    responses(
+        (status = 204, description = "revoked: its locks are released, its waits end"),
+        (status = 400, description = "invalid_lease_id", body = ErrorBody),
+        (status = 404, description = "lease_not_found", body = ErrorBody),
+        (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
+    ))]
 pub async fn revoke(State(app): State<App>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
     revoke_lease(&app, parse_lease_id(&id)?).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -6,36 +6,96 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use fenced_core::{Acquire, Answer, Command, Error, Grant, LeaseId, LeaseRef, LockInfo, LockName, RequestId, Token};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use fenced_core::{Acquire, Answer, Command, Error, LeaseId, LeaseRef, LockInfo, LockName, RequestId, Token};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
-use super::{json, new_lease_id, parse_lease_id, ApiError, App, AppInner};
+use super::error::ErrorBody;
+use super::{new_lease_id, parse_lease_id, reply, ApiError, App, AppInner};
 use crate::locks::{Locks, Reply};
 use crate::metrics::inc;
 
-#[derive(Deserialize)]
+/// Exactly one of `lease_id` and `ttl_ms`.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct AcquireBody {
+#[schema(as = AcquireRequest)]
+pub struct AcquireBody {
+    /// A lease to hold the lock under.
+    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
     lease_id: Option<String>,
-    /// An implicit lease for this request alone.
+    /// An implicit lease for this request alone; bounds: `ttl_ms_min`, `ttl_ms_max`.
     ttl_ms: Option<u64>,
+    /// How long to queue server-side; 0 (the default) is a try-lock.
     #[serde(default)]
     wait_ms: u64,
+    /// Lock-delay after the holder's lease expires.
     #[serde(default)]
     lock_delay_ms: u64,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ReleaseBody {
+#[schema(as = ReleaseRequest)]
+pub struct ReleaseBody {
+    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
     lease_id: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CheckBody {
+#[schema(as = CheckRequest)]
+pub struct CheckBody {
+    /// A token is at least 1.
+    #[schema(minimum = 1)]
     token: u64,
+}
+
+/// A grant: the fencing token to send with every write, and the lease holding it.
+#[derive(Serialize, ToSchema)]
+pub struct Grant {
+    name: String,
+    #[schema(minimum = 1)]
+    token: u64,
+    #[schema(pattern = "^[0-9a-f]{32}$")]
+    lease_id: String,
+    ttl_ms: u64,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Released {
+    name: String,
+    token: u64,
+    released: bool,
+}
+
+/// Whether the token is the current grant's, and the holder's token (null: free).
+#[derive(Serialize, ToSchema)]
+pub struct CheckResult {
+    name: String,
+    current: bool,
+    #[schema(required = true)]
+    token: Option<u64>,
+}
+
+/// A lock as clients see it (the holder's lease id is never shown). A free lock has
+/// `held` false and nulls.
+#[derive(Serialize, ToSchema)]
+pub struct LockView {
+    name: String,
+    held: bool,
+    #[schema(required = true)]
+    token: Option<u64>,
+    #[schema(required = true)]
+    expires_in_ms: Option<u64>,
+    waiters: usize,
+    /// Lock-delay left, when the lock is blocked by one.
+    #[schema(required = true)]
+    blocked_for_ms: Option<u64>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct LockList {
+    locks: Vec<LockView>,
 }
 
 /// `POST /v1/locks/{name}/{acquire|release|check}`; the name may hold `/`, encoded
@@ -61,19 +121,51 @@ pub async fn action(
         "release" => {
             let (name, req): (_, ReleaseBody) = (lock_name(&app, name)?, app.json_body(&headers, body).await?);
             let token = release_lock(&app, &name, parse_lease_id(&req.lease_id)?).await?;
-            Ok(json(StatusCode::OK, &json!({ "name": name.as_str(), "token": token.get(), "released": true })))
+            Ok(reply(StatusCode::OK, &Released { name: name.as_str().into(), token: token.get(), released: true }))
         }
         "check" => {
             let (name, req): (_, CheckBody) = (lock_name(&app, name)?, app.json_body(&headers, body).await?);
             let (current, holder) = check_token(&app, &name, req.token).await?;
-            Ok(json(
-                StatusCode::OK,
-                &json!({ "name": name.as_str(), "current": current, "token": holder.map(Token::get) }),
-            ))
+            let token = holder.map(Token::get);
+            Ok(reply(StatusCode::OK, &CheckResult { name: name.as_str().into(), current, token }))
         }
         _ => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", "use /v1/locks/{name}/acquire, /release or /check")),
     }
 }
+
+// The three actions share one route (`/v1/locks/{*rest}`: a name may hold '/'); the
+// document describes each as its own path.
+#[utoipa::path(post, path = "/v1/locks/{name}/acquire", tag = "locks", operation_id = "acquire", params(("name" = String, Path, description = "1 to lock_name_bytes_max bytes of UTF-8 without control characters; '/' may be sent as %2F or as it is", min_length = 1)), request_body = AcquireBody,
+    responses(
+        (status = 200, description = "granted", body = Grant),
+        (status = 400, description = "invalid_json, invalid_field, invalid_name, invalid_lease_id, ttl_out_of_range, wait_out_of_range, lock_delay_out_of_range", body = ErrorBody),
+        (status = 404, description = "lease_not_found (also when the lease expires while waiting)", body = ErrorBody),
+        (status = 409, description = "lock_held (with holder_token when held; also during lock-delay)", body = ErrorBody),
+        (status = 413, description = "too_large", body = ErrorBody),
+        (status = 429, description = "too_many_locks, too_many_waiters, too_many_leases", body = ErrorBody),
+        (status = 503, description = "recovering (with retry_after_ms), not_leader, shutting_down", body = ErrorBody),
+    ))]
+#[allow(dead_code)]
+pub(super) fn doc_acquire() {}
+
+#[utoipa::path(post, path = "/v1/locks/{name}/release", tag = "locks", operation_id = "release", params(("name" = String, Path, description = "1 to lock_name_bytes_max bytes of UTF-8 without control characters; '/' may be sent as %2F or as it is", min_length = 1)), request_body = ReleaseBody,
+    responses(
+        (status = 200, description = "released", body = Released),
+        (status = 400, description = "invalid_json, invalid_field, invalid_name, invalid_lease_id", body = ErrorBody),
+        (status = 409, description = "not_holder", body = ErrorBody),
+        (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
+    ))]
+#[allow(dead_code)]
+pub(super) fn doc_release() {}
+
+#[utoipa::path(post, path = "/v1/locks/{name}/check", tag = "locks", operation_id = "check", params(("name" = String, Path, description = "1 to lock_name_bytes_max bytes of UTF-8 without control characters; '/' may be sent as %2F or as it is", min_length = 1)), request_body = CheckBody,
+    responses(
+        (status = 200, description = "whether the token is the current grant's (CheckSequencer)", body = CheckResult),
+        (status = 400, description = "invalid_json, invalid_field, invalid_name, invalid_token", body = ErrorBody),
+        (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
+    ))]
+#[allow(dead_code)]
+pub(super) fn doc_check() {}
 
 pub fn lock_name(app: &AppInner, name: &str) -> Result<LockName, ApiError> {
     LockName::with_len_max(name, app.config.lock_name_bytes_max).map_err(|e| {
@@ -106,7 +198,7 @@ pub struct AcquireReq {
 /// Acquire (HTTP and the wire protocol): granted, or why not. Dropping the future
 /// while it waits withdraws the request (the table ends an implicit lease with it, and
 /// gives back a grant that raced the departure unless a twin request was told of it).
-pub async fn acquire_grant(app: App, name: LockName, req: AcquireReq) -> Result<Grant, ApiError> {
+pub async fn acquire_grant(app: App, name: LockName, req: AcquireReq) -> Result<fenced_core::Grant, ApiError> {
     let lease = match (req.lease, req.ttl_ms) {
         (Some(id), None) => LeaseRef::Existing(id),
         (None, Some(ttl_ms)) => LeaseRef::Implicit { id: new_lease_id()?, ttl_ms },
@@ -159,11 +251,10 @@ fn lock_held(holder: Option<Token>, wait_ms: u64) -> ApiError {
     ApiError { message: format!("the lock was not granted within wait_ms {wait_ms}"), ..e }
 }
 
-fn grant_response(g: &Grant) -> Response {
-    json(
-        StatusCode::OK,
-        &json!({ "name": g.name.as_str(), "token": g.token.get(), "lease_id": g.lease.to_hex(), "ttl_ms": g.ttl_ms }),
-    )
+fn grant_response(g: &fenced_core::Grant) -> Response {
+    let grant =
+        Grant { name: g.name.as_str().into(), token: g.token.get(), lease_id: g.lease.to_hex(), ttl_ms: g.ttl_ms };
+    reply(StatusCode::OK, &grant)
 }
 
 /// Release (HTTP and the wire protocol): the released grant's token.
@@ -183,25 +274,48 @@ pub async fn check_token(app: &AppInner, name: &LockName, raw: u64) -> Result<(b
 }
 
 /// `GET /v1/locks/{name}`.
+#[utoipa::path(get, path = "/v1/locks/{name}", tag = "locks", operation_id = "get_lock", params(("name" = String, Path, description = "1 to lock_name_bytes_max bytes of UTF-8 without control characters; '/' may be sent as %2F or as it is", min_length = 1)),
+    responses(
+        (status = 200, description = "the lock (a free one: held false)", body = LockView),
+        (status = 400, description = "invalid_name", body = ErrorBody),
+        (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
+    ))]
 pub async fn get_one(State(app): State<App>, Path(name): Path<String>) -> Result<Response, ApiError> {
     let name = lock_name(&app, &name)?;
     let (info, now) = app.locks.read(|t, now| (t.lock(&name), now)).await?;
     let v = match info {
         Some(info) => lock_view(&info, now),
-        None => json!({ "name": name.as_str(), "held": false, "token": null, "waiters": 0 }),
+        None => LockView {
+            name: name.as_str().into(),
+            held: false,
+            token: None,
+            expires_in_ms: None,
+            waiters: 0,
+            blocked_for_ms: None,
+        },
     };
-    Ok(json(StatusCode::OK, &v))
+    Ok(reply(StatusCode::OK, &v))
 }
 
 /// `GET /v1/locks?prefix=P&limit=N`.
+#[utoipa::path(get, path = "/v1/locks", tag = "locks", operation_id = "list_locks",
+    params(
+        ("prefix" = Option<String>, Query, description = "only names that start with it"),
+        ("limit" = Option<u64>, Query, description = "at most this many (default and bound: list_locks_max)", minimum = 1),
+    ),
+    responses(
+        (status = 200, description = "locks in name order", body = LockList),
+        (status = 400, description = "invalid_query", body = ErrorBody),
+        (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
+    ))]
 pub async fn list(
     State(app): State<App>,
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (prefix, limit) = list_params(query, app.config.list_locks_max, app.config.lock_name_bytes_max, "lock name")?;
     let (locks, now) = app.locks.read(|t, now| (t.locks_with_prefix(&prefix, limit), now)).await?;
-    let views: Vec<Value> = locks.iter().map(|l| lock_view(l, now)).collect();
-    Ok(json(StatusCode::OK, &json!({ "locks": views })))
+    let locks = locks.iter().map(|l| lock_view(l, now)).collect();
+    Ok(reply(StatusCode::OK, &LockList { locks }))
 }
 
 /// `prefix` and `limit` of a listing: the limit 1 to `max` (default `max`), the prefix
@@ -230,17 +344,17 @@ pub(super) fn list_params(
 
 /// A lock as clients see it. The holder's lease id is not shown: it is the
 /// capability to release.
-fn lock_view(info: &LockInfo, now: u64) -> Value {
+fn lock_view(info: &LockInfo, now: u64) -> LockView {
     let (token, expires_in_ms) = match &info.holder {
         Some((t, lease)) => (Some(t.get()), Some(lease.expires_at_ms.saturating_sub(now))),
         None => (None, None),
     };
-    json!({
-        "name": info.name.as_str(),
-        "held": info.holder.is_some(),
-        "token": token,
-        "expires_in_ms": expires_in_ms,
-        "waiters": info.waiters,
-        "blocked_for_ms": info.blocked_until_ms.map(|b| b.saturating_sub(now)),
-    })
+    LockView {
+        name: info.name.as_str().into(),
+        held: info.holder.is_some(),
+        token,
+        expires_in_ms,
+        waiters: info.waiters,
+        blocked_for_ms: info.blocked_until_ms.map(|b| b.saturating_sub(now)),
+    }
 }

@@ -2,6 +2,7 @@
 //! handler uses (body limits, strict JSON, lease ids). Wire types live next to the
 //! handlers and convert to core types by hand.
 
+pub mod doc;
 mod error;
 mod leases;
 mod locks;
@@ -26,7 +27,6 @@ use serde_json::Value;
 pub use error::ApiError;
 pub use leases::{create_lease, keepalive_lease, revoke_lease};
 pub use locks::{acquire_grant, check_token, lock_name, release_lock, AcquireReq};
-pub use ops::OPENAPI_DOC;
 pub use store::{read_value, store_key, write_value};
 
 use crate::config::Config;
@@ -74,6 +74,8 @@ pub struct AppInner {
     pub body_budget: Arc<tokio::sync::Semaphore>,
     /// Flips to true when shutdown begins.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// The OpenAPI document, generated at start for this configuration's limits.
+    pub openapi: String,
 }
 
 pub type App = Arc<AppInner>;
@@ -205,7 +207,12 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// A JSON response.
 pub fn json(status: StatusCode, v: &Value) -> Response {
-    let body = serde_json::to_vec(v).expect("a Value serializes");
+    reply(status, v)
+}
+
+/// A JSON response from one of the wire types the API document is generated from.
+pub fn reply<T: serde::Serialize>(status: StatusCode, v: &T) -> Response {
+    let body = serde_json::to_vec(v).expect("a wire type serializes");
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 

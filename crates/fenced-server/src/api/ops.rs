@@ -9,43 +9,123 @@ use axum::http::{header, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
-use serde_json::json;
+use serde::Serialize;
 use tokio::sync::broadcast::error::RecvError;
+use utoipa::ToSchema;
 
-use super::{json, App};
+use super::error::ErrorBody;
+use super::{reply, App};
+use crate::events::Event;
 
-pub const OPENAPI_DOC: &str = include_str!("../../assets/openapi.json");
-
-pub async fn livez() -> Response {
-    json(StatusCode::OK, &json!({ "status": "live" }))
+/// `{"status":"live"}`, or why the server is not ready (`shutting_down`, `no_leader`).
+#[derive(Serialize, ToSchema)]
+pub struct Status {
+    status: &'static str,
 }
 
+/// A ready member: whether it leads, the leader it knows, and the grace left after a
+/// migration of a single-node data directory.
+#[derive(Serialize, ToSchema)]
+pub struct Ready {
+    status: &'static str,
+    leader: bool,
+    leader_id: u64,
+    recovering: bool,
+    grace_left_ms: u64,
+}
+
+/// One member of the cluster, as this member sees it.
+#[derive(Serialize, ToSchema)]
+pub struct MemberView {
+    id: u64,
+    url: String,
+    /// `leader`, `follower` or `learner`.
+    role: &'static str,
+    #[schema(required = true)]
+    last_log_index: Option<u64>,
+}
+
+/// The cluster as this member sees it (a single server: a cluster of one).
+#[derive(Serialize, ToSchema)]
+pub struct ClusterView {
+    id: u64,
+    state: String,
+    #[schema(required = true)]
+    leader_id: Option<u64>,
+    term: u64,
+    #[schema(required = true)]
+    commit_index: Option<u64>,
+    #[schema(required = true)]
+    last_applied_index: Option<u64>,
+    #[schema(required = true)]
+    last_log_index: Option<u64>,
+    #[schema(required = true)]
+    snapshot_index: Option<u64>,
+    members: Vec<MemberView>,
+}
+
+/// The data of an SSE event `lagged`: this reader fell behind and missed events.
+#[derive(Serialize, ToSchema)]
+pub struct Lagged {
+    missed: u64,
+}
+
+/// The data of one SSE event of `/v1/events` (its `event:` field is the type).
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum EventData {
+    Event(Event),
+    Lagged(Lagged),
+}
+
+fn data(d: EventData) -> String {
+    serde_json::to_string(&d).expect("an event serializes")
+}
+
+#[utoipa::path(get, path = "/livez", tag = "operations", responses((status = 200, description = "live", body = Status)))]
+pub async fn livez() -> Response {
+    reply(StatusCode::OK, &Status { status: "live" })
+}
+
+#[utoipa::path(get, path = "/readyz", tag = "operations",
+    responses(
+        (status = 200, description = "ready", body = Ready),
+        (status = 503, description = "status shutting_down or no_leader", body = Status),
+    ))]
 pub async fn readyz(State(app): State<App>) -> Response {
     if *app.shutdown.borrow() {
-        return json(StatusCode::SERVICE_UNAVAILABLE, &json!({ "status": "shutting_down" }));
+        return reply(StatusCode::SERVICE_UNAVAILABLE, &Status { status: "shutting_down" });
     }
     let left = app.locks.view(|t, now| t.grace_left_ms(now));
     let node = &app.locks.node;
     let leading = node.is_leading();
     let leader = if leading { Some(node.id()) } else { node.not_leader().leader };
-    if leader.is_none() {
-        return json(StatusCode::SERVICE_UNAVAILABLE, &json!({ "status": "no_leader" }));
-    }
-    json(
-        StatusCode::OK,
-        &json!({ "status": "ready", "leader": leading, "leader_id": leader, "recovering": left > 0, "grace_left_ms": left }),
-    )
+    let Some(leader_id) = leader else {
+        return reply(StatusCode::SERVICE_UNAVAILABLE, &Status { status: "no_leader" });
+    };
+    let ready = Ready { status: "ready", leader: leading, leader_id, recovering: left > 0, grace_left_ms: left };
+    reply(StatusCode::OK, &ready)
 }
 
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddMember {
+    #[schema(minimum = 1)]
     id: u64,
+    /// The member's base URL, `http://` or `https://`.
+    #[schema(pattern = "^https?://")]
     url: String,
 }
 
 /// `POST /v1/cluster/members` `{"id","url"}`: the new member catches up as a learner,
 /// then joins the voters; answered with the cluster's status once it has. Leader only.
+#[utoipa::path(post, path = "/v1/cluster/members", tag = "cluster", request_body = AddMember,
+    responses(
+        (status = 200, description = "the member joined the voters", body = ClusterView),
+        (status = 400, description = "invalid_json, invalid_field", body = ErrorBody),
+        (status = 409, description = "membership_change_failed", body = ErrorBody),
+        (status = 503, description = "not_leader", body = ErrorBody),
+    ))]
 pub async fn add_member(
     State(app): State<App>,
     headers: axum::http::HeaderMap,
@@ -69,6 +149,14 @@ pub async fn add_member(
 }
 
 /// `DELETE /v1/cluster/members/{id}`: the member leaves the voters. Leader only.
+#[utoipa::path(delete, path = "/v1/cluster/members/{id}", tag = "cluster",
+    params(("id" = u64, Path, description = "the member's id")),
+    responses(
+        (status = 200, description = "the member left the voters", body = ClusterView),
+        (status = 400, description = "invalid_request (an id that is not a number)", body = ErrorBody),
+        (status = 409, description = "membership_change_failed", body = ErrorBody),
+        (status = 503, description = "not_leader", body = ErrorBody),
+    ))]
 pub async fn remove_member(
     State(app): State<App>,
     axum::extract::Path(id): axum::extract::Path<u64>,
@@ -85,22 +173,48 @@ pub async fn remove_member(
 
 /// `GET /v1/cluster`: the members, the leader, the term and the commit index, as this
 /// member sees them (a single server answers as a cluster of one).
+#[utoipa::path(get, path = "/v1/cluster", tag = "cluster", responses((status = 200, description = "the cluster", body = ClusterView)))]
 pub async fn cluster(State(app): State<App>) -> Response {
-    json(StatusCode::OK, &serde_json::to_value(app.locks.node.status()).unwrap_or_default())
+    let s = app.locks.node.status();
+    let members = s
+        .members
+        .into_iter()
+        .map(|m| MemberView { id: m.id, url: m.url, role: m.role, last_log_index: m.last_log_index })
+        .collect();
+    let view = ClusterView {
+        id: s.id,
+        state: s.state,
+        leader_id: s.leader_id,
+        term: s.term,
+        commit_index: s.commit_index,
+        last_applied_index: s.last_applied_index,
+        last_log_index: s.last_log_index,
+        snapshot_index: s.snapshot_index,
+        members,
+    };
+    reply(StatusCode::OK, &view)
 }
 
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text", content_type = "text/plain", body = String)))]
 pub async fn metrics(State(app): State<App>) -> Response {
     let text = app.metrics.render(&app.locks.gauges());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
-pub async fn openapi() -> Response {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI_DOC).into_response()
+#[utoipa::path(get, path = "/openapi.json", tag = "operations",
+    responses((status = 200, description = "this document (OpenAPI 3.1), with this server's limits", body = Object)))]
+pub async fn openapi(State(app): State<App>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], app.openapi.clone()).into_response()
 }
 
 /// `GET /v1/events`: one SSE event per granted, released, expired, and store
 /// accepted/rejected. A slow reader that falls behind gets a `lagged` event with the
 /// number it missed. The stream ends when the server shuts down.
+#[utoipa::path(get, path = "/v1/events", tag = "operations",
+    responses((status = 200, content_type = "text/event-stream", body = EventData,
+        description = "server-sent events: each event's `event:` is its type (granted, released, expired, \
+            store_accepted, store_rejected, lagged) and its `data:` one JSON object of this schema")))]
 pub async fn events(State(app): State<App>) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let rx = app.locks.events.subscribe();
     let shutdown = app.shutdown.clone();
@@ -113,8 +227,10 @@ pub async fn events(State(app): State<App>) -> Sse<impl Stream<Item = Result<Sse
             _ = shutdown.changed() => return None,
         };
         let ev = match got {
-            Ok(e) => SseEvent::default().event(e.kind()).data(serde_json::to_string(&e).expect("serializes")),
-            Err(RecvError::Lagged(n)) => SseEvent::default().event("lagged").data(json!({ "missed": n }).to_string()),
+            Ok(e) => SseEvent::default().event(e.kind()).data(data(EventData::Event(e))),
+            Err(RecvError::Lagged(n)) => {
+                SseEvent::default().event("lagged").data(data(EventData::Lagged(Lagged { missed: n })))
+            }
             Err(RecvError::Closed) => return None,
         };
         Some((Ok(ev), (rx, shutdown)))

@@ -8,17 +8,53 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use fenced_core::{Admission, Error, Token};
 use fenced_store::StoreError;
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
-use super::{json, read_body, ApiError, App, AppInner};
+use super::error::ErrorBody;
+use super::{read_body, reply, ApiError, App, AppInner};
 use crate::events::Event;
 use crate::metrics::inc;
 
 const FENCING_TOKEN: &str = "fencing-token";
 const HIGHEST_SEEN: &str = "fencing-highest-seen";
 
+/// A key of the store with its mark (null: none) and its value's size (null: only a
+/// fenced read touched the key).
+#[derive(Serialize, ToSchema)]
+pub struct StoreKey {
+    key: String,
+    #[schema(required = true)]
+    highest_seen: Option<u64>,
+    #[schema(required = true)]
+    value_bytes: Option<u64>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct StoreKeys {
+    keys: Vec<StoreKey>,
+}
+
+/// An accepted write: fenced (the key's new mark), or under `unfenced_prefix`.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum StoreWrite {
+    Fenced { key: String, token: u64, highest_seen: u64 },
+    Unfenced { key: String, unfenced: bool },
+}
+
 /// `GET /v1/store?prefix=P&limit=N`: keys with their `highest_seen` marks and value
 /// sizes, in key order (what the live page shows). Values are not included.
+#[utoipa::path(get, path = "/v1/store", tag = "store", operation_id = "list_store_keys",
+    params(
+        ("prefix" = Option<String>, Query, description = "only keys that start with it"),
+        ("limit" = Option<u64>, Query, description = "at most this many (default and bound: list_locks_max)", minimum = 1),
+    ),
+    responses(
+        (status = 200, description = "keys in key order, values not included", body = StoreKeys),
+        (status = 400, description = "invalid_query", body = ErrorBody),
+        (status = 501, description = "store_not_replicated (a cluster of several members)", body = ErrorBody),
+    ))]
 pub async fn list(
     State(app): State<App>,
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
@@ -27,15 +63,31 @@ pub async fn list(
     let (prefix, limit) = super::locks::list_params(query, max, app.config.store_key_bytes_max, "key")?;
     single_member(&app)?;
     let keys = app.store.list(prefix, limit).await.map_err(store_error)?;
-    let views: Vec<serde_json::Value> = keys
+    let keys = keys
         .iter()
-        .map(|k| json!({ "key": k.key, "highest_seen": k.highest_seen.map(Token::get), "value_bytes": k.value_bytes }))
+        .map(|k| StoreKey {
+            key: k.key.clone(),
+            highest_seen: k.highest_seen.map(Token::get),
+            value_bytes: k.value_bytes.map(|n| n as u64),
+        })
         .collect();
-    Ok(super::json(StatusCode::OK, &json!({ "keys": views })))
+    Ok(reply(StatusCode::OK, &StoreKeys { keys }))
 }
 
 /// `PUT /v1/store/{key}` with `Fencing-Token: N`; the body is the value. A key under
 /// the configured `unfenced_prefix` takes the write without a token instead.
+#[utoipa::path(put, path = "/v1/store/{key}", tag = "store", operation_id = "write_value", params(("key" = String, Path, description = "1 to store_key_bytes_max bytes of UTF-8 without control characters", min_length = 1), ("Fencing-Token" = Option<u64>, Header, description = "the writer's fencing token, a positive integer below 2^64; exactly one header line", minimum = 1)),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "the value, at most value_bytes_max bytes"),
+    responses(
+        (status = 200, description = "written", body = StoreWrite),
+        (status = 400, description = "invalid_token, invalid_key, unfenced_key", body = ErrorBody),
+        (status = 409, description = "stale_token (with token and highest_seen), token_not_issued (with token and highest_issued)", body = ErrorBody),
+        (status = 413, description = "too_large", body = ErrorBody),
+        (status = 428, description = "token_required", body = ErrorBody),
+        (status = 500, description = "corrupt_record", body = ErrorBody),
+        (status = 501, description = "store_not_replicated", body = ErrorBody),
+        (status = 507, description = "store_full (with what and limit)", body = ErrorBody),
+    ))]
 pub async fn write(
     State(app): State<App>,
     Path(key): Path<String>,
@@ -47,11 +99,11 @@ pub async fn write(
     let value = read_body(&app, &headers, body, app.config.value_bytes_max, "value").await?;
     if token.is_none() && app.config.is_unfenced(&key) {
         app.store.put_unfenced(key.clone(), value.to_vec()).await.map_err(ApiError::internal)?;
-        return Ok(json(StatusCode::OK, &json!({ "key": key, "unfenced": true })));
+        return Ok(reply(StatusCode::OK, &StoreWrite::Unfenced { key, unfenced: true }));
     }
     let highest_seen = write_value(&app, key.clone(), token, value.to_vec()).await?;
     let t = highest_seen.get();
-    Ok(json(StatusCode::OK, &json!({ "key": key, "token": t, "highest_seen": t })))
+    Ok(reply(StatusCode::OK, &StoreWrite::Fenced { key, token: t, highest_seen: t }))
 }
 
 /// A fenced write (HTTP and the wire protocol) of a checked key: the new mark when
@@ -89,6 +141,17 @@ pub async fn write_value(app: &AppInner, key: String, token: Option<Token>, valu
 }
 
 /// `GET /v1/store/{key}`, a fenced read when `Fencing-Token` is present.
+#[utoipa::path(get, path = "/v1/store/{key}", tag = "store", operation_id = "read_value", params(("key" = String, Path, description = "1 to store_key_bytes_max bytes of UTF-8 without control characters", min_length = 1), ("Fencing-Token" = Option<u64>, Header, description = "the writer's fencing token, a positive integer below 2^64; exactly one header line", minimum = 1)),
+    responses(
+        (status = 200, description = "the value", content_type = "application/octet-stream", body = Vec<u8>,
+            headers(("Fencing-Highest-Seen" = u64, description = "the key's mark, when it has one"))),
+        (status = 400, description = "invalid_token, invalid_key, unfenced_key", body = ErrorBody),
+        (status = 404, description = "not_found (with highest_seen when the key has a mark)", body = ErrorBody),
+        (status = 409, description = "stale_token, token_not_issued", body = ErrorBody),
+        (status = 500, description = "corrupt_record", body = ErrorBody),
+        (status = 501, description = "store_not_replicated", body = ErrorBody),
+        (status = 507, description = "store_full (a fenced read that needs a new key past store_keys_max)", body = ErrorBody),
+    ))]
 pub async fn read(State(app): State<App>, Path(key): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
     let key = store_key(&app, key)?;
     let token = fencing_token(&headers)?;

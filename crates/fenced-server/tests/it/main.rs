@@ -6,6 +6,7 @@ mod edge;
 mod harness;
 mod input;
 mod limits;
+mod openapi;
 mod restart;
 mod rules;
 mod tls;

@@ -1,0 +1,166 @@
+//! The OpenAPI 3.1 document served at `/openapi.json`, generated (utoipa) from the
+//! types the handlers read and write, so the two cannot drift:
+//! - generated: every request and response schema of the lock service, the store, the
+//!   cluster and the operations endpoints (fields, types, required, nullable, unknown
+//!   fields refused), the events' shapes, and the paths of those calls, from the
+//!   `#[utoipa::path]` beside each handler (methods, parameters, status codes);
+//! - from the configuration, at start: the bounds a client can hit (TTL range, wait,
+//!   lock-delay, name and key lengths, list limit, value size) and whether
+//!   `Fencing-Token` is required on a PUT (it is, unless `unfenced_prefix` is set), so
+//!   the document describes this server, not the defaults;
+//! - hand-written: the web console's pages and the laboratory's API
+//!   (`assets/openapi-console.json`), whose types live in `fenced-console`.
+
+use serde_json::{json, Value};
+use utoipa::OpenApi;
+
+use super::{leases, locks, ops, store};
+use crate::config::Config;
+
+/// The hand-written part: the console's pages and the laboratory's API.
+const CONSOLE_PATHS: &str = include_str!("../../assets/openapi-console.json");
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Fenced",
+        description = "A lock service whose every grant carries a strictly increasing fencing token, \
+            and a key-value store that refuses stale tokens. Every error is \
+            {\"error\":{\"code\",\"message\",...details}}. With auth_token_file, /v1 calls need \
+            'Authorization: Bearer <token>' (else 401 unauthorized)."
+    ),
+    paths(
+        leases::create,
+        leases::keepalive,
+        leases::revoke,
+        locks::doc_acquire,
+        locks::doc_release,
+        locks::doc_check,
+        locks::get_one,
+        locks::list,
+        store::list,
+        store::write,
+        store::read,
+        ops::events,
+        ops::cluster,
+        ops::add_member,
+        ops::remove_member,
+        ops::metrics,
+        ops::livez,
+        ops::readyz,
+        ops::openapi,
+    ),
+    components(schemas(super::error::ErrorBody, ops::EventData))
+)]
+struct ApiDoc;
+
+/// The document for a server with `config`, as JSON.
+pub fn document(config: &Config) -> String {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serializes");
+    doc["info"]["version"] = json!(env!("CARGO_PKG_VERSION"));
+    let console: Value = serde_json::from_str(CONSOLE_PATHS).expect("assets/openapi-console.json is JSON");
+    for (path, item) in console["paths"].as_object().expect("paths") {
+        doc["paths"][path] = item.clone();
+    }
+    if let Some(paths) = doc["paths"].as_object_mut() {
+        paths.sort_keys();
+    }
+    apply_limits(&mut doc, config);
+    serde_json::to_string_pretty(&doc).expect("the document serializes")
+}
+
+/// Writes this configuration's bounds into the generated schemas and parameters.
+fn apply_limits(doc: &mut Value, c: &Config) {
+    let ttl = json!({ "minimum": c.ttl_ms_min, "maximum": c.ttl_ms_max });
+    let wait = json!({ "minimum": 0, "maximum": c.wait_ms_max });
+    let delay = json!({ "minimum": 0, "maximum": c.lock_delay_ms_max });
+    let schemas = "/components/schemas";
+    merge(doc, &format!("{schemas}/LeaseRequest/properties/ttl_ms"), &ttl);
+    merge(doc, &format!("{schemas}/AcquireRequest/properties/wait_ms"), &wait);
+    merge(doc, &format!("{schemas}/AcquireRequest/properties/lock_delay_ms"), &delay);
+    // ttl_ms is nullable there (null: absent); the bounds apply to a number only.
+    merge(doc, &format!("{schemas}/AcquireRequest/properties/ttl_ms"), &ttl);
+    // Exactly one of lease_id and ttl_ms, each non-null when given.
+    merge(
+        doc,
+        &format!("{schemas}/AcquireRequest"),
+        &json!({ "oneOf": [
+            { "required": ["lease_id"], "properties": { "lease_id": { "type": "string" }, "ttl_ms": { "type": "null" } } },
+            { "required": ["ttl_ms"], "properties": { "ttl_ms": { "type": "integer" }, "lease_id": { "type": "null" } } },
+        ] }),
+    );
+    let name = json!({ "maxLength": c.lock_name_bytes_max, "pattern": NO_CONTROL });
+    let key = json!({ "maxLength": c.store_key_bytes_max, "pattern": NO_CONTROL });
+    let limit = json!({ "maximum": c.list_locks_max });
+    let Some(paths) = doc["paths"].as_object_mut() else { return };
+    for (path, item) in paths.iter_mut() {
+        let Some(item) = item.as_object_mut() else { continue };
+        for op in item.values_mut() {
+            let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) else { continue };
+            for p in params {
+                let bound = match (p["name"].as_str(), p["in"].as_str()) {
+                    (Some("name"), Some("path")) if path.starts_with("/v1/locks") => Some(&name),
+                    (Some("key"), Some("path")) if path.starts_with("/v1/store") => Some(&key),
+                    (Some("prefix"), Some("query")) if path == "/v1/locks" => Some(&name),
+                    (Some("prefix"), Some("query")) if path == "/v1/store" => Some(&key),
+                    (Some("limit"), Some("query")) => Some(&limit),
+                    _ => None,
+                };
+                if let Some(bound) = bound {
+                    merge_value(&mut p["schema"], bound);
+                }
+            }
+        }
+    }
+    // A fenced write needs its token (428 token_required), unless some keys take
+    // writes without one.
+    if c.unfenced_prefix.is_empty() {
+        let put = doc.pointer_mut("/paths/~1v1~1store~1{key}/put/parameters").and_then(Value::as_array_mut);
+        for p in put.into_iter().flatten().filter(|p| p["name"] == "Fencing-Token") {
+            p["required"] = json!(true);
+            p["schema"] = json!({ "type": "integer", "format": "uint64", "minimum": 1 });
+        }
+    }
+    bound_unsigned(doc);
+}
+
+/// Every u64 the API reads is taken up to 2^64 - 1: say so, or a fuzzer would take an
+/// int64 for the truth. (utoipa spells the format `u-int64`; the registry of formats
+/// says `uint64`.) A value in a body of `application/octet-stream` is bytes, not the
+/// array of integers a `Vec<u8>` would be described as.
+fn bound_unsigned(v: &mut Value) {
+    match v {
+        Value::Object(o) => {
+            if o.get("format").and_then(Value::as_str) == Some("u-int64") {
+                o.insert("format".into(), json!("uint64"));
+            }
+            if o.get("format").and_then(Value::as_str) == Some("uint64") && !o.contains_key("maximum") {
+                o.insert("maximum".into(), json!(u64::MAX));
+            }
+            if let Some(bytes) = o.get_mut("application/octet-stream") {
+                bytes["schema"] = json!({ "type": "string", "format": "binary" });
+            }
+            o.values_mut().for_each(bound_unsigned);
+        }
+        Value::Array(a) => a.iter_mut().for_each(bound_unsigned),
+        _ => {}
+    }
+}
+
+/// A name or key: no control character (C0, DEL, C1). Its length bound counts bytes on
+/// the server and characters in JSON Schema: a name of non-ASCII characters may be
+/// refused below `maxLength` (JSON Schema cannot count UTF-8 bytes).
+const NO_CONTROL: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]+$";
+
+fn merge(doc: &mut Value, pointer: &str, with: &Value) {
+    let target = doc.pointer_mut(pointer).unwrap_or_else(|| panic!("the generated document has no {pointer}"));
+    merge_value(target, with);
+}
+
+fn merge_value(target: &mut Value, with: &Value) {
+    if let (Some(t), Some(w)) = (target.as_object_mut(), with.as_object()) {
+        for (k, v) in w {
+            t.insert(k.clone(), v.clone());
+        }
+    }
+}
