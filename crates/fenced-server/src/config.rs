@@ -69,6 +69,10 @@ pub struct Config {
     /// Bytes of keys and records the fenced store may hold; past it a write that needs
     /// more room is refused 507 `store_full`, while overwrites no larger go on.
     pub store_bytes_max: u64,
+    /// Free bytes the data directory's file system keeps for the lock service's log:
+    /// below it, fenced-store writes are refused 507 `insufficient_storage` while lock
+    /// calls go on (0: no guard).
+    pub min_free_bytes: u64,
     /// Whether the laboratory's API (`POST /v1/sim/runs`, `/v1/sim/sweeps`) is served:
     /// it runs simulations on the lock server's own cores (bounded, but an operator of a
     /// production server may want none of it).
@@ -128,6 +132,7 @@ impl Default for Config {
             lab_api: true,
             store_keys_max: 1_000_000,
             store_bytes_max: 1 << 30,
+            min_free_bytes: 64 << 20,
             token_block: 1_000_000,
             unfenced_prefix: String::new(),
             node_id: 1,

@@ -8,6 +8,7 @@
 pub mod config;
 
 mod api;
+mod disk;
 mod events;
 mod listener;
 mod locks;
@@ -134,6 +135,8 @@ pub async fn run_with_wire(
     tokio::spawn(watch_fatal(node.clone(), fatal.clone()));
     let locks = Locks::new(node.clone(), router, gone);
     let (stop_tx, stop_rx) = watch::channel(false);
+    let disk = Arc::new(disk::DiskGuard::new(config.min_free_bytes));
+    tokio::spawn(disk::watch(disk.clone(), config.data_dir.clone(), stop_rx.clone()));
     let app = Arc::new(api::AppInner {
         locks: locks.clone(),
         store: store.clone(),
@@ -143,6 +146,7 @@ pub async fn run_with_wire(
         body_budget: Arc::new(Semaphore::new(config.body_bytes_in_flight_max)),
         shutdown: stop_rx.clone(),
         openapi: api::doc::document(&config),
+        disk,
     });
     let router = api::router(app.clone());
     let conns = Arc::new(Semaphore::new(config.connections_max));

@@ -31,6 +31,8 @@ pub struct Metrics {
     pub body_timeouts: AtomicU64,
     /// Connections closed because a request head did not arrive within `head_timeout_ms`.
     pub head_timeouts: AtomicU64,
+    /// Store writes refused because the disk was below `min_free_bytes`.
+    pub store_writes_disk_low: AtomicU64,
     /// Connections that opened with HTTP/2's preface (h2c is not served).
     pub h2c_refused: AtomicU64,
     /// Frames received on wire-protocol connections.
@@ -63,7 +65,7 @@ impl Metrics {
 
     pub fn render(&self, g: &Gauges) -> String {
         let mut out = String::with_capacity(4096);
-        let counters: [(&str, &str, u64); 18] = [
+        let counters: [(&str, &str, u64); 19] = [
             ("fenced_grants_total", "Locks granted.", self.grants.load(Relaxed)),
             ("fenced_releases_total", "Locks released explicitly.", self.releases.load(Relaxed)),
             ("fenced_revoked_releases_total", "Locks released by a lease revoke.", self.revoked_releases.load(Relaxed)),
@@ -111,6 +113,11 @@ impl Metrics {
                 "fenced_head_timeouts_total",
                 "Connections closed for a request head slower than head_timeout_ms.",
                 self.head_timeouts.load(Relaxed),
+            ),
+            (
+                "fenced_store_writes_disk_low_total",
+                "Store writes refused with the disk below min_free_bytes.",
+                self.store_writes_disk_low.load(Relaxed),
             ),
             (
                 "fenced_h2c_refused_total",

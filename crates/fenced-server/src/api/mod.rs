@@ -76,6 +76,8 @@ pub struct AppInner {
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     /// The OpenAPI document, generated at start for this configuration's limits.
     pub openapi: String,
+    /// The data directory's free space against `min_free_bytes`.
+    pub disk: Arc<crate::disk::DiskGuard>,
 }
 
 pub type App = Arc<AppInner>;

@@ -86,7 +86,7 @@ pub async fn list(
         (status = 428, description = "token_required", body = ErrorBody),
         (status = 500, description = "corrupt_record", body = ErrorBody),
         (status = 501, description = "store_not_replicated", body = ErrorBody),
-        (status = 507, description = "store_full (with what and limit)", body = ErrorBody),
+        (status = 507, description = "store_full (with what and limit); insufficient_storage (the disk is below min_free_bytes, with free_bytes and min_free_bytes)", body = ErrorBody),
     ))]
 pub async fn write(
     State(app): State<App>,
@@ -98,6 +98,7 @@ pub async fn write(
     let token = fencing_token(&headers)?;
     let value = read_body(&app, &headers, body, app.config.value_bytes_max, "value").await?;
     if token.is_none() && app.config.is_unfenced(&key) {
+        disk_room(&app)?;
         app.store.put_unfenced(key.clone(), value.to_vec()).await.map_err(ApiError::internal)?;
         return Ok(reply(StatusCode::OK, &StoreWrite::Unfenced { key, unfenced: true }));
     }
@@ -124,6 +125,7 @@ pub async fn write_value(app: &AppInner, key: String, token: Option<Token>, valu
         ));
     };
     check_issued(app, &key, token)?;
+    disk_room(app)?;
     let answer = app.store.put(key.clone(), Some(token), value).await.map_err(store_error)?;
     match answer.admission {
         Admission::Accepted { token, .. } => {
@@ -219,6 +221,23 @@ fn single_member(app: &AppInner) -> Result<(), ApiError> {
         "store_not_replicated",
         "the fenced store is not replicated yet: a cluster of several members does not serve it",
     ))
+}
+
+/// A write needs room on disk beyond the reserve kept for the lock service's log.
+fn disk_room(app: &AppInner) -> Result<(), ApiError> {
+    let Some(free) = app.disk.low() else { return Ok(()) };
+    crate::metrics::inc(&app.metrics.store_writes_disk_low);
+    let min = app.disk.min_free_bytes;
+    Err(ApiError::new(
+        StatusCode::INSUFFICIENT_STORAGE,
+        "insufficient_storage",
+        format!(
+            "the data directory has {free} bytes free, below min_free_bytes {min} kept for the lock service: \
+             store writes are refused until there is room again; locks go on"
+        ),
+    )
+    .with("free_bytes", free)
+    .with("min_free_bytes", min))
 }
 
 /// The store lives beside the lock service, so it refuses a token the service never

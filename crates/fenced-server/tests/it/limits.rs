@@ -218,3 +218,101 @@ fn a_full_store_refuses_new_room_while_locks_go_on() {
     assert_eq!(s.call("POST", "/v1/locks/q/release", &format!("{{\"lease_id\":\"{a}\"}}")).0, 200);
     assert_eq!(s.acquire("q2", "{\"ttl_ms\":1000}").0, 200);
 }
+
+/// A reserve no disk can meet: the real probe finds every disk below it. Store writes
+/// are refused 507 `insufficient_storage` and change nothing; locks, leases and store
+/// reads go on.
+#[test]
+fn a_disk_below_its_reserve_refuses_store_writes_while_locks_go_on() {
+    let s = TestServer::with(|c| {
+        c.min_free_bytes = u64::MAX;
+        c.unfenced_prefix = "demo/".into();
+    });
+    let a = s.lease(10_000);
+    let (st, g) = s.acquire("d", &format!("{{\"lease_id\":\"{a}\"}}"));
+    assert_eq!(st, 200, "{g}");
+    let t = g["token"].to_string();
+    let put = |k: &str, token: Option<&str>| {
+        let headers: Vec<(&str, &str)> = token.map(|t| ("Fencing-Token", t)).into_iter().collect();
+        s.request("PUT", &format!("/v1/store/{k}"), &headers, b"v")
+    };
+    crate::harness::eventually(5, || put("k", Some(&t)).status == 507);
+    for r in [put("k", Some(&t)), put("demo/k", None)] {
+        let e = r.json();
+        assert_eq!((r.status, e["error"]["code"].as_str()), (507, Some("insufficient_storage")), "{e}");
+        assert_eq!(e["error"]["min_free_bytes"], u64::MAX);
+        assert!(e["error"]["free_bytes"].as_u64().is_some(), "{e}");
+    }
+    assert_eq!(s.get("/v1/store/k").status, 404, "a refused write changed nothing");
+    assert_eq!(s.get("/v1/store/demo/k").status, 404, "a refused write changed nothing");
+    assert_eq!(s.call("POST", "/v1/locks/d/release", &format!("{{\"lease_id\":\"{a}\"}}")).0, 200);
+    assert_eq!(s.acquire("d2", "{\"ttl_ms\":1000}").0, 200, "the lock service goes on");
+    assert_eq!(s.call("POST", &format!("/v1/leases/{a}/keepalive"), "").0, 200);
+    assert!(s.get("/metrics").text().contains("fenced_store_writes_disk_low_total "));
+}
+
+/// A real full disk: a small tmpfs, filled by another file until it is below the
+/// reserve. Store writes are refused, the lock service (whose log still has the
+/// reserve) goes on, and writes are taken again once room comes back. Needs root to
+/// mount; outside CI it skips with a printed reason.
+#[test]
+fn a_filling_disk_stops_store_writes_before_the_lock_service() {
+    let mnt = crate::harness::scratch_dir().with_extension("tmpfs");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=48m", "tmpfs"])
+        .arg(&mnt)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !mounted {
+        let _ = std::fs::remove_dir(&mnt);
+        let why = "cannot mount a tmpfs (needs root): the full-disk test did not run";
+        assert!(std::env::var_os("CI").is_none(), "{why}");
+        eprintln!("skipped: {why}");
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+    let data = mnt.join("data");
+    let reserve: u64 = 8 << 20;
+    let s = TestServer::on(fenced_server::Config {
+        data_dir: data.clone(),
+        min_free_bytes: reserve,
+        ..fenced_server::Config::default()
+    });
+    let (st, g) = s.acquire("full", "{\"ttl_ms\":60000}");
+    assert_eq!(st, 200, "{g}");
+    let t = g["token"].to_string();
+    let put = |v: &[u8]| s.request("PUT", "/v1/store/k", &[("Fencing-Token", &t)], v);
+    assert_eq!(put(b"before").status, 200);
+    // Fill the file system until 4 MiB are left: under the reserve, above zero.
+    let avail = || -> u64 {
+        let out = std::process::Command::new("df").args(["--output=avail", "-B1"]).arg(&mnt).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().nth(1).unwrap().trim().parse().unwrap()
+    };
+    let filler = mnt.join("filler");
+    let fill = avail().saturating_sub(4 << 20);
+    std::fs::write(&filler, vec![0u8; fill as usize]).unwrap();
+    assert!(avail() < reserve, "filled to {} bytes free", avail());
+    // The guard probes every 500 ms: writes may land until it has seen the fill.
+    crate::harness::eventually(10, || put(b"until seen").status == 507);
+    let before = s.get("/v1/store/k").text();
+    let r = put(b"refused");
+    assert_eq!(r.json()["error"]["code"], "insufficient_storage", "{}", r.text());
+    assert_eq!(s.get("/v1/store/k").text(), before, "a refused write changed nothing");
+    // The lock service's log has the reserve: grants, keepalives and releases go on.
+    for i in 0..20 {
+        let (st, g) = s.acquire(&format!("during-{i}"), "{\"ttl_ms\":60000}");
+        assert_eq!(st, 200, "grant {i} with the disk low: {g}");
+    }
+    std::fs::remove_file(&filler).unwrap();
+    crate::harness::eventually(10, || put(b"after").status == 200);
+    assert_eq!(s.get("/v1/store/k").text(), "after");
+    drop(s);
+}
