@@ -91,6 +91,8 @@ fn apply_limits(doc: &mut Value, c: &Config) {
     );
     let name = json!({ "maxLength": c.lock_name_bytes_max, "pattern": NO_CONTROL });
     let key = json!({ "maxLength": c.store_key_bytes_max, "pattern": NO_CONTROL });
+    let (name_prefix, key_prefix) =
+        (json!({ "maxLength": c.lock_name_bytes_max }), json!({ "maxLength": c.store_key_bytes_max }));
     let limit = json!({ "maximum": c.list_locks_max });
     let Some(paths) = doc["paths"].as_object_mut() else { return };
     for (path, item) in paths.iter_mut() {
@@ -101,8 +103,9 @@ fn apply_limits(doc: &mut Value, c: &Config) {
                 let bound = match (p["name"].as_str(), p["in"].as_str()) {
                     (Some("name"), Some("path")) if path.starts_with("/v1/locks") => Some(&name),
                     (Some("key"), Some("path")) if path.starts_with("/v1/store") => Some(&key),
-                    (Some("prefix"), Some("query")) if path == "/v1/locks" => Some(&name),
-                    (Some("prefix"), Some("query")) if path == "/v1/store" => Some(&key),
+                    // A prefix may be empty: its length only.
+                    (Some("prefix"), Some("query")) if path == "/v1/locks" => Some(&name_prefix),
+                    (Some("prefix"), Some("query")) if path == "/v1/store" => Some(&key_prefix),
                     (Some("limit"), Some("query")) => Some(&limit),
                     _ => None,
                 };

@@ -91,6 +91,12 @@ fn every_documented_bound_is_the_servers() {
     assert_eq!(name_max, 40);
     assert_eq!(s.acquire(&"n".repeat(name_max), "{\"ttl_ms\":1000}").0, 200);
     assert_eq!(s.acquire(&"n".repeat(name_max + 1), "{\"ttl_ms\":1000}").0, 400);
+    let prefix = param("/v1/locks", "get", "prefix");
+    assert_eq!(num(&prefix["schema"]["maxLength"]), 40);
+    assert!(prefix["schema"].get("pattern").is_none(), "an empty prefix is taken: {prefix}");
+    assert_eq!(s.get("/v1/locks?prefix=").status, 200);
+    assert_eq!(s.get(&format!("/v1/locks?prefix={}", "p".repeat(40))).status, 200);
+    assert_eq!(s.get(&format!("/v1/locks?prefix={}", "p".repeat(41))).status, 400);
     let limit = param("/v1/locks", "get", "limit");
     let (lo, hi) = (num(&limit["schema"]["minimum"]), num(&limit["schema"]["maximum"]));
     assert_eq!((lo, hi), (1, 7));
