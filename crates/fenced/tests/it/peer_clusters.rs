@@ -128,3 +128,21 @@ fn three_member_bench_rows_report_figures() {
     let o = fenced(&["bench", "--spawn", "--target", "fenced-3", "--workload", "store"]);
     assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+#[test]
+fn cluster_arguments_are_checked_before_anything_starts() {
+    for args in [
+        &["torture", "--target", "etcd-cluster", "--ttl", "2500ms"][..],
+        &["torture", "--target", "zookeeper-ensemble", "--ttl", "1s"],
+        &["torture", "--target", "etcd-cluster", "--faults", "crash,thaw"],
+        &["bench", "--target", "etcd-3", "--ttl", "1500ms"],
+        &["bench", "--target", "zookeeper-3", "--ttl", "2s"],
+        &["bench", "--target", "fenced-3", "--workload", "keepalive"],
+        &["bench", "--target", "redis-3"],
+    ] {
+        let out = fenced(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+}
