@@ -13,8 +13,11 @@
 //!   it anchors then: its stamps continue from the applied table's time, advancing with
 //!   its own clock (`fenced-raft`'s `Clock::stamp`). Its first entry after that is
 //!   `Promote`, and it serves clients only once `Promote` is committed (`take_office`).
-//!   A serving leader appends `Tick` when the applied table's next deadline is due on its
-//!   stamp, one at a time (`timer_loop`).
+//!   A serving leader appends `Tick` as soon as the applied table's next deadline is due
+//!   on its stamp, one at a time (`timer_loop`), within the step that made it due. A
+//!   later tick could only make expiry later, and any command applied at a stamp runs
+//!   the timers due first, so the order of a tick and a request at one stamp does not
+//!   matter.
 //! - **Raft, abstracted.** A replica is elected by itself and one voter (a majority of
 //!   three), in a term above every term seen, if its log is at least as up to date as the
 //!   voter's (last term, then length). A leader syncs a replica's log to its own
@@ -29,9 +32,11 @@
 //!   entry is committed by the leader that appended it, still in office; a leader that
 //!   steps down refuses what it was waiting on, and the client learns nothing (even if
 //!   the entry commits later). The client judges its lease by its own rule: the send
-//!   time of its last acknowledged keepalive (or the lease's grant) plus the TTL. It may
-//!   write to the resource with the last token it was granted at any moment, also long
-//!   after its lease is gone (a paused client).
+//!   time of its last acknowledged keepalive (or the lease's grant) plus the TTL. It
+//!   writes to the resource the moment a grant is acknowledged, and may write again with
+//!   that token at any later moment, also long after its lease is gone (a paused client
+//!   waking up; only such a write to a gate that has seen a newer token is a separate
+//!   step, a repeated write by the newest holder changes nothing).
 //! - **The lock table is the real one.** Each entry is one command of a small alphabet
 //!   (`log::Cmd`) that `log::replay` turns into `fenced_core::Command`s and applies with
 //!   `fenced_core::LockTable` at `max(stamp, table time)`, as `fenced-raft`'s state
@@ -48,6 +53,21 @@
 //!
 //! Negative controls: each [`Variant`] breaks one rule, and the tests check that the
 //! checker finds the counterexample it should.
+//!
+//! **Bounds** ([`Config::bounded`]): TTL 2 ms, real time 0 to 3 ms, clock offsets 0, 1
+//! and 3 ms, logs of at most 7 entries (a new leader's blank and `Promote` always fit),
+//! client 0 sends one request and client 1 two (so one can hold the lock while the
+//! other keeps its lease alive and takes the lock after an expiry), two leader changes.
+//! The design is checked exhaustively within them, depth first with symmetry reduction
+//! over the replicas (their clocks' offsets are the only thing that tells them apart,
+//! and only [`Variant::LocalClock`] reads them); each variant breadth first, so its
+//! counterexample is a shortest one.
+//!
+//! **Not modelled**: clocks running at different rates (the client's margin), the
+//! leader's stall detection, a leader's check-quorum step-down (a deposed leader here
+//! keeps appending until it meets the newer term, which is more adversarial), crashes
+//! and restarts (the log is durable; a restart is an election), snapshots, membership
+//! changes, queued acquires (try-locks only), releases and revokes, the fenced store.
 
 mod log;
 mod model;
