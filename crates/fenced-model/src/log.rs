@@ -86,3 +86,34 @@ pub fn replay(log: &[Entry], ttl_ms: u64) -> (LockTable, Vec<Output>) {
     }
     (table, outputs)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(now_ms: u64, cmd: Cmd) -> Entry {
+        Entry { term: 1, now_ms, cmd }
+    }
+
+    /// The bridge to the core: leases granted at 0 with TTL 2 expire at 2 unless kept
+    /// alive, a grant mints token 1, a blank entry applies nothing, and `Promote` gives
+    /// every lease a full TTL again.
+    #[test]
+    fn replay_applies_the_real_table() {
+        let (t, out) = replay(&[at(0, Cmd::Init), at(1, Cmd::Keepalive(0)), at(2, Cmd::Tick)], 2);
+        assert!(t.lease(lease_of(0)).is_some() && t.lease(lease_of(1)).is_none());
+        assert!(out[2]
+            .effects
+            .iter()
+            .any(|e| matches!(e, fenced_core::Effect::LeaseExpired { lease, .. } if client_of(*lease) == 1)));
+        let (t, _) = replay(&[at(0, Cmd::Init), at(1, Cmd::Acquire(1))], 2);
+        assert_eq!(t.holder_token(&lock_name()).map(|t| t.get()), Some(1));
+        let (t, _) = replay(&[at(0, Cmd::Init), at(5, Cmd::Blank)], 2);
+        assert_eq!(t.now_ms(), 0, "a blank entry does not move the table's clock");
+        let (t, _) = replay(&[at(0, Cmd::Init), at(1, Cmd::Promote), at(2, Cmd::Tick)], 2);
+        assert_eq!(t.lease(lease_of(1)).map(|l| l.expires_at_ms), Some(3));
+        // Stamps never take the table back (`max(stamp, table time)`).
+        let (t, _) = replay(&[at(0, Cmd::Init), at(1, Cmd::Keepalive(0)), at(0, Cmd::Keepalive(0))], 2);
+        assert_eq!((t.now_ms(), t.lease(lease_of(0)).map(|l| l.expires_at_ms)), (1, Some(3)));
+    }
+}

@@ -194,6 +194,7 @@ pub mod names {
     pub const SOME_TWO_LEADER_CHANGES: &str = "two leader changes happen";
     pub const SOME_EXPIRY: &str = "a lease expires";
     pub const SOME_GATE_REFUSAL: &str = "the gate refuses a stale token";
+    pub const SOME_REQUEST_TO_DEPOSED: &str = "a deposed leader that has not heard of it takes a request";
 }
 
 impl State {
@@ -563,6 +564,10 @@ impl Model for ProtocolModel {
             Property::sometimes(SOME_TWO_LEADER_CHANGES, |_, s: &State| s.leader_changes >= 2),
             Property::sometimes(SOME_EXPIRY, |_, s: &State| s.history.expired),
             Property::sometimes(SOME_GATE_REFUSAL, |_, s: &State| s.history.gate_refused),
+            Property::sometimes(SOME_REQUEST_TO_DEPOSED, |_, s: &State| {
+                let newest = s.replicas.iter().map(|r| r.term).max().unwrap_or(0);
+                s.clients.iter().any(|c| c.pending.is_some_and(|p| p.term < newest))
+            }),
         ]
     }
 }

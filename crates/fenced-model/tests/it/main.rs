@@ -87,3 +87,20 @@ fn a_leader_without_the_committed_log_reissues_tokens() {
 fn a_gate_without_a_mark_is_caught() {
     caught(Variant::GateWithoutMark, names::GATE_MONOTONIC);
 }
+
+/// The representative of a state is a fixed point, and it keeps each waiting client
+/// pointed at the same replica (by content).
+#[test]
+fn symmetry_keeps_requests_with_their_leader() {
+    let model = ProtocolModel::new(Config::bounded(Variant::Correct));
+    let s = model.init_states().remove(0);
+    // Replica 0 leads with the longest log: the canonical order puts it last.
+    let action = fenced_model::Action::Request { client: 1, to: 0, kind: fenced_model::Kind::Keepalive };
+    let s = model.next_state(&s, action).expect("enabled");
+    let r = s.representative();
+    assert_eq!(r.representative(), r);
+    let before = &s.replicas[s.clients[1].pending.expect("sent").leader as usize];
+    let after = &r.replicas[r.clients[1].pending.expect("kept").leader as usize];
+    assert_eq!(before, after);
+    assert_ne!(s.replicas, r.replicas, "this state is not canonical already, or the test shows nothing");
+}
