@@ -16,7 +16,8 @@
 //! implements it: a depth-first search over the operations that may go next, memoizing
 //! every (set of operations linearized, state) already explored so no state is
 //! explored twice. It is bounded by a step budget; past it the answer is `Unknown`,
-//! never "linearizable".
+//! never "linearizable". Before it, a read of a value no write could have written in
+//! time is reported at once: the cheap, common refutation needs no search.
 
 use std::collections::HashSet;
 use std::fmt::Debug;
@@ -113,6 +114,7 @@ impl KeyState {
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Violation<K> {
     pub key: K,
+    pub cause: Cause,
     /// The longest linearization the search found, as indices into the history, in
     /// order: no extension of it (nor any other order) accounts for `stuck`.
     pub linearized: Vec<usize>,
@@ -121,6 +123,17 @@ pub struct Violation<K> {
     /// An operation that completed before any remaining operation could be placed
     /// next: its answer cannot be given after `linearized` (nor after any longer prefix).
     pub stuck: usize,
+}
+
+/// How a violation was found.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Cause {
+    /// `stuck` read a value that no write in the history could have written before the
+    /// read completed (none wrote it, or every one was sent after): found before any
+    /// search, `linearized` is empty.
+    ValueNeverWritten,
+    /// The search tried every order: `linearized` is the longest it found.
+    NoOrder,
 }
 
 /// The checker's answer.
@@ -158,12 +171,19 @@ pub fn check<K: Clone + Eq + Hash + Debug>(history: &[Operation<K>], steps_max: 
         });
         keys[s].1.push(i);
     }
+    for (key, ops) in &keys {
+        if let Some(stuck) = read_of_unwritten_value(history, ops) {
+            let (cause, linearized, state) = (Cause::ValueNeverWritten, Vec::new(), KeyState::default());
+            return Verdict::NotLinearizable(Violation { key: (*key).clone(), cause, linearized, state, stuck });
+        }
+    }
     let mut unknown = None;
     for (key, ops) in keys {
         match check_key(history, &ops, steps_max) {
             Search::Linearizable => {}
             Search::Stuck { linearized, state, stuck } => {
-                return Verdict::NotLinearizable(Violation { key: key.clone(), linearized, state, stuck });
+                let cause = Cause::NoOrder;
+                return Verdict::NotLinearizable(Violation { key: key.clone(), cause, linearized, state, stuck });
             }
             Search::OutOfSteps(steps) => {
                 unknown.get_or_insert(Verdict::Unknown { key: key.clone(), steps });
@@ -171,6 +191,23 @@ pub fn check<K: Clone + Eq + Hash + Debug>(history: &[Operation<K>], steps_max: 
         }
     }
     unknown.unwrap_or(Verdict::Linearizable)
+}
+
+/// A read that returned a value no write of its key could have written before the read
+/// completed: a violation whatever the order, found without a search (Knossos and Elle
+/// check the same first). Writes refused as stale wrote nothing.
+fn read_of_unwritten_value<K>(all: &[Operation<K>], ops: &[usize]) -> Option<usize> {
+    let mut first_sent = std::collections::HashMap::<Value, u64, FxBuildHasher>::default();
+    for &i in ops {
+        if let (Call::Write { value, .. }, Ret::Done | Ret::Unknown) = (all[i].call, all[i].ret) {
+            let at = first_sent.entry(value).or_insert(u64::MAX);
+            *at = (*at).min(all[i].invoke);
+        }
+    }
+    ops.iter().copied().find(|&i| match all[i].ret {
+        Ret::Value(Some(v)) => first_sent.get(&v).is_none_or(|&sent| sent > all[i].complete),
+        _ => false,
+    })
 }
 
 enum Search {

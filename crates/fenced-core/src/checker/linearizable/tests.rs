@@ -58,7 +58,7 @@ fn stale_read_is_caught() {
     // 2 is written and acknowledged before the read starts, which still returns 1.
     let h = [op(0, 0, 1, w(1), Ret::Done), op(0, 2, 3, w(2), Ret::Done), op(1, 4, 5, READ, got(1))];
     let v = violation(&h);
-    assert_eq!((v.key, v.stuck), ("k", 2));
+    assert_eq!((v.key, v.stuck, v.cause), ("k", 2, Cause::NoOrder));
     assert_eq!(v.linearized, vec![0, 1]);
     assert_eq!(v.state.value, Some(2));
 }
@@ -73,7 +73,8 @@ fn lost_write_is_caught() {
 #[test]
 fn read_of_a_value_never_written_is_caught() {
     let h = [op(0, 0, 10, w(1), Ret::Done), op(1, 0, 10, READ, got(7))];
-    assert_eq!(violation(&h).stuck, 1);
+    let v = violation(&h);
+    assert_eq!((v.stuck, v.cause, v.linearized.len()), (1, Cause::ValueNeverWritten, 0));
 }
 
 #[test]
@@ -267,10 +268,9 @@ mod generated {
             prop_assert_eq!(check(&h, STEPS_MAX_DEFAULT), Verdict::Linearizable);
         }
 
-        /// One read's answer replaced by a value nobody wrote: always caught, and the
-        /// violation names that read or an operation that had to follow it.
+        /// One read's answer replaced by a value nobody wrote: caught before any search.
         #[test]
-        fn a_corrupted_read_is_caught(plan in plan(120), processes in 1..8u32, pick in any::<prop::sample::Index>()) {
+        fn a_read_of_an_unwritten_value_is_caught(plan in plan(120), processes in 1..8u32, pick in any::<prop::sample::Index>()) {
             let mut h = history(&plan, processes);
             let reads: Vec<usize> =
                 (0..h.len()).filter(|&i| matches!(h[i].ret, Ret::Value(_))).collect();
@@ -278,11 +278,49 @@ mod generated {
             let victim = reads[pick.index(reads.len())];
             h[victim].ret = Ret::Value(Some(u64::MAX));
             match check(&h, STEPS_MAX_DEFAULT) {
-                Verdict::NotLinearizable(v) => prop_assert_eq!(v.key, h[victim].key),
+                Verdict::NotLinearizable(v) => {
+                    prop_assert_eq!((v.key, v.cause, v.stuck), (h[victim].key, Cause::ValueNeverWritten, victim));
+                }
                 other => prop_assert!(false, "corrupted read {} not caught: {:?}", victim, other),
             }
         }
+
+        /// One read's answer replaced by a value overwritten before it was sent: only the
+        /// search can refute that one.
+        #[test]
+        fn a_stale_read_is_caught(plan in plan(120), processes in 1..8u32, pick in any::<prop::sample::Index>()) {
+            let mut h = history(&plan, processes);
+            let stale: Vec<(usize, Value)> = (0..h.len()).filter_map(|i| stale_value(&h, i).map(|v| (i, v))).collect();
+            prop_assume!(!stale.is_empty());
+            let (victim, value) = stale[pick.index(stale.len())];
+            h[victim].ret = Ret::Value(Some(value));
+            match check(&h, STEPS_MAX_DEFAULT) {
+                Verdict::NotLinearizable(v) => prop_assert_eq!((v.key, v.cause), (h[victim].key, Cause::NoOrder)),
+                other => prop_assert!(false, "stale read {} not caught: {:?}", victim, other),
+            }
+        }
     }
+}
+
+/// For the read at `read` (with an answer), a value that was certainly overwritten
+/// before it was sent: written by an acknowledged write that completed before another
+/// acknowledged write or delete of the key, which completed before the read was sent.
+fn stale_value(h: &[Operation<&'static str>], read: usize) -> Option<Value> {
+    let r = &h[read];
+    if !matches!(r.ret, Ret::Value(_)) {
+        return None;
+    }
+    let done = |o: &Operation<&'static str>| o.key == r.key && o.ret == Ret::Done;
+    h.iter().filter(|w1| done(w1)).find_map(|w1| {
+        let Call::Write { value, .. } = w1.call else { return None };
+        let overwritten = h.iter().any(|w2| {
+            done(w2)
+                && matches!(w2.call, Call::Write { .. } | Call::Delete)
+                && w1.complete < w2.invoke
+                && w2.complete < r.invoke
+        });
+        overwritten.then_some(value)
+    })
 }
 
 /// A plan of exactly `len` operations from a fixed seed (xorshift), on `keys` keys.
@@ -306,9 +344,10 @@ fn fixed_plan(len: usize, keys: usize, unknown_per_mille: u64) -> Vec<(usize, u8
 /// it): on one key (the whole history one search) and on three, without and with
 /// operations left open forever. Asserts the verdicts, not the time.
 ///
-/// Refuting is the hard direction: the search must exhaust every order before the
-/// corrupted last read. With 49 operations open forever on one key that exceeds the
-/// default budget, and the answer is `Unknown`, which the test accepts: never `ok`.
+/// Refuting is the hard direction. A value never written is caught before any search;
+/// a stale value makes the search exhaust every order before the corrupted read. With
+/// 49 operations open forever on one key that exceeds the default budget, and the
+/// answer is `Unknown`, which the test accepts there: never `ok`.
 #[test]
 fn five_thousand_operations() {
     for (keys, unknown_per_mille, refutable) in [(1, 0, true), (1, 10, false), (3, 10, true)] {
@@ -319,18 +358,22 @@ fn five_thousand_operations() {
         let took = started.elapsed();
         eprintln!("{} operations, {keys} key(s), 8 processes, {unknown} unknown: {verdict:?} in {took:?}", h.len());
         assert_eq!(verdict, Verdict::Linearizable);
-        let mut corrupted = h.clone();
-        let read = corrupted.iter().rposition(|o| matches!(o.ret, Ret::Value(_))).expect("reads");
-        corrupted[read].ret = Ret::Value(Some(u64::MAX));
-        let started = std::time::Instant::now();
-        let verdict = check(&corrupted, STEPS_MAX_DEFAULT);
-        let took = started.elapsed();
-        match verdict {
-            Verdict::NotLinearizable(v) => eprintln!("  its last read corrupted: caught in {took:?} (key {})", v.key),
-            Verdict::Unknown { steps, .. } if !refutable => {
-                eprintln!("  its last read corrupted: unknown after {steps} steps, {took:?}")
+        let read = (0..h.len()).rev().find(|&i| stale_value(&h, i).is_some()).expect("a read after two writes");
+        for (what, value) in [("a value never written", u64::MAX), ("a stale value", stale_value(&h, read).unwrap())] {
+            let mut corrupted = h.clone();
+            corrupted[read].ret = Ret::Value(Some(value));
+            let started = std::time::Instant::now();
+            let verdict = check(&corrupted, STEPS_MAX_DEFAULT);
+            let took = started.elapsed();
+            match verdict {
+                Verdict::NotLinearizable(v) => {
+                    eprintln!("  its last read made {what}: caught ({:?}) in {took:?}", v.cause)
+                }
+                Verdict::Unknown { steps, .. } if !refutable => {
+                    eprintln!("  its last read made {what}: unknown after {steps} steps, {took:?}")
+                }
+                other => panic!("a corrupted read was not caught: {other:?}"),
             }
-            other => panic!("a corrupted read was not caught: {other:?}"),
         }
     }
 }
