@@ -49,7 +49,8 @@
 //! lease a full TTL of real time from the moment it takes office; tokens rise in commit
 //! order; the gate never accepts a lower token after a higher one; no two clients hold
 //! the lock at once by their own rule. `sometimes` properties show the model reaches a
-//! grant, one and two leader changes, an expiry and a refusal at the gate.
+//! grant, one and two leader changes, an expiry, a refusal at the gate and a deposed
+//! leader taking a request.
 //!
 //! Negative controls: each [`Variant`] breaks one rule, and the tests check that the
 //! checker finds the counterexample it should.
