@@ -61,7 +61,7 @@
 //! other keeps its lease alive and takes the lock after an expiry), two leader changes.
 //! The design is checked exhaustively within them, depth first with symmetry reduction
 //! over the replicas (their clocks' offsets are the only thing that tells them apart,
-//! and only [`Variant::LocalClock`] reads them); each variant breadth first, so its
+//! and only the local-clock variants read them); each variant breadth first, so its
 //! counterexample is a shortest one.
 //!
 //! **Not modelled**: clocks running at different rates (the client's margin), the

@@ -19,6 +19,9 @@ pub enum Variant {
     /// A leader stamps entries with its own local clock instead of continuing from the
     /// last applied entry's time (no anchor): the timeline jumps at a failover.
     LocalClock,
+    /// A leader's timer decides expiry on its own local clock: it compares deadlines with
+    /// it and stamps its `Tick` with it, while other entries keep the timeline.
+    TickOnLocalClock,
     /// A leader answers a keepalive or an acquire as soon as it appended the entry, before
     /// a majority has it.
     AckBeforeCommit,
@@ -200,7 +203,7 @@ pub mod names {
 impl State {
     /// The same state with the replicas in a canonical order (by content), for symmetry
     /// reduction: with clocks that agree in rate only their offsets tell replicas apart,
-    /// and only `Variant::LocalClock` reads those.
+    /// and only the two local-clock variants read those.
     pub fn representative(&self) -> State {
         let mut order = [0, 1, 2];
         order.sort_by(|&a, &b| self.replicas[a].cmp(&self.replicas[b]));
@@ -308,8 +311,12 @@ impl ProtocolModel {
                 continue;
             }
             let tick_in_flight = r.log[r.commit..].iter().any(|e| e.cmd == Cmd::Tick);
-            if !tick_in_flight && r.due_at.is_some_and(|at| at <= self.stamp(s, l)) {
-                let entry = Entry { term: r.term, now_ms: self.stamp(s, l), cmd: Cmd::Tick };
+            let now_ms = match self.config.variant {
+                Variant::TickOnLocalClock => s.now + self.config.clock_offsets_ms[l],
+                _ => self.stamp(s, l),
+            };
+            if !tick_in_flight && r.due_at.is_some_and(|at| at <= now_ms) {
+                let entry = Entry { term: r.term, now_ms, cmd: Cmd::Tick };
                 s.replicas[l].log.push(entry);
             }
         }

@@ -28,7 +28,7 @@ fn check(variant: Variant, property: Option<&'static str>) -> impl Checker<Proto
 }
 
 /// Exhaustive within the bounds: depth first with the replicas' symmetry reduced (only
-/// `Variant::LocalClock` reads the clocks' offsets, the one thing that tells replicas
+/// the local-clock variants read the clocks' offsets, the one thing that tells replicas
 /// apart), on every core.
 #[test]
 fn the_design_holds_every_property() {
@@ -61,6 +61,11 @@ fn caught(variant: Variant, property: &'static str) {
 #[test]
 fn a_leader_stamping_its_local_clock_expires_leases_early() {
     caught(Variant::LocalClock, names::LEASE_OUTLIVES_KEEPALIVE);
+}
+
+#[test]
+fn a_timer_on_the_local_clock_expires_leases_early() {
+    caught(Variant::TickOnLocalClock, names::LEASE_OUTLIVES_KEEPALIVE);
 }
 
 #[test]
