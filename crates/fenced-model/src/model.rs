@@ -67,6 +67,12 @@ impl Config {
             variant,
         }
     }
+
+    /// Wider bounds, for a run outside the test suite (`examples/wide.rs`): both clients
+    /// send two requests, logs of up to 8 entries.
+    pub fn wide(variant: Variant) -> Config {
+        Config { log_max: 8, requests_max: [2, 2], ..Config::bounded(variant) }
+    }
 }
 
 /// What a replica believes it is.
