@@ -73,6 +73,8 @@ pub enum Fault {
     Restart { start_us: u64, end_us: u64 },
     /// Every byte between workers and lock service held `delay_ms`, from `start_us` to `end_us`.
     Delay { delay_ms: u64, start_us: u64, end_us: u64 },
+    /// SIGSTOP of a cluster's leading member at `start_us`, SIGCONT at `end_us`.
+    LeaderFreeze { member: u32, start_us: u64, end_us: u64 },
 }
 
 /// What the history shows.

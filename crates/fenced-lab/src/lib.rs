@@ -7,6 +7,7 @@
 //! harness ([`torture`], [`worker`], [`history`]) judged by the core's checker.
 
 pub mod bench;
+pub mod ensemble;
 pub mod etcd;
 pub mod history;
 pub mod peers;

@@ -21,6 +21,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep, timeout, Instant};
 
+use crate::ensemble::Ensemble;
 use crate::history::{analyse, Fault, Op, OpKind, OpResult};
 use crate::peers::{signal, Service};
 use crate::proxy::DelayProxy;
@@ -32,14 +33,18 @@ use crate::worker::{now_us, WorkerSpec};
 pub struct Faults {
     /// SIGSTOP a worker between its read and its write, for longer than the TTL.
     pub pause: bool,
-    /// kill -9 the lock service and start it again on the same data directory.
+    /// kill -9 the lock service and start it again on the same data directory (a
+    /// cluster's: its leader).
     pub crash: bool,
     /// Hold the bytes between workers and lock service.
     pub delay: bool,
+    /// SIGSTOP a cluster's leader past its election timeout and the TTL, then SIGCONT
+    /// (clusters only; other targets ignore it).
+    pub freeze: bool,
 }
 
 impl Faults {
-    pub const ALL: Faults = Faults { pause: true, crash: true, delay: true };
+    pub const ALL: Faults = Faults { pause: true, crash: true, delay: true, freeze: true };
 }
 
 /// One torture run.
@@ -115,6 +120,14 @@ pub struct TortureReport {
     pub pauses_injected: u64,
     pub restarts_injected: u64,
     pub delays_injected: u64,
+    /// Clusters only: how many of the restarts were a kill -9 of the member that led
+    /// at that moment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader_kills: Option<u64>,
+    /// Clusters only: how many times the leader was frozen past its election timeout
+    /// and the TTL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader_freezes: Option<u64>,
     /// `null` for a lock service that mints no tokens (Redis).
     pub token_regressions: Option<u64>,
     /// No lost update, no zombie write, no token regression.
@@ -146,9 +159,12 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     cfg.validate().map_err(anyhow::Error::msg)?;
     let bin = cfg.fenced_bin.clone();
     let target = cfg.target;
-    let Services { locks, gate, pg, s3, ddb } =
+    let Services { locks, gate, pg, s3, ddb, cluster } =
         tokio::task::spawn_blocking(move || start_services(target, &bin)).await??;
-    let lock_addrs: Vec<_> = locks.iter().map(|s| s.addr).collect();
+    let mut lock_addrs: Vec<_> = locks.iter().map(|s| s.addr).collect();
+    lock_addrs.extend(cluster.iter().flat_map(Ensemble::addrs));
+    let cluster = cluster.map(|c| Arc::new(Mutex::new(c)));
+    let mut leader_kills = 0u64;
     let locks: Vec<Arc<Mutex<Service>>> = locks.into_iter().map(|s| Arc::new(Mutex::new(s))).collect();
     let mut proxies = Vec::new();
     for addr in &lock_addrs {
@@ -249,10 +265,17 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
         // Faults come in rounds, a seeded shuffle of every enabled kind (pauses twice:
         // they are the seeds' story), so a short run still sees each kind.
         if plan.is_empty() {
-            plan = [(cfg.faults.pause, 0u8), (cfg.faults.pause, 0), (cfg.faults.crash, 1), (cfg.faults.delay, 2)]
-                .into_iter()
-                .filter_map(|(on, f)| on.then_some(f))
-                .collect();
+            let freeze = cfg.faults.freeze && cluster.is_some();
+            plan = [
+                (cfg.faults.pause, 0u8),
+                (cfg.faults.pause, 0),
+                (cfg.faults.crash, 1),
+                (cfg.faults.delay, 2),
+                (freeze, 3),
+            ]
+            .into_iter()
+            .filter_map(|(on, f)| on.then_some(f))
+            .collect();
             for i in (1..plan.len()).rev() {
                 plan.swap(i, rng.next_u64() as usize % (i + 1));
             }
@@ -284,6 +307,50 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
                 sleep(Duration::from_millis(hold)).await;
                 let _ = signal(pid, libc::SIGCONT);
                 faults.push(Fault::Pause { worker: w, start_us: from, end_us: now_us() });
+            }
+            1 if cluster.is_some() => {
+                let from = now_us();
+                let down = Duration::from_millis(100 + rng.next_u64() % 500);
+                let c = cluster.clone().expect("a cluster");
+                let killed_leader = tokio::task::spawn_blocking(move || {
+                    let mut c = c.lock().expect("cluster lock");
+                    // Its leader, if one is agreed within a few election timeouts;
+                    // otherwise (still electing) the first member that runs.
+                    let leader = c.wait_leader(c.kind.election_timeout() * 5).ok();
+                    let victim = leader.unwrap_or(0);
+                    c.kill(victim);
+                    std::thread::sleep(down);
+                    c.restart(victim).map(|()| leader.is_some())
+                })
+                .await??;
+                leader_kills += u64::from(killed_leader);
+                faults.push(Fault::Restart { start_us: from, end_us: now_us() });
+            }
+            3 => {
+                // Freeze the leader past the election timeout and the lease: the others
+                // elect a new one and the old one's sessions or leases may expire; then
+                // it wakes believing it still leads.
+                let c = cluster.clone().expect("freeze is planned for clusters only");
+                let election = c.lock().expect("cluster lock").kind.election_timeout();
+                let found = {
+                    let c = c.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let mut c = c.lock().expect("cluster lock");
+                        let leader = c.wait_leader(election * 5).ok()?;
+                        c.pause(leader).ok().map(|()| leader)
+                    })
+                    .await?
+                };
+                let Some(member) = found else { continue };
+                let from = now_us();
+                let hold = election.max(cfg.ttl) + cfg.ttl / 2 + Duration::from_millis(rng.next_u64() % (ttl_ms + 1));
+                let end = Instant::now() + hold;
+                while Instant::now() < end {
+                    sleep(Duration::from_millis(50).min(end - Instant::now())).await;
+                    pumped(&mut history, &mut pending_reads, &mut ops_rx);
+                }
+                c.lock().expect("cluster lock").resume(member)?;
+                faults.push(Fault::LeaderFreeze { member: member as u32, start_us: from, end_us: now_us() });
             }
             1 => {
                 let from = now_us();
@@ -356,6 +423,7 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     drop(ddb);
     drop(gate);
     drop(locks);
+    drop(cluster);
 
     let a = analyse(&history, &faults, final_value, target.has_tokens(), target.fenced());
     let count = |f: fn(&Fault) -> bool| faults.iter().filter(|x| f(x)).count() as u64;
@@ -378,6 +446,8 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
         pauses_injected: count(|f| matches!(f, Fault::Pause { .. })),
         restarts_injected: count(|f| matches!(f, Fault::Restart { .. })),
         delays_injected: count(|f| matches!(f, Fault::Delay { .. })),
+        leader_kills: target.cluster().then_some(leader_kills),
+        leader_freezes: target.cluster().then(|| count(|f| matches!(f, Fault::LeaderFreeze { .. }))),
         token_regressions: a.token_regressions,
         safe: a.lost_updates == 0 && a.zombie_writes == 0 && a.token_regressions.unwrap_or(0) == 0,
         proofs: a.proofs,
@@ -398,6 +468,8 @@ struct Services {
     s3: Option<Service>,
     /// DynamoDB Local, for `dynamodb` (in memory: never crashed).
     ddb: Option<Service>,
+    /// The lock service of the cluster targets (`locks` is then empty).
+    cluster: Option<Ensemble>,
 }
 
 fn start_services(target: Target, bin: &std::path::Path) -> Result<Services> {
@@ -406,6 +478,7 @@ fn start_services(target: Target, bin: &std::path::Path) -> Result<Services> {
         Target::Redlock => (0..REDLOCK_INSTANCES).map(|_| Service::redis(true)).collect::<Result<_>>()?,
         Target::Etcd | Target::EtcdGated => vec![Service::etcd()?],
         Target::ZookeeperGated => vec![Service::zookeeper()?],
+        Target::EtcdCluster | Target::ZookeeperEnsemble => Vec::new(),
         Target::Fenced | Target::FencedUnfenced | Target::Postgres | Target::S3 | Target::Dynamodb => {
             vec![Service::fenced(bin, &[])?]
         }
@@ -414,7 +487,12 @@ fn start_services(target: Target, bin: &std::path::Path) -> Result<Services> {
     let pg = if target == Target::Postgres { Some(Service::postgres()?) } else { None };
     let s3 = if target == Target::S3 { Some(Service::moto(S3_BUCKET)?) } else { None };
     let ddb = if target == Target::Dynamodb { Some(Service::dynamodb_local()?) } else { None };
-    Ok(Services { locks, gate, pg, s3, ddb })
+    let cluster = match target {
+        Target::EtcdCluster => Some(Ensemble::etcd(3)?),
+        Target::ZookeeperEnsemble => Some(Ensemble::zookeeper(3)?),
+        _ => None,
+    };
+    Ok(Services { locks, gate, pg, s3, ddb, cluster })
 }
 
 /// Reads the final counter, retrying while the service comes back from a crash.

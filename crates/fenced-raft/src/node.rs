@@ -117,6 +117,9 @@ pub struct ClusterStatus {
     pub last_applied_index: Option<u64>,
     pub last_log_index: Option<u64>,
     pub snapshot_index: Option<u64>,
+    /// The log is purged up to here: a member that needs an entry at or below it
+    /// catches up from a snapshot.
+    pub purged_index: Option<u64>,
     pub members: Vec<Member>,
 }
 
@@ -180,7 +183,8 @@ pub struct Node {
     refusals: Arc<dyn Refusals>,
     stopped: AtomicBool,
     stop: Notify,
-    db: std::sync::Weak<Db>,
+    /// Set once the log's file is closed.
+    db_closed: Arc<AtomicBool>,
 }
 
 fn raft_io(e: impl std::fmt::Display) -> io::Error {
@@ -204,7 +208,7 @@ impl Node {
         // A base state is not in the log: until a snapshot holds it, a member that
         // replays the log from the start would miss it.
         let base_unsnapshotted = db.base()?.is_some() && db.snapshot()?.is_none();
-        let db_weak = Arc::downgrade(&db);
+        let db_closed = db.closed_flag();
         let log = LogStore::open(db.clone())?;
         let sm = StateMachine::open(db, opts.limits.clone(), applied)?;
         let config = openraft::Config {
@@ -246,7 +250,7 @@ impl Node {
             refusals,
             stopped: AtomicBool::new(false),
             stop: Notify::new(),
-            db: db_weak,
+            db_closed,
         });
         tokio::spawn(node.clone().propose_loop(rx));
         tokio::spawn(node.clone().leadership_loop());
@@ -528,6 +532,7 @@ impl Node {
             last_applied_index: m.last_applied.as_ref().map(|l| l.index),
             last_log_index: m.last_log_index,
             snapshot_index: m.snapshot.as_ref().map(|l| l.index),
+            purged_index: m.purged.as_ref().map(|l| l.index),
             members,
         }
     }
@@ -576,9 +581,9 @@ impl Node {
 
     /// Waits until every handle on the log's file is gone (after [`shutdown`] and the
     /// last `Arc<Node>` dropped); false if it is still open after `timeout`.
-    pub async fn wait_closed(db: std::sync::Weak<Db>, timeout: Duration) -> bool {
+    pub async fn wait_closed(closed: Arc<AtomicBool>, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        while db.strong_count() > 0 {
+        while !closed.load(Ordering::SeqCst) {
             if Instant::now() > deadline {
                 return false;
             }
@@ -588,7 +593,7 @@ impl Node {
     }
 
     /// A handle that does not keep the log's file open (for [`Node::wait_closed`]).
-    pub fn db_handle(&self) -> std::sync::Weak<Db> {
-        self.db.clone()
+    pub fn db_handle(&self) -> Arc<AtomicBool> {
+        self.db_closed.clone()
     }
 }

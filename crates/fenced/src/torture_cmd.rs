@@ -22,7 +22,9 @@ pub struct TortureArgs {
     /// item through the client's gate, on DynamoDB Local: FENCED_DYNAMODB_LOCAL names
     /// the directory of DynamoDBLocal.jar), and the locks
     /// of other services with Fenced's store as their gate: etcd-gated,
-    /// zookeeper-gated, redis-token; or redlock (five Redis instances, no token).
+    /// zookeeper-gated, redis-token; or redlock (five Redis instances, no token); and
+    /// as clusters, gated too: etcd-cluster (three etcd members), zookeeper-ensemble
+    /// (three ZooKeeper servers).
     #[arg(long, default_value = "fenced")]
     target: String,
     /// Run several targets in turn with the same seed and print one table: a
@@ -48,7 +50,9 @@ pub struct TortureArgs {
     /// The last stretch without faults (default: a fifth of the run, at least 3 TTLs).
     #[arg(long, value_parser = duration_ms)]
     recovery: Option<u64>,
-    /// Faults to inject: a comma-separated subset of pause, crash, delay; or none.
+    /// Faults to inject: a comma-separated subset of pause, crash (a cluster's: kill -9
+    /// of its leader), delay, freeze (clusters only: SIGSTOP of the leader past its
+    /// election timeout and the TTL); or none.
     #[arg(long, default_value = "pause,crash,delay")]
     faults: String,
     /// Write every operation and fault as JSON lines to this file.
@@ -169,7 +173,7 @@ async fn one(cfg: &TortureConfig) -> anyhow::Result<Option<TortureReport>> {
 }
 
 fn parse_faults(s: &str) -> Result<Faults, String> {
-    let mut f = Faults { pause: false, crash: false, delay: false };
+    let mut f = Faults { pause: false, crash: false, delay: false, freeze: false };
     if s == "none" {
         return Ok(f);
     }
@@ -178,7 +182,8 @@ fn parse_faults(s: &str) -> Result<Faults, String> {
             "pause" => f.pause = true,
             "crash" => f.crash = true,
             "delay" => f.delay = true,
-            other => return Err(format!("unknown fault '{other}' (pause, crash, delay, or none)")),
+            "freeze" => f.freeze = true,
+            other => return Err(format!("unknown fault '{other}' (pause, crash, delay, freeze, or none)")),
         }
     }
     Ok(f)
@@ -210,6 +215,9 @@ fn text(r: &TortureReport) -> String {
         "  faults: {} pauses, {} restarts, {} network delays\n",
         r.pauses_injected, r.restarts_injected, r.delays_injected
     );
+    if let (Some(kills), Some(freezes)) = (r.leader_kills, r.leader_freezes) {
+        s += &format!("  of the cluster's leader: {kills} kill -9, {freezes} freezes\n");
+    }
     s += &format!(
         "  {} grants; {} writes, {} acknowledged, {} indeterminate; final counter {}\n",
         r.grants, r.writes_attempted, r.acknowledged, r.writes_indeterminate, r.final_value

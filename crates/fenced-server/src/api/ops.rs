@@ -1,10 +1,11 @@
 //! Operations endpoints: health, metrics, the OpenAPI document, the event stream
 //! and the placeholder page at `/`.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -14,7 +15,7 @@ use tokio::sync::broadcast::error::RecvError;
 use utoipa::ToSchema;
 
 use super::error::ErrorBody;
-use super::{reply, App};
+use super::{reply, ApiError, App};
 use crate::events::Event;
 
 /// `{"status":"live"}`, or why the server is not ready (`shutting_down`, `no_leader`).
@@ -61,7 +62,16 @@ pub struct ClusterView {
     last_log_index: Option<u64>,
     #[schema(required = true)]
     snapshot_index: Option<u64>,
+    /// The log is purged up to here (a member behind it catches up from a snapshot).
+    #[schema(required = true)]
+    purged_index: Option<u64>,
     members: Vec<MemberView>,
+    /// With `?digest=true`: the index the hash was taken at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    applied_index: Option<u64>,
+    /// With `?digest=true`: a hash of this member's replicated state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state_hash: Option<String>,
 }
 
 /// The data of an SSE event `lagged`: this reader fell behind and missed events.
@@ -145,7 +155,7 @@ pub async fn add_member(
     node.add_member(req.id, req.url.trim_end_matches('/').to_string())
         .await
         .map_err(|e| super::ApiError::new(StatusCode::CONFLICT, "membership_change_failed", e))?;
-    Ok(cluster(State(app)).await)
+    Ok(status(&app))
 }
 
 /// `DELETE /v1/cluster/members/{id}`: the member leaves the voters. Leader only.
@@ -168,20 +178,21 @@ pub async fn remove_member(
     node.remove_member(id)
         .await
         .map_err(|e| super::ApiError::new(StatusCode::CONFLICT, "membership_change_failed", e))?;
-    Ok(cluster(State(app)).await)
+    Ok(status(&app))
 }
 
-/// `GET /v1/cluster`: the members, the leader, the term and the commit index, as this
-/// member sees them (a single server answers as a cluster of one).
-#[utoipa::path(get, path = "/v1/cluster", tag = "cluster", responses((status = 200, description = "the cluster", body = ClusterView)))]
-pub async fn cluster(State(app): State<App>) -> Response {
+fn status(app: &App) -> Response {
+    reply(StatusCode::OK, &cluster_view(app))
+}
+
+fn cluster_view(app: &App) -> ClusterView {
     let s = app.locks.node.status();
     let members = s
         .members
         .into_iter()
         .map(|m| MemberView { id: m.id, url: m.url, role: m.role, last_log_index: m.last_log_index })
         .collect();
-    let view = ClusterView {
+    ClusterView {
         id: s.id,
         state: s.state,
         leader_id: s.leader_id,
@@ -190,9 +201,45 @@ pub async fn cluster(State(app): State<App>) -> Response {
         last_applied_index: s.last_applied_index,
         last_log_index: s.last_log_index,
         snapshot_index: s.snapshot_index,
+        purged_index: s.purged_index,
         members,
+        applied_index: None,
+        state_hash: None,
+    }
+}
+
+/// `GET /v1/cluster`: the members, the leader, the term and the commit index, as this
+/// member sees them (a single server answers as a cluster of one). With
+/// `?digest=true` also this member's `applied_index` and `state_hash`, taken together:
+/// members that applied the same log agree on the hash.
+#[utoipa::path(get, path = "/v1/cluster", tag = "cluster",
+    params(("digest" = Option<bool>, Query, description = "add this member's applied_index and state_hash")),
+    responses(
+        (status = 200, description = "the cluster", body = ClusterView),
+        (status = 400, description = "invalid_query", body = ErrorBody),
+    ))]
+pub async fn cluster(
+    State(app): State<App>,
+    query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    let digest = match query.get("digest").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request("invalid_query", format!("digest is true or false, not '{other}'")))
+        }
     };
-    reply(StatusCode::OK, &view)
+    if let Some(k) = query.keys().find(|k| *k != "digest") {
+        return Err(ApiError::bad_request("invalid_query", format!("unknown parameter '{k}' (only digest)")));
+    }
+    let mut view = cluster_view(&app);
+    if digest {
+        let d = app.locks.node.state_machine().digest().map_err(ApiError::internal)?;
+        view.applied_index = d.applied_index;
+        view.state_hash = Some(d.state_hash);
+    }
+    Ok(reply(StatusCode::OK, &view))
 }
 
 #[utoipa::path(get, path = "/metrics", tag = "operations",
