@@ -7,8 +7,10 @@
 //! harness ([`torture`], [`worker`], [`history`]) judged by the core's checker.
 
 pub mod bench;
+pub mod cluster;
 pub mod etcd;
 pub mod history;
+pub mod nemesis;
 pub mod peers;
 pub mod proxy;
 pub mod target;

@@ -4,6 +4,7 @@
 //! | target | lock | counter | token |
 //! |---|---|---|---|
 //! | `fenced` | Fenced lock (guard, keepalive) | Fenced store, fenced read and write | checked by the store |
+//! | `fenced-cluster` | as `fenced`, on three or five members (`--nodes`), the client failing over | as `etcd-gated` (the cluster does not serve the store yet) | the cluster's, checked by the store |
 //! | `fenced-unfenced` | Fenced lock | Fenced store, unfenced key | not sent |
 //! | `redis` | `SET NX PX` + compare-and-delete | a Redis key | none exists |
 //! | `etcd` | etcd lock API on a lease kept alive from its grant | an etcd key, plain put | the lock key's `create_revision`, not sent |
@@ -48,6 +49,7 @@ pub const REDLOCK_INSTANCES: usize = 5;
 #[serde(rename_all = "kebab-case")]
 pub enum Target {
     Fenced,
+    FencedCluster,
     FencedUnfenced,
     Redis,
     Etcd,
@@ -61,8 +63,9 @@ pub enum Target {
 }
 
 impl Target {
-    pub const ALL: [Target; 11] = [
+    pub const ALL: [Target; 12] = [
         Target::Fenced,
+        Target::FencedCluster,
         Target::FencedUnfenced,
         Target::Redis,
         Target::Etcd,
@@ -78,6 +81,7 @@ impl Target {
     pub fn name(self) -> &'static str {
         match self {
             Target::Fenced => "fenced",
+            Target::FencedCluster => "fenced-cluster",
             Target::FencedUnfenced => "fenced-unfenced",
             Target::Redis => "redis",
             Target::Etcd => "etcd",
@@ -96,6 +100,7 @@ impl Target {
         matches!(
             self,
             Target::Fenced
+                | Target::FencedCluster
                 | Target::Postgres
                 | Target::EtcdGated
                 | Target::ZookeeperGated
@@ -112,13 +117,32 @@ impl Target {
 
     /// Whether the lock service is Fenced.
     pub fn fenced_locks(self) -> bool {
-        matches!(self, Target::Fenced | Target::FencedUnfenced | Target::Postgres | Target::S3 | Target::Dynamodb)
+        matches!(
+            self,
+            Target::Fenced
+                | Target::FencedCluster
+                | Target::FencedUnfenced
+                | Target::Postgres
+                | Target::S3
+                | Target::Dynamodb
+        )
+    }
+
+    /// Whether the target is a cluster of several lock servers (`--nodes`, `--nemesis`).
+    pub fn cluster(self) -> bool {
+        self == Target::FencedCluster
     }
 
     /// Whether the counter lives in a second Fenced server (the gate), apart from the
     /// lock service.
     pub fn gated_elsewhere(self) -> bool {
-        matches!(self, Target::EtcdGated | Target::ZookeeperGated | Target::RedisToken | Target::Redlock)
+        // fenced-cluster: a cluster does not serve the fenced store until the store is in
+        // the replicated log, so its counter lives in a single Fenced server that takes
+        // the cluster's tokens as foreign ones (the same gate rule).
+        matches!(
+            self,
+            Target::EtcdGated | Target::ZookeeperGated | Target::RedisToken | Target::Redlock | Target::FencedCluster
+        )
     }
 
     /// Whether the lock service is etcd (whose leases are whole seconds).
@@ -270,9 +294,12 @@ pub(crate) const REDIS_UNLOCK: &str =
 pub(crate) const REDIS_LOCK_WITH_TOKEN: &str = "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
      return redis.call('incr', KEYS[2]) else return 0 end";
 
-fn fenced_client(addr: &str, op_timeout: Duration) -> Result<Client> {
+/// A client of the Fenced server at `addrs` (`host:port`, or a cluster's members
+/// separated by commas: the client fails over between them).
+fn fenced_client(addrs: &str, op_timeout: Duration) -> Result<Client> {
+    let endpoints: Vec<String> = addrs.split(',').map(|a| format!("http://{}", a.trim())).collect();
     Ok(Client::builder()
-        .endpoint(format!("http://{addr}"))
+        .endpoint(endpoints.join(","))
         .request_timeout(op_timeout)
         .connect_timeout(Duration::from_secs(1))
         .build()?)
@@ -289,7 +316,12 @@ async fn redis_connect(addr: &str, op_timeout: Duration) -> Result<redis::aio::M
 impl Driver {
     pub async fn connect(target: Target, ep: &Endpoints, op_timeout: Duration, nonce: u64) -> Result<Driver> {
         let conn = match target {
-            Target::Fenced | Target::FencedUnfenced | Target::Postgres | Target::S3 | Target::Dynamodb => {
+            Target::Fenced
+            | Target::FencedCluster
+            | Target::FencedUnfenced
+            | Target::Postgres
+            | Target::S3
+            | Target::Dynamodb => {
                 let client = fenced_client(&ep.lock, op_timeout)?;
                 let counter = match target {
                     Target::Postgres => {
@@ -346,10 +378,12 @@ impl Driver {
             Target::Redis => format!("{LOCK}:counter"),
             // Not under the lock's prefix: etcd's lock waits for every older key there.
             Target::Etcd => format!("counter/{LOCK}"),
-            Target::EtcdGated | Target::ZookeeperGated | Target::RedisToken => {
+            Target::EtcdGated | Target::ZookeeperGated | Target::RedisToken | Target::FencedCluster => {
                 format!("{FOREIGN_PREFIX}{LOCK}/counter")
             }
-            Target::Fenced | Target::Postgres | Target::S3 | Target::Dynamodb => format!("{LOCK}/counter"),
+            Target::Fenced | Target::Postgres | Target::S3 | Target::Dynamodb => {
+                format!("{LOCK}/counter")
+            }
         }
     }
 
