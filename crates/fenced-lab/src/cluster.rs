@@ -22,7 +22,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{sleep, timeout, Instant};
 
-use crate::peers::{free_port, Service, TempDir};
+use crate::peers::{Service, TempDir};
 use crate::proxy::DelayProxy;
 
 /// A running cluster; every member is killed and its directory removed when dropped.
@@ -40,8 +40,14 @@ pub struct Cluster {
 impl Cluster {
     /// Starts `n` members of `bin` (`fenced`) and waits until one leads (up to 30 s).
     pub async fn start(bin: &Path, n: usize) -> Result<Cluster> {
+        // Each member's port stays bound here until just before the member starts, so
+        // that no other process (a parallel test) takes it meanwhile.
+        let mut held: Vec<Option<std::net::TcpListener>> = (0..n)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").map(Some))
+            .collect::<std::io::Result<_>>()
+            .context("bind a loopback port")?;
         let addrs: Vec<SocketAddr> =
-            (0..n).map(|_| Ok(SocketAddr::from(([127, 0, 0, 1], free_port()?)))).collect::<Result<_>>()?;
+            held.iter().flatten().map(std::net::TcpListener::local_addr).collect::<std::io::Result<_>>()?;
         let mut links = BTreeMap::new();
         for from in 0..n {
             for to in (0..n).filter(|&to| to != from) {
@@ -65,7 +71,9 @@ impl Cluster {
         let members = tokio::task::spawn_blocking(move || {
             specs
                 .into_iter()
-                .map(|(addr, id, file)| {
+                .enumerate()
+                .map(|(i, (addr, id, file))| {
+                    drop(held[i].take());
                     let file = file.to_string_lossy().into_owned();
                     let extra = ["--node-id", &id, "--peers", &peers2, "--config", &file];
                     Service::fenced_at(&bin, addr, &extra).map(|s| Arc::new(Mutex::new(s)))

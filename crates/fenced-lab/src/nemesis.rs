@@ -208,7 +208,10 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
                 if variant % 3 != 1 {
                     aimed_at_leader.push(from);
                 }
-                let down = Duration::from_millis(200 + p1 % 800);
+                // A leader back soon resumes its term (openraft restores a leader whose
+                // vote is committed): kept down well past the election timeout (600 ms
+                // at most), the others elect a new one.
+                let down = Duration::from_millis(if variant % 3 == 0 { 1_500 } else { 200 } + p1 % 800);
                 let nodes: Vec<u64> = victims.iter().map(|&i| id(i)).collect();
                 announce(start_us, kind, &format!("kill -9 {label} {nodes:?}, down {} ms", down.as_millis()));
                 for &i in &victims {
