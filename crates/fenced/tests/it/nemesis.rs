@@ -4,8 +4,11 @@
 //! never two holders at once; and the negative controls: a cluster broken on purpose
 //! (test-only `FENCED_BREAK`, the `fault-injection` feature) is caught by the checkers.
 
-use std::process::{Command, Output};
+use std::process::Command;
+#[cfg(feature = "fault-injection")]
+use std::process::Output;
 
+#[cfg(feature = "fault-injection")]
 fn torture(args: &[&str], env: &[(&str, &str)]) -> (Output, Option<serde_json::Value>) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fenced"));
     cmd.arg("torture").args(args).arg("--json").env_remove("FENCED_BREAK");
@@ -17,11 +20,13 @@ fn torture(args: &[&str], env: &[(&str, &str)]) -> (Output, Option<serde_json::V
     (out, report)
 }
 
+#[cfg(feature = "fault-injection")]
 fn num(v: &serde_json::Value, field: &str) -> u64 {
     v[field].as_u64().unwrap_or_else(|| panic!("{field} is not a number in {v}"))
 }
 
 /// The run's safety figures, all zero.
+#[cfg(feature = "fault-injection")]
 fn assert_safe(r: &serde_json::Value) {
     for field in ["lost_updates", "zombie_writes", "token_regressions", "duplicate_tokens", "overlapping_holders"] {
         assert_eq!(num(r, field), 0, "{field}: {r}");
