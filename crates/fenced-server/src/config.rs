@@ -381,4 +381,18 @@ mod tests {
         assert!(Config::layered(None, vec![], &[("tls_cert", "x".into())]).is_err());
         assert!(Config::layered(None, vec![], &[("lock_name_bytes_max", "300".into())]).is_err());
     }
+
+    #[test]
+    fn peer_routes_are_parsed_like_peers_and_checked() {
+        let c = Config::layered(Some("peer_routes = \"2=http://127.0.0.1:9/, 3=http://127.0.0.1:8\""), vec![], &[])
+            .unwrap();
+        let routes = c.routes().unwrap();
+        assert_eq!(routes.get(&2).map(String::as_str), Some("http://127.0.0.1:9"));
+        assert_eq!(routes.len(), 2);
+        assert!(Config::default().routes().unwrap().is_empty());
+        for bad in ["2=127.0.0.1:9", "x=http://a", "2=http://a,2=http://b"] {
+            let e = Config::layered(None, vec![("FENCED_PEER_ROUTES".into(), bad.into())], &[]).unwrap_err();
+            assert!(e.to_string().contains("peer_routes"), "{bad}: {e}");
+        }
+    }
 }
