@@ -58,11 +58,6 @@ async function refreshKeys() {
     }
     renderKeys();
   } catch (e) {
-    if (e.code === "store_not_replicated") {
-      $("keys-empty").textContent = "A cluster of several members does not serve the fenced store yet.";
-      $("keys-empty").hidden = false;
-      return;
-    }
     Fenced.banner(`The server answered with an error: ${e.message}`);
   }
 }

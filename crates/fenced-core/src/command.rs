@@ -9,6 +9,7 @@
 //! carry the same commands, with the leader's timestamp, to every replica.
 
 use crate::error::Error;
+use crate::store::{StoreAnswer, StoreCommand};
 use crate::table::{Effect, Grant, LeaseInfo};
 use crate::{LeaseId, LockName, Token};
 
@@ -45,6 +46,8 @@ pub enum Command {
     /// counted from now (etcd's lessor `Promote`), so that no lease expires before its
     /// holder could reach the new leader.
     Promote,
+    /// A change to the fenced store (a fenced read is one: it moves the key's mark).
+    Store(StoreCommand),
 }
 
 /// An acquire request.
@@ -92,6 +95,8 @@ pub enum Answer {
     Released(Token),
     /// Revoked, or cancelled.
     Done,
+    /// A store command admitted.
+    Store(StoreAnswer),
 }
 
 /// What the lock table needs made durable, so that a restart keeps its promises.

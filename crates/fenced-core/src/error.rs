@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+use crate::store::Quota;
 use crate::Token;
 
 /// Why the lock service refused a request. Expected outcomes ("the lock is held", "the
@@ -67,6 +68,11 @@ pub enum Error {
     NotLeader {
         leader: Option<u64>,
     },
+    /// The fenced store holds its limit of keys or bytes; the write would need more.
+    StoreFull {
+        quota: Quota,
+        limit: u64,
+    },
 }
 
 impl Error {
@@ -88,6 +94,7 @@ impl Error {
             Error::TokenNotIssued { .. } => "token_not_issued",
             Error::ShuttingDown => "shutting_down",
             Error::NotLeader { .. } => "not_leader",
+            Error::StoreFull { .. } => "store_full",
         }
     }
 
@@ -116,6 +123,7 @@ impl Error {
                 d
             }
             Error::NotLeader { leader } => leader.map(|id| ("leader_id", id)).into_iter().collect(),
+            Error::StoreFull { limit, .. } => vec![("limit", *limit)],
             Error::LeaseNotFound | Error::LeaseExists | Error::ShuttingDown => Vec::new(),
         }
     }
@@ -147,6 +155,8 @@ impl Error {
             }
             "shutting_down" => Error::ShuttingDown,
             "not_leader" => Error::NotLeader { leader: n("leader_id") },
+            // `store_full` names its quota in a string (`what`), which the edge adds:
+            // callers match on the code.
             _ => return None,
         })
     }
@@ -191,6 +201,10 @@ impl fmt::Display for Error {
             Error::NotLeader { leader: None } => {
                 write!(f, "this member is not the cluster's leader and knows of none: try another endpoint")
             }
+            Error::StoreFull { quota, limit } => {
+                let what = quota.as_str();
+                write!(f, "the fenced store holds its limit of {limit} {what}: free some, or raise store_{what}_max")
+            }
         }
     }
 }
@@ -229,6 +243,7 @@ mod tests {
             let back = Error::from_code(e.code(), |k| details.iter().find(|(n, _)| *n == k).map(|(_, v)| *v));
             assert_eq!(back.as_ref(), Some(&e), "{}", e.code());
         }
+        assert_eq!(Error::StoreFull { quota: Quota::Bytes, limit: 9 }.details(), [("limit", 9)]);
         assert_eq!(Error::from_code("invalid_json", |_| None), None);
         assert_eq!(Error::from_code("stale_token", |_| None), None, "details missing");
     }

@@ -9,11 +9,13 @@ pub mod checker;
 pub mod command;
 mod error;
 pub mod gate;
+pub mod store;
 pub mod table;
 mod types;
 
 pub use command::{Acquire, Answer, Command, Durable, LeaseRef, Output, Persist, RequestId};
 pub use error::Error;
 pub use gate::{Admission, FenceGate, Op};
+pub use store::{Quota, Quotas, Record, Store, StoreAnswer, StoreCommand};
 pub use table::{Effect, Grant, LeaseInfo, Limits, LockInfo, LockTable, ReleaseReason, WaitEnd};
 pub use types::{LeaseId, LockName, NameError, Token};

@@ -29,6 +29,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
+use crate::ensemble::Ensemble;
 use crate::peers::{free_port, Service};
 use driver::{Conn, ConnOptions, Held, Writer};
 use pacer::Pacer;
@@ -47,16 +48,29 @@ pub enum BenchTarget {
     /// Redis with the append-only file fsynced on every write, when spawned.
     RedisAof,
     Postgres,
+    /// Three Fenced members (one raft group); the clients know all three and follow
+    /// the leader.
+    #[serde(rename = "fenced-3")]
+    Fenced3,
+    /// Three etcd members; client i talks to member i mod 3.
+    #[serde(rename = "etcd-3")]
+    Etcd3,
+    /// A three-server ZooKeeper ensemble; client i talks to server i mod 3.
+    #[serde(rename = "zookeeper-3")]
+    Zookeeper3,
 }
 
 impl BenchTarget {
-    pub const ALL: [BenchTarget; 6] = [
+    pub const ALL: [BenchTarget; 9] = [
         BenchTarget::Fenced,
         BenchTarget::Etcd,
         BenchTarget::Zookeeper,
         BenchTarget::Redis,
         BenchTarget::RedisAof,
         BenchTarget::Postgres,
+        BenchTarget::Fenced3,
+        BenchTarget::Etcd3,
+        BenchTarget::Zookeeper3,
     ];
 
     pub fn name(self) -> &'static str {
@@ -67,33 +81,78 @@ impl BenchTarget {
             BenchTarget::Redis => "redis",
             BenchTarget::RedisAof => "redis-aof",
             BenchTarget::Postgres => "postgres",
+            BenchTarget::Fenced3 => "fenced-3",
+            BenchTarget::Etcd3 => "etcd-3",
+            BenchTarget::Zookeeper3 => "zookeeper-3",
         }
     }
 
-    /// Where the target usually listens, for `--endpoint` left at Fenced's default.
-    pub fn default_endpoint(self) -> &'static str {
+    /// The service, whatever its size: a three-member target is driven with the
+    /// one-node target's recipe.
+    pub fn base(self) -> BenchTarget {
         match self {
+            BenchTarget::Fenced3 => BenchTarget::Fenced,
+            BenchTarget::Etcd3 => BenchTarget::Etcd,
+            BenchTarget::Zookeeper3 => BenchTarget::Zookeeper,
+            t => t,
+        }
+    }
+
+    /// How many members the target runs as.
+    pub fn members(self) -> usize {
+        if self.base() == self {
+            1
+        } else {
+            3
+        }
+    }
+
+    /// The Fenced target of the same size, which a comparison's ratios are against.
+    pub fn fenced_peer(self) -> BenchTarget {
+        if self.members() == 1 {
+            BenchTarget::Fenced
+        } else {
+            BenchTarget::Fenced3
+        }
+    }
+
+    /// Where the target usually listens, for `--endpoint` left at Fenced's default
+    /// (a three-member target: its first member; give every member's, separated by
+    /// commas).
+    pub fn default_endpoint(self) -> &'static str {
+        match self.base() {
             BenchTarget::Fenced => "http://127.0.0.1:7400",
             BenchTarget::Etcd => "http://127.0.0.1:2379",
             BenchTarget::Zookeeper => "127.0.0.1:2181",
             BenchTarget::Redis | BenchTarget::RedisAof => "redis://127.0.0.1:6379/",
             BenchTarget::Postgres => "host=127.0.0.1 port=5432 user=postgres dbname=postgres",
+            _ => unreachable!("a base target"),
         }
     }
 
-    /// `endpoint` in the form the target's client takes (`host:port` gets a scheme).
+    /// `endpoint` in the form the target's client takes (`host:port` gets a scheme);
+    /// for etcd and Fenced, each of a comma-separated list.
     pub fn normalise_endpoint(self, endpoint: &str) -> String {
-        let bare = !endpoint.contains("://");
-        match self {
-            BenchTarget::Etcd | BenchTarget::Fenced if bare => format!("http://{endpoint}"),
-            BenchTarget::Redis | BenchTarget::RedisAof if bare => format!("redis://{endpoint}/"),
+        match self.base() {
+            BenchTarget::Etcd | BenchTarget::Fenced => endpoint
+                .split(',')
+                .map(|e| if e.contains("://") { e.to_owned() } else { format!("http://{e}") })
+                .collect::<Vec<_>>()
+                .join(","),
+            BenchTarget::Redis | BenchTarget::RedisAof if !endpoint.contains("://") => format!("redis://{endpoint}/"),
             _ => endpoint.to_owned(),
         }
     }
 
     /// Whether it can run `w`.
     pub fn supports(self, w: Workload) -> bool {
-        w != Workload::Keepalive || matches!(self, BenchTarget::Fenced | BenchTarget::Redis | BenchTarget::RedisAof)
+        match self.members() {
+            1 => {
+                w != Workload::Keepalive
+                    || matches!(self, BenchTarget::Fenced | BenchTarget::Redis | BenchTarget::RedisAof)
+            }
+            _ => w.locks(),
+        }
     }
 }
 
@@ -198,7 +257,9 @@ impl BenchConfig {
         if self.ttl < Duration::from_millis(300) || self.ttl > Duration::from_secs(300) {
             return Err(format!("--ttl must be between 300ms and 300s, not {:?}", self.ttl));
         }
-        if self.target == BenchTarget::Etcd && (self.ttl.subsec_nanos() != 0 || self.ttl < Duration::from_secs(2)) {
+        if self.target.base() == BenchTarget::Etcd
+            && (self.ttl.subsec_nanos() != 0 || self.ttl < Duration::from_secs(2))
+        {
             return Err(format!(
                 "--ttl must be whole seconds, at least 2s, for etcd (its leases are), not {:?}",
                 self.ttl
@@ -206,7 +267,7 @@ impl BenchConfig {
         }
         // ZooKeeper's session is the lease; a standalone server with the default tick
         // keeps session timeouts between 4 s and 40 s.
-        if self.target == BenchTarget::Zookeeper
+        if self.target.base() == BenchTarget::Zookeeper
             && !(Duration::from_secs(4)..=Duration::from_secs(40)).contains(&self.ttl)
         {
             return Err(format!(
@@ -218,7 +279,11 @@ impl BenchConfig {
             return Err(format!("--leases must be between 1 and 1000000, not {}", self.leases));
         }
         if !self.target.supports(self.workload) {
-            return Err(format!("the {} workload is built for fenced and redis, not {}", self.workload, self.target));
+            let built = match self.workload {
+                Workload::Keepalive => "fenced and redis",
+                _ => "one-node targets (the three-member ones run uncontended and contended)",
+            };
+            return Err(format!("the {} workload is built for {built}, not {}", self.workload, self.target));
         }
         Ok(())
     }
@@ -239,16 +304,40 @@ pub struct Peer {
     pub target: BenchTarget,
     /// In the form the target's client takes.
     pub endpoint: String,
-    /// The server's process id, when we started it (PostgreSQL: none, it has many).
+    /// The server's process id, when we started it (PostgreSQL: none, it has many;
+    /// a three-member target: none, see `member_pids`).
     pub pid: Option<u32>,
+    /// A spawned three-member target's process ids.
+    pub member_pids: Vec<u32>,
     /// Killed and removed when the peer drops.
     _service: Option<Service>,
+    _ensemble: Option<Ensemble>,
 }
 
 impl Peer {
     /// Starts `target` (blocking until it listens). `fenced_bin` is the `fenced`
     /// executable, for the Fenced server.
     pub fn spawn(target: BenchTarget, fenced_bin: &Path) -> Result<Peer> {
+        if target.members() > 1 {
+            let ensemble = match target.base() {
+                BenchTarget::Fenced => Ensemble::fenced(fenced_bin, target.members())?,
+                BenchTarget::Etcd => Ensemble::etcd(target.members())?,
+                BenchTarget::Zookeeper => Ensemble::zookeeper(target.members())?,
+                other => bail!("{other} has no three-member form"),
+            };
+            let endpoint = match target.base() {
+                // Fenced over its wire protocol, as one node: the client takes every
+                // member and follows the leader.
+                BenchTarget::Fenced => {
+                    ensemble.wire_addrs().iter().map(|a| format!("fenced://{a}")).collect::<Vec<_>>()
+                }
+                BenchTarget::Etcd => ensemble.addrs().iter().map(|a| format!("http://{a}")).collect(),
+                _ => ensemble.addrs().iter().map(ToString::to_string).collect(),
+            }
+            .join(",");
+            let member_pids = (0..ensemble.len()).filter_map(|i| ensemble.pid(i)).collect();
+            return Ok(Peer { target, endpoint, pid: None, member_pids, _service: None, _ensemble: Some(ensemble) });
+        }
         // Fenced is benched over its wire protocol (`fenced://`), the path its client
         // takes for speed; the HTTP API stays on for the views.
         let wire = format!("127.0.0.1:{}", free_port()?);
@@ -259,6 +348,7 @@ impl Peer {
             BenchTarget::RedisAof => Service::redis(true)?,
             BenchTarget::Zookeeper => Service::zookeeper()?,
             BenchTarget::Postgres => Service::postgres()?,
+            BenchTarget::Fenced3 | BenchTarget::Etcd3 | BenchTarget::Zookeeper3 => unreachable!("spawned above"),
         };
         let endpoint = match target {
             BenchTarget::Redis | BenchTarget::RedisAof => format!("redis://{}/", service.addr),
@@ -268,12 +358,23 @@ impl Peer {
             _ => service.url(),
         };
         let pid = if target == BenchTarget::Postgres { None } else { service.pid() };
-        Ok(Peer { target, endpoint, pid, _service: Some(service) })
+        Ok(Peer { target, endpoint, pid, member_pids: Vec::new(), _service: Some(service), _ensemble: None })
     }
 
     /// A target already running at `endpoint`.
     pub fn external(target: BenchTarget, endpoint: &str) -> Peer {
-        Peer { target, endpoint: target.normalise_endpoint(endpoint), pid: None, _service: None }
+        let endpoint = target.normalise_endpoint(endpoint);
+        Peer { target, endpoint, pid: None, member_pids: Vec::new(), _service: None, _ensemble: None }
+    }
+
+    /// The CPU time the target's processes have used, when we started them (every
+    /// member's, summed).
+    fn server_cpu(&self) -> Option<Duration> {
+        match self.pid {
+            Some(pid) => cpu_time(pid),
+            None if !self.member_pids.is_empty() => self.member_pids.iter().map(|&p| cpu_time(p)).sum(),
+            None => None,
+        }
     }
 
     /// What the figures of `w` on this peer have on disk before their answer.
@@ -293,6 +394,17 @@ impl Peer {
                 .await
                 .unwrap_or_else(|e| format!("unknown (CONFIG GET refused: {e:#})")),
             (BenchTarget::Postgres, _) => pg_durability(&self.endpoint).await,
+            (BenchTarget::Fenced3, _) => {
+                "every command committed on a majority of the 3 members, each fsyncing its raft log (group commit)"
+                    .into()
+            }
+            (BenchTarget::Etcd3, _) => {
+                "committed on a majority of the 3 members, fsync per commit on each (etcd default)".into()
+            }
+            (BenchTarget::Zookeeper3, _) => {
+                "committed on a majority of the 3 servers, each fsyncing its transaction log (forceSync=yes, default)"
+                    .into()
+            }
         }
     }
 }
@@ -435,6 +547,13 @@ fn recipe(target: BenchTarget, w: Workload) -> &'static str {
         (BenchTarget::Postgres, _) => {
             "lease row: INSERT .. ON CONFLICT DO UPDATE .. WHERE expires_at < now(), token from a sequence; DELETE by token; waiters poll every 1 ms, SELECT before trying"
         }
+        (BenchTarget::Fenced3, _) => {
+            "as fenced, every client given all 3 members (fenced://): it follows the leader, followers answer not_leader"
+        }
+        (BenchTarget::Etcd3, _) => "as etcd, client i on member i mod 3 (a follower forwards to the leader)",
+        (BenchTarget::Zookeeper3, _) => {
+            "as zookeeper, client i's session on server i mod 3 (a follower forwards writes to the leader)"
+        }
     }
 }
 
@@ -529,7 +648,7 @@ async fn run_clients(cfg: &BenchConfig, peer: &Peer, ops: Arc<AtomicU64>) -> Res
         clients.spawn(async move { client_loop(work, cfg, id, start, end, ops, due).await });
     }
     sleep_until(start).await;
-    let (server0, client0) = (peer.pid.and_then(cpu_time), cpu_time(std::process::id()));
+    let (server0, client0) = (peer.server_cpu(), cpu_time(std::process::id()));
     let drain = cfg.wait() + o.op_timeout + Duration::from_secs(5);
     let mut tallies = Vec::new();
     let joined = timeout(cfg.duration + drain, async {
@@ -540,7 +659,7 @@ async fn run_clients(cfg: &BenchConfig, peer: &Peer, ops: Arc<AtomicU64>) -> Res
     })
     .await;
     let finished = Instant::now();
-    let (server1, client1) = (peer.pid.and_then(cpu_time), cpu_time(std::process::id()));
+    let (server1, client1) = (peer.server_cpu(), cpu_time(std::process::id()));
     match joined {
         Ok(r) => r?,
         Err(_) => bail!("{} {}: clients still busy {drain:?} after the end of the run", cfg.target, cfg.workload),

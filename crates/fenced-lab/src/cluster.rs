@@ -25,6 +25,9 @@ use tokio::time::{sleep, timeout, Instant};
 use crate::peers::{Service, TempDir};
 use crate::proxy::DelayProxy;
 
+/// A member's status, with the digest the replica check compares.
+const STATUS: &str = "/v1/cluster?digest=true";
+
 /// A running cluster; every member is killed and its directory removed when dropped.
 pub struct Cluster {
     /// Member `i` has node id `i + 1`.
@@ -97,9 +100,10 @@ impl Cluster {
         self.members.is_empty()
     }
 
-    /// Member `i`'s `GET /v1/cluster`, if it answers within 500 ms.
+    /// Member `i`'s `GET /v1/cluster?digest=true` (with its `applied_index` and
+    /// `state_hash`), if it answers within 500 ms.
     pub async fn status(&self, i: usize) -> Option<Value> {
-        get_json(self.addrs[i], "/v1/cluster", Duration::from_millis(500)).await
+        get_json(self.addrs[i], STATUS, Duration::from_millis(500)).await
     }
 
     /// Every member's status (`None` where it does not answer), asked at once.
@@ -107,7 +111,7 @@ impl Cluster {
         // Each is bounded by its own time-out; together, so they do not add up.
         let mut asks = tokio::task::JoinSet::new();
         for (i, addr) in self.addrs.iter().copied().enumerate() {
-            asks.spawn(async move { (i, get_json(addr, "/v1/cluster", Duration::from_millis(500)).await) });
+            asks.spawn(async move { (i, get_json(addr, STATUS, Duration::from_millis(500)).await) });
         }
         let mut out = vec![None; self.len()];
         while let Some(Ok((i, v))) = asks.join_next().await {

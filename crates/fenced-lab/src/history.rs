@@ -85,6 +85,8 @@ pub enum Fault {
     LinkDelay { node: u64, delay_ms: u64, start_us: u64, end_us: u64 },
     /// A member's clock ran at `rate_permille` / 1000 of real time.
     Clock { node: u64, rate_permille: u64, start_us: u64, end_us: u64 },
+    /// SIGSTOP of a cluster's leading member at `start_us`, SIGCONT at `end_us`.
+    LeaderFreeze { member: u32, start_us: u64, end_us: u64 },
 }
 
 /// What the history shows.

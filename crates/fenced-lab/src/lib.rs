@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod cluster;
+pub mod ensemble;
 pub mod etcd;
 pub mod history;
 pub mod nemesis;

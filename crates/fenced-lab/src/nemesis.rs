@@ -30,7 +30,6 @@ use tokio::time::{sleep, Instant};
 
 use crate::cluster::{leader_of, Agreement, Cluster};
 use crate::history::{Fault, Op, OpKind, OpResult};
-use crate::peers::Service;
 use crate::proxy::DelayProxy;
 use crate::target::Endpoints;
 use crate::torture::{read_counter, report, Progress, TortureConfig, TortureReport, Workers};
@@ -156,12 +155,8 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     for addr in &cluster.addrs {
         client_proxies.push(DelayProxy::start(*addr).await?);
     }
-    // The counter's gate, never faulted (see `Target::gated_elsewhere`).
-    let bin = cfg.fenced_bin.clone();
-    let gate = tokio::task::spawn_blocking(move || Service::fenced(&bin, &[])).await??;
-    let gate_addr = Some(gate.addr.to_string());
-    let addrs_of =
-        |a: Vec<String>| Endpoints { lock: a.join(","), pg: None, s3: None, dynamodb: None, gate: gate_addr.clone() };
+    // The counter is in the cluster's own fenced store (replicated with the locks).
+    let addrs_of = |a: Vec<String>| Endpoints { lock: a.join(","), pg: None, s3: None, dynamodb: None, gate: None };
     let endpoints = addrs_of(client_proxies.iter().map(|p| p.addr.to_string()).collect());
 
     // Who leads, every 100 ms, while the run lasts.
@@ -379,7 +374,6 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
         replicas,
         schedule,
     };
-    drop(gate);
     let history = std::mem::take(&mut w.history);
     let faults = std::mem::take(&mut w.faults);
     Ok(report(cfg, history, faults, final_value, Some(figures), proof.map(|p| vec![p])))

@@ -26,7 +26,7 @@ pub const UNFENCED_PREFIX: &str = "unfenced/";
 pub const FOREIGN_PREFIX: &str = "foreign/";
 
 /// Debian's ZooKeeper server and client classes; its manifest names the jars it needs.
-const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
+pub(crate) const ZOOKEEPER_JAR: &str = "/usr/share/java/zookeeper.jar";
 
 /// How long a service may take to listen after it was started.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -437,14 +437,14 @@ fn etcd_serving(conn: TcpStream) -> bool {
 }
 
 /// Sends `request` and reads the answer until the peer closes, within `timeout` per read.
-fn ask(mut conn: TcpStream, request: &[u8], timeout: Duration) -> Option<String> {
+pub(crate) fn ask(mut conn: TcpStream, request: &[u8], timeout: Duration) -> Option<String> {
     use std::io::Write;
     let _ = conn.set_read_timeout(Some(timeout));
     let mut answer = String::new();
     (conn.write_all(request).is_ok() && conn.read_to_string(&mut answer).is_ok()).then_some(answer)
 }
 
-fn find_program(name: &str, install: &str) -> Result<PathBuf> {
+pub(crate) fn find_program(name: &str, install: &str) -> Result<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .map(|d| d.join(name))

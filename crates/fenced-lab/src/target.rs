@@ -4,7 +4,7 @@
 //! | target | lock | counter | token |
 //! |---|---|---|---|
 //! | `fenced` | Fenced lock (guard, keepalive) | Fenced store, fenced read and write | checked by the store |
-//! | `fenced-cluster` | as `fenced`, on three or five members (`--nodes`), the client failing over | as `etcd-gated` (the cluster does not serve the store yet) | the cluster's, checked by the store |
+//! | `fenced-cluster` | as `fenced`, on three or five members (`--nodes`), the client failing over | the cluster's own store, fenced read and write | checked by the store |
 //! | `fenced-unfenced` | Fenced lock | Fenced store, unfenced key | not sent |
 //! | `redis` | `SET NX PX` + compare-and-delete | a Redis key | none exists |
 //! | `etcd` | etcd lock API on a lease kept alive from its grant | an etcd key, plain put | the lock key's `create_revision`, not sent |
@@ -15,9 +15,12 @@
 //! | `redlock` | Redlock over five Redis instances, the published algorithm | a Fenced store key under the unfenced prefix | none exists |
 //! | `s3` | Fenced lock | an S3 object (moto's server) through the client's `S3Gate`: a conditional put on the ETag | checked by the gate |
 //! | `dynamodb` | Fenced lock | a DynamoDB item (DynamoDB Local) through the client's `DynamoGate`: a conditional `UpdateItem` | checked by the gate |
+//! | `etcd-cluster` | as `etcd`, on three etcd members; a worker that fails moves to the next member | as `etcd-gated` | as `etcd-gated` |
+//! | `zookeeper-ensemble` | as `zookeeper-gated`, on a three-server ensemble (the session's connect string names all three; the client moves on by itself) | as `etcd-gated` | as `zookeeper-gated` |
 //!
-//! The four rows after `postgres` keep their counter in a second Fenced server (the
-//! gate), reached directly: the nemesis crashes and delays only their lock service.
+//! The four rows after `postgres` and the two clusters keep their counter in a second
+//! Fenced server (the gate), reached directly: the nemesis crashes and delays only
+//! their lock service (for a cluster, its crash is a kill -9 of the leader).
 
 use std::fmt;
 use std::str::FromStr;
@@ -60,10 +63,12 @@ pub enum Target {
     Redlock,
     S3,
     Dynamodb,
+    EtcdCluster,
+    ZookeeperEnsemble,
 }
 
 impl Target {
-    pub const ALL: [Target; 12] = [
+    pub const ALL: [Target; 14] = [
         Target::Fenced,
         Target::FencedCluster,
         Target::FencedUnfenced,
@@ -76,6 +81,8 @@ impl Target {
         Target::Redlock,
         Target::S3,
         Target::Dynamodb,
+        Target::EtcdCluster,
+        Target::ZookeeperEnsemble,
     ];
 
     pub fn name(self) -> &'static str {
@@ -92,6 +99,8 @@ impl Target {
             Target::Redlock => "redlock",
             Target::S3 => "s3",
             Target::Dynamodb => "dynamodb",
+            Target::EtcdCluster => "etcd-cluster",
+            Target::ZookeeperEnsemble => "zookeeper-ensemble",
         }
     }
 
@@ -107,6 +116,8 @@ impl Target {
                 | Target::RedisToken
                 | Target::S3
                 | Target::Dynamodb
+                | Target::EtcdCluster
+                | Target::ZookeeperEnsemble
         )
     }
 
@@ -128,26 +139,34 @@ impl Target {
         )
     }
 
-    /// Whether the target is a cluster of several lock servers (`--nodes`, `--nemesis`).
-    pub fn cluster(self) -> bool {
-        self == Target::FencedCluster
-    }
-
     /// Whether the counter lives in a second Fenced server (the gate), apart from the
     /// lock service.
     pub fn gated_elsewhere(self) -> bool {
-        // fenced-cluster: a cluster does not serve the fenced store until the store is in
-        // the replicated log, so its counter lives in a single Fenced server that takes
-        // the cluster's tokens as foreign ones (the same gate rule).
         matches!(
             self,
-            Target::EtcdGated | Target::ZookeeperGated | Target::RedisToken | Target::Redlock | Target::FencedCluster
+            Target::EtcdGated
+                | Target::ZookeeperGated
+                | Target::RedisToken
+                | Target::Redlock
+                | Target::EtcdCluster
+                | Target::ZookeeperEnsemble
         )
+    }
+
+    /// Whether the lock service is a three-member cluster (an [`crate::ensemble`]).
+    pub fn cluster(self) -> bool {
+        matches!(self, Target::EtcdCluster | Target::ZookeeperEnsemble)
+    }
+
+    /// Whether the target is a Fenced cluster of three or five members (`--nodes`),
+    /// under the cluster nemesis (`--nemesis`, [`crate::nemesis`]).
+    pub fn fenced_cluster(self) -> bool {
+        self == Target::FencedCluster
     }
 
     /// Whether the lock service is etcd (whose leases are whole seconds).
     pub fn etcd_locks(self) -> bool {
-        matches!(self, Target::Etcd | Target::EtcdGated)
+        matches!(self, Target::Etcd | Target::EtcdGated | Target::EtcdCluster)
     }
 
     /// The shortest lease the target can keep (etcd grants whole seconds, at least 2 s
@@ -155,7 +174,11 @@ impl Target {
     /// so shorter ones would be rounded up anyway).
     pub fn min_ttl(self) -> Duration {
         match self {
-            Target::Etcd | Target::EtcdGated | Target::ZookeeperGated => Duration::from_secs(2),
+            Target::Etcd
+            | Target::EtcdGated
+            | Target::ZookeeperGated
+            | Target::EtcdCluster
+            | Target::ZookeeperEnsemble => Duration::from_secs(2),
             _ => Duration::from_millis(100),
         }
     }
@@ -182,7 +205,8 @@ impl FromStr for Target {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Endpoints {
     /// `host:port` of the lock service (Fenced's HTTP, Redis, etcd's client port,
-    /// ZooKeeper); for `redlock`, the five instances' separated by commas.
+    /// ZooKeeper); for `redlock` and the clusters, every instance's or member's,
+    /// separated by commas.
     pub lock: String,
     /// A `tokio-postgres` connection string, for `postgres`.
     pub pg: Option<String>,
@@ -357,8 +381,17 @@ impl Driver {
             Target::Etcd | Target::EtcdGated => {
                 Conn::Etcd(Etcd::new(&format!("http://{}", ep.lock), Duration::from_secs(1), op_timeout)?)
             }
-            // The session opens at the first acquire, whose TTL is its timeout.
-            Target::ZookeeperGated => Conn::Zookeeper { addr: ep.lock.clone(), session: None },
+            Target::EtcdCluster => {
+                let member = next_member(&ep.lock, nonce);
+                Conn::Etcd(Etcd::new(&format!("http://{member}"), Duration::from_secs(1), op_timeout)?)
+            }
+            // The session opens at the first acquire, whose TTL is its timeout. For the
+            // ensemble, `lock` is ZooKeeper's own connect string (every server's
+            // address): the client picks one and moves to another when it fails, and
+            // the session moves with it while it lives.
+            Target::ZookeeperGated | Target::ZookeeperEnsemble => {
+                Conn::Zookeeper { addr: ep.lock.clone(), session: None }
+            }
             Target::Redlock => {
                 Conn::Redlock(ep.lock.split(',').map(|a| RedisInstance { addr: a.to_owned(), conn: None }).collect())
             }
@@ -378,10 +411,14 @@ impl Driver {
             Target::Redis => format!("{LOCK}:counter"),
             // Not under the lock's prefix: etcd's lock waits for every older key there.
             Target::Etcd => format!("counter/{LOCK}"),
-            Target::EtcdGated | Target::ZookeeperGated | Target::RedisToken | Target::FencedCluster => {
+            Target::EtcdGated
+            | Target::ZookeeperGated
+            | Target::RedisToken
+            | Target::EtcdCluster
+            | Target::ZookeeperEnsemble => {
                 format!("{FOREIGN_PREFIX}{LOCK}/counter")
             }
-            Target::Fenced | Target::Postgres | Target::S3 | Target::Dynamodb => {
+            Target::Fenced | Target::FencedCluster | Target::Postgres | Target::S3 | Target::Dynamodb => {
                 format!("{LOCK}/counter")
             }
         }
@@ -675,6 +712,20 @@ impl RedisInstance {
             }
         }
     }
+}
+
+/// The etcd member a new driver talks to, of the comma-separated `members`: the first
+/// connection in this process takes the one the nonce picks, each later one the next,
+/// so a worker whose member failed (its driver is rebuilt after a failed acquire)
+/// moves to another, as etcd's own client moves to another endpoint.
+fn next_member(members: &str, nonce: u64) -> &str {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::OnceLock;
+    static FIRST: OnceLock<usize> = OnceLock::new();
+    static CONNECTS: AtomicUsize = AtomicUsize::new(0);
+    let all: Vec<&str> = members.split(',').collect();
+    let first = *FIRST.get_or_init(|| nonce as usize % all.len());
+    all[(first + CONNECTS.fetch_add(1, Ordering::Relaxed)) % all.len()]
 }
 
 fn grant_token(grant: &Grant) -> Result<Token> {

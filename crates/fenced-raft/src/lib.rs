@@ -24,7 +24,7 @@ use fenced_core::{Command, RequestId};
 
 pub use node::{ClusterStatus, Member, Node, NodeOptions, NotLeader, Refusals};
 pub use openraft;
-pub use state_machine::{Applied, SmState};
+pub use state_machine::{Applied, SmState, StateDigest};
 
 /// One log entry's payload: commands applied in order at one timestamp.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]

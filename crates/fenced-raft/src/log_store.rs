@@ -12,6 +12,7 @@ use std::fmt::Debug;
 use std::io;
 use std::ops::RangeBounds;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 
 use openraft::entry::RaftEntry;
@@ -38,7 +39,19 @@ const BATCH_MAX: usize = 1024;
 
 /// The redb file behind the log and the state machine's snapshots.
 pub struct Db {
+    // Fields drop in order: the file is closed before `closed` says so.
     db: Database,
+    closed: Closed,
+}
+
+/// Set once the database is closed (its file lock released): a strong count of zero
+/// alone does not say that, the last holder may still be inside redb's close.
+struct Closed(Arc<AtomicBool>);
+
+impl Drop for Closed {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 impl Db {
@@ -50,7 +63,12 @@ impl Db {
         txn.open_table(LOG).map_err(io_err)?;
         txn.open_table(META).map_err(io_err)?;
         txn.commit().map_err(io_err)?;
-        Ok(Arc::new(Db { db }))
+        Ok(Arc::new(Db { db, closed: Closed(Arc::new(AtomicBool::new(false))) }))
+    }
+
+    /// A flag set once this database is closed.
+    pub fn closed_flag(&self) -> Arc<AtomicBool> {
+        self.closed.0.clone()
     }
 
     fn meta(&self, key: &str) -> io::Result<Option<Vec<u8>>> {

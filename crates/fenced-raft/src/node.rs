@@ -193,7 +193,8 @@ pub struct Node {
     refusals: Arc<dyn Refusals>,
     stopped: AtomicBool,
     stop: Notify,
-    db: std::sync::Weak<Db>,
+    /// Set once the log's file is closed.
+    db_closed: Arc<AtomicBool>,
 }
 
 fn raft_io(e: impl std::fmt::Display) -> io::Error {
@@ -217,7 +218,7 @@ impl Node {
         // A base state is not in the log: until a snapshot holds it, a member that
         // replays the log from the start would miss it.
         let base_unsnapshotted = db.base()?.is_some() && db.snapshot()?.is_none();
-        let db_weak = Arc::downgrade(&db);
+        let db_closed = db.closed_flag();
         let log = LogStore::open(db.clone())?;
         let sm = StateMachine::open(db, opts.limits.clone(), applied)?;
         let config = openraft::Config {
@@ -264,7 +265,7 @@ impl Node {
             refusals,
             stopped: AtomicBool::new(false),
             stop: Notify::new(),
-            db: db_weak,
+            db_closed,
         });
         tokio::spawn(node.clone().propose_loop(rx));
         tokio::spawn(node.clone().leadership_loop());
@@ -598,9 +599,9 @@ impl Node {
 
     /// Waits until every handle on the log's file is gone (after [`shutdown`] and the
     /// last `Arc<Node>` dropped); false if it is still open after `timeout`.
-    pub async fn wait_closed(db: std::sync::Weak<Db>, timeout: Duration) -> bool {
+    pub async fn wait_closed(closed: Arc<AtomicBool>, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
-        while db.strong_count() > 0 {
+        while !closed.load(Ordering::SeqCst) {
             if Instant::now() > deadline {
                 return false;
             }
@@ -610,7 +611,7 @@ impl Node {
     }
 
     /// A handle that does not keep the log's file open (for [`Node::wait_closed`]).
-    pub fn db_handle(&self) -> std::sync::Weak<Db> {
-        self.db.clone()
+    pub fn db_handle(&self) -> Arc<AtomicBool> {
+        self.db_closed.clone()
     }
 }

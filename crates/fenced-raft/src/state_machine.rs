@@ -45,6 +45,13 @@ pub struct SmState {
     pub membership: StoredMembership,
 }
 
+/// A digest of the replicated state at an applied index ([`StateMachine::digest`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct StateDigest {
+    pub applied_index: Option<u64>,
+    pub state_hash: String,
+}
+
 /// The state machine handle (cheap clones share one state).
 #[derive(Clone)]
 pub struct StateMachine {
@@ -118,6 +125,27 @@ impl StateMachine {
     /// The state, locked. Views read the table here; they never change it.
     pub fn state(&self) -> MutexGuard<'_, SmState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The replicated state's digest and the index it was taken at: replicas that
+    /// applied the same log agree on it (the torture's replica-agreement check). The
+    /// table is hashed in a canonical form: its JSON with object keys sorted and the
+    /// timer heap's entries sorted (a heap's layout depends on how it was built, a
+    /// snapshot restore included; its contents do not). Serializes the whole table
+    /// under the lock: for checks, not for every request.
+    pub fn digest(&self) -> io::Result<StateDigest> {
+        use std::hash::{Hash, Hasher};
+        let (mut value, applied_index) = {
+            let st = self.state();
+            (serde_json::to_value(&st.table).map_err(io_err)?, st.last_applied.map(|l| l.index))
+        };
+        if let Some(heap) = value.pointer_mut("/timers/heap").and_then(|h| h.as_array_mut()) {
+            heap.sort_by_cached_key(|e| e.to_string());
+        }
+        // serde_json's maps are ordered by key (no `preserve_order` in this build).
+        let mut h = std::hash::DefaultHasher::new();
+        value.to_string().hash(&mut h);
+        Ok(StateDigest { applied_index, state_hash: format!("{:016x}", h.finish()) })
     }
 
     fn apply_batch(&self, st: &mut SmState, items: Vec<(RequestId, Command)>, now_ms: u64, out: &mut Output) {

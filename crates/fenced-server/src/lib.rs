@@ -12,13 +12,13 @@ mod events;
 mod listener;
 mod locks;
 mod metrics;
+mod migrate;
 mod wire;
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fenced_core::LockTable;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
@@ -27,7 +27,7 @@ pub use config::{Config, ConfigError};
 
 use crate::locks::Locks;
 use crate::metrics::Metrics;
-use fenced_store::{Store, StoreError};
+use fenced_store::StoreError;
 
 /// The OpenAPI 3 document served at `/openapi.json`.
 pub const OPENAPI_JSON: &str = api::OPENAPI_DOC;
@@ -86,25 +86,22 @@ pub async fn run_with_wire(
         _ => None,
     };
 
-    let quotas = fenced_store::Quotas { keys_max: config.store_keys_max, bytes_max: config.store_bytes_max };
-    let (store, durable, writer) = Store::open_with(&config.data_dir, quotas)?;
-    let base = migrated_table(&config, durable);
-
+    let mut old = migrate::read(&config)?;
     let self_url = format!("http://{}", listener.local_addr()?);
     let members = config.members(&self_url).map_err(|e| ServerError::Setup(e.to_string()))?;
     let single = members.len() == 1;
-    if base.is_some() && !single {
-        // The migrated table would be this member's alone, not the log's.
+    if old.as_ref().is_some_and(|o| o.has_content) && !single {
+        // What the old file holds would be this member's alone, not the log's.
         return Err(ServerError::Setup(format!(
-            "{} holds a single-node data directory of the format before the replicated log: start it once \
-             without --peers (it migrates), then add the other members with `fenced cluster add`",
+            "{} holds a single-node data directory of an earlier format: start it once without --peers (it \
+             migrates into the replicated log), then add the other members with `fenced cluster add`",
             config.data_dir.display()
         )));
     }
     let mut opts = fenced_raft::NodeOptions::single(config.data_dir.clone(), config.limits(), self_url);
     opts.id = config.node_id;
     opts.members = members;
-    opts.base = base;
+    opts.base = old.as_mut().and_then(|o| o.base.take());
     opts.snapshot_every = config.snapshot_entries;
     opts.peer_routes = config.routes().map_err(|e| ServerError::Setup(e.to_string()))?;
     opts.peer_token = auth_token.as_ref().map(|t| String::from_utf8_lossy(t).into_owned());
@@ -132,10 +129,26 @@ pub async fn run_with_wire(
     let fatal = Arc::new(tokio::sync::Notify::new());
     tokio::spawn(watch_fatal(node.clone(), fatal.clone()));
     let locks = Locks::new(node.clone(), router, gone);
+    if let Some(mut old) = old {
+        let records = std::mem::take(&mut old.import);
+        if !records.is_empty() {
+            let n = records.len();
+            let cmd = fenced_core::Command::Store(fenced_core::StoreCommand::Import { records });
+            match locks.apply(cmd).await {
+                locks::Reply::Now(Ok(_)) => {
+                    tracing::warn!(keys = n, "brought the fenced store into the replicated log")
+                }
+                locks::Reply::Now(Err(e)) => {
+                    return Err(ServerError::Setup(format!("cannot bring the fenced store into the log: {e}")))
+                }
+                locks::Reply::Queued { .. } => unreachable!("an import does not queue"),
+            }
+        }
+        old.retire()?;
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let app = Arc::new(api::AppInner {
         locks: locks.clone(),
-        store: store.clone(),
         config: config.clone(),
         metrics: metrics.clone(),
         auth_token,
@@ -200,38 +213,7 @@ pub async fn run_with_wire(
     if !fenced_raft::Node::wait_closed(raft_db, Duration::from_secs(5)).await {
         tracing::warn!("the raft log's file is still open at exit");
     }
-    drop(store);
-    // The writer thread ends when the last store handle drops, closing redb. Handles
-    // held by requests cut off at the drain deadline may keep it alive: don't wait
-    // forever, redb is crash-safe anyway.
-    for _ in 0..200 {
-        if writer.is_finished() {
-            let _ = writer.join();
-            tracing::info!("database closed");
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    tracing::warn!("database still busy at exit");
     Ok(())
-}
-
-/// A data directory of the single-node format (before the replicated log): the table
-/// its durable records rebuild, for the log to start from. Tokens continue above the old
-/// ceiling; leases lived in memory then, so grants wait one maximal TTL (the old rule's
-/// grace), and lock-delays owed are kept. `None` for a fresh directory or one whose log
-/// exists already.
-fn migrated_table(config: &Config, durable: fenced_core::Durable) -> Option<LockTable> {
-    if config.data_dir.join("raft.redb").exists() || (durable.token_ceiling <= 1 && durable.lock_delays.is_empty()) {
-        return None;
-    }
-    let (table, _) = LockTable::recover(config.limits(), config.token_block, durable);
-    tracing::warn!(
-        highest_issued = table.highest_issued().map_or(0, |t| t.get()),
-        grace_ms = table.grace_left_ms(0),
-        "migrating a single-node data directory to the replicated log"
-    );
-    Some(table)
 }
 
 /// Wakes `fatal` when openraft stops on an error (a log write failed): answering on

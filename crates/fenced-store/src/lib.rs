@@ -230,6 +230,20 @@ impl Store {
         .map_err(db_err)?
     }
 
+    /// Every key with its mark and value, in key order: what a data directory of the
+    /// format before the store joined the replicated log brings into it.
+    pub fn records(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        self.backend
+            .kv_scan("", usize::MAX)?
+            .into_iter()
+            .map(|(key, raw)| {
+                let (mark, value) = decode(&key, Some(&raw))?;
+                let value = value.map(<[u8]>::to_vec);
+                Ok((key, mark, value))
+            })
+            .collect()
+    }
+
     /// Makes what the lock table asked to keep durable, from async code.
     pub async fn persist(&self, items: Vec<Persist>) -> Result<(), StoreError> {
         let (tx, rx) = oneshot::channel();
@@ -237,6 +251,9 @@ impl Store {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 }
+
+/// A key, its mark and its value, as [`Store::records`] reads them.
+pub type KeyRecord = (String, Option<Token>, Option<Vec<u8>>);
 
 /// One key of the fenced store, as `Store::list` sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]

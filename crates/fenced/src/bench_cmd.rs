@@ -14,8 +14,10 @@ use crate::term::{follow, interrupted, progress_bar};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// The system to load: fenced, etcd, zookeeper, redis, redis-aof or postgres. Without --spawn,
-    /// --endpoint says where it runs (default: the target's usual port on 127.0.0.1).
+    /// The system to load: fenced, etcd, zookeeper, redis, redis-aof or postgres; or
+    /// three members of one: fenced-3, etcd-3, zookeeper-3 (uncontended and contended
+    /// only). Without --spawn, --endpoint says where it runs (default: the target's
+    /// usual port on 127.0.0.1; a three-member target: every member's, comma-separated).
     #[arg(long, default_value = "fenced")]
     target: String,
     /// Several targets in turn, one table with ratios against Fenced: a comma-separated
@@ -275,7 +277,8 @@ fn table(reports: &[BenchReport]) -> String {
     }
     for w in workloads {
         let rows: Vec<&BenchReport> = reports.iter().filter(|r| r.workload == w).collect();
-        let fenced = rows.iter().find(|r| r.target == BenchTarget::Fenced).map(|r| r.ops_per_s);
+        // Each row against Fenced of its own size (one node, or three members).
+        let fenced = |t: BenchTarget| rows.iter().find(|r| r.target == t.fenced_peer()).map(|r| r.ops_per_s);
         let first = rows[0];
         s += &format!(
             "bench --compare, {w}: {} clients, {}, {:.0} s per run{}\n",
@@ -289,11 +292,11 @@ fn table(reports: &[BenchReport]) -> String {
             }
         );
         s += &format!(
-            "{:<10} {:>10} {:>8} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11}  {}\n",
+            "{:<12} {:>10} {:>8} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11}  {}\n",
             "target", "ops/s", "fenced÷", "p50", "p99", "p99.9", "max", "acquire p99", "per client", "durability"
         );
-        for r in rows {
-            let ratio = match fenced {
+        for r in &rows {
+            let ratio = match fenced(r.target) {
                 Some(f) if r.ops_per_s > 0.0 => format!("{:.2}×", f / r.ops_per_s),
                 _ => "n/a".into(),
             };
@@ -305,7 +308,7 @@ fn table(reports: &[BenchReport]) -> String {
                 },
             };
             s += &format!(
-                "{:<10} {:>10.0} {:>8} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11}  {}\n",
+                "{:<12} {:>10.0} {:>8} {:>10} {:>10} {:>10} {:>10} {:>11} {:>11}  {}\n",
                 r.target.name(),
                 r.ops_per_s,
                 ratio,
@@ -319,7 +322,7 @@ fn table(reports: &[BenchReport]) -> String {
             );
             let c = cpu(r);
             if !c.is_empty() && w == Workload::Keepalive {
-                s += &format!("{:<10} {c}\n", "");
+                s += &format!("{:<12} {c}\n", "");
             }
         }
         s += "\n";

@@ -23,7 +23,9 @@ pub struct TortureArgs {
     /// item through the client's gate, on DynamoDB Local: FENCED_DYNAMODB_LOCAL names
     /// the directory of DynamoDBLocal.jar), and the locks
     /// of other services with Fenced's store as their gate: etcd-gated,
-    /// zookeeper-gated, redis-token; or redlock (five Redis instances, no token).
+    /// zookeeper-gated, redis-token; or redlock (five Redis instances, no token); and
+    /// as clusters, gated too: etcd-cluster (three etcd members), zookeeper-ensemble
+    /// (three ZooKeeper servers).
     #[arg(long, default_value = "fenced")]
     target: String,
     /// Run several targets in turn with the same seed and print one table: a
@@ -49,8 +51,10 @@ pub struct TortureArgs {
     /// The last stretch without faults (default: a fifth of the run, at least 3 TTLs).
     #[arg(long, value_parser = duration_ms)]
     recovery: Option<u64>,
-    /// Faults to inject: a comma-separated subset of pause, crash, delay; or none
-    /// [default: pause,crash,delay]. Not for fenced-cluster, which takes --nemesis.
+    /// Faults to inject: a comma-separated subset of pause, crash (a cluster's: kill -9
+    /// of its leader), delay, freeze (etcd-cluster and zookeeper-ensemble only: SIGSTOP
+    /// of the leader past its election timeout and the TTL); or none [default:
+    /// pause,crash,delay]. Not for fenced-cluster, which takes --nemesis.
     #[arg(long)]
     faults: Option<String>,
     /// Members of fenced-cluster: 3 or 5 [default: 3].
@@ -85,14 +89,14 @@ pub fn run_worker(a: WorkerArgs) -> anyhow::Result<ExitCode> {
 pub fn run(a: TortureArgs, g: &Global) -> anyhow::Result<ExitCode> {
     let targets: Vec<Target> = match &a.compare {
         // `all`: the one-server rows; a cluster is asked for by name.
-        Some(list) if list == "all" => Ok(Target::ALL.into_iter().filter(|t| !t.cluster()).collect()),
+        Some(list) if list == "all" => Ok(Target::ALL.into_iter().filter(|t| !t.fenced_cluster()).collect()),
         Some(list) => list.split(',').map(|t| t.trim().parse()).collect::<Result<_, _>>(),
         None => a.target.parse().map(|t| vec![t]),
     }
     .map_err(|e: String| BadArgument::error(if a.compare.is_some() { "--compare" } else { "--target" }, e))?;
     let faults = parse_faults(a.faults.as_deref().unwrap_or("pause,crash,delay"))
         .map_err(|e| BadArgument::error("--faults", e))?;
-    let any_cluster = targets.iter().any(|t| t.cluster());
+    let any_cluster = targets.iter().any(|t| t.fenced_cluster());
     if any_cluster && a.faults.is_some() {
         return Err(BadArgument::error("--faults", "fenced-cluster takes --nemesis, not --faults"));
     }
@@ -127,7 +131,7 @@ pub fn run(a: TortureArgs, g: &Global) -> anyhow::Result<ExitCode> {
             work: Duration::from_millis(a.work),
             recovery,
             faults,
-            nodes: if target.cluster() { a.nodes.unwrap_or(3) } else { 1 },
+            nodes: if target.fenced_cluster() { a.nodes.unwrap_or(3) } else { 1 },
             nemesis,
             fenced_bin: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("fenced")),
         })
@@ -204,7 +208,7 @@ async fn one(cfg: &TortureConfig) -> anyhow::Result<Option<TortureReport>> {
 }
 
 fn parse_faults(s: &str) -> Result<Faults, String> {
-    let mut f = Faults { pause: false, crash: false, delay: false };
+    let mut f = Faults { pause: false, crash: false, delay: false, freeze: false };
     if s == "none" {
         return Ok(f);
     }
@@ -213,7 +217,8 @@ fn parse_faults(s: &str) -> Result<Faults, String> {
             "pause" => f.pause = true,
             "crash" => f.crash = true,
             "delay" => f.delay = true,
-            other => return Err(format!("unknown fault '{other}' (pause, crash, delay, or none)")),
+            "freeze" => f.freeze = true,
+            other => return Err(format!("unknown fault '{other}' (pause, crash, delay, freeze, or none)")),
         }
     }
     Ok(f)
@@ -245,6 +250,9 @@ fn text(r: &TortureReport) -> String {
         "  faults: {} pauses, {} restarts, {} network delays\n",
         r.pauses_injected, r.restarts_injected, r.delays_injected
     );
+    if let (Some(kills), Some(freezes)) = (r.leader_kills, r.leader_freezes) {
+        s += &format!("  of the cluster's leader: {kills} kill -9, {freezes} freezes\n");
+    }
     s += &format!(
         "  {} grants; {} writes, {} acknowledged, {} indeterminate; final counter {}\n",
         r.grants, r.writes_attempted, r.acknowledged, r.writes_indeterminate, r.final_value

@@ -20,6 +20,7 @@ use rustc_hash::FxBuildHasher;
 
 use crate::command::{Acquire, Answer, Command, Durable, LeaseRef, Output, Persist, RequestId};
 use crate::error::Error;
+use crate::store::Store;
 use crate::{LeaseId, LockName, Token};
 use timers::{Timer, Timers};
 
@@ -195,6 +196,10 @@ pub struct LockTable {
     /// them. Entries leave with their holder.
     granted: HashMap<RequestId, LockName, FxBuildHasher>,
     timers: Timers,
+    /// The fenced store: replicated with the locks, so a fenced write is as durable as
+    /// a grant and its token check sees the tokens the table issued.
+    #[cfg_attr(feature = "serde", serde(default))]
+    store: Store,
     #[cfg_attr(feature = "serde", serde(skip))]
     out: Output,
 }
@@ -228,6 +233,7 @@ impl LockTable {
             waiters: HashMap::default(),
             granted: HashMap::default(),
             timers: Timers::default(),
+            store: Store::default(),
             out: Output::default(),
         };
         if grace_ms > 0 {
@@ -273,6 +279,7 @@ impl LockTable {
                 self.promote();
                 None
             }
+            Command::Store(cmd) => Some(self.store.apply(cmd, self.highest_issued()).map(Answer::Store)),
         };
         if let Some(a) = answer {
             self.out.answers.push((request, a));
@@ -294,6 +301,11 @@ impl LockTable {
     /// them, or they would decide the same command differently).
     pub fn set_limits(&mut self, limits: Limits) {
         self.limits = limits;
+    }
+
+    /// The fenced store, as of the last applied command.
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     /// The time of the last applied command.

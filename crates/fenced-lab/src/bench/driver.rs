@@ -81,8 +81,19 @@ pub struct ConnOptions {
 
 impl Conn {
     /// Connects client `id` to `target` at `endpoint`.
+    /// For etcd and ZooKeeper, `endpoint` may name several members separated by commas:
+    /// client `id` then talks to member `id` mod their number. Fenced's client takes
+    /// them all and follows the leader.
     pub async fn connect(target: BenchTarget, endpoint: &str, id: u32, o: ConnOptions) -> Result<Conn> {
         let unreachable = || format!("cannot reach {target} at {endpoint}");
+        let target = target.base();
+        let endpoint = match target {
+            BenchTarget::Etcd | BenchTarget::Zookeeper => {
+                let members: Vec<&str> = endpoint.split(',').collect();
+                members[id as usize % members.len()]
+            }
+            _ => endpoint,
+        };
         Ok(match target {
             BenchTarget::Fenced => Conn::Fenced(
                 Client::builder()
@@ -115,6 +126,7 @@ impl Conn {
                     [db.prepare(PG_HELD).await?, db.prepare(PG_ACQUIRE).await?, db.prepare(PG_RELEASE).await?];
                 Conn::Postgres { db, statements }
             }
+            other => bail!("{other} is driven as {}", other.base()),
         })
     }
 
@@ -260,7 +272,7 @@ impl Writer {
 /// Creates what the clients need on the target before they connect (PostgreSQL's
 /// tables and sequence), once, so that they do not race to create it.
 pub async fn prepare(target: BenchTarget, endpoint: &str, o: ConnOptions) -> Result<()> {
-    if target == BenchTarget::Postgres {
+    if target.base() == BenchTarget::Postgres {
         let db =
             pg_connect(endpoint, o.op_timeout).await.with_context(|| format!("cannot reach postgres at {endpoint}"))?;
         db.batch_execute(PG_SCHEMA).await.context("create the lease table")?;

@@ -54,6 +54,12 @@ impl From<fenced_core::Error> for ApiError {
                 StatusCode::TOO_MANY_REQUESTS
             }
             E::Recovering { .. } | E::ShuttingDown | E::NotLeader { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            // The store is full; the lock service, which needs no room in it, goes on.
+            E::StoreFull { quota, .. } => {
+                let what = quota.as_str();
+                let a = ApiError::new(StatusCode::INSUFFICIENT_STORAGE, e.code(), e.to_string());
+                return e.details().into_iter().fold(a.with("what", what), |a, (k, v)| a.with(k, v));
+            }
             // 128 random bits collided with a live lease: not the caller's fault.
             E::LeaseExists => return ApiError::internal("a fresh random lease id collided with a live one"),
         };

@@ -32,7 +32,6 @@ pub use store::{read_value, store_key, write_value};
 use crate::config::Config;
 use crate::locks::Locks;
 use crate::metrics::Metrics;
-use fenced_store::Store;
 
 /// Every route, as the OpenAPI document must describe it: (method, path).
 pub const ROUTES: &[(&str, &str)] = &[
@@ -65,7 +64,6 @@ pub const ROUTES: &[(&str, &str)] = &[
 /// What every handler shares.
 pub struct AppInner {
     pub locks: Arc<Locks>,
-    pub store: Store,
     pub config: Config,
     pub metrics: Arc<Metrics>,
     /// The bearer token `/v1` calls must present.

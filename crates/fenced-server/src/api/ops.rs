@@ -1,10 +1,11 @@
 //! Operations endpoints: health, metrics, the OpenAPI document, the event stream
 //! and the placeholder page at `/`.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -12,7 +13,7 @@ use futures_util::stream::{self, Stream};
 use serde_json::json;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::{json, App};
+use super::{json, ApiError, App};
 
 pub const OPENAPI_DOC: &str = include_str!("../../assets/openapi.json");
 
@@ -65,7 +66,7 @@ pub async fn add_member(
     node.add_member(req.id, req.url.trim_end_matches('/').to_string())
         .await
         .map_err(|e| super::ApiError::new(StatusCode::CONFLICT, "membership_change_failed", e))?;
-    Ok(cluster(State(app)).await)
+    Ok(status(&app))
 }
 
 /// `DELETE /v1/cluster/members/{id}`: the member leaves the voters. Leader only.
@@ -80,13 +81,39 @@ pub async fn remove_member(
     node.remove_member(id)
         .await
         .map_err(|e| super::ApiError::new(StatusCode::CONFLICT, "membership_change_failed", e))?;
-    Ok(cluster(State(app)).await)
+    Ok(status(&app))
+}
+
+fn status(app: &App) -> Response {
+    json(StatusCode::OK, &serde_json::to_value(app.locks.node.status()).unwrap_or_default())
 }
 
 /// `GET /v1/cluster`: the members, the leader, the term and the commit index, as this
-/// member sees them (a single server answers as a cluster of one).
-pub async fn cluster(State(app): State<App>) -> Response {
-    json(StatusCode::OK, &serde_json::to_value(app.locks.node.status()).unwrap_or_default())
+/// member sees them (a single server answers as a cluster of one). With
+/// `?digest=true` also this member's `applied_index` and `state_hash`, taken together:
+/// members that applied the same log agree on the hash.
+pub async fn cluster(
+    State(app): State<App>,
+    query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    let digest = match query.get("digest").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request("invalid_query", format!("digest is true or false, not '{other}'")))
+        }
+    };
+    if let Some(k) = query.keys().find(|k| *k != "digest") {
+        return Err(ApiError::bad_request("invalid_query", format!("unknown parameter '{k}' (only digest)")));
+    }
+    let mut body = serde_json::to_value(app.locks.node.status()).unwrap_or_default();
+    if digest {
+        let d = app.locks.node.state_machine().digest().map_err(ApiError::internal)?;
+        body["applied_index"] = json!(d.applied_index);
+        body["state_hash"] = json!(d.state_hash);
+    }
+    Ok(json(StatusCode::OK, &body))
 }
 
 pub async fn metrics(State(app): State<App>) -> Response {

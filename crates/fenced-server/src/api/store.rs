@@ -6,27 +6,27 @@ use std::collections::HashMap;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use fenced_core::{Admission, Error, Token};
-use fenced_store::StoreError;
+use fenced_core::{Answer, Command, Quotas, StoreAnswer, StoreCommand, Token};
 use serde_json::json;
 
 use super::{json, read_body, ApiError, App, AppInner};
 use crate::events::Event;
+use crate::locks::Reply;
 use crate::metrics::inc;
 
 const FENCING_TOKEN: &str = "fencing-token";
 const HIGHEST_SEEN: &str = "fencing-highest-seen";
 
 /// `GET /v1/store?prefix=P&limit=N`: keys with their `highest_seen` marks and value
-/// sizes, in key order (what the live page shows). Values are not included.
+/// sizes, in key order (what the live page shows). Values are not included. A
+/// ReadIndex read: never staler than the last write acknowledged anywhere.
 pub async fn list(
     State(app): State<App>,
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let max = app.config.list_locks_max;
     let (prefix, limit) = super::locks::list_params(query, max, app.config.store_key_bytes_max, "key")?;
-    single_member(&app)?;
-    let keys = app.store.list(prefix, limit).await.map_err(store_error)?;
+    let keys = app.locks.read(|t, _| t.store().list(&prefix, limit)).await?;
     let views: Vec<serde_json::Value> = keys
         .iter()
         .map(|k| json!({ "key": k.key, "highest_seen": k.highest_seen.map(Token::get), "value_bytes": k.value_bytes }))
@@ -46,7 +46,8 @@ pub async fn write(
     let token = fencing_token(&headers)?;
     let value = read_body(&app, &headers, body, app.config.value_bytes_max, "value").await?;
     if token.is_none() && app.config.is_unfenced(&key) {
-        app.store.put_unfenced(key.clone(), value.to_vec()).await.map_err(ApiError::internal)?;
+        let cmd = StoreCommand::WriteUnfenced { key: key.clone(), value: value.to_vec(), quotas: quotas(&app) };
+        run(&app, cmd).await?;
         return Ok(json(StatusCode::OK, &json!({ "key": key, "unfenced": true })));
     }
     let highest_seen = write_value(&app, key.clone(), token, value.to_vec()).await?;
@@ -56,8 +57,8 @@ pub async fn write(
 
 /// A fenced write (HTTP and the wire protocol) of a checked key: the new mark when
 /// accepted. No token is 428 `token_required`; a stale one is 409 `stale_token`.
+/// Answered once the write is committed and applied: every member holds it.
 pub async fn write_value(app: &AppInner, key: String, token: Option<Token>, value: Vec<u8>) -> Result<Token, ApiError> {
-    single_member(app)?;
     if value.len() > app.config.value_bytes_max {
         return Err(ApiError::too_large("value", app.config.value_bytes_max));
     }
@@ -71,20 +72,17 @@ pub async fn write_value(app: &AppInner, key: String, token: Option<Token>, valu
             "a write to the fenced store needs a Fencing-Token header",
         ));
     };
-    check_issued(app, &key, token)?;
-    let answer = app.store.put(key.clone(), Some(token), value).await.map_err(store_error)?;
-    match answer.admission {
-        Admission::Accepted { token, .. } => {
+    let foreign = app.config.takes_foreign_tokens(&key);
+    let cmd = StoreCommand::Write { key: key.clone(), token, value, foreign, quotas: quotas(app) };
+    match run(app, cmd).await {
+        Ok(StoreAnswer::Written { mark }) => {
             inc(&app.metrics.store_writes_accepted);
-            let t = token.get();
+            let t = mark.get();
             app.locks.publish(|| Event::StoreAccepted { at_ms: app.locks.now_ms(), key, token: t, op: "write" });
-            Ok(token)
+            Ok(mark)
         }
-        Admission::Rejected { token, highest_seen } => {
-            inc(&app.metrics.stale_writes_rejected);
-            Err(stale(app, key, token, highest_seen, "write"))
-        }
-        other => Err(ApiError::internal(format!("unexpected admission {other:?}"))),
+        Ok(other) => Err(ApiError::internal(format!("a fenced write answered {other:?}"))),
+        Err(e) => Err(refused(app, key, e, "write")),
     }
 }
 
@@ -101,39 +99,42 @@ pub async fn read(State(app): State<App>, Path(key): Path<String>, headers: Head
 }
 
 /// A read of a checked key (HTTP and the wire protocol), fenced when `token` is
-/// given: the key's mark and its value. Absent is 404 `not_found` (with the mark).
+/// given: the key's mark and its value. Absent is 404 `not_found` (with the mark). A
+/// fenced read moves the mark, so it goes through the log like a write; a plain read is
+/// a ReadIndex read.
 pub async fn read_value(
     app: &AppInner,
     key: String,
     token: Option<Token>,
 ) -> Result<(Option<Token>, Vec<u8>), ApiError> {
-    single_member(app)?;
     if token.is_some() && app.config.is_unfenced(&key) {
         return Err(token_on_unfenced(app, &key));
     }
-    if let Some(token) = token {
-        check_issued(app, &key, token)?;
-    }
-    let answer = match token {
-        Some(token) => app.store.fenced_read(key.clone(), token).await,
-        None => app.store.read(key.clone()).await,
-    }
-    .map_err(store_error)?;
-    if let Admission::Rejected { token, highest_seen } = answer.admission {
-        inc(&app.metrics.stale_reads_rejected);
-        return Err(stale(app, key, token, highest_seen, "read"));
-    }
-    if let Admission::Accepted { token, .. } = answer.admission {
-        let t = token.get();
-        app.locks.publish(|| Event::StoreAccepted {
-            at_ms: app.locks.now_ms(),
-            key: key.clone(),
-            token: t,
-            op: "read",
-        });
-    }
-    let mark = answer.admission.highest_seen();
-    let Some(value) = answer.value else {
+    let (mark, value) = match token {
+        Some(token) => {
+            let foreign = app.config.takes_foreign_tokens(&key);
+            let cmd = StoreCommand::FencedRead { key: key.clone(), token, foreign, quotas: quotas(app) };
+            match run(app, cmd).await {
+                Ok(StoreAnswer::Read { mark, value }) => {
+                    let t = mark.get();
+                    app.locks.publish(|| Event::StoreAccepted {
+                        at_ms: app.locks.now_ms(),
+                        key: key.clone(),
+                        token: t,
+                        op: "read",
+                    });
+                    (Some(mark), value)
+                }
+                Ok(other) => return Err(ApiError::internal(format!("a fenced read answered {other:?}"))),
+                Err(e) => return Err(refused(app, key, e, "read")),
+            }
+        }
+        None => {
+            let record = app.locks.read(|t, _| t.store().get(&key).cloned()).await?;
+            record.map_or((None, None), |r| (r.mark, r.value))
+        }
+    };
+    let Some(value) = value else {
         let e = ApiError::new(StatusCode::NOT_FOUND, "not_found", "no value under this key");
         return Err(match mark {
             Some(m) => e.with("highest_seen", m.get()),
@@ -143,73 +144,40 @@ pub async fn read_value(
     Ok((mark, value))
 }
 
-/// The fenced store is not in the replicated log yet: it is each server's own. A
-/// cluster of one keeps every acknowledged write (fsynced before the answer); a cluster
-/// of several would lose writes at a failover, so it refuses the store rather than
-/// pretend (501 `store_not_replicated`).
-fn single_member(app: &AppInner) -> Result<(), ApiError> {
-    if app.locks.node.is_single() {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "store_not_replicated",
-        "the fenced store is not replicated yet: a cluster of several members does not serve it",
-    ))
+/// The quotas every member applies a store command with: the proposer's, carried in
+/// the command, so that members configured differently still decide alike.
+fn quotas(app: &AppInner) -> Quotas {
+    Quotas { keys_max: app.config.store_keys_max, bytes_max: app.config.store_bytes_max }
 }
 
-/// The store lives beside the lock service, so it refuses a token the service never
-/// issued: one buggy client must not shut a key to every real holder for good. Keys
-/// under `foreign_token_prefix` guard resources locked by another lock service, whose
-/// tokens this one cannot know: there the gate rule alone applies.
-fn check_issued(app: &AppInner, key: &str, token: Token) -> Result<(), ApiError> {
-    if app.config.takes_foreign_tokens(key) {
-        return Ok(());
+/// Proposes a store command and waits for its entry to be applied.
+async fn run(app: &AppInner, cmd: StoreCommand) -> Result<StoreAnswer, fenced_core::Error> {
+    match app.locks.apply(Command::Store(cmd)).await {
+        Reply::Now(Ok(Answer::Store(a))) => Ok(a),
+        Reply::Now(Ok(other)) => unreachable!("a store command answered {other:?}"),
+        Reply::Now(Err(e)) => Err(e),
+        Reply::Queued { .. } => unreachable!("a store command was queued"),
     }
-    let highest_issued = app.locks.view(|t, _| t.highest_issued());
-    if highest_issued.is_none_or(|h| token > h) {
-        inc(&app.metrics.tokens_not_issued);
-        return Err(Error::TokenNotIssued { token, highest_issued }.into());
-    }
-    Ok(())
 }
 
-/// A record that cannot be read back intact refuses the operation: it is never taken
-/// for "no mark", which would admit any token.
-fn store_error(e: StoreError) -> ApiError {
-    match e {
-        StoreError::Corrupt { ref key, .. } => {
-            tracing::error!(error = %e, "corrupt fenced-store record");
-            let key = key.clone();
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "corrupt_record",
-                "the record of this key cannot be read back intact; the operation is refused",
-            )
-            .with("key", key)
+/// A store command refused: counted, and the gate's refusals published.
+fn refused(app: &AppInner, key: String, e: fenced_core::Error, op: &'static str) -> ApiError {
+    match &e {
+        fenced_core::Error::StaleToken { token, highest_seen } => {
+            inc(if op == "write" { &app.metrics.stale_writes_rejected } else { &app.metrics.stale_reads_rejected });
+            let (t, h) = (token.get(), highest_seen.get());
+            app.locks.publish(|| Event::StoreRejected {
+                at_ms: app.locks.now_ms(),
+                key,
+                token: t,
+                highest_seen: h,
+                op,
+            });
         }
-        // The store is full; the lock service, which needs no new room, goes on.
-        StoreError::Full { what, limit } => ApiError::new(
-            StatusCode::INSUFFICIENT_STORAGE,
-            "store_full",
-            format!("the fenced store holds its limit of {limit} {what}: free some, or raise store_{what}_max"),
-        )
-        .with("what", what)
-        .with("limit", limit),
-        e => ApiError::internal(e),
+        fenced_core::Error::TokenNotIssued { .. } => inc(&app.metrics.tokens_not_issued),
+        _ => {}
     }
-}
-
-fn stale(app: &AppInner, key: String, token: Token, highest_seen: Token, op: &'static str) -> ApiError {
-    let (t, h) = (token.get(), highest_seen.get());
-    app.locks.publish(|| Event::StoreRejected { at_ms: app.locks.now_ms(), key, token: t, highest_seen: h, op });
-    ApiError::new(
-        StatusCode::CONFLICT,
-        "stale_token",
-        format!("token {t} is below the highest token this key has seen, {h}"),
-    )
-    .with("token", t)
-    .with("highest_seen", h)
+    e.into()
 }
 
 /// A token sent for an unfenced key is refused rather than ignored: the caller believes

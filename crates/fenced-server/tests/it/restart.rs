@@ -78,11 +78,20 @@ fn a_single_node_directory_of_the_old_format_is_migrated() {
                 ])
                 .await
                 .unwrap();
+            let t = fenced_core::Token::new(900);
+            store.put("k".into(), t, b"old".to_vec()).await.unwrap();
+            store.fenced_read("marked".into(), t.unwrap()).await.unwrap();
             drop(store);
             writer.join().unwrap();
         });
     }
     let s = TestServer::on(Config { data_dir: dir.clone(), ..Config::default() });
+    // The fenced store came along, marks and all, and the old file is kept aside.
+    let r = s.get("/v1/store/k");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"old"[..]));
+    let r = s.request("PUT", "/v1/store/marked", &[("Fencing-Token", "899")], b"zombie");
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (409, Some("stale_token")), "{:?}", r.json());
+    assert!(!dir.join("fenced.redb").exists() && dir.join("fenced.redb.migrated").exists());
     // The old rule's grace, once: every lease of the old run lived in memory.
     let (st, e) = s.acquire("a", "{\"ttl_ms\":1000}");
     assert!(st == 503 || st == 200, "{e}");
@@ -101,4 +110,38 @@ fn a_single_node_directory_of_the_old_format_is_migrated() {
     assert!(g["token"].as_u64().unwrap() > t);
     let (st, _) = s.acquire("delayed", "{\"ttl_ms\":1000}");
     assert_eq!(st, 409);
+}
+
+/// A data directory of the second format (the log in `raft.redb`, the fenced store
+/// beside it in `fenced.redb`): the store's records are brought into the log once; a
+/// key the log already has keeps its record.
+#[test]
+fn a_store_kept_beside_the_log_is_brought_into_it() {
+    let dir = std::env::temp_dir().join(format!("fenced-import-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let s = TestServer::on(Config { data_dir: dir.clone(), ..Config::default() });
+    let (_, g) = s.acquire("a", "{\"ttl_ms\":60000}");
+    let t = g["token"].as_u64().unwrap().to_string();
+    assert_eq!(s.request("PUT", "/v1/store/both", &[("Fencing-Token", &t)], b"log").status, 200);
+    let dir = s.stop();
+    {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let (store, _, writer) = fenced_store::Store::open(&dir).unwrap();
+            store.put("both".into(), fenced_core::Token::new(1), b"side".to_vec()).await.unwrap();
+            store.put("side".into(), fenced_core::Token::new(7), b"only".to_vec()).await.unwrap();
+            drop(store);
+            writer.join().unwrap();
+        });
+    }
+    let s = TestServer::on(Config { data_dir: dir.clone(), ..Config::default() });
+    assert_eq!(s.get("/v1/store/both").body.as_slice(), b"log");
+    let r = s.get("/v1/store/side");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"only"[..]));
+    assert!(!dir.join("fenced.redb").exists() && dir.join("fenced.redb.migrated").exists());
+    // The lock taken before is still held, by the same token.
+    let v = s.get("/v1/locks/a").json();
+    assert_eq!(v["token"].as_u64().map(|t| t.to_string()), Some(t), "{v}");
+    let dir = s.stop();
+    let _ = std::fs::remove_dir_all(dir);
 }

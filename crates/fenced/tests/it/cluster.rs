@@ -105,12 +105,38 @@ impl Cluster {
         }
     }
 
+    /// Every live member reports the same state hash at the same applied index (the
+    /// log moves on with ticks, so they are asked until they stand at one index).
+    fn replicas_agree(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let digests: Vec<(u64, String)> = (0..self.members.len())
+                .filter(|i| self.members[*i].child.is_some())
+                .filter_map(|i| match call(self.members[i].addr, "GET", "/v1/cluster?digest=true", "", &[]) {
+                    Ok((200, v)) => Some((v["applied_index"].as_u64()?, v["state_hash"].as_str()?.to_string())),
+                    _ => None,
+                })
+                .collect();
+            let live = self.members.iter().filter(|m| m.child.is_some()).count();
+            if digests.len() == live && digests.iter().all(|d| d.0 == digests[0].0) {
+                assert!(digests.iter().all(|d| d.1 == digests[0].1), "replicas disagree at one index: {digests:?}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "the members never stood at one index: {digests:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// A call to whichever live member takes it (the client's failover, by hand).
     fn any(&self, method: &str, path: &str, body: &str) -> (u16, Value) {
+        self.any_with(method, path, body, &[])
+    }
+
+    fn any_with(&self, method: &str, path: &str, body: &str, headers: &[(&str, String)]) -> (u16, Value) {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             for m in self.members.iter().filter(|m| m.child.is_some()) {
-                if let Ok((st, v)) = call(m.addr, method, path, body, &[]) {
+                if let Ok((st, v)) = call(m.addr, method, path, body, headers) {
                     if v["error"]["code"] != "not_leader" {
                         return (st, v);
                     }
@@ -131,20 +157,29 @@ impl Drop for Cluster {
     }
 }
 
-/// Grants seen by the load: (token, lock) in the order they were acknowledged.
+/// Grants seen by the load: tokens in the order they were acknowledged, and the last
+/// fenced-store write acknowledged per key.
 #[derive(Default)]
 struct Grants {
     tokens: Vec<u64>,
+    stored: BTreeMap<String, u64>,
 }
 
-/// One load thread: acquire, release, over and over, on whichever member leads.
+/// One load thread: acquire, write the token to the fenced store under it, release,
+/// over and over, on whichever member leads.
 fn load(addrs: Vec<SocketAddr>, i: usize, grants: &Mutex<Grants>, stop: &AtomicBool) {
     let mut at = 0;
     while !stop.load(Ordering::SeqCst) {
         let addr = addrs[at % addrs.len()];
         match call(addr, "POST", &format!("/v1/locks/load-{i}/acquire"), "{\"ttl_ms\":2000}", &[]) {
             Ok((200, g)) => {
-                grants.lock().unwrap().tokens.push(g["token"].as_u64().unwrap());
+                let token = g["token"].as_u64().unwrap();
+                grants.lock().unwrap().tokens.push(token);
+                let key = format!("load-{i}");
+                let fence = [("fencing-token", token.to_string())];
+                if let Ok((200, _)) = call(addr, "PUT", &format!("/v1/store/{key}"), &token.to_string(), &fence) {
+                    grants.lock().unwrap().stored.insert(key, token);
+                }
                 let lease = g["lease_id"].as_str().unwrap();
                 let _ = call(addr, "DELETE", &format!("/v1/leases/{lease}"), "", &[]);
             }
@@ -206,13 +241,28 @@ fn kill_9_of_the_leader_under_load_loses_nothing_and_the_member_rejoins() {
     assert_eq!((v["held"].as_bool(), v["token"].as_u64()), (Some(true), Some(held)), "{v}");
     let (st, g) = c.any("POST", "/v1/locks/held/acquire", &by_holder);
     assert_eq!((st, g["token"].as_u64()), (200, Some(held)), "a retry is the same grant: {g}");
+    // Every acknowledged fenced-store write survived the failover: each key holds its
+    // last acknowledged value or a later one (a write whose answer was cut off may have
+    // landed), and the gate still refuses what is below its mark.
+    let stored = grants.lock().unwrap().stored.clone();
+    assert_eq!(stored.len(), 4, "every load thread wrote: {stored:?}");
+    for (key, acked) in &stored {
+        let (st, v) = c.any("GET", &format!("/v1/store/{key}"), "");
+        assert_eq!(st, 200, "{key}: {v}");
+        assert!(v.as_u64().is_some_and(|t| t >= *acked), "{key} lost its write of {acked}: {v}");
+        let stale = [("fencing-token", (acked - 1).max(1).to_string())];
+        let (st, v) = c.any_with("PUT", &format!("/v1/store/{key}"), "zombie", &stale);
+        assert_eq!((st, v["error"]["code"].as_str()), (409, Some("stale_token")), "{key}: {v}");
+    }
 
-    // The killed member rejoins and catches up with the leader's commit index.
+    // The killed member rejoins and catches up with the leader's commit index, and then
+    // every member holds the same state.
     c.spawn(l);
     let target = c.status(new_leader).unwrap()["commit_index"].as_u64().unwrap();
     until(20, || c.status(l).is_some_and(|s| s["last_applied_index"].as_u64() >= Some(target)));
     let s = c.status(l).unwrap();
     assert_eq!(s["leader_id"].as_u64(), Some(c.members[new_leader].id), "{s}");
+    c.replicas_agree();
 }
 
 #[test]
@@ -227,6 +277,10 @@ fn a_follower_that_missed_more_than_the_log_keeps_catches_up_from_a_snapshot() {
         let (st, g) = c.any("POST", &format!("/v1/locks/s{}/acquire", i % 7), "{\"ttl_ms\":60000}");
         if st == 200 {
             last = g["token"].as_u64().unwrap();
+            // The fenced store travels in the snapshot too.
+            let (st, v) =
+                c.any_with("PUT", "/v1/store/snap", &last.to_string(), &[("fencing-token", last.to_string())]);
+            assert_eq!(st, 200, "{v}");
         }
     }
     until(20, || c.status(l).is_some_and(|s| s["snapshot_index"].as_u64().unwrap_or(0) > 50));
@@ -235,10 +289,13 @@ fn a_follower_that_missed_more_than_the_log_keeps_catches_up_from_a_snapshot() {
     until(30, || c.status(f).is_some_and(|s| s["last_applied_index"].as_u64() >= Some(target)));
     let s = c.status(f).unwrap();
     assert!(s["snapshot_index"].as_u64().is_some(), "the follower caught up without a snapshot: {s}");
+    c.replicas_agree();
     // The follower now holds what the leader holds: make it lead, and read through it.
     c.kill9(l);
     let (_, v) = c.any("GET", "/v1/locks/s0", "");
     assert_eq!(v["held"], true, "{v}");
+    let (st, v) = c.any("GET", "/v1/store/snap", "");
+    assert_eq!((st, v.as_u64()), (200, Some(last)), "{v}");
     let (st, g) = c.any("POST", "/v1/locks/fresh/acquire", "{\"ttl_ms\":1000}");
     assert_eq!(st, 200, "{g}");
     assert!(g["token"].as_u64().unwrap() > last);

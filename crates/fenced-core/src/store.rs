@@ -1,0 +1,393 @@
+//! The fenced key-value store, as part of the replicated state: each key's value and
+//! its `highest_seen` mark, changed only by [`StoreCommand`]s applied from the log.
+//!
+//! The store is the reference resource behind the fence gate ([`crate::gate::admit`]):
+//! a write or a fenced read carrying token `t` is admitted iff `t >= highest_seen`, and
+//! then the mark is `t`. Because the store lives in the same state as the lock table, it
+//! also refuses a token the service never issued (unless the key is under the prefix
+//! for other lock services' tokens): one buggy client must not shut a key to every real
+//! holder for good. Everything that decides an answer is either replicated state or
+//! carried in the command (whether a key takes foreign tokens, the quotas), so every
+//! replica decides every command the same way.
+
+use std::collections::BTreeMap;
+
+use crate::error::Error;
+use crate::gate::{admit, Admission, Op};
+use crate::Token;
+
+/// The room a record takes against `bytes_max`: its key, its value and 9 bytes for the
+/// mark and the "has a value" flag (the layout of the store before it joined the log).
+pub const RECORD_OVERHEAD: u64 = 9;
+
+/// Bounds on the store's size, decided by the proposer and carried in the command: a
+/// write that would pass one is refused ([`Error::StoreFull`]) and changes nothing,
+/// while writes that take no new room (an overwrite no longer than before) go on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Quotas {
+    /// Keys, counting keys that only a fenced read marked.
+    pub keys_max: u64,
+    /// Bytes of keys and records together.
+    pub bytes_max: u64,
+}
+
+impl Default for Quotas {
+    fn default() -> Self {
+        Quotas { keys_max: u64::MAX, bytes_max: u64::MAX }
+    }
+}
+
+/// Which quota a refused write would have passed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum Quota {
+    Keys,
+    Bytes,
+}
+
+impl Quota {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Quota::Keys => "keys",
+            Quota::Bytes => "bytes",
+        }
+    }
+}
+
+/// One change to the store (a fenced read is one: it moves the mark).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum StoreCommand {
+    /// A fenced write: value and mark change together, or neither.
+    Write {
+        key: String,
+        token: Token,
+        #[cfg_attr(feature = "serde", serde(with = "bytes"))]
+        value: Vec<u8>,
+        /// The key guards a resource locked by another lock service: its tokens are not
+        /// this service's, so only the gate's rule applies.
+        foreign: bool,
+        quotas: Quotas,
+    },
+    /// A fenced read: admitted tokens move the mark up before the value is returned.
+    FencedRead { key: String, token: Token, foreign: bool, quotas: Quotas },
+    /// A write to a key the server keeps unfenced: no mark (any mark is dropped), last
+    /// writer wins.
+    WriteUnfenced {
+        key: String,
+        #[cfg_attr(feature = "serde", serde(with = "bytes"))]
+        value: Vec<u8>,
+        quotas: Quotas,
+    },
+    /// Records of a store kept outside the log (the format before the store joined it),
+    /// brought in once. A key the log's store already has keeps its record: anything
+    /// there was written after the import began.
+    Import { records: Vec<(String, Record)> },
+}
+
+impl StoreCommand {
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            StoreCommand::Write { key, .. }
+            | StoreCommand::FencedRead { key, .. }
+            | StoreCommand::WriteUnfenced { key, .. } => Some(key),
+            StoreCommand::Import { .. } => None,
+        }
+    }
+}
+
+/// A key's record: its mark (the highest token any write or fenced read carried) and
+/// its value (absent for a key only a fenced read has marked).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Record {
+    pub mark: Option<Token>,
+    #[cfg_attr(feature = "serde", serde(with = "opt_bytes"))]
+    pub value: Option<Vec<u8>>,
+}
+
+impl Record {
+    fn size(&self, key: &str) -> u64 {
+        key.len() as u64 + RECORD_OVERHEAD + self.value.as_ref().map_or(0, |v| v.len() as u64)
+    }
+}
+
+/// What an admitted store command answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum StoreAnswer {
+    /// A fenced write was admitted; the key's mark is now `mark`.
+    Written { mark: Token },
+    /// A fenced read was admitted: the mark now, and the value (`None`: the key has none).
+    Read {
+        mark: Token,
+        #[cfg_attr(feature = "serde", serde(with = "opt_bytes"))]
+        value: Option<Vec<u8>>,
+    },
+    /// An unfenced write or an import was done.
+    Done,
+}
+
+/// A key in a listing: its mark and the size of its value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyInfo {
+    pub key: String,
+    pub highest_seen: Option<Token>,
+    pub value_bytes: Option<usize>,
+}
+
+/// The store's records and what they take.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Store {
+    records: BTreeMap<String, Record>,
+    /// Kept as records change: `(keys, bytes)` against the quotas.
+    keys: u64,
+    bytes: u64,
+}
+
+impl Store {
+    /// Applies one command. `highest_issued` is the lock service's: a token above it was
+    /// never issued.
+    pub fn apply(&mut self, cmd: StoreCommand, highest_issued: Option<Token>) -> Result<StoreAnswer, Error> {
+        let not_issued = |token: Token, foreign: bool| {
+            (!foreign && highest_issued.is_none_or(|h| token > h))
+                .then_some(Error::TokenNotIssued { token, highest_issued })
+        };
+        match cmd {
+            StoreCommand::Write { key, token, value, foreign, quotas } => {
+                if let Some(e) = not_issued(token, foreign) {
+                    return Err(e);
+                }
+                let mark = self.records.get(&key).and_then(|r| r.mark);
+                match admit(mark, Some(token), Op::Write) {
+                    Admission::Accepted { token, .. } => {
+                        assert!(mark.is_none_or(|m| token >= m), "store mark would regress");
+                        self.put(key, Record { mark: Some(token), value: Some(value) }, quotas)?;
+                        Ok(StoreAnswer::Written { mark: token })
+                    }
+                    Admission::Rejected { token, highest_seen } => Err(Error::StaleToken { token, highest_seen }),
+                    other => unreachable!("a write with a token was admitted as {other:?}"),
+                }
+            }
+            StoreCommand::FencedRead { key, token, foreign, quotas } => {
+                if let Some(e) = not_issued(token, foreign) {
+                    return Err(e);
+                }
+                let old = self.records.get(&key).cloned().unwrap_or_default();
+                match admit(old.mark, Some(token), Op::Read) {
+                    Admission::Accepted { token, .. } => {
+                        if old.mark != Some(token) {
+                            self.put(key, Record { mark: Some(token), value: old.value.clone() }, quotas)?;
+                        }
+                        Ok(StoreAnswer::Read { mark: token, value: old.value })
+                    }
+                    Admission::Rejected { token, highest_seen } => Err(Error::StaleToken { token, highest_seen }),
+                    other => unreachable!("a read with a token was admitted as {other:?}"),
+                }
+            }
+            StoreCommand::WriteUnfenced { key, value, quotas } => {
+                self.put(key, Record { mark: None, value: Some(value) }, quotas)?;
+                Ok(StoreAnswer::Done)
+            }
+            StoreCommand::Import { records } => {
+                for (key, record) in records {
+                    if !self.records.contains_key(&key) {
+                        self.put(key, record, Quotas::default())?;
+                    }
+                }
+                Ok(StoreAnswer::Done)
+            }
+        }
+    }
+
+    /// Puts `record` under `key`, unless that takes the store past a quota; a record
+    /// that takes no new room always goes in.
+    fn put(&mut self, key: String, record: Record, quotas: Quotas) -> Result<(), Error> {
+        let old = self.records.get(&key).map(|r| r.size(&key));
+        let keys = self.keys + old.is_none() as u64;
+        let bytes = self.bytes - old.unwrap_or(0) + record.size(&key);
+        if keys > self.keys && keys > quotas.keys_max {
+            return Err(Error::StoreFull { quota: Quota::Keys, limit: quotas.keys_max });
+        }
+        if bytes > self.bytes && bytes > quotas.bytes_max {
+            return Err(Error::StoreFull { quota: Quota::Bytes, limit: quotas.bytes_max });
+        }
+        self.records.insert(key, record);
+        (self.keys, self.bytes) = (keys, bytes);
+        Ok(())
+    }
+
+    /// A key's record, as of the last applied command.
+    pub fn get(&self, key: &str) -> Option<&Record> {
+        self.records.get(key)
+    }
+
+    /// Keys starting with `prefix`, in order, at most `limit`.
+    pub fn list(&self, prefix: &str, limit: usize) -> Vec<KeyInfo> {
+        self.records
+            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .take(limit)
+            .map(|(k, r)| KeyInfo { key: k.clone(), highest_seen: r.mark, value_bytes: r.value.as_ref().map(Vec::len) })
+            .collect()
+    }
+
+    /// `(keys, bytes)` held, as counted against the quotas.
+    pub fn usage(&self) -> (u64, u64) {
+        (self.keys, self.bytes)
+    }
+}
+
+/// Values travel in the log, in snapshots and between members as JSON: base64 keeps
+/// them a third larger, not four times (an array of numbers).
+#[cfg(feature = "serde")]
+mod bytes {
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(v))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD.decode(s.as_bytes()).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(feature = "serde")]
+mod opt_bytes {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => super::bytes::serialize(v, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        #[derive(Deserialize)]
+        struct Wrap(#[serde(with = "super::bytes")] Vec<u8>);
+        Ok(Option::<Wrap>::deserialize(d)?.map(|Wrap(v)| v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(n: u64) -> Token {
+        Token::new(n).unwrap()
+    }
+
+    fn write(key: &str, token: u64, value: &[u8]) -> StoreCommand {
+        StoreCommand::Write {
+            key: key.into(),
+            token: t(token),
+            value: value.to_vec(),
+            foreign: false,
+            quotas: Quotas::default(),
+        }
+    }
+
+    fn read(key: &str, token: u64) -> StoreCommand {
+        StoreCommand::FencedRead { key: key.into(), token: t(token), foreign: false, quotas: Quotas::default() }
+    }
+
+    #[test]
+    fn the_gate_rule_over_the_store() {
+        let mut s = Store::default();
+        let issued = Some(t(40));
+        assert_eq!(s.apply(write("k", 33, b"a"), issued), Ok(StoreAnswer::Written { mark: t(33) }));
+        assert_eq!(s.apply(write("k", 34, b"b"), issued), Ok(StoreAnswer::Written { mark: t(34) }));
+        // The zombie wakes up with 33: refused, nothing changes.
+        assert_eq!(
+            s.apply(write("k", 33, b"zombie"), issued),
+            Err(Error::StaleToken { token: t(33), highest_seen: t(34) })
+        );
+        assert_eq!(s.get("k").unwrap().value.as_deref(), Some(&b"b"[..]));
+        // A fenced read of an absent key leaves a mark and no value.
+        assert_eq!(s.apply(read("fresh", 35), issued), Ok(StoreAnswer::Read { mark: t(35), value: None }));
+        assert_eq!(
+            s.apply(write("fresh", 34, b"x"), issued),
+            Err(Error::StaleToken { token: t(34), highest_seen: t(35) })
+        );
+        // A fenced read moves the mark up and returns the value.
+        assert_eq!(s.apply(read("k", 36), issued), Ok(StoreAnswer::Read { mark: t(36), value: Some(b"b".to_vec()) }));
+        assert_eq!(s.get("k").unwrap().mark, Some(t(36)));
+    }
+
+    #[test]
+    fn tokens_never_issued_are_refused_unless_foreign() {
+        let mut s = Store::default();
+        assert_eq!(
+            s.apply(write("k", 5, b"a"), Some(t(4))),
+            Err(Error::TokenNotIssued { token: t(5), highest_issued: Some(t(4)) })
+        );
+        assert_eq!(s.apply(read("k", 1), None), Err(Error::TokenNotIssued { token: t(1), highest_issued: None }));
+        assert!(s.get("k").is_none(), "a refusal changes nothing");
+        let foreign = StoreCommand::Write {
+            key: "etcd/k".into(),
+            token: t(900),
+            value: b"v".to_vec(),
+            foreign: true,
+            quotas: Quotas::default(),
+        };
+        assert_eq!(s.apply(foreign, None), Ok(StoreAnswer::Written { mark: t(900) }));
+    }
+
+    #[test]
+    fn unfenced_writes_drop_the_mark() {
+        let mut s = Store::default();
+        s.apply(write("k", 3, b"a"), Some(t(3))).unwrap();
+        let w = StoreCommand::WriteUnfenced { key: "k".into(), value: b"u".to_vec(), quotas: Quotas::default() };
+        assert_eq!(s.apply(w, None), Ok(StoreAnswer::Done));
+        assert_eq!(s.get("k"), Some(&Record { mark: None, value: Some(b"u".to_vec()) }));
+    }
+
+    #[test]
+    fn quotas_refuse_what_needs_new_room_and_nothing_else() {
+        let mut s = Store::default();
+        let q = Quotas { keys_max: 1, bytes_max: 1 + RECORD_OVERHEAD + 4 };
+        let w = |key: &str, value: &[u8]| StoreCommand::Write {
+            key: key.into(),
+            token: t(1),
+            value: value.to_vec(),
+            foreign: false,
+            quotas: q,
+        };
+        assert!(s.apply(w("k", b"abcd"), Some(t(1))).is_ok());
+        assert_eq!(s.apply(w("j", b""), Some(t(1))), Err(Error::StoreFull { quota: Quota::Keys, limit: 1 }));
+        assert_eq!(
+            s.apply(w("k", b"abcde"), Some(t(1))),
+            Err(Error::StoreFull { quota: Quota::Bytes, limit: q.bytes_max })
+        );
+        // An overwrite that takes no new room goes on, and frees what it no longer needs.
+        assert!(s.apply(w("k", b"ab"), Some(t(1))).is_ok());
+        assert_eq!(s.usage(), (1, 1 + RECORD_OVERHEAD + 2));
+        // A fenced read that would mark a new key needs room too.
+        let r = StoreCommand::FencedRead { key: "new".into(), token: t(1), foreign: false, quotas: q };
+        assert_eq!(s.apply(r, Some(t(1))), Err(Error::StoreFull { quota: Quota::Keys, limit: 1 }));
+    }
+
+    #[test]
+    fn import_keeps_what_the_log_has() {
+        let mut s = Store::default();
+        s.apply(write("a", 7, b"new"), Some(t(7))).unwrap();
+        let records = vec![
+            ("a".to_string(), Record { mark: Some(t(2)), value: Some(b"old".to_vec()) }),
+            ("b".to_string(), Record { mark: Some(t(3)), value: None }),
+        ];
+        s.apply(StoreCommand::Import { records }, None).unwrap();
+        assert_eq!(s.get("a").unwrap().value.as_deref(), Some(&b"new"[..]));
+        assert_eq!(s.get("b").unwrap().mark, Some(t(3)));
+        assert_eq!(s.usage().0, 2);
+        let listed: Vec<_> = s.list("", 10).into_iter().map(|k| k.key).collect();
+        assert_eq!(listed, ["a", "b"]);
+        assert_eq!(s.list("b", 10).len(), 1);
+        assert_eq!(s.list("a", 0).len(), 0);
+    }
+}
