@@ -8,6 +8,8 @@
 //! rejected, lost updates, token regressions and overlapping holders, each finding with
 //! the index of the event that proves it.
 
+pub mod linearizable;
+
 use crate::Token;
 
 /// What a client's write did at the resource.

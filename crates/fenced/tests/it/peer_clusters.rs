@@ -124,9 +124,13 @@ fn three_member_bench_rows_report_figures() {
             assert_eq!(r["starved_clients"], 0, "{r}");
         }
     }
-    // The store and keepalive workloads are one-node figures; a three-member row says so.
-    let o = fenced(&["bench", "--spawn", "--target", "fenced-3", "--workload", "store"]);
-    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    // The fenced store is in the replicated log: three members serve the store workload.
+    let args = ["bench", "--spawn", "--target", "fenced-3", "--workload", "store", "--clients", "3"];
+    let out = fenced(&[&args[..], &["--duration", "1s", "--json"]].concat());
+    assert!(out.status.success(), "the store on three members: {}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(r["ops_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["durability"].as_str().unwrap().contains("majority of the 3"), "{r}");
 }
 
 #[test]
