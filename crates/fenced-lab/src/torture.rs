@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep, timeout, Instant};
 
 use crate::ensemble::Ensemble;
-use crate::history::{analyse, overlapping_holders, Fault, Op, OpKind, OpResult};
+use crate::history::{analyse, overlapping_holders, store_linearizable, Fault, Op, OpKind, OpResult};
 pub use crate::nemesis::{ClusterFigures, Nemesis};
 use crate::peers::{signal, Service};
 use crate::proxy::DelayProxy;
@@ -153,8 +153,9 @@ pub struct TortureReport {
     /// answer after each fault; `null` for one server.
     #[serde(flatten)]
     pub cluster: Option<ClusterFigures>,
-    /// Whether the fenced store's per-key history is linearizable: `null` until the
-    /// workers record a store history for the Wing-Gong checker (not yet).
+    /// Whether the counter's history in the Fenced store is linearizable (the core's
+    /// Wing-Gong search); `null` for targets whose counter is elsewhere, or when the
+    /// search ran out of its step budget.
     pub linearizable: Option<bool>,
     /// No lost update, no zombie write, no token regression, no overlapping holders, and
     /// in a cluster no replicas that disagree.
@@ -521,6 +522,12 @@ pub(crate) fn report(
         a.proofs.extend(proofs);
         n
     });
+    let (linearizable, proof) = if matches!(target, Target::Fenced | Target::FencedCluster) {
+        store_linearizable(&history)
+    } else {
+        (None, None)
+    };
+    a.proofs.extend(proof);
     a.proofs.extend(extra_proofs.unwrap_or_default());
     let count = |f: fn(&Fault) -> bool| faults.iter().filter(|x| f(x)).count() as u64;
     let replicas_disagree = cluster.as_ref().is_some_and(|c| c.replicas_agree == Some(false));
@@ -554,11 +561,10 @@ pub(crate) fn report(
             && a.zombie_writes == 0
             && a.token_regressions.unwrap_or(0) == 0
             && overlapping.unwrap_or(0) == 0
+            && linearizable != Some(false)
             && !replicas_disagree,
         cluster,
-        // The fenced store's per-key history is not recorded by the workers yet, so
-        // there is nothing for a linearizability checker to judge: null, not a guess.
-        linearizable: None,
+        linearizable,
         proofs: a.proofs,
         history,
         faults,

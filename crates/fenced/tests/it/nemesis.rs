@@ -32,6 +32,7 @@ fn assert_safe(r: &serde_json::Value) {
         assert_eq!(num(r, field), 0, "{field}: {r}");
     }
     assert_ne!(r["replicas_agree"], false, "the replicas disagree: {r}");
+    assert_ne!(r["linearizable"], false, "the counter's store history is not linearizable: {r}");
     assert_eq!(r["safe"], true, "{r}");
     assert!(r["proofs"].as_array().is_some_and(Vec::is_empty), "{r}");
 }
@@ -85,6 +86,8 @@ fn three_members_under_every_nemesis_lose_nothing() {
     assert!(num(&r, "partitions_injected") >= 1, "{r}");
     assert!(num(&r, "acknowledged") >= 30, "too little work to judge: {r}");
     assert!(num(&r, "final_value") >= num(&r, "acknowledged"), "{r}");
+    assert_eq!(r["replicas_agree"], true, "{r}");
+    assert_eq!(r["linearizable"], true, "{r}");
     assert_safe(&r);
 }
 
