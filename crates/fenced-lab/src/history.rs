@@ -11,7 +11,8 @@
 //!   had completed before the write was even sent.
 //! - lost updates are Jepsen's: acknowledged increments missing from the final counter.
 //! - tokens must respect real time: a grant that completed before another was asked for
-//!   carries the lower token, across restarts too.
+//!   carries the lower token, across restarts too; no token is granted twice.
+//! - no two holders at once, as the service promised them ([`overlapping_holders`]).
 
 use std::collections::HashMap;
 
@@ -73,6 +74,17 @@ pub enum Fault {
     Restart { start_us: u64, end_us: u64 },
     /// Every byte between workers and lock service held `delay_ms`, from `start_us` to `end_us`.
     Delay { delay_ms: u64, start_us: u64, end_us: u64 },
+    /// kill -9 of these cluster members (by node id), all listening again at `end_us`.
+    Kill { nodes: Vec<u64>, start_us: u64, end_us: u64 },
+    /// SIGSTOP of a cluster member, SIGCONT at `end_us`.
+    NodePause { node: u64, start_us: u64, end_us: u64 },
+    /// The directed links between members `(from, to)` cut (`kind`: isolated leader,
+    /// split, bridge, one-way).
+    Partition { kind: String, cut: Vec<(u64, u64)>, start_us: u64, end_us: u64 },
+    /// Every byte on a member's links held `delay_ms`.
+    LinkDelay { node: u64, delay_ms: u64, start_us: u64, end_us: u64 },
+    /// A member's clock ran at `rate_permille` / 1000 of real time.
+    Clock { node: u64, rate_permille: u64, start_us: u64, end_us: u64 },
     /// SIGSTOP of a cluster's leading member at `start_us`, SIGCONT at `end_us`.
     LeaderFreeze { member: u32, start_us: u64, end_us: u64 },
 }
@@ -92,6 +104,8 @@ pub struct Analysis {
     pub stale_reads_rejected: u64,
     /// `None` where the lock service mints no tokens.
     pub token_regressions: Option<u64>,
+    /// Of the token regressions, the tokens granted twice; `None` without tokens.
+    pub duplicate_tokens: Option<u64>,
     /// Each violation, with the operations that prove it, for a person.
     pub proofs: Vec<String>,
 }
@@ -114,8 +128,9 @@ pub fn analyse(ops: &[Op], faults: &[Fault], final_value: u64, tokens: bool, fen
     }
     a.grants = grants.len() as u64;
     if tokens {
-        let (n, proofs) = regressions(&grants);
+        let (n, duplicates, proofs) = regressions(&grants);
         a.token_regressions = Some(n);
+        a.duplicate_tokens = Some(duplicates);
         a.proofs.extend(proofs);
     }
 
@@ -215,15 +230,17 @@ pub fn analyse(ops: &[Op], faults: &[Fault], final_value: u64, tokens: bool, fen
 
 /// Token order against real time: for every grant, every grant that completed before it
 /// was asked for must carry a lower token (a sweep in start order); and no two grants
-/// share a token, whenever they happened.
-fn regressions(grants: &[&Op]) -> (u64, Vec<String>) {
-    let (mut n, mut proofs) = (0u64, Vec::new());
+/// share a token, whenever they happened. Counts every violation, and the duplicates
+/// among them apart.
+fn regressions(grants: &[&Op]) -> (u64, u64, Vec<String>) {
+    let (mut n, mut duplicates, mut proofs) = (0u64, 0u64, Vec::new());
     let mut by_token: Vec<&Op> = grants.to_vec();
     by_token.sort_by_key(|o| (o.token, o.end_us));
     for pair in by_token.windows(2) {
         let (a, b) = (pair[0], pair[1]);
         if a.token == b.token {
             n += 1;
+            duplicates += 1;
             if proofs.len() < PROOFS_MAX {
                 proofs.push(format!(
                     "token regression: token {} granted twice, to worker {} at {} and to worker {} at {}",
@@ -264,7 +281,107 @@ fn regressions(grants: &[&Op]) -> (u64, Vec<String>) {
             }
         }
     }
+    (n, duplicates, proofs)
+}
+
+/// Two holders of the lock at once, as the service promised them: each grant is
+/// certainly held from its acknowledgement until the earlier of the holder's release
+/// request and the client-side deadline the service's promise gives it: the send time
+/// of the acquire plus the TTL less the client's default margin (a tenth). Keepalives
+/// would only extend that, so leaving them out can only miss an overlap, never invent
+/// one. Two such windows that intersect are two holders at one instant, whatever order
+/// the grants took effect in: a violation of mutual exclusion. Returns the number of
+/// grants whose window opened inside an earlier one, and proofs.
+pub fn overlapping_holders(ops: &[Op], ttl_ms: u64) -> (u64, Vec<String>) {
+    let promised_us = (ttl_ms - ttl_ms / 10) * 1000;
+    let mut released: HashMap<(u32, u64), u64> = HashMap::new();
+    for o in ops.iter().filter(|o| o.kind == OpKind::Release) {
+        let t = released.entry((o.worker, o.cycle)).or_insert(o.start_us);
+        *t = (*t).min(o.start_us);
+    }
+    // (from, until, grant) for every acknowledged grant.
+    let mut windows: Vec<(u64, u64, &Op)> = ops
+        .iter()
+        .filter(|o| o.kind == OpKind::Acquire && o.result == OpResult::Ok)
+        .map(|g| {
+            let deadline = g.start_us + promised_us;
+            let until = released.get(&(g.worker, g.cycle)).map_or(deadline, |r| (*r).min(deadline));
+            (g.end_us, until, g)
+        })
+        .filter(|(from, until, _)| from < until)
+        .collect();
+    windows.sort_by_key(|(from, until, g)| (*from, *until, g.worker));
+    let (mut n, mut proofs) = (0u64, Vec::new());
+    let mut longest: Option<(u64, &Op)> = None;
+    for (from, until, g) in windows {
+        if let Some((held_until, h)) = longest.filter(|(held_until, _)| from < *held_until) {
+            n += 1;
+            if proofs.len() < PROOFS_MAX {
+                proofs.push(format!(
+                    "overlapping holders: worker {} was granted token {} at {}, while worker {} (token {}, granted \
+                     at {}) was promised the lock until {}",
+                    g.worker,
+                    g.token.map_or_else(|| "-".into(), |t| t.to_string()),
+                    us(from),
+                    h.worker,
+                    h.token.map_or_else(|| "-".into(), |t| t.to_string()),
+                    us(h.end_us),
+                    us(held_until)
+                ));
+            }
+        }
+        if longest.is_none_or(|(held_until, _)| until > held_until) {
+            longest = Some((until, g));
+        }
+    }
     (n, proofs)
+}
+
+/// Whether the counter's history in the Fenced store (its fenced reads and writes) is
+/// linearizable, by the core's Wing-Gong search ([`fenced_core::checker::linearizable`]):
+/// `None` when the search ran out of its budget; with a proof when it is not. For the
+/// targets whose counter is the Fenced store with tokens (`fenced`, `fenced-cluster`).
+pub fn store_linearizable(ops: &[Op]) -> (Option<bool>, Option<String>) {
+    use fenced_core::checker::linearizable::{check, Call, Operation, Ret, Verdict, STEPS_MAX_DEFAULT};
+    let mut history = Vec::new();
+    for o in ops {
+        let token = o.token.and_then(Token::new);
+        let ret = match (o.kind, o.result) {
+            // Certainly without effect: left out, as the checker asks.
+            (_, OpResult::Failed) => continue,
+            (_, OpResult::Unknown) => Ret::Unknown,
+            (_, OpResult::Rejected) => Ret::Stale { highest_seen: None },
+            // The worker reads an absent counter as 0; it never writes 0.
+            (OpKind::Read, OpResult::Ok) => Ret::Value(o.value.filter(|v| *v != 0)),
+            (OpKind::Write, OpResult::Ok) => Ret::Done,
+            _ => continue,
+        };
+        let call = match o.kind {
+            OpKind::Read => Call::Read { token },
+            OpKind::Write => Call::Write { token, value: o.value.unwrap_or(0) },
+            _ => continue,
+        };
+        history.push(Operation { process: o.worker, key: (), call, ret, invoke: o.start_us, complete: o.end_us });
+    }
+    match check(&history, STEPS_MAX_DEFAULT) {
+        Verdict::Linearizable => (Some(true), None),
+        Verdict::NotLinearizable(v) => {
+            let o = &history[v.stuck];
+            let proof = format!(
+                "not linearizable: worker {}'s {:?} answered {:?} (sent at {}, answered at {}) fits no order of the \
+                 counter's operations ({:?}; {} linearized before it)",
+                o.process,
+                o.call,
+                o.ret,
+                us(o.invoke),
+                us(o.complete),
+                v.cause,
+                v.linearized.len()
+            );
+            (Some(false), Some(proof))
+        }
+        Verdict::Unknown { .. } | Verdict::Malformed { .. } => (None, None),
+    }
 }
 
 /// A timestamp for a person: seconds with milliseconds, Unix time.
@@ -331,6 +448,86 @@ mod tests {
         // One token for two grants is never right, even for overlapping requests.
         let grants = vec![op(0, 0, OpKind::Acquire, 0, 40, 5, None), op(1, 0, OpKind::Acquire, 20, 30, 5, None)];
         assert_eq!(analyse(&grants, &[], 0, true, true).token_regressions, Some(1));
+    }
+
+    #[test]
+    fn the_counters_store_history_is_checked_for_linearizability() {
+        // Worker 0 writes 1 under token 1; worker 1, granted token 2 after that write was
+        // answered, reads: 1 is linearizable, the absent value (0) is not.
+        let good = vec![
+            op(0, 1, OpKind::Read, 0, 10, 1, Some(0)),
+            op(0, 1, OpKind::Write, 20, 30, 1, Some(1)),
+            op(1, 1, OpKind::Read, 40, 50, 2, Some(1)),
+            op(1, 1, OpKind::Write, 60, 70, 2, Some(2)),
+        ];
+        assert_eq!(store_linearizable(&good), (Some(true), None));
+        let mut stale = good.clone();
+        stale[2].value = Some(0);
+        let (verdict, proof) = store_linearizable(&stale);
+        assert_eq!(verdict, Some(false));
+        assert!(proof.is_some_and(|p| p.contains("not linearizable: worker 1")));
+        // Worker 0's late write under token 1, after token 2 was seen: refused, nothing
+        // changed; accepted, no order of the gate explains it.
+        let mut late = good.clone();
+        let mut zombie = op(0, 1, OpKind::Write, 80, 90, 1, Some(5));
+        zombie.result = OpResult::Rejected;
+        late.push(zombie);
+        assert_eq!(store_linearizable(&late).0, Some(true));
+        late[4].result = OpResult::Ok;
+        assert_eq!(store_linearizable(&late).0, Some(false));
+    }
+
+    #[test]
+    fn duplicates_are_counted_apart() {
+        let grants = vec![op(0, 0, OpKind::Acquire, 0, 40, 5, None), op(1, 0, OpKind::Acquire, 20, 30, 5, None)];
+        let a = analyse(&grants, &[], 0, true, true);
+        assert_eq!((a.token_regressions, a.duplicate_tokens), (Some(1), Some(1)));
+        let grants = vec![op(0, 0, OpKind::Acquire, 0, 10, 5, None), op(1, 0, OpKind::Acquire, 20, 30, 4, None)];
+        assert_eq!(analyse(&grants, &[], 0, true, true).duplicate_tokens, Some(0));
+    }
+
+    /// Worker 0 granted at 10 ms (asked at 0), TTL 1 s: promised until 900 ms unless it
+    /// releases earlier.
+    fn two_holders(second_granted_us: u64, first_release_us: Option<u64>) -> Vec<Op> {
+        let mut h = vec![
+            op(0, 1, OpKind::Acquire, 0, 10_000, 1, None),
+            op(1, 1, OpKind::Acquire, 5_000, second_granted_us, 2, None),
+            op(1, 1, OpKind::Release, second_granted_us + 1_000, second_granted_us + 2_000, 2, None),
+        ];
+        if let Some(r) = first_release_us {
+            h.push(op(0, 1, OpKind::Release, r, r + 1_000, 1, None));
+        }
+        h
+    }
+
+    #[test]
+    fn a_grant_inside_anothers_promised_lease_is_an_overlap() {
+        // Granted at 500 ms while worker 0 holds (no release, no expiry before 900 ms).
+        let (n, proofs) = overlapping_holders(&two_holders(500_000, None), 1_000);
+        assert_eq!(n, 1);
+        assert!(proofs[0].contains("worker 1 was granted token 2"), "{proofs:?}");
+        // The same grant after worker 0 asked to release: no overlap.
+        assert_eq!(overlapping_holders(&two_holders(500_000, Some(400_000)), 1_000).0, 0);
+        // After the promised deadline (send + TTL - margin): the lease may have expired.
+        assert_eq!(overlapping_holders(&two_holders(950_000, None), 1_000).0, 0);
+        // An acquire request that failed holds nothing.
+        let mut h = two_holders(500_000, None);
+        h[0].result = OpResult::Unknown;
+        assert_eq!(overlapping_holders(&h, 1_000).0, 0);
+    }
+
+    #[test]
+    fn a_long_window_is_remembered_past_shorter_ones() {
+        // Worker 0 holds 0..900 ms; worker 1 a short grant inside it (an overlap), and
+        // worker 2 granted at 700 ms, after worker 1 released but inside worker 0's lease.
+        let h = vec![
+            op(0, 1, OpKind::Acquire, 0, 10_000, 1, None),
+            op(1, 1, OpKind::Acquire, 5_000, 20_000, 2, None),
+            op(1, 1, OpKind::Release, 30_000, 31_000, 2, None),
+            op(2, 1, OpKind::Acquire, 6_000, 700_000, 3, None),
+            op(2, 1, OpKind::Release, 710_000, 711_000, 3, None),
+        ];
+        assert_eq!(overlapping_holders(&h, 1_000).0, 2);
     }
 
     #[test]

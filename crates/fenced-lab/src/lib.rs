@@ -7,9 +7,11 @@
 //! harness ([`torture`], [`worker`], [`history`]) judged by the core's checker.
 
 pub mod bench;
+pub mod cluster;
 pub mod ensemble;
 pub mod etcd;
 pub mod history;
+pub mod nemesis;
 pub mod peers;
 pub mod proxy;
 pub mod target;

@@ -98,8 +98,13 @@ pub struct Service {
 impl Service {
     /// A Fenced server from `bin` (`fenced`), with the lab's unfenced prefix.
     pub fn fenced(bin: &Path, extra: &[&str]) -> Result<Service> {
+        Service::fenced_at(bin, SocketAddr::from(([127, 0, 0, 1], free_port()?)), extra)
+    }
+
+    /// [`Service::fenced`] listening on `addr` (a cluster's members know each other's
+    /// addresses before they start).
+    pub fn fenced_at(bin: &Path, addr: SocketAddr, extra: &[&str]) -> Result<Service> {
         let dir = TempDir::new("lab-fenced")?;
-        let addr = SocketAddr::from(([127, 0, 0, 1], free_port()?));
         let listen = addr.to_string();
         let mut args: Vec<OsString> = [
             "server",
@@ -326,6 +331,11 @@ impl Service {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Its directory: the data directory and the log are in it.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// Starts the service again on the same port and data directory, and waits until

@@ -4,6 +4,10 @@
 //! force when it was read, in order. Raising the delay stalls a connection's traffic
 //! without closing it, like a congested or partitioned link; setting it back to zero
 //! lets the held bytes through.
+//!
+//! A proxy can also be *blocked*: every connection through it is cut at once and new
+//! ones are closed as soon as they are accepted, until it is unblocked (a partitioned
+//! link: the cluster nemesis puts one proxy on each directed link between members).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +18,7 @@ use anyhow::{Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -24,6 +28,7 @@ pub struct DelayProxy {
     /// Where clients connect.
     pub addr: SocketAddr,
     delay_ms: Arc<AtomicU64>,
+    blocked: watch::Sender<bool>,
     accept: JoinHandle<()>,
 }
 
@@ -34,23 +39,46 @@ impl DelayProxy {
         let addr = listener.local_addr()?;
         let delay_ms = Arc::new(AtomicU64::new(0));
         let delay = delay_ms.clone();
+        let (blocked, _) = watch::channel(false);
+        let block = blocked.clone();
         let accept = tokio::spawn(async move {
             let mut conns = tokio::task::JoinSet::new();
             while let Ok((down, _)) = listener.accept().await {
+                if *block.borrow() {
+                    drop(down);
+                    continue;
+                }
                 let delay = delay.clone();
+                let mut cut = block.subscribe();
                 conns.spawn(async move {
-                    // Upstream down (a crashed server): the client sees its connection close.
-                    if let Ok(up) = TcpStream::connect(upstream).await {
-                        let _ = (down.set_nodelay(true), up.set_nodelay(true));
-                        let (dr, dw) = down.into_split();
-                        let (ur, uw) = up.into_split();
-                        tokio::join!(pump(dr, uw, delay.clone()), pump(ur, dw, delay));
+                    let relay = async {
+                        // Upstream down (a crashed server): the client sees its connection close.
+                        if let Ok(up) = TcpStream::connect(upstream).await {
+                            let _ = (down.set_nodelay(true), up.set_nodelay(true));
+                            let (dr, dw) = down.into_split();
+                            let (ur, uw) = up.into_split();
+                            tokio::join!(pump(dr, uw, delay.clone()), pump(ur, dw, delay));
+                        }
+                    };
+                    // Blocking drops the relay, and with it both sockets.
+                    tokio::select! {
+                        () = relay => {}
+                        _ = cut.wait_for(|b| *b) => {}
                     }
                 });
                 while conns.try_join_next().is_some() {}
             }
         });
-        Ok(DelayProxy { addr, delay_ms, accept })
+        Ok(DelayProxy { addr, delay_ms, blocked, accept })
+    }
+
+    /// Cuts every connection and refuses new ones (`true`), or lets them through again.
+    pub fn set_blocked(&self, on: bool) {
+        self.blocked.send_replace(on);
+    }
+
+    pub fn blocked(&self) -> bool {
+        *self.blocked.borrow()
     }
 
     /// Holds every byte read from now on for `d`.
@@ -97,4 +125,48 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay_ms: Arc<Ato
         let _ = to.shutdown().await;
     };
     tokio::join!(reader, writer);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn echo_server() -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 64];
+                    while let Ok(n) = s.read(&mut buf).await {
+                        if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    async fn round_trip(s: &mut TcpStream) -> std::io::Result<usize> {
+        s.write_all(b"ping").await?;
+        let mut buf = [0u8; 4];
+        tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await.map_err(std::io::Error::other)?
+    }
+
+    #[tokio::test]
+    async fn blocking_cuts_open_connections_and_refuses_new_ones_until_lifted() {
+        let proxy = DelayProxy::start(echo_server().await).await.unwrap();
+        let mut open = TcpStream::connect(proxy.addr).await.unwrap();
+        assert_eq!(round_trip(&mut open).await.unwrap(), 4);
+        proxy.set_blocked(true);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!matches!(round_trip(&mut open).await, Ok(4)), "an open connection survived the block");
+        let mut fresh = TcpStream::connect(proxy.addr).await.unwrap();
+        assert!(!matches!(round_trip(&mut fresh).await, Ok(4)), "a new connection got through the block");
+        proxy.set_blocked(false);
+        let mut again = TcpStream::connect(proxy.addr).await.unwrap();
+        assert_eq!(round_trip(&mut again).await.unwrap(), 4);
+    }
 }

@@ -4,6 +4,7 @@
 //! | target | lock | counter | token |
 //! |---|---|---|---|
 //! | `fenced` | Fenced lock (guard, keepalive) | Fenced store, fenced read and write | checked by the store |
+//! | `fenced-cluster` | as `fenced`, on three or five members (`--nodes`), the client failing over | the cluster's own store, fenced read and write | checked by the store |
 //! | `fenced-unfenced` | Fenced lock | Fenced store, unfenced key | not sent |
 //! | `redis` | `SET NX PX` + compare-and-delete | a Redis key | none exists |
 //! | `etcd` | etcd lock API on a lease kept alive from its grant | an etcd key, plain put | the lock key's `create_revision`, not sent |
@@ -51,6 +52,7 @@ pub const REDLOCK_INSTANCES: usize = 5;
 #[serde(rename_all = "kebab-case")]
 pub enum Target {
     Fenced,
+    FencedCluster,
     FencedUnfenced,
     Redis,
     Etcd,
@@ -66,8 +68,9 @@ pub enum Target {
 }
 
 impl Target {
-    pub const ALL: [Target; 13] = [
+    pub const ALL: [Target; 14] = [
         Target::Fenced,
+        Target::FencedCluster,
         Target::FencedUnfenced,
         Target::Redis,
         Target::Etcd,
@@ -85,6 +88,7 @@ impl Target {
     pub fn name(self) -> &'static str {
         match self {
             Target::Fenced => "fenced",
+            Target::FencedCluster => "fenced-cluster",
             Target::FencedUnfenced => "fenced-unfenced",
             Target::Redis => "redis",
             Target::Etcd => "etcd",
@@ -105,6 +109,7 @@ impl Target {
         matches!(
             self,
             Target::Fenced
+                | Target::FencedCluster
                 | Target::Postgres
                 | Target::EtcdGated
                 | Target::ZookeeperGated
@@ -123,7 +128,15 @@ impl Target {
 
     /// Whether the lock service is Fenced.
     pub fn fenced_locks(self) -> bool {
-        matches!(self, Target::Fenced | Target::FencedUnfenced | Target::Postgres | Target::S3 | Target::Dynamodb)
+        matches!(
+            self,
+            Target::Fenced
+                | Target::FencedCluster
+                | Target::FencedUnfenced
+                | Target::Postgres
+                | Target::S3
+                | Target::Dynamodb
+        )
     }
 
     /// Whether the counter lives in a second Fenced server (the gate), apart from the
@@ -143,6 +156,12 @@ impl Target {
     /// Whether the lock service is a three-member cluster (an [`crate::ensemble`]).
     pub fn cluster(self) -> bool {
         matches!(self, Target::EtcdCluster | Target::ZookeeperEnsemble)
+    }
+
+    /// Whether the target is a Fenced cluster of three or five members (`--nodes`),
+    /// under the cluster nemesis (`--nemesis`, [`crate::nemesis`]).
+    pub fn fenced_cluster(self) -> bool {
+        self == Target::FencedCluster
     }
 
     /// Whether the lock service is etcd (whose leases are whole seconds).
@@ -299,9 +318,12 @@ pub(crate) const REDIS_UNLOCK: &str =
 pub(crate) const REDIS_LOCK_WITH_TOKEN: &str = "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
      return redis.call('incr', KEYS[2]) else return 0 end";
 
-fn fenced_client(addr: &str, op_timeout: Duration) -> Result<Client> {
+/// A client of the Fenced server at `addrs` (`host:port`, or a cluster's members
+/// separated by commas: the client fails over between them).
+fn fenced_client(addrs: &str, op_timeout: Duration) -> Result<Client> {
+    let endpoints: Vec<String> = addrs.split(',').map(|a| format!("http://{}", a.trim())).collect();
     Ok(Client::builder()
-        .endpoint(format!("http://{addr}"))
+        .endpoint(endpoints.join(","))
         .request_timeout(op_timeout)
         .connect_timeout(Duration::from_secs(1))
         .build()?)
@@ -318,7 +340,12 @@ async fn redis_connect(addr: &str, op_timeout: Duration) -> Result<redis::aio::M
 impl Driver {
     pub async fn connect(target: Target, ep: &Endpoints, op_timeout: Duration, nonce: u64) -> Result<Driver> {
         let conn = match target {
-            Target::Fenced | Target::FencedUnfenced | Target::Postgres | Target::S3 | Target::Dynamodb => {
+            Target::Fenced
+            | Target::FencedCluster
+            | Target::FencedUnfenced
+            | Target::Postgres
+            | Target::S3
+            | Target::Dynamodb => {
                 let client = fenced_client(&ep.lock, op_timeout)?;
                 let counter = match target {
                     Target::Postgres => {
@@ -391,7 +418,9 @@ impl Driver {
             | Target::ZookeeperEnsemble => {
                 format!("{FOREIGN_PREFIX}{LOCK}/counter")
             }
-            Target::Fenced | Target::Postgres | Target::S3 | Target::Dynamodb => format!("{LOCK}/counter"),
+            Target::Fenced | Target::FencedCluster | Target::Postgres | Target::S3 | Target::Dynamodb => {
+                format!("{LOCK}/counter")
+            }
         }
     }
 

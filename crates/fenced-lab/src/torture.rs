@@ -22,7 +22,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep, timeout, Instant};
 
 use crate::ensemble::Ensemble;
-use crate::history::{analyse, Fault, Op, OpKind, OpResult};
+use crate::history::{analyse, overlapping_holders, store_linearizable, Fault, Op, OpKind, OpResult};
+pub use crate::nemesis::{ClusterFigures, Nemesis};
 use crate::peers::{signal, Service};
 use crate::proxy::DelayProxy;
 use crate::target::{Driver, Endpoints, Target, REDLOCK_INSTANCES, S3_BUCKET};
@@ -60,6 +61,10 @@ pub struct TortureConfig {
     /// The last stretch of the run, without faults.
     pub recovery: Duration,
     pub faults: Faults,
+    /// Members of a cluster target (`fenced-cluster`: 3 or 5); 1 for the others.
+    pub nodes: u32,
+    /// The faults of a cluster target (the others take `faults`).
+    pub nemesis: Nemesis,
     /// The `fenced` executable: the server, and the workers (`fenced torture-worker`).
     pub fenced_bin: PathBuf,
 }
@@ -84,6 +89,12 @@ impl TortureConfig {
         if self.duration < Duration::from_secs(2) || self.duration > Duration::from_secs(3600) {
             return Err(format!("--duration must be between 2s and 1h, not {:?}", self.duration));
         }
+        if self.target.fenced_cluster() && self.nodes != 3 && self.nodes != 5 {
+            return Err(format!("--nodes must be 3 or 5 for {}, not {}", self.target, self.nodes));
+        }
+        if !self.target.fenced_cluster() && self.nodes != 1 {
+            return Err(format!("--nodes is for --target fenced-cluster; {} runs one server", self.target));
+        }
         if self.recovery >= self.duration {
             return Err(format!(
                 "--recovery ({:?}) must be shorter than --duration ({:?})",
@@ -93,7 +104,7 @@ impl TortureConfig {
         Ok(())
     }
 
-    fn op_timeout(&self) -> Duration {
+    pub(crate) fn op_timeout(&self) -> Duration {
         (self.ttl * 3).max(Duration::from_secs(3))
     }
 }
@@ -130,7 +141,24 @@ pub struct TortureReport {
     pub leader_freezes: Option<u64>,
     /// `null` for a lock service that mints no tokens (Redis).
     pub token_regressions: Option<u64>,
-    /// No lost update, no zombie write, no token regression.
+    /// Of those, tokens granted twice; `null` without tokens.
+    pub duplicate_tokens: Option<u64>,
+    /// Grants made while another holder's lease was certainly valid by the service's own
+    /// promise ([`crate::history::overlapping_holders`]); `null` where the lock service
+    /// is not Fenced (the window is Fenced's promise, not theirs).
+    pub overlapping_holders: Option<u64>,
+    /// Lock servers: 1, or the members of a cluster.
+    pub nodes: u32,
+    /// Cluster runs: the nemesis, the leaders seen and how long the service took to
+    /// answer after each fault; `null` for one server.
+    #[serde(flatten)]
+    pub cluster: Option<ClusterFigures>,
+    /// Whether the counter's history in the Fenced store is linearizable (the core's
+    /// Wing-Gong search); `null` for targets whose counter is elsewhere, or when the
+    /// search ran out of its step budget.
+    pub linearizable: Option<bool>,
+    /// No lost update, no zombie write, no token regression, no overlapping holders, and
+    /// in a cluster no replicas that disagree.
     pub safe: bool,
     /// The operations that prove each violation.
     pub proofs: Vec<String>,
@@ -154,9 +182,169 @@ struct Worker {
     pid: u32,
 }
 
+/// The workers of a run and the operations they stream in.
+pub(crate) struct Workers {
+    procs: Vec<Worker>,
+    stderr: Vec<tokio::task::JoinHandle<String>>,
+    rx: mpsc::UnboundedReceiver<Op>,
+    /// Workers that completed a read since the last look (the pause's victims).
+    pending_reads: Vec<u32>,
+    pub(crate) history: Vec<Op>,
+    pub(crate) faults: Vec<Fault>,
+    start_us: u64,
+    progress: watch::Sender<Progress>,
+}
+
+impl Workers {
+    /// Starts `cfg.workers` worker processes against `endpoints`, running until `until_us`.
+    pub(crate) fn spawn(
+        cfg: &TortureConfig,
+        endpoints: &Endpoints,
+        start_us: u64,
+        until_us: u64,
+        progress: watch::Sender<Progress>,
+    ) -> Result<Workers> {
+        let (ops_tx, rx) = mpsc::unbounded_channel::<Op>();
+        let mut procs = Vec::new();
+        let mut stderr_tasks = Vec::new();
+        for w in 0..cfg.workers {
+            let spec = WorkerSpec {
+                target: cfg.target,
+                endpoints: endpoints.clone(),
+                worker: w,
+                seed: cfg.seed,
+                until_us,
+                ttl_ms: cfg.ttl.as_millis() as u64,
+                work_ms: cfg.work.as_millis() as u64,
+                op_timeout_ms: cfg.op_timeout().as_millis() as u64,
+            };
+            let mut child = Command::new(&cfg.fenced_bin)
+                .arg("torture-worker")
+                .arg(serde_json::to_string(&spec)?)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .with_context(|| format!("start worker {w} ({})", cfg.fenced_bin.display()))?;
+            let pid = child.id().context("a worker without a pid")?;
+            let stdout = child.stdout.take().context("worker stdout")?;
+            let mut stderr = child.stderr.take().context("worker stderr")?;
+            let tx = ops_tx.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(stdout).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if let Ok(op) = serde_json::from_str::<Op>(&line) {
+                        let _ = tx.send(op);
+                    }
+                }
+            });
+            stderr_tasks.push(tokio::spawn(async move {
+                let mut s = String::new();
+                let _ = stderr.read_to_string(&mut s).await;
+                s
+            }));
+            procs.push(Worker { child, pid });
+        }
+        Ok(Workers {
+            procs,
+            stderr: stderr_tasks,
+            rx,
+            pending_reads: Vec::new(),
+            history: Vec::new(),
+            faults: Vec::new(),
+            start_us,
+            progress,
+        })
+    }
+
+    /// Takes in the operations streamed so far, and reports progress.
+    pub(crate) fn pump(&mut self) {
+        while let Ok(op) = self.rx.try_recv() {
+            if op.kind == OpKind::Read && op.result == OpResult::Ok {
+                self.pending_reads.push(op.worker);
+            }
+            self.history.push(op);
+        }
+        let _ = self.progress.send(Progress {
+            elapsed_ms: now_us().saturating_sub(self.start_us) / 1000,
+            ops: self.history.len() as u64,
+            faults: self.faults.len() as u64,
+        });
+    }
+
+    /// Sleeps until `until`, taking operations in meanwhile.
+    pub(crate) async fn pump_until(&mut self, until: Instant) {
+        while Instant::now() < until {
+            sleep(Duration::from_millis(50).min(until - Instant::now())).await;
+            self.pump();
+        }
+    }
+
+    /// Freezes the next worker that has just read (it holds the lock and is about to
+    /// write) for longer than the TTL; false when none read within two TTLs.
+    pub(crate) async fn pause_one(&mut self, ttl: Duration, rng: &mut ChaCha8Rng) -> bool {
+        self.pending_reads.clear();
+        let deadline = Instant::now() + ttl * 2;
+        let victim = loop {
+            self.pump();
+            if let Some(w) = self.pending_reads.first() {
+                break Some(*w);
+            }
+            if Instant::now() >= deadline {
+                break None;
+            }
+            sleep(Duration::from_millis(1)).await;
+        };
+        let Some(w) = victim else { return false };
+        let pid = self.procs[w as usize].pid;
+        if signal(pid, libc::SIGSTOP).is_err() {
+            return false;
+        }
+        let from = now_us();
+        let ttl_ms = ttl.as_millis() as u64;
+        let hold = ttl_ms + ttl_ms / 5 + rng.next_u64() % (ttl_ms * 3 / 2 + 1);
+        sleep(Duration::from_millis(hold)).await;
+        let _ = signal(pid, libc::SIGCONT);
+        self.faults.push(Fault::Pause { worker: w, start_us: from, end_us: now_us() });
+        true
+    }
+
+    /// Waits for every worker to finish its last cycle (they stop by themselves at the
+    /// end), taking the rest of the history.
+    pub(crate) async fn finish(&mut self, cfg: &TortureConfig, until_us: u64) -> Result<()> {
+        let grace = cfg.op_timeout() * 4 + cfg.ttl * 6;
+        let exit_by = Instant::now() + Duration::from_micros(until_us.saturating_sub(now_us())) + grace;
+        for w in 0..self.procs.len() {
+            let status = loop {
+                self.pump();
+                match timeout(Duration::from_millis(100), self.procs[w].child.wait()).await {
+                    Ok(status) => break status?,
+                    Err(_) if Instant::now() > exit_by => {
+                        bail!("worker {w} did not finish within {grace:?} of the end")
+                    }
+                    Err(_) => {}
+                }
+            };
+            let err = self.stderr.remove(0);
+            if !status.success() {
+                let err = err.await.unwrap_or_default();
+                bail!("worker {w} failed ({status}): {}", err.trim());
+            }
+        }
+        while let Some(op) = self.rx.recv().await {
+            self.history.push(op);
+        }
+        Ok(())
+    }
+}
+
 /// Runs one torture run.
 pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Result<TortureReport> {
     cfg.validate().map_err(anyhow::Error::msg)?;
+    if cfg.target.fenced_cluster() {
+        return crate::nemesis::run(cfg, progress).await;
+    }
     let bin = cfg.fenced_bin.clone();
     let target = cfg.target;
     let Services { locks, gate, pg, s3, ddb, cluster } =
@@ -185,80 +373,15 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     let start_us = now_us();
     let until_us = start_us + cfg.duration.as_micros() as u64;
     let faults_until = Instant::now() + cfg.duration - cfg.recovery;
-    let (ops_tx, mut ops_rx) = mpsc::unbounded_channel::<Op>();
-    let mut workers = Vec::new();
-    let mut stderr_tasks = Vec::new();
-    for w in 0..cfg.workers {
-        let spec = WorkerSpec {
-            target,
-            endpoints: endpoints.clone(),
-            worker: w,
-            seed: cfg.seed,
-            until_us,
-            ttl_ms: cfg.ttl.as_millis() as u64,
-            work_ms: cfg.work.as_millis() as u64,
-            op_timeout_ms: cfg.op_timeout().as_millis() as u64,
-        };
-        let mut child = Command::new(&cfg.fenced_bin)
-            .arg("torture-worker")
-            .arg(serde_json::to_string(&spec)?)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("start worker {w} ({})", cfg.fenced_bin.display()))?;
-        let pid = child.id().context("a worker without a pid")?;
-        let stdout = child.stdout.take().context("worker stdout")?;
-        let mut stderr = child.stderr.take().context("worker stderr")?;
-        let tx = ops_tx.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stdout).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Ok(op) = serde_json::from_str::<Op>(&line) {
-                    let _ = tx.send(op);
-                }
-            }
-        });
-        stderr_tasks.push(tokio::spawn(async move {
-            let mut s = String::new();
-            let _ = stderr.read_to_string(&mut s).await;
-            s
-        }));
-        workers.push(Worker { child, pid });
-    }
-    drop(ops_tx);
+    let mut w = Workers::spawn(cfg, &endpoints, start_us, until_us, progress)?;
 
     // The nemesis, while the history streams in.
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let mut history: Vec<Op> = Vec::new();
-    let mut faults: Vec<Fault> = Vec::new();
-    let mut pending_reads: Vec<u32> = Vec::new();
     let mut plan: Vec<u8> = Vec::new();
     let ttl_ms = cfg.ttl.as_millis() as u64;
-    let pumped = |history: &mut Vec<Op>, reads: &mut Vec<u32>, rx: &mut mpsc::UnboundedReceiver<Op>| {
-        while let Ok(op) = rx.try_recv() {
-            if op.kind == OpKind::Read && op.result == OpResult::Ok {
-                reads.push(op.worker);
-            }
-            history.push(op);
-        }
-    };
-    let report_progress = |history: &Vec<Op>, faults: &Vec<Fault>| {
-        let _ = progress.send(Progress {
-            elapsed_ms: now_us().saturating_sub(start_us) / 1000,
-            ops: history.len() as u64,
-            faults: faults.len() as u64,
-        });
-    };
     while Instant::now() < faults_until {
         let gap = Duration::from_millis(ttl_ms / 2 + rng.next_u64() % (ttl_ms * 3 / 2 + 1));
-        let wake = (Instant::now() + gap).min(faults_until);
-        while Instant::now() < wake {
-            sleep(Duration::from_millis(50).min(wake - Instant::now())).await;
-            pumped(&mut history, &mut pending_reads, &mut ops_rx);
-            report_progress(&history, &faults);
-        }
+        w.pump_until((Instant::now() + gap).min(faults_until)).await;
         if Instant::now() >= faults_until {
             break;
         }
@@ -283,30 +406,7 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
         let Some(fault) = plan.pop() else { continue };
         match fault {
             0 => {
-                // Freeze the next worker that has just read: it holds the lock and is
-                // about to write.
-                pending_reads.clear();
-                let deadline = Instant::now() + cfg.ttl * 2;
-                let victim = loop {
-                    pumped(&mut history, &mut pending_reads, &mut ops_rx);
-                    if let Some(w) = pending_reads.first() {
-                        break Some(*w);
-                    }
-                    if Instant::now() >= deadline {
-                        break None;
-                    }
-                    sleep(Duration::from_millis(1)).await;
-                };
-                let Some(w) = victim else { continue };
-                let pid = workers[w as usize].pid;
-                if signal(pid, libc::SIGSTOP).is_err() {
-                    continue;
-                }
-                let from = now_us();
-                let hold = ttl_ms + ttl_ms / 5 + rng.next_u64() % (ttl_ms * 3 / 2 + 1);
-                sleep(Duration::from_millis(hold)).await;
-                let _ = signal(pid, libc::SIGCONT);
-                faults.push(Fault::Pause { worker: w, start_us: from, end_us: now_us() });
+                w.pause_one(cfg.ttl, &mut rng).await;
             }
             1 if cluster.is_some() => {
                 let from = now_us();
@@ -324,7 +424,7 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
                 })
                 .await??;
                 leader_kills += u64::from(killed_leader);
-                faults.push(Fault::Restart { start_us: from, end_us: now_us() });
+                w.faults.push(Fault::Restart { start_us: from, end_us: now_us() });
             }
             3 => {
                 // Freeze the leader past the election timeout and the lease: the others
@@ -344,13 +444,9 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
                 let Some(member) = found else { continue };
                 let from = now_us();
                 let hold = election.max(cfg.ttl) + cfg.ttl / 2 + Duration::from_millis(rng.next_u64() % (ttl_ms + 1));
-                let end = Instant::now() + hold;
-                while Instant::now() < end {
-                    sleep(Duration::from_millis(50).min(end - Instant::now())).await;
-                    pumped(&mut history, &mut pending_reads, &mut ops_rx);
-                }
+                w.pump_until(Instant::now() + hold).await;
                 c.lock().expect("cluster lock").resume(member)?;
-                faults.push(Fault::LeaderFreeze { member: member as u32, start_us: from, end_us: now_us() });
+                w.faults.push(Fault::LeaderFreeze { member: member as u32, start_us: from, end_us: now_us() });
             }
             1 => {
                 let from = now_us();
@@ -366,47 +462,23 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
                     s.restart()
                 })
                 .await??;
-                faults.push(Fault::Restart { start_us: from, end_us: now_us() });
+                w.faults.push(Fault::Restart { start_us: from, end_us: now_us() });
             }
             _ => {
                 let delay_ms = ttl_ms / 2 + rng.next_u64() % (ttl_ms + 1);
                 let hold = Duration::from_millis(1000 + rng.next_u64() % 2000);
                 let from = now_us();
                 proxies.iter().for_each(|p| p.set_delay(Duration::from_millis(delay_ms)));
-                let end = (Instant::now() + hold).min(faults_until);
-                while Instant::now() < end {
-                    sleep(Duration::from_millis(50).min(end - Instant::now())).await;
-                    pumped(&mut history, &mut pending_reads, &mut ops_rx);
-                }
+                w.pump_until((Instant::now() + hold).min(faults_until)).await;
                 proxies.iter().for_each(|p| p.set_delay(Duration::ZERO));
-                faults.push(Fault::Delay { delay_ms, start_us: from, end_us: now_us() });
+                w.faults.push(Fault::Delay { delay_ms, start_us: from, end_us: now_us() });
             }
         }
-        report_progress(&history, &faults);
+        w.pump();
     }
 
     // Recovery: no faults; the workers finish their last cycle and exit.
-    let grace = cfg.op_timeout() * 4 + cfg.ttl * 6;
-    let exit_by = Instant::now() + Duration::from_micros(until_us.saturating_sub(now_us())) + grace;
-    for (w, worker) in workers.iter_mut().enumerate() {
-        let status = loop {
-            pumped(&mut history, &mut pending_reads, &mut ops_rx);
-            report_progress(&history, &faults);
-            match timeout(Duration::from_millis(100), worker.child.wait()).await {
-                Ok(status) => break status?,
-                Err(_) if Instant::now() > exit_by => bail!("worker {w} did not finish within {grace:?} of the end"),
-                Err(_) => {}
-            }
-        };
-        if !status.success() {
-            let err = stderr_tasks.remove(0).await.unwrap_or_default();
-            bail!("worker {w} failed ({status}): {}", err.trim());
-        }
-        stderr_tasks.remove(0);
-    }
-    while let Some(op) = ops_rx.recv().await {
-        history.push(op);
-    }
+    w.finish(cfg, until_us).await?;
     drop(proxies);
 
     // The counter as it ends, read directly (not through the proxy).
@@ -424,10 +496,42 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     drop(gate);
     drop(locks);
     drop(cluster);
+    let mut r = report(cfg, w.history, w.faults, final_value, None, None);
+    if target.cluster() {
+        r.leader_kills = Some(leader_kills);
+        r.leader_freezes = Some(r.faults.iter().filter(|f| matches!(f, Fault::LeaderFreeze { .. })).count() as u64);
+    }
+    Ok(r)
+}
 
-    let a = analyse(&history, &faults, final_value, target.has_tokens(), target.fenced());
+/// The report of a run from its history: the checkers' verdicts, and the cluster's
+/// figures when it was one (`replicas_agree` among them).
+pub(crate) fn report(
+    cfg: &TortureConfig,
+    history: Vec<Op>,
+    faults: Vec<Fault>,
+    final_value: u64,
+    cluster: Option<ClusterFigures>,
+    extra_proofs: Option<Vec<String>>,
+) -> TortureReport {
+    let target = cfg.target;
+    let ttl_ms = cfg.ttl.as_millis() as u64;
+    let mut a = analyse(&history, &faults, final_value, target.has_tokens(), target.fenced());
+    let overlapping = target.fenced_locks().then(|| {
+        let (n, proofs) = overlapping_holders(&history, ttl_ms);
+        a.proofs.extend(proofs);
+        n
+    });
+    let (linearizable, proof) = if matches!(target, Target::Fenced | Target::FencedCluster) {
+        store_linearizable(&history)
+    } else {
+        (None, None)
+    };
+    a.proofs.extend(proof);
+    a.proofs.extend(extra_proofs.unwrap_or_default());
     let count = |f: fn(&Fault) -> bool| faults.iter().filter(|x| f(x)).count() as u64;
-    Ok(TortureReport {
+    let replicas_disagree = cluster.as_ref().is_some_and(|c| c.replicas_agree == Some(false));
+    TortureReport {
         target,
         seed: cfg.seed,
         duration_ms: cfg.duration.as_millis() as u64,
@@ -443,17 +547,28 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
         zombie_writes: a.zombie_writes,
         stale_writes_rejected: a.stale_writes_rejected,
         stale_reads_rejected: a.stale_reads_rejected,
-        pauses_injected: count(|f| matches!(f, Fault::Pause { .. })),
-        restarts_injected: count(|f| matches!(f, Fault::Restart { .. })),
-        delays_injected: count(|f| matches!(f, Fault::Delay { .. })),
-        leader_kills: target.cluster().then_some(leader_kills),
-        leader_freezes: target.cluster().then(|| count(|f| matches!(f, Fault::LeaderFreeze { .. }))),
+        pauses_injected: count(|f| matches!(f, Fault::Pause { .. } | Fault::NodePause { .. })),
+        restarts_injected: count(|f| matches!(f, Fault::Restart { .. } | Fault::Kill { .. })),
+        delays_injected: count(|f| matches!(f, Fault::Delay { .. } | Fault::LinkDelay { .. })),
+        // etcd-cluster and zookeeper-ensemble: filled in by their run.
+        leader_kills: None,
+        leader_freezes: None,
         token_regressions: a.token_regressions,
-        safe: a.lost_updates == 0 && a.zombie_writes == 0 && a.token_regressions.unwrap_or(0) == 0,
+        duplicate_tokens: a.duplicate_tokens,
+        overlapping_holders: overlapping,
+        nodes: cfg.nodes,
+        safe: a.lost_updates == 0
+            && a.zombie_writes == 0
+            && a.token_regressions.unwrap_or(0) == 0
+            && overlapping.unwrap_or(0) == 0
+            && linearizable != Some(false)
+            && !replicas_disagree,
+        cluster,
+        linearizable,
         proofs: a.proofs,
         history,
         faults,
-    })
+    }
 }
 
 /// The services of a run.
@@ -482,6 +597,7 @@ fn start_services(target: Target, bin: &std::path::Path) -> Result<Services> {
         Target::Fenced | Target::FencedUnfenced | Target::Postgres | Target::S3 | Target::Dynamodb => {
             vec![Service::fenced(bin, &[])?]
         }
+        Target::FencedCluster => bail!("a Fenced cluster is started by the cluster nemesis"),
     };
     let gate = if target.gated_elsewhere() { Some(Service::fenced(bin, &[])?) } else { None };
     let pg = if target == Target::Postgres { Some(Service::postgres()?) } else { None };
@@ -496,7 +612,7 @@ fn start_services(target: Target, bin: &std::path::Path) -> Result<Services> {
 }
 
 /// Reads the final counter, retrying while the service comes back from a crash.
-async fn read_counter(target: Target, ep: &Endpoints, op_timeout: Duration) -> Result<u64> {
+pub(crate) async fn read_counter(target: Target, ep: &Endpoints, op_timeout: Duration) -> Result<u64> {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let attempt = async {

@@ -3,6 +3,7 @@
 //! `Result<Response, RaftError>` as JSON. The server side is the peer routes of
 //! `fenced-server`, which call [`crate::Raft`]'s handlers.
 
+use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::future::Future;
 use std::io::Cursor;
@@ -34,12 +35,17 @@ pub struct Network {
     http: Client<HttpConnector, Full<Bytes>>,
     /// `Authorization: Bearer ...` for every RPC, when the members share a token.
     auth: Option<String>,
+    /// Where this node dials a member instead of the address in the membership (a
+    /// proxy, a NAT): the membership stays what every member agrees on, the route is
+    /// this node's own. The torture harness puts a fault proxy on each directed link.
+    routes: BTreeMap<NodeId, String>,
 }
 
 impl Network {
-    /// A network whose RPCs carry `token` (the members' shared bearer token).
-    pub fn with_auth(token: Option<String>) -> Network {
-        Network { auth: token.map(|t| format!("Bearer {t}")), ..Network::default() }
+    /// A network whose RPCs carry `token` (the members' shared bearer token) and dial
+    /// the members in `routes` at the URL given there.
+    pub fn new(token: Option<String>, routes: BTreeMap<NodeId, String>) -> Network {
+        Network { auth: token.map(|t| format!("Bearer {t}")), routes, ..Network::default() }
     }
 }
 
@@ -49,7 +55,7 @@ impl Default for Network {
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_millis(500)));
         let http = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
-        Network { http, auth: None }
+        Network { http, auth: None, routes: BTreeMap::new() }
     }
 }
 
@@ -57,12 +63,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
-        Peer {
-            target,
-            base: node.addr.trim_end_matches('/').to_string(),
-            http: self.http.clone(),
-            auth: self.auth.clone(),
-        }
+        let addr = self.routes.get(&target).unwrap_or(&node.addr);
+        Peer { target, base: addr.trim_end_matches('/').to_string(), http: self.http.clone(), auth: self.auth.clone() }
     }
 }
 

@@ -29,6 +29,11 @@ use openraft::impls::ProgressResponder;
 use openraft::{BasicNode, ReadPolicy, ServerState, SnapshotPolicy};
 use tokio::sync::{mpsc, Notify};
 
+// Test-only clock faults (the `fault-injection` feature; see the file).
+#[cfg(feature = "fault-injection")]
+#[path = "fault.rs"]
+mod fault;
+
 use crate::log_store::{Db, LogStore};
 use crate::network::Network;
 use crate::state_machine::{Applied, StateMachine, NO_REQUEST};
@@ -62,6 +67,9 @@ pub struct NodeOptions {
     pub snapshot_keep: u64,
     /// The bearer token peers present to each other (the server's own), if any.
     pub peer_token: Option<String>,
+    /// Members this node dials at another URL than the membership's (see
+    /// [`Network::new`]); empty: the membership's addresses.
+    pub peer_routes: BTreeMap<NodeId, String>,
 }
 
 impl NodeOptions {
@@ -78,6 +86,7 @@ impl NodeOptions {
             snapshot_every: 5_000,
             snapshot_keep: 1_000,
             peer_token: None,
+            peer_routes: BTreeMap::new(),
         }
     }
 }
@@ -137,11 +146,15 @@ struct Clock {
     last_raw_ms: u64,
     stalled_ms: u64,
     anchor: Option<Anchor>,
+    #[cfg(feature = "fault-injection")]
+    rate: fault::Rate,
 }
 
 impl Clock {
     fn local(&mut self) -> u64 {
         let raw = self.start.elapsed().as_millis() as u64;
+        #[cfg(feature = "fault-injection")]
+        let raw = self.rate.scale(raw);
         let gap = raw.saturating_sub(self.last_raw_ms);
         if gap > STALL_MS {
             self.stalled_ms += gap - HEARTBEAT_MS;
@@ -226,10 +239,8 @@ impl Node {
         }
         .validate()
         .map_err(raft_io)?;
-        let raft =
-            Raft::new(opts.id, Arc::new(config), Network::with_auth(opts.peer_token.clone()), log.clone(), sm.clone())
-                .await
-                .map_err(raft_io)?;
+        let network = Network::new(opts.peer_token.clone(), opts.peer_routes.clone());
+        let raft = Raft::new(opts.id, Arc::new(config), network, log.clone(), sm.clone()).await.map_err(raft_io)?;
         let lowest = opts.members.keys().next().copied();
         if !raft.is_initialized().await.map_err(raft_io)? && lowest == Some(opts.id) {
             let members: BTreeMap<NodeId, BasicNode> =
@@ -244,7 +255,14 @@ impl Node {
             log,
             id: opts.id,
             proposals: Mutex::new(Some(tx)),
-            clock: Mutex::new(Clock { start: Instant::now(), last_raw_ms: 0, stalled_ms: 0, anchor: None }),
+            clock: Mutex::new(Clock {
+                start: Instant::now(),
+                last_raw_ms: 0,
+                stalled_ms: 0,
+                anchor: None,
+                #[cfg(feature = "fault-injection")]
+                rate: fault::Rate::new(&opts.dir),
+            }),
             leading: AtomicBool::new(false),
             anchored: Notify::new(),
             refusals,
@@ -458,6 +476,10 @@ impl Node {
             tracing::info!(term, "lost office before its first entry committed");
             self.clock().anchor = None;
             return;
+        }
+        #[cfg(feature = "fault-injection")]
+        if let Some(a) = self.clock().anchor.as_mut() {
+            a.table_ms += fault::office_jump_ms();
         }
         self.leading.store(true, Ordering::Release);
         tracing::info!(term, table_ms, "leading: the replicated clock continues from {table_ms} ms");

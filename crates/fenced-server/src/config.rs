@@ -91,6 +91,10 @@ pub struct Config {
     /// the URL its peers reach its HTTP listener at (`1=http://10.0.0.1:7400,...`).
     /// Empty, the default: a cluster of one. The lowest id initialises an empty cluster.
     pub peers: String,
+    /// Members this node dials at another URL than the one in the membership, in the
+    /// form of `peers` (`2=http://127.0.0.1:9002,...`): a proxy or a NAT between two
+    /// members. The membership keeps the `peers` addresses. Empty, the default: none.
+    pub peer_routes: String,
     /// A snapshot of the lock table every this many log entries; the log keeps a fifth
     /// of that before it, and a member further behind catches up from the snapshot.
     pub snapshot_entries: u64,
@@ -137,6 +141,7 @@ impl Default for Config {
             unfenced_prefix: String::new(),
             node_id: 1,
             peers: String::new(),
+            peer_routes: String::new(),
             snapshot_entries: 5_000,
             foreign_token_prefix: String::new(),
         }
@@ -236,6 +241,7 @@ impl Config {
         if self.node_id == 0 {
             return bad("node_id must be at least 1");
         }
+        self.routes()?;
         let members = self.members("http://self")?;
         if !members.contains_key(&self.node_id) {
             return bad("peers must list this node's own node_id");
@@ -254,29 +260,15 @@ impl Config {
     /// The members of a new cluster by id, with their peer URLs: `peers` parsed, or this
     /// node alone at `self_url`.
     pub fn members(&self, self_url: &str) -> Result<std::collections::BTreeMap<u64, String>, ConfigError> {
-        let mut out = std::collections::BTreeMap::new();
         if self.peers.trim().is_empty() {
-            out.insert(self.node_id, self_url.to_string());
-            return Ok(out);
+            return Ok(std::collections::BTreeMap::from([(self.node_id, self_url.to_string())]));
         }
-        for part in self.peers.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let bad = || {
-                ConfigError::Invalid(format!(
-                    "peers: '{part}' is not ID=http://HOST:PORT (like 2=http://127.0.0.1:7402)"
-                ))
-            };
-            let (id, url) = part.split_once('=').ok_or_else(bad)?;
-            let id: u64 = id.trim().parse().map_err(|_| bad())?;
-            let url = url.trim();
-            // Peer RPCs are plain HTTP for now (no TLS between members).
-            if id == 0 || !url.starts_with("http://") {
-                return Err(bad());
-            }
-            if out.insert(id, url.trim_end_matches('/').to_string()).is_some() {
-                return Err(ConfigError::Invalid(format!("peers: member {id} is listed twice")));
-            }
-        }
-        Ok(out)
+        id_urls("peers", &self.peers)
+    }
+
+    /// `peer_routes` parsed: the members this node dials elsewhere than the membership says.
+    pub fn routes(&self) -> Result<std::collections::BTreeMap<u64, String>, ConfigError> {
+        id_urls("peer_routes", &self.peer_routes)
     }
 
     /// Whether `key` is under `unfenced_prefix` (never, when the prefix is empty).
@@ -304,6 +296,27 @@ impl Config {
     }
 }
 
+/// `ID=http://HOST:PORT,...` parsed, for the setting `what`.
+fn id_urls(what: &str, list: &str) -> Result<std::collections::BTreeMap<u64, String>, ConfigError> {
+    let mut out = std::collections::BTreeMap::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || {
+            ConfigError::Invalid(format!("{what}: '{part}' is not ID=http://HOST:PORT (like 2=http://127.0.0.1:7402)"))
+        };
+        let (id, url) = part.split_once('=').ok_or_else(bad)?;
+        let id: u64 = id.trim().parse().map_err(|_| bad())?;
+        let url = url.trim();
+        // Peer RPCs are plain HTTP for now (no TLS between members).
+        if id == 0 || !url.starts_with("http://") {
+            return Err(bad());
+        }
+        if out.insert(id, url.trim_end_matches('/').to_string()).is_some() {
+            return Err(ConfigError::Invalid(format!("{what}: member {id} is listed twice")));
+        }
+    }
+    Ok(out)
+}
+
 /// Parses a raw string as the TOML type the default of `key` has (paths and the
 /// address are strings, everything else is an integer).
 fn typed(key: &str, raw: &str) -> Result<toml::Value, ConfigError> {
@@ -317,6 +330,7 @@ fn typed(key: &str, raw: &str) -> Result<toml::Value, ConfigError> {
             | "tls_key"
             | "unfenced_prefix"
             | "peers"
+            | "peer_routes"
             | "foreign_token_prefix"
     );
     if is_string {
@@ -371,5 +385,19 @@ mod tests {
         assert!(Config::layered(None, vec![("FENCED_LEASES_MAX".into(), "-1".into())], &[]).is_err());
         assert!(Config::layered(None, vec![], &[("tls_cert", "x".into())]).is_err());
         assert!(Config::layered(None, vec![], &[("lock_name_bytes_max", "300".into())]).is_err());
+    }
+
+    #[test]
+    fn peer_routes_are_parsed_like_peers_and_checked() {
+        let c = Config::layered(Some("peer_routes = \"2=http://127.0.0.1:9/, 3=http://127.0.0.1:8\""), vec![], &[])
+            .unwrap();
+        let routes = c.routes().unwrap();
+        assert_eq!(routes.get(&2).map(String::as_str), Some("http://127.0.0.1:9"));
+        assert_eq!(routes.len(), 2);
+        assert!(Config::default().routes().unwrap().is_empty());
+        for bad in ["2=127.0.0.1:9", "x=http://a", "2=http://a,2=http://b"] {
+            let e = Config::layered(None, vec![("FENCED_PEER_ROUTES".into(), bad.into())], &[]).unwrap_err();
+            assert!(e.to_string().contains("peer_routes"), "{bad}: {e}");
+        }
     }
 }

@@ -106,6 +106,7 @@ pub async fn run_with_wire(
     opts.members = members;
     opts.base = old.as_mut().and_then(|o| o.base.take());
     opts.snapshot_every = config.snapshot_entries;
+    opts.peer_routes = config.routes().map_err(|e| ServerError::Setup(e.to_string()))?;
     opts.peer_token = auth_token.as_ref().map(|t| String::from_utf8_lossy(t).into_owned());
     opts.snapshot_keep = config.snapshot_entries / 5;
     if single {

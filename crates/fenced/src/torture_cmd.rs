@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use fenced_lab::target::Target;
-use fenced_lab::torture::{self, Faults, Progress, TortureConfig, TortureReport};
+use fenced_lab::torture::{self, Faults, Nemesis, Progress, TortureConfig, TortureReport};
 use fenced_lab::worker::{self, WorkerSpec};
 use tokio::sync::watch;
 
@@ -17,7 +17,8 @@ use crate::term::{follow, interrupted, progress_bar};
 
 #[derive(Args, Debug)]
 pub struct TortureArgs {
-    /// The system under test: fenced, fenced-unfenced, redis, etcd, postgres, s3
+    /// The system under test: fenced, fenced-cluster (three or five members, see
+    /// --nodes and --nemesis), fenced-unfenced, redis, etcd, postgres, s3
     /// (Fenced's lock, an S3 object through the client's gate, on moto), dynamodb (an
     /// item through the client's gate, on DynamoDB Local: FENCED_DYNAMODB_LOCAL names
     /// the directory of DynamoDBLocal.jar), and the locks
@@ -51,10 +52,19 @@ pub struct TortureArgs {
     #[arg(long, value_parser = duration_ms)]
     recovery: Option<u64>,
     /// Faults to inject: a comma-separated subset of pause, crash (a cluster's: kill -9
-    /// of its leader), delay, freeze (clusters only: SIGSTOP of the leader past its
-    /// election timeout and the TTL); or none.
-    #[arg(long, default_value = "pause,crash,delay")]
-    faults: String,
+    /// of its leader), delay, freeze (etcd-cluster and zookeeper-ensemble only: SIGSTOP
+    /// of the leader past its election timeout and the TTL); or none [default:
+    /// pause,crash,delay]. Not for fenced-cluster, which takes --nemesis.
+    #[arg(long)]
+    faults: Option<String>,
+    /// Members of fenced-cluster: 3 or 5 [default: 3].
+    #[arg(long)]
+    nodes: Option<u32>,
+    /// The faults against fenced-cluster: a comma-separated subset of kill, pause,
+    /// partition, delay, clock (clock only in a build with the test-only
+    /// fault-injection feature); or none [default: all of them the build has].
+    #[arg(long)]
+    nemesis: Option<String>,
     /// Write every operation and fault as JSON lines to this file.
     #[arg(long, value_name = "FILE")]
     history: Option<PathBuf>,
@@ -78,12 +88,35 @@ pub fn run_worker(a: WorkerArgs) -> anyhow::Result<ExitCode> {
 
 pub fn run(a: TortureArgs, g: &Global) -> anyhow::Result<ExitCode> {
     let targets: Vec<Target> = match &a.compare {
-        Some(list) if list == "all" => Ok(Target::ALL.to_vec()),
+        // `all`: the one-server rows; a cluster is asked for by name.
+        Some(list) if list == "all" => Ok(Target::ALL.into_iter().filter(|t| !t.fenced_cluster()).collect()),
         Some(list) => list.split(',').map(|t| t.trim().parse()).collect::<Result<_, _>>(),
         None => a.target.parse().map(|t| vec![t]),
     }
     .map_err(|e: String| BadArgument::error(if a.compare.is_some() { "--compare" } else { "--target" }, e))?;
-    let faults = parse_faults(&a.faults).map_err(|e| BadArgument::error("--faults", e))?;
+    let faults = parse_faults(a.faults.as_deref().unwrap_or("pause,crash,delay"))
+        .map_err(|e| BadArgument::error("--faults", e))?;
+    let any_cluster = targets.iter().any(|t| t.fenced_cluster());
+    if any_cluster && a.faults.is_some() {
+        return Err(BadArgument::error("--faults", "fenced-cluster takes --nemesis, not --faults"));
+    }
+    if !any_cluster && (a.nemesis.is_some() || a.nodes.is_some()) {
+        let flag = if a.nemesis.is_some() { "--nemesis" } else { "--nodes" };
+        return Err(BadArgument::error(flag, format!("{flag} is for --target fenced-cluster")));
+    }
+    let default_nemesis = if cfg!(feature = "fault-injection") {
+        "kill,pause,partition,delay,clock"
+    } else {
+        "kill,pause,partition,delay"
+    };
+    let nemesis = Nemesis::parse(a.nemesis.as_deref().unwrap_or(default_nemesis))
+        .map_err(|e| BadArgument::error("--nemesis", e))?;
+    if nemesis.clock && !cfg!(feature = "fault-injection") {
+        return Err(BadArgument::error(
+            "--nemesis",
+            "the clock nemesis needs a fenced built with the test-only fault-injection feature",
+        ));
+    }
     let duration = Duration::from_millis(a.duration);
     let ttl = Duration::from_millis(a.ttl);
     let recovery = a.recovery.map(Duration::from_millis).unwrap_or_else(|| (duration / 5).max(ttl * 3));
@@ -98,6 +131,8 @@ pub fn run(a: TortureArgs, g: &Global) -> anyhow::Result<ExitCode> {
             work: Duration::from_millis(a.work),
             recovery,
             faults,
+            nodes: if target.fenced_cluster() { a.nodes.unwrap_or(3) } else { 1 },
+            nemesis,
             fenced_bin: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("fenced")),
         })
         .collect();
@@ -228,6 +263,27 @@ fn text(r: &TortureReport) -> String {
         r.zombie_writes,
         r.stale_writes_rejected,
         regressions(r)
+    );
+    if let Some(c) = &r.cluster {
+        s += &format!(
+            "  cluster: {} members, nemesis {}; {} leader changes, failover p50 {} ms p99 {} ms over {}, {} ms \
+             unavailable, {} partitions, {} clock faults\n",
+            r.nodes,
+            c.nemesis,
+            c.leader_changes,
+            c.failover_ms_p50.map_or_else(|| "-".into(), |v| v.to_string()),
+            c.failover_ms_p99.map_or_else(|| "-".into(), |v| v.to_string()),
+            c.failovers_measured,
+            c.unavailable_ms,
+            c.partitions_injected,
+            c.clock_faults_injected
+        );
+        s += &format!("  replicas: {}\n", c.replicas);
+    }
+    s += &format!(
+        "  overlapping holders {}, duplicate tokens {}\n",
+        r.overlapping_holders.map_or_else(|| "n/a".into(), |n| n.to_string()),
+        r.duplicate_tokens.map_or_else(|| "n/a".into(), |n| n.to_string())
     );
     s += &format!("  verdict: {}\n", verdict(r));
     for p in r.proofs.iter().take(5) {

@@ -7,6 +7,7 @@ mod console;
 mod demo;
 mod exec;
 mod exec_foreign;
+mod nemesis;
 mod peer_clusters;
 mod server;
 mod sim;
