@@ -90,22 +90,9 @@ enum Request {
 /// The answer to a write that returns no value.
 type Reply = oneshot::Sender<Result<(), StoreError>>;
 
-/// Bounds on the fenced store's size, enforced in the transaction that would pass
-/// them: a write that would is refused ([`StoreError::Full`]) and changes nothing,
-/// while writes that take no new room (an overwrite no longer than before) go on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Quotas {
-    /// Keys, counting keys that only a fenced read marked.
-    pub keys_max: u64,
-    /// Bytes of keys and records together.
-    pub bytes_max: u64,
-}
-
-impl Default for Quotas {
-    fn default() -> Self {
-        Quotas { keys_max: u64::MAX, bytes_max: u64::MAX }
-    }
-}
+/// Bounds on the fenced store's size: the replicated store's own type (a write that
+/// would pass one is refused, [`StoreError::Full`], and changes nothing).
+pub use fenced_core::Quotas;
 
 /// What the fenced store holds now, as the writer counts it.
 #[derive(Clone, Copy, Debug, Default)]
