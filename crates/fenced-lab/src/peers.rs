@@ -51,7 +51,13 @@ impl TempDir {
 }
 
 impl Drop for TempDir {
+    /// Removes the directory, unless `FENCED_LAB_KEEP` is set: then it stays for a
+    /// post-mortem (the members' logs and data) and its path is printed on stderr.
     fn drop(&mut self) {
+        if std::env::var_os("FENCED_LAB_KEEP").is_some() {
+            eprintln!("kept {}", self.0.display());
+            return;
+        }
         let _ = fs::remove_dir_all(&self.0);
     }
 }

@@ -8,6 +8,12 @@
 //!   timeline a minute ahead once its first entry is committed, as a leader that took
 //!   lease time from its own wall clock after a clock step would: every lease it
 //!   inherits expires at once.
+//! - `FENCED_BREAK=leader-restore`: a member of several that restarts as leader takes
+//!   office again in its old term without an election (openraft's leader restore), as
+//!   every member did before the kill nemesis caught it: a leader that lost entries its
+//!   followers hold writes others under the same index and term.
+//! - the file `fault-log-delay-ms` in the data directory: this member's log writes take
+//!   that much longer (see `log_store`), so its followers hold entries before it does.
 //! - the file `fault-clock-rate` in the data directory (the `clock` nemesis): a rate
 //!   (`1.08`, `0.5`) that this node's clock runs at from now on, read every 100 ms.
 //!

@@ -5,9 +5,12 @@
 //! writer thread that folds the changes queued meanwhile into one transaction; redb's
 //! commit returns after fsync, and only then does openraft hear that an append is
 //! flushed (group commit: one fsync for every entry that arrived during the last one).
-//! A vote, a truncation and a purge are durable when their call returns.
+//! A vote, a truncation and a purge are durable when their call returns. The commit mark
+//! rides along: openraft's `save_committed` only updates memory, and the next
+//! transaction writes the latest mark (openraft allows it to lag; a standalone write
+//! would cost an fsync of its own after every group commit).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::io;
 use std::ops::RangeBounds;
@@ -17,11 +20,11 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 
 use openraft::entry::RaftEntry;
 use openraft::storage::{IOFlushed, RaftLogStorage};
-use openraft::{LogState, OptionalSend, RaftLogReader};
+use openraft::{EntryPayload, LogState, OptionalSend, RaftLogReader};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
 
-use crate::{io_err, Entry, LogId, TypeConfig, Vote};
+use crate::{io_err, Entry, LogId, NodeId, TypeConfig, Vote};
 
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
@@ -42,6 +45,9 @@ pub struct Db {
     // Fields drop in order: the file is closed before `closed` says so.
     db: Database,
     closed: Closed,
+    /// Where the file is (test-only faults read their switches there).
+    #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
+    dir: std::path::PathBuf,
 }
 
 /// Set once the database is closed (its file lock released): a strong count of zero
@@ -63,7 +69,7 @@ impl Db {
         txn.open_table(LOG).map_err(io_err)?;
         txn.open_table(META).map_err(io_err)?;
         txn.commit().map_err(io_err)?;
-        Ok(Arc::new(Db { db, closed: Closed(Arc::new(AtomicBool::new(false))) }))
+        Ok(Arc::new(Db { db, closed: Closed(Arc::new(AtomicBool::new(false))), dir: dir.to_path_buf() }))
     }
 
     /// A flag set once this database is closed.
@@ -147,7 +153,7 @@ enum Op {
     Meta {
         key: &'static str,
         value: Vec<u8>,
-        done: Option<oneshot::Sender<io::Result<()>>>,
+        done: oneshot::Sender<io::Result<()>>,
     },
 }
 
@@ -191,8 +197,10 @@ impl LogStore {
         mem.committed = db.meta(COMMITTED)?.map(|b| decode(&b, "commit mark")).transpose()?;
         mem.last_purged = db.meta(LAST_PURGED)?.map(|b| decode(&b, "purge mark")).transpose()?;
         let (tx, rx) = mpsc::channel();
-        std::thread::Builder::new().name("fenced-raft-log".into()).spawn(move || writer(&db, rx))?;
-        Ok(LogStore { mem: Arc::new(Mutex::new(mem)), tx })
+        let mem = Arc::new(Mutex::new(mem));
+        let marks = mem.clone();
+        std::thread::Builder::new().name("fenced-raft-log".into()).spawn(move || writer(&db, &marks, rx))?;
+        Ok(LogStore { mem, tx })
     }
 
     fn mem(&self) -> MutexGuard<'_, Mem> {
@@ -209,14 +217,26 @@ impl LogStore {
         rx.await.map_err(|_| io::Error::other("the raft log writer stopped"))?
     }
 
+    /// The members named by the last membership entry still in the log, if any.
+    pub fn last_membership(&self) -> Option<BTreeSet<NodeId>> {
+        self.mem().entries.values().rev().find_map(|e| match &e.payload {
+            EntryPayload::Membership(m) => Some(m.nodes().map(|(id, _)| *id).collect()),
+            _ => None,
+        })
+    }
+
     /// The index of the last entry in the log (0 when none).
     pub fn last_index(&self) -> u64 {
         self.mem().entries.last_key_value().map_or(0, |(k, _)| *k)
     }
 }
 
-/// The writer thread: one durable transaction for every run of queued changes.
-fn writer(db: &Db, rx: mpsc::Receiver<Op>) {
+/// The writer thread: one durable transaction for every run of queued changes, which
+/// also carries the commit mark when it moved since the last one written.
+fn writer(db: &Db, mem: &Mutex<Mem>, rx: mpsc::Receiver<Op>) {
+    let mut written = mem.lock().unwrap_or_else(|p| p.into_inner()).committed;
+    #[cfg(feature = "fault-injection")]
+    let mut slow_disk = SlowDisk::default();
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < BATCH_MAX {
@@ -225,7 +245,14 @@ fn writer(db: &Db, rx: mpsc::Receiver<Op>) {
                 Err(_) => break,
             }
         }
-        let result = commit(db, &batch).map_err(|e| e.to_string());
+        #[cfg(feature = "fault-injection")]
+        slow_disk.wait(&db.dir);
+        let committed = mem.lock().unwrap_or_else(|p| p.into_inner()).committed;
+        let mark = if committed != written { encode(&committed).ok() } else { None };
+        let result = commit(db, &batch, mark.as_deref()).map_err(|e| e.to_string());
+        if result.is_ok() {
+            written = committed;
+        }
         if let Err(e) = &result {
             tracing::error!(error = %e, "the raft log could not be written");
         }
@@ -233,22 +260,45 @@ fn writer(db: &Db, rx: mpsc::Receiver<Op>) {
             let r = result.clone().map_err(io::Error::other);
             match op {
                 Op::Append { done, .. } => done.io_completed(r),
-                Op::Truncate { done, .. } | Op::Purge { done, .. } => drop(done.send(r)),
-                Op::Meta { done, .. } => {
-                    if let Some(done) = done {
-                        drop(done.send(r));
-                    }
-                }
+                Op::Truncate { done, .. } | Op::Purge { done, .. } | Op::Meta { done, .. } => drop(done.send(r)),
             }
         }
     }
 }
 
-fn commit(db: &Db, batch: &[Op]) -> Result<(), redb::Error> {
+/// Test-only (the `fault-injection` feature): a disk this many milliseconds slow on every
+/// log write, from the file `fault-log-delay-ms` in the data directory (read every
+/// 100 ms). A leader with a slow disk replicates entries its followers make durable
+/// before it does: what a leader that restarts must not forget.
+#[cfg(feature = "fault-injection")]
+#[derive(Default)]
+struct SlowDisk {
+    read_at: Option<std::time::Instant>,
+    delay_ms: u64,
+}
+
+#[cfg(feature = "fault-injection")]
+impl SlowDisk {
+    fn wait(&mut self, dir: &Path) {
+        if self.read_at.is_none_or(|t| t.elapsed().as_millis() >= 100) {
+            self.read_at = Some(std::time::Instant::now());
+            let file = std::fs::read_to_string(dir.join("fault-log-delay-ms")).ok();
+            self.delay_ms = file.and_then(|s| s.trim().parse().ok()).unwrap_or(0).min(10_000);
+        }
+        if self.delay_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(self.delay_ms));
+        }
+    }
+}
+
+fn commit(db: &Db, batch: &[Op], committed: Option<&[u8]>) -> Result<(), redb::Error> {
     let txn = db.db.begin_write()?;
     {
         let mut log = txn.open_table(LOG)?;
         let mut meta = txn.open_table(META)?;
+        if let Some(mark) = committed {
+            meta.insert(COMMITTED, mark)?;
+        }
         for op in batch {
             match op {
                 Op::Append { rows, .. } => {
@@ -301,15 +351,15 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
         let value = encode(vote)?;
         self.mem().vote = Some(*vote);
-        self.durable(|done| Op::Meta { key: VOTE, value, done: Some(done) }).await
+        self.durable(|done| Op::Meta { key: VOTE, value, done }).await
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
-        // Lazy: a lost commit mark only means entries are applied again from the
-        // snapshot after a restart, which is what happens without one.
-        let value = encode(&committed)?;
+        // Lazy: the next transaction writes it (see the writer). A lost or lagging mark
+        // only means entries are applied again from the snapshot after a restart, which
+        // is what happens without one.
         self.mem().committed = committed;
-        self.send(Op::Meta { key: COMMITTED, value, done: None })
+        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, io::Error> {

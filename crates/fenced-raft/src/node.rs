@@ -224,12 +224,33 @@ impl Node {
         let db_closed = db.closed_flag();
         let log = LogStore::open(db.clone())?;
         let sm = StateMachine::open(db, opts.limits.clone(), applied)?;
+        // A leader that restarts may take office again in its old term without an
+        // election (openraft's leader restore), but only a member alone may: a follower
+        // can hold entries of that term the leader sent before they were on its own
+        // disk, and a leader that lost them would write other entries under the same
+        // index and term, which the follower takes for the ones it has (found by the
+        // kill nemesis: replicas diverged, tokens were issued twice). The members are
+        // the last membership in the log, else the snapshot's, else the configured ones.
+        let members: BTreeSet<NodeId> = log.last_membership().unwrap_or_else(|| {
+            let st = sm.state();
+            let stored: BTreeSet<NodeId> = st.membership.membership().nodes().map(|(id, _)| *id).collect();
+            if stored.is_empty() {
+                opts.members.keys().copied().collect()
+            } else {
+                stored
+            }
+        });
+        let alone = members.len() <= 1 && members.iter().all(|id| *id == opts.id);
+        // The negative control of the test that found it: restore whatever the members.
+        #[cfg(feature = "fault-injection")]
+        let alone = alone || fault::broken("leader-restore");
         let config = openraft::Config {
             cluster_name: "fenced".into(),
             heartbeat_interval: opts.heartbeat_ms,
             election_timeout_min: opts.election_timeout_min_ms,
             election_timeout_max: opts.election_timeout_max_ms,
             enable_pre_vote: Some(true),
+            enable_leader_restore: Some(alone),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(opts.snapshot_every),
             max_in_snapshot_log_to_keep: opts.snapshot_keep,
             // Purge in steps of a tenth of the snapshot interval (openraft's default, 256,

@@ -26,15 +26,21 @@ struct Member {
 struct Cluster {
     members: Vec<Member>,
     peers: String,
+    /// `FENCED_BREAK` for every member (a test-only negative control), if any.
+    breaks: Option<&'static str>,
 }
 
 impl Cluster {
     fn start(name: &str, n: u64) -> Cluster {
+        Cluster::start_broken(name, n, None)
+    }
+
+    fn start_broken(name: &str, n: u64, breaks: Option<&'static str>) -> Cluster {
         let members: Vec<Member> = (1..=n)
             .map(|id| Member { id, addr: free_addr(), dir: scratch(&format!("{name}-{id}")), child: None })
             .collect();
         let peers = members.iter().map(|m| format!("{}=http://{}", m.id, m.addr)).collect::<Vec<_>>().join(",");
-        let mut c = Cluster { members, peers };
+        let mut c = Cluster { members, peers, breaks };
         for i in 0..c.members.len() {
             c.spawn(i);
         }
@@ -50,6 +56,7 @@ impl Cluster {
             .arg(&m.dir)
             .env("FENCED_LOG", "warn")
             .env("FENCED_SNAPSHOT_ENTRIES", "50")
+            .env("FENCED_BREAK", self.breaks.unwrap_or(""))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -108,6 +115,12 @@ impl Cluster {
     /// Every live member reports the same state hash at the same applied index (the
     /// log moves on with ticks, so they are asked until they stand at one index).
     fn replicas_agree(&self) {
+        if let Err(e) = self.digests_agree() {
+            panic!("{e}");
+        }
+    }
+
+    fn digests_agree(&self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let digests: Vec<(u64, String)> = (0..self.members.len())
@@ -119,10 +132,14 @@ impl Cluster {
                 .collect();
             let live = self.members.iter().filter(|m| m.child.is_some()).count();
             if digests.len() == live && digests.iter().all(|d| d.0 == digests[0].0) {
-                assert!(digests.iter().all(|d| d.1 == digests[0].1), "replicas disagree at one index: {digests:?}");
-                return;
+                if digests.iter().all(|d| d.1 == digests[0].1) {
+                    return Ok(());
+                }
+                return Err(format!("replicas disagree at one index: {digests:?}"));
             }
-            assert!(Instant::now() < deadline, "the members never stood at one index: {digests:?}");
+            if Instant::now() > deadline {
+                return Err(format!("the members never stood at one index: {digests:?}"));
+            }
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -390,4 +407,86 @@ fn members_join_and_leave_under_load() {
     // The new member holds the same table: it answers a linearizable view when it leads.
     let (_, v) = c.any("GET", "/v1/locks", "");
     assert!(v["locks"].is_array(), "{v}");
+}
+
+/// Every member killed at once, under load, while the leader's disk is slow (its
+/// followers make entries durable before it does), and started again at once: the old
+/// leader must not take office again in its old term with a shorter log, which would
+/// write other entries under indexes and terms its followers already hold. openraft's
+/// leader restore did that; the kill nemesis caught it (replicas diverged, tokens were
+/// issued twice). The negative control (`FENCED_BREAK=leader-restore`) must be caught.
+#[cfg(feature = "fault-injection")]
+#[test]
+fn every_member_killed_at_once_with_a_slow_leader_disk_keeps_one_history() {
+    let fixed = restart_all_under_load("restore-fixed", None);
+    assert_eq!(fixed, Ok(()), "the cluster lost its history");
+    let broken = restart_all_under_load("restore-broken", Some("leader-restore"));
+    assert!(broken.is_err(), "the leader-restore control went unnoticed");
+    println!("the control was caught: {}", broken.unwrap_err());
+}
+
+#[cfg(feature = "fault-injection")]
+fn restart_all_under_load(name: &str, breaks: Option<&'static str>) -> Result<(), String> {
+    let mut c = Cluster::start_broken(name, 3, breaks);
+    let grants = Arc::new(Mutex::new(Grants::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let addrs: Vec<SocketAddr> = c.members.iter().map(|m| m.addr).collect();
+    let workers: Vec<_> = (0..3)
+        .map(|i| {
+            let (g, s, a) = (grants.clone(), stop.clone(), addrs.clone());
+            std::thread::spawn(move || load(a, i, &g, &s))
+        })
+        .collect();
+    for _ in 0..3 {
+        let l = c.leader(20);
+        for (i, m) in c.members.iter().enumerate() {
+            let slow = m.dir.join("fault-log-delay-ms");
+            if i == l {
+                std::fs::write(&slow, "300").unwrap();
+            } else {
+                let _ = std::fs::remove_file(&slow);
+            }
+        }
+        progress(&grants, 30)?;
+        for i in 0..c.members.len() {
+            c.kill9(i);
+        }
+        // The old leader first, at once: before its followers' election timeout.
+        c.spawn(l);
+        for i in (0..c.members.len()).filter(|i| *i != l) {
+            c.spawn(i);
+        }
+    }
+    c.leader(20);
+    let served = progress(&grants, 30);
+    stop.store(true, Ordering::SeqCst);
+    for w in workers {
+        w.join().unwrap();
+    }
+    served?;
+    let tokens = grants.lock().unwrap().tokens.clone();
+    let mut sorted = tokens.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.len() != tokens.len() {
+        return Err(format!("{} tokens were issued twice", tokens.len() - sorted.len()));
+    }
+    c.digests_agree()
+}
+
+/// Waits until the load has `n` more grants, up to 20 s.
+#[cfg(feature = "fault-injection")]
+fn progress(grants: &Mutex<Grants>, n: usize) -> Result<(), String> {
+    let before = grants.lock().unwrap().tokens.len();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while grants.lock().unwrap().tokens.len() < before + n {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the load made no progress ({} grants in 20 s)",
+                grants.lock().unwrap().tokens.len() - before
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
 }

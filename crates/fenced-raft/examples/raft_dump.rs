@@ -1,0 +1,32 @@
+//! Post-mortem: prints a member's `raft.redb` (a copy: opening it may repair it) as
+//! JSON lines, the metadata first, then every log entry.
+//!
+//!     cargo run --release -p fenced-raft --example raft_dump -- DATA_DIR/raft.redb
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let path = std::env::args().nth(1).ok_or("usage: raft_dump FILE")?;
+    let db = Database::create(path)?;
+    let txn = db.begin_read()?;
+    let meta = txn.open_table(META)?;
+    for row in meta.iter()? {
+        let (k, v) = row?;
+        let v = v.value();
+        let shown = if v.len() > 200 && std::env::var_os("FULL").is_none() {
+            format!("<{} bytes>", v.len())
+        } else {
+            String::from_utf8_lossy(v).into_owned()
+        };
+        println!("meta {} {}", k.value(), shown);
+    }
+    let log = txn.open_table(LOG)?;
+    for row in log.iter()? {
+        let (k, v) = row?;
+        println!("{} {}", k.value(), String::from_utf8_lossy(v.value()));
+    }
+    Ok(())
+}
