@@ -182,6 +182,42 @@ struct Grants {
     stored: BTreeMap<String, u64>,
 }
 
+/// Load threads on every member, until [`Load::finish`].
+struct Load {
+    grants: Arc<Mutex<Grants>>,
+    stop: Arc<AtomicBool>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(c: &Cluster, n: usize) -> Load {
+        let grants = Arc::new(Mutex::new(Grants::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let addrs: Vec<SocketAddr> = c.members.iter().map(|m| m.addr).collect();
+        let workers = (0..n)
+            .map(|i| {
+                let (g, s, a) = (grants.clone(), stop.clone(), addrs.clone());
+                std::thread::spawn(move || load(a, i, &g, &s))
+            })
+            .collect();
+        Load { grants, stop, workers }
+    }
+
+    fn finish(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for w in std::mem::take(&mut self.workers) {
+            w.join().unwrap();
+        }
+    }
+}
+
+impl Drop for Load {
+    /// A test that gives up early stops its load too.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
 /// One load thread: acquire, write the token to the fenced store under it, release,
 /// over and over, on whichever member leads.
 fn load(addrs: Vec<SocketAddr>, i: usize, grants: &Mutex<Grants>, stop: &AtomicBool) {
@@ -221,25 +257,15 @@ fn kill_9_of_the_leader_under_load_loses_nothing_and_the_member_rejoins() {
     assert_eq!(st, 200, "{g}");
     let held = g["token"].as_u64().unwrap();
 
-    let grants = Arc::new(Mutex::new(Grants::default()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let addrs: Vec<SocketAddr> = c.members.iter().map(|m| m.addr).collect();
-    let workers: Vec<_> = (0..4)
-        .map(|i| {
-            let (g, s, a) = (grants.clone(), stop.clone(), addrs.clone());
-            std::thread::spawn(move || load(a, i, &g, &s))
-        })
-        .collect();
+    let load = Load::start(&c, 4);
+    let grants = load.grants.clone();
     until(30, || grants.lock().unwrap().tokens.len() >= 100);
     let before = grants.lock().unwrap().tokens.len();
     c.kill9(l);
     let killed_at = Instant::now();
     until(30, || grants.lock().unwrap().tokens.len() > before + 20);
     let served_after = killed_at.elapsed();
-    stop.store(true, Ordering::SeqCst);
-    for w in workers {
-        w.join().unwrap();
-    }
+    load.finish();
     println!("a new leader served {} ms after kill -9 of the leader", served_after.as_millis());
 
     // No token was issued twice, and every acknowledged one is below the next grant.
@@ -372,15 +398,8 @@ fn members_join_and_leave_under_load() {
     c.peers = format!("{},4=http://{}", c.peers, spare.addr);
     c.members.push(spare);
     c.spawn(3);
-    let grants = Arc::new(Mutex::new(Grants::default()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let addrs: Vec<SocketAddr> = c.members.iter().map(|m| m.addr).collect();
-    let workers: Vec<_> = (0..3)
-        .map(|i| {
-            let (g, s, a) = (grants.clone(), stop.clone(), addrs.clone());
-            std::thread::spawn(move || load(a, i, &g, &s))
-        })
-        .collect();
+    let load = Load::start(&c, 3);
+    let grants = load.grants.clone();
     until(30, || grants.lock().unwrap().tokens.len() >= 50);
     let url = format!("http://{}", c.members[3].addr);
     let (st, s) = c.any("POST", "/v1/cluster/members", &format!("{{\"id\":4,\"url\":\"{url}\"}}"));
@@ -391,10 +410,7 @@ fn members_join_and_leave_under_load() {
     assert_eq!(st, 200, "{s}");
     let n = grants.lock().unwrap().tokens.len();
     until(30, || grants.lock().unwrap().tokens.len() >= n + 50);
-    stop.store(true, Ordering::SeqCst);
-    for w in workers {
-        w.join().unwrap();
-    }
+    load.finish();
     let l = c.leader(20);
     let ids: Vec<u64> =
         c.status(l).unwrap()["members"].as_array().unwrap().iter().map(|m| m["id"].as_u64().unwrap()).collect();
@@ -428,15 +444,8 @@ fn every_member_killed_at_once_with_a_slow_leader_disk_keeps_one_history() {
 #[cfg(feature = "fault-injection")]
 fn restart_all_under_load(name: &str, breaks: Option<&'static str>) -> Result<(), String> {
     let mut c = Cluster::start_broken(name, 3, breaks);
-    let grants = Arc::new(Mutex::new(Grants::default()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let addrs: Vec<SocketAddr> = c.members.iter().map(|m| m.addr).collect();
-    let workers: Vec<_> = (0..3)
-        .map(|i| {
-            let (g, s, a) = (grants.clone(), stop.clone(), addrs.clone());
-            std::thread::spawn(move || load(a, i, &g, &s))
-        })
-        .collect();
+    let load = Load::start(&c, 3);
+    let grants = load.grants.clone();
     for _ in 0..3 {
         let l = c.leader(20);
         for (i, m) in c.members.iter().enumerate() {
@@ -459,10 +468,7 @@ fn restart_all_under_load(name: &str, breaks: Option<&'static str>) -> Result<()
     }
     c.leader(20);
     let served = progress(&grants, 30);
-    stop.store(true, Ordering::SeqCst);
-    for w in workers {
-        w.join().unwrap();
-    }
+    load.finish();
     served?;
     let tokens = grants.lock().unwrap().tokens.clone();
     let mut sorted = tokens.clone();
