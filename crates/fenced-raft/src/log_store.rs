@@ -24,7 +24,7 @@ use openraft::{EntryPayload, LogState, OptionalSend, RaftLogReader};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
 
-use crate::{io_err, Entry, LogId, NodeId, TypeConfig, Vote};
+use crate::{io_err, Entry, LogId, NodeId, SnapshotMeta, TypeConfig, Vote};
 
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
@@ -102,17 +102,40 @@ impl Db {
         Ok(log.first().map_err(io_err)?.is_none() && meta.first().map_err(io_err)?.is_none())
     }
 
-    /// The last snapshot taken or installed: its meta and its bytes.
+    /// The last snapshot taken or installed: its meta and its bytes, read in one
+    /// transaction (two would let a snapshot built meanwhile pair one's meta with the
+    /// other's bytes, and a follower sent that pair would apply entries twice or never).
     pub fn snapshot(&self) -> io::Result<Option<(Vec<u8>, Vec<u8>)>> {
-        match (self.meta(SNAPSHOT_META)?, self.meta(SNAPSHOT_DATA)?) {
+        let txn = self.db.begin_read().map_err(io_err)?;
+        let table = txn.open_table(META).map_err(io_err)?;
+        let meta = table.get(SNAPSHOT_META).map_err(io_err)?.map(|v| v.value().to_vec());
+        let data = table.get(SNAPSHOT_DATA).map_err(io_err)?.map(|v| v.value().to_vec());
+        match (meta, data) {
             (Some(m), Some(d)) => Ok(Some((m, d))),
             _ => Ok(None),
         }
     }
 
-    /// Keeps a snapshot, meta and bytes in one durable transaction.
-    pub fn put_snapshot(&self, meta: &[u8], data: &[u8]) -> io::Result<()> {
-        self.put_meta(&[(SNAPSHOT_META, meta), (SNAPSHOT_DATA, data)])
+    /// Keeps a snapshot, meta and bytes in one durable transaction, unless the one kept
+    /// already covers more of the log: a snapshot built here can finish after a newer
+    /// one was installed from the leader (which purged the log up to it), and must not
+    /// put the older state back under a log that no longer holds what came between.
+    /// Returns whether it was kept.
+    pub fn put_snapshot(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<bool> {
+        let bytes = encode(meta)?;
+        let txn = self.db.begin_write().map_err(io_err)?;
+        {
+            let mut table = txn.open_table(META).map_err(io_err)?;
+            let kept: Option<SnapshotMeta> =
+                table.get(SNAPSHOT_META).map_err(io_err)?.map(|v| decode(v.value(), "snapshot meta")).transpose()?;
+            if kept.is_some_and(|k| k.last_log_id > meta.last_log_id) {
+                return Ok(false);
+            }
+            table.insert(SNAPSHOT_META, bytes.as_slice()).map_err(io_err)?;
+            table.insert(SNAPSHOT_DATA, data).map_err(io_err)?;
+        }
+        txn.commit().map_err(io_err)?;
+        Ok(true)
     }
 
     /// The state a log with no snapshot starts from, when it is not a fresh table.
@@ -397,5 +420,32 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             mem.last_purged = Some(log_id);
         }
         self.durable(|done| Op::Purge { upto, mark, done }).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta_at(index: u64) -> SnapshotMeta {
+        let log_id = serde_json::json!({"leader_id": {"term": 1, "node_id": 1}, "index": index});
+        SnapshotMeta { last_log_id: Some(serde_json::from_value(log_id).unwrap()), last_membership: Default::default() }
+    }
+
+    #[test]
+    fn an_older_snapshot_never_replaces_a_newer_one() {
+        let dir = std::env::temp_dir().join(format!("fenced-raft-snap-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let db = Db::open(&dir).unwrap();
+        assert!(db.put_snapshot(&meta_at(10), b"ten").unwrap());
+        // Built before, finished after: not kept.
+        assert!(!db.put_snapshot(&meta_at(5), b"five").unwrap());
+        let (meta, data) = db.snapshot().unwrap().unwrap();
+        let meta: SnapshotMeta = serde_json::from_slice(&meta).unwrap();
+        assert_eq!((meta.last_log_id.map(|l| l.index), data.as_slice()), (Some(10), b"ten".as_slice()));
+        assert!(db.put_snapshot(&meta_at(12), b"twelve").unwrap());
+        assert_eq!(db.snapshot().unwrap().unwrap().1, b"twelve");
+        drop(db);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -167,7 +167,9 @@ impl StateMachine {
             let meta = SnapshotMeta { last_log_id: st.last_applied, last_membership: st.membership.clone() };
             (meta, encode_table(&st.table)?)
         };
-        self.db.put_snapshot(&serde_json::to_vec(&meta).map_err(io_err)?, &data)?;
+        if !self.db.put_snapshot(&meta, &data)? {
+            tracing::info!(index = ?meta.last_log_id, "a newer snapshot is kept; this one was not stored");
+        }
         Ok(Snapshot { meta, snapshot: Cursor::new(data) })
     }
 }
@@ -223,11 +225,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let data = snapshot.into_inner();
         let table = decode_table(&data, &self.limits)?;
         let db = self.db.clone();
-        let meta_bytes = serde_json::to_vec(meta).map_err(io_err)?;
-        let data = tokio::task::spawn_blocking(move || db.put_snapshot(&meta_bytes, &data).map(|()| data))
-            .await
-            .map_err(io_err)??;
-        drop(data);
+        let kept = meta.clone();
+        tokio::task::spawn_blocking(move || db.put_snapshot(&kept, &data)).await.map_err(io_err)??;
         let mut st = self.state();
         st.table = table;
         st.last_applied = meta.last_log_id;
