@@ -28,6 +28,9 @@ pub enum OpKind {
     Read,
     Write,
     Release,
+    /// A plain read of the counter, no lock, no token (a cluster run's readers,
+    /// [`crate::reader`]): judged by the linearizability check only.
+    Get,
 }
 
 /// How it ended, as the worker saw it.
@@ -337,8 +340,8 @@ pub fn overlapping_holders(ops: &[Op], ttl_ms: u64) -> (u64, Vec<String>) {
     (n, proofs)
 }
 
-/// Whether the counter's history in the Fenced store (its fenced reads and writes) is
-/// linearizable, by the core's Wing-Gong search ([`fenced_core::checker::linearizable`]):
+/// Whether the counter's history in the Fenced store (its fenced reads and writes, and
+/// the plain reads of a cluster run's readers) is linearizable, by the core's Wing-Gong search ([`fenced_core::checker::linearizable`]):
 /// `None` when the search ran out of its budget; with a proof when it is not. For the
 /// targets whose counter is the Fenced store with tokens (`fenced`, `fenced-cluster`).
 pub fn store_linearizable(ops: &[Op]) -> (Option<bool>, Option<String>) {
@@ -352,12 +355,13 @@ pub fn store_linearizable(ops: &[Op]) -> (Option<bool>, Option<String>) {
             (_, OpResult::Unknown) => Ret::Unknown,
             (_, OpResult::Rejected) => Ret::Stale { highest_seen: None },
             // The worker reads an absent counter as 0; it never writes 0.
-            (OpKind::Read, OpResult::Ok) => Ret::Value(o.value.filter(|v| *v != 0)),
+            (OpKind::Read | OpKind::Get, OpResult::Ok) => Ret::Value(o.value.filter(|v| *v != 0)),
             (OpKind::Write, OpResult::Ok) => Ret::Done,
             _ => continue,
         };
         let call = match o.kind {
             OpKind::Read => Call::Read { token },
+            OpKind::Get => Call::Read { token: None },
             OpKind::Write => Call::Write { token, value: o.value.unwrap_or(0) },
             _ => continue,
         };
@@ -475,6 +479,33 @@ mod tests {
         assert_eq!(store_linearizable(&late).0, Some(true));
         late[4].result = OpResult::Ok;
         assert_eq!(store_linearizable(&late).0, Some(false));
+    }
+
+    #[test]
+    fn a_plain_read_that_misses_an_acknowledged_write_is_not_linearizable() {
+        // Worker 0 writes 1, acknowledged at 30; a reader (worker 9, no token) asks at 40.
+        let mut h = vec![
+            op(0, 1, OpKind::Read, 0, 10, 1, Some(0)),
+            op(0, 1, OpKind::Write, 20, 30, 1, Some(1)),
+            op(9, 1, OpKind::Get, 40, 50, 0, Some(1)),
+        ];
+        h[2].token = None;
+        assert_eq!(store_linearizable(&h).0, Some(true));
+        // The same read answered from a replica that had not applied the write: stale.
+        h[2].value = None;
+        let (verdict, proof) = store_linearizable(&h);
+        assert_eq!(verdict, Some(false));
+        assert!(proof.is_some_and(|p| p.contains("worker 9")));
+        // Sent before the write was acknowledged, the old value is fine.
+        h[2].start_us = 25;
+        assert_eq!(store_linearizable(&h).0, Some(true));
+        // A read that got no answer (not_leader) is left out, whatever it carries.
+        h[2].start_us = 40;
+        h[2].result = OpResult::Failed;
+        assert_eq!(store_linearizable(&h).0, Some(true));
+        // Plain reads touch nothing else: no grant, no write, no zombie.
+        let a = analyse(&h, &[], 1, true, true);
+        assert_eq!((a.grants, a.acknowledged, a.zombie_writes), (0, 1, 0));
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod history;
 pub mod nemesis;
 pub mod peers;
 pub mod proxy;
+pub mod reader;
 pub mod target;
 pub mod torture;
 pub mod worker;

@@ -10,7 +10,7 @@
 //!
 //! | kind | variants |
 //! |---|---|
-//! | `kill` | kill -9 of the leader, of a follower, of every member at once; restarted on the same data |
+//! | `kill` | kill -9 of the leader, of a follower, of every member at once (those aimed at the leader just after a worker's read, so that a lease spans the failover); restarted on the same data |
 //! | `pause` | SIGSTOP of the leader past the election timeout and past the TTL; of a worker holding the lock past its TTL |
 //! | `partition` | the leader isolated; a majority/minority split; a bridge (one member sees both halves); one-way (the leader's requests to the others lost, theirs to it delivered) |
 //! | `delay` | bytes held between the workers and every member; on every link of the leader |
@@ -25,13 +25,13 @@ use anyhow::Result;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng as _, SeedableRng};
 use serde::Serialize;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep, Instant};
 
 use crate::cluster::{leader_of, Agreement, Cluster};
 use crate::history::{Fault, Op, OpKind, OpResult};
 use crate::proxy::DelayProxy;
-use crate::target::Endpoints;
+use crate::target::{Endpoints, LOCK};
 use crate::torture::{read_counter, report, Progress, TortureConfig, TortureReport, Workers};
 use crate::worker::now_us;
 
@@ -139,6 +139,9 @@ pub struct ClusterFigures {
     pub unavailable_ms: u64,
     pub partitions_injected: u64,
     pub clock_faults_injected: u64,
+    /// Plain reads of the counter answered by the members' readers ([`crate::reader`]),
+    /// judged with the workers' operations by the linearizability check.
+    pub plain_reads: u64,
     /// Every member at one applied index with one state hash after the run; `null`
     /// when the members report no `state_hash`.
     pub replicas_agree: Option<bool>,
@@ -168,6 +171,9 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     let until_us = start_us + cfg.duration.as_micros() as u64;
     let faults_until = Instant::now() + cfg.duration - cfg.recovery;
     let mut w = Workers::spawn(cfg, &endpoints, start_us, until_us, progress)?;
+    // Plain reads of the counter, one reader per member, beside the workers.
+    let (reads_tx, mut reads_rx) = mpsc::unbounded_channel();
+    let mut readers = crate::reader::spawn(&cluster.addrs, &format!("{LOCK}/counter"), cfg.workers, until_us, reads_tx);
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
     let ttl_ms = cfg.ttl.as_millis() as u64;
     let mut plan: Vec<Kind> = Vec::new();
@@ -200,9 +206,16 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
                     1 => (vec![(leader + 1 + p2 as usize % (n - 1)) % n], "a follower"),
                     _ => ((0..n).collect(), "every member"),
                 };
-                if variant % 3 != 1 {
-                    aimed_at_leader.push(from);
-                }
+                // Aimed at the leader: while a worker holds the lock, just after its read
+                // (its lease must outlive the failover), when one reads within a TTL and
+                // before the recovery phase.
+                let from = if variant % 3 != 1 {
+                    w.next_read(cfg.ttl.min(faults_until.saturating_duration_since(Instant::now()))).await;
+                    aimed_at_leader.push(now_us());
+                    now_us()
+                } else {
+                    from
+                };
                 // A leader back soon resumes its term (openraft restores a leader whose
                 // vote is committed): kept down well past the election timeout (600 ms
                 // at most), the others elect a new one.
@@ -334,6 +347,10 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     cluster.heal();
     client_proxies.iter().for_each(|p| p.set_delay(Duration::ZERO));
     w.finish(cfg, until_us).await?;
+    while readers.join_next().await.is_some() {}
+    while let Some(op) = reads_rx.recv().await {
+        w.history.push(op);
+    }
     drop(client_proxies);
     let direct = addrs_of(cluster.addrs.iter().map(ToString::to_string).collect());
     let final_value = read_counter(cfg.target, &direct, cfg.op_timeout()).await?;
@@ -370,6 +387,7 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
         unavailable_ms: unavailable_us(&w.history, start_us, faults_end_us, 250_000) / 1000,
         partitions_injected: schedule.iter().filter(|s| s.nemesis == "partition").count() as u64,
         clock_faults_injected: schedule.iter().filter(|s| s.nemesis == "clock").count() as u64,
+        plain_reads: w.history.iter().filter(|o| o.kind == OpKind::Get && o.result == OpResult::Ok).count() as u64,
         replicas_agree,
         replicas,
         schedule,

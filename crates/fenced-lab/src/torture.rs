@@ -284,19 +284,7 @@ impl Workers {
     /// Freezes the next worker that has just read (it holds the lock and is about to
     /// write) for longer than the TTL; false when none read within two TTLs.
     pub(crate) async fn pause_one(&mut self, ttl: Duration, rng: &mut ChaCha8Rng) -> bool {
-        self.pending_reads.clear();
-        let deadline = Instant::now() + ttl * 2;
-        let victim = loop {
-            self.pump();
-            if let Some(w) = self.pending_reads.first() {
-                break Some(*w);
-            }
-            if Instant::now() >= deadline {
-                break None;
-            }
-            sleep(Duration::from_millis(1)).await;
-        };
-        let Some(w) = victim else { return false };
+        let Some(w) = self.next_read(ttl * 2).await else { return false };
         let pid = self.procs[w as usize].pid;
         if signal(pid, libc::SIGSTOP).is_err() {
             return false;
@@ -308,6 +296,23 @@ impl Workers {
         let _ = signal(pid, libc::SIGCONT);
         self.faults.push(Fault::Pause { worker: w, start_us: from, end_us: now_us() });
         true
+    }
+
+    /// The next worker to complete a read from now (it holds the lock and is about to
+    /// work), waiting up to `within`.
+    pub(crate) async fn next_read(&mut self, within: Duration) -> Option<u32> {
+        self.pending_reads.clear();
+        let deadline = Instant::now() + within;
+        loop {
+            self.pump();
+            if let Some(w) = self.pending_reads.first() {
+                return Some(*w);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            sleep(Duration::from_millis(1)).await;
+        }
     }
 
     /// Waits for every worker to finish its last cycle (they stop by themselves at the

@@ -14,13 +14,27 @@
 //!   followers hold writes others under the same index and term.
 //! - the file `fault-log-delay-ms` in the data directory: this member's log writes take
 //!   that much longer (see `log_store`), so its followers hold entries before it does.
+//! - `FENCED_BREAK=answer-before-commit`: the leader answers each batch's commands from a
+//!   speculative copy of its table as it hands the batch to the log, before a quorum
+//!   has it ([`speculate`]); the answers from the committed entry then find nobody
+//!   waiting. A batch that never commits (a leader cut off) was answered all the same.
+//! - `FENCED_BREAK=grant-deposed`: a node that does not lead applies what it is asked
+//!   to its own table and answers, instead of `not_leader` ([`answer_locally`]).
+//! - `FENCED_BREAK=read-local`: `check`, plain store reads and the lock views are served
+//!   from the local table on any member, without the ReadIndex round (the hook is the
+//!   server's `Locks::read`).
 //! - the file `fault-clock-rate` in the data directory (the `clock` nemesis): a rate
 //!   (`1.08`, `0.5`) that this node's clock runs at from now on, read every 100 ms.
 //!
 //! `FENCED_BREAK` takes several names separated by commas.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Instant;
+
+use fenced_core::{Command, LockTable, Output, RequestId};
+
+use crate::state_machine::StateMachine;
 
 /// Whether `FENCED_BREAK` names `what`.
 pub fn broken(what: &str) -> bool {
@@ -34,6 +48,60 @@ pub fn office_jump_ms() -> u64 {
     } else {
         0
     }
+}
+
+/// The speculative table of `answer-before-commit`, and the term (the committed leader
+/// id) it was copied in. One node per process: a process-wide slot.
+type Speculative = (openraft::alias::CommittedLeaderIdOf<crate::TypeConfig>, LockTable);
+static SPECULATIVE: Mutex<Option<Speculative>> = Mutex::new(None);
+
+/// `answer-before-commit`: applies a batch the leader is about to hand to the log to a
+/// copy of its table (taken from the applied table at the term's first batch) and
+/// answers its callers from that copy at once. The effects are dropped (the committed
+/// entry publishes them); queued acquires are left for the committed entry to report.
+pub(crate) fn speculate(
+    sm: &StateMachine,
+    leader: openraft::alias::CommittedLeaderIdOf<crate::TypeConfig>,
+    items: &[(RequestId, Command)],
+    now_ms: u64,
+) {
+    let mut slot = SPECULATIVE.lock().unwrap_or_else(|p| p.into_inner());
+    if slot.as_ref().is_none_or(|(l, _)| *l != leader) {
+        let copy = {
+            let st = sm.state();
+            let limits = st.table.limits().clone();
+            serde_json::to_value(&st.table).and_then(serde_json::from_value::<LockTable>).map(|mut t| {
+                t.set_limits(limits);
+                t
+            })
+        };
+        let Ok(table) = copy else { return };
+        *slot = Some((leader, table));
+    }
+    let Some((_, table)) = slot.as_mut() else { return };
+    let now_ms = now_ms.max(table.now_ms());
+    let mut out = Output::default();
+    for (request, cmd) in items {
+        table.apply_into(*request, cmd.clone(), now_ms, &mut out);
+        out.persist.clear();
+        out.effects.clear();
+        sm.sink().applied(&mut out, None);
+        out.clear();
+    }
+}
+
+/// `grant-deposed`: applies one command to this (not leading) node's own table at the
+/// table's time and answers from it, as the leader's apply would. The table then holds
+/// what no log entry explains.
+pub(crate) fn answer_locally(sm: &StateMachine, request: RequestId, cmd: Command) {
+    let mut st = sm.state();
+    let now_ms = st.table.now_ms();
+    let acquire = matches!(cmd, Command::Acquire(_));
+    let mut out = Output::default();
+    st.table.apply_into(request, cmd, now_ms, &mut out);
+    out.persist.clear();
+    let queued = (acquire && !out.answers.iter().any(|(r, _)| *r == request)).then_some(request);
+    sm.sink().applied(&mut out, queued);
 }
 
 /// A clock rate that can change while the node runs: the local clock is piecewise

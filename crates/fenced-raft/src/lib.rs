@@ -12,6 +12,8 @@
 //!   each batch, the proposer, the timer that proposes `Tick`.
 //! - [`network`] carries openraft's RPCs between members over HTTP/JSON.
 
+#[cfg(feature = "fault-injection")]
+pub mod fault;
 pub mod log_store;
 pub mod network;
 pub mod node;

@@ -29,10 +29,9 @@ use openraft::impls::ProgressResponder;
 use openraft::{BasicNode, ReadPolicy, ServerState, SnapshotPolicy};
 use tokio::sync::{mpsc, Notify};
 
-// Test-only clock faults (the `fault-injection` feature; see the file).
+// Test-only faults (the `fault-injection` feature; see the file).
 #[cfg(feature = "fault-injection")]
-#[path = "fault.rs"]
-mod fault;
+use crate::fault;
 
 use crate::log_store::{Db, LogStore};
 use crate::network::Network;
@@ -368,6 +367,11 @@ impl Node {
 
     /// Queues a command for the log. Its answer comes out of the state machine.
     pub fn propose(&self, request: RequestId, cmd: Command) -> Result<(), NotLeader> {
+        #[cfg(feature = "fault-injection")]
+        if fault::broken("grant-deposed") && !self.is_leading() && !self.stopped.load(Ordering::Acquire) {
+            fault::answer_locally(&self.sm, request, cmd);
+            return Ok(());
+        }
         if !self.is_leading() || self.stopped.load(Ordering::Acquire) {
             return Err(self.not_leader());
         }
@@ -414,6 +418,10 @@ impl Node {
                 self.refusals.refused(&ids, self.not_leader().into());
                 continue;
             };
+            #[cfg(feature = "fault-injection")]
+            if fault::broken("answer-before-commit") {
+                fault::speculate(&self.sm, leader, &items, now_ms);
+            }
             let (responder, done) = ProgressResponder::complete_only();
             let batch = Batch { items, now_ms };
             if let Err(e) = self.raft.write(batch).with_leader(leader).responder(responder).await {

@@ -122,6 +122,12 @@ impl StateMachine {
         db.put_base(&encode_table(table)?)
     }
 
+    /// Where applied output goes (the test-only faults answer through it too).
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn sink(&self) -> &dyn Applied {
+        &*self.sink
+    }
+
     /// The state, locked. Views read the table here; they never change it.
     pub fn state(&self) -> MutexGuard<'_, SmState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())

@@ -278,7 +278,7 @@ fn text(r: &TortureReport) -> String {
             c.partitions_injected,
             c.clock_faults_injected
         );
-        s += &format!("  replicas: {}\n", c.replicas);
+        s += &format!("  replicas: {}; {} plain reads answered\n", c.replicas, c.plain_reads);
     }
     s += &format!(
         "  overlapping holders {}, duplicate tokens {}\n",

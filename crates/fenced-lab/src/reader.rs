@@ -1,0 +1,89 @@
+//! The plain readers of a cluster run: one per member, each asking that member alone,
+//! without a token and without failing over, for the counter (`GET /v1/store/{key}`),
+//! one read after the other. Their reads join the counter's history as
+//! [`OpKind::Get`], so the linearizability check judges them with the workers' fenced
+//! reads and writes: a member that serves a read from its own, possibly stale, table
+//! (a follower, a leader cut off from the others) is caught when a write acknowledged
+//! before the read was sent is missing from it. A member that does not lead answers
+//! `not_leader`: that read took no effect and is left out.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::{sleep, timeout};
+
+use crate::history::{Op, OpKind, OpResult};
+use crate::worker::now_us;
+
+/// The pause between two reads of one reader.
+const READ_EVERY: Duration = Duration::from_millis(40);
+/// The longest one read may take before it counts as not done.
+const READ_BOUND: Duration = Duration::from_secs(1);
+
+/// Starts a reader per member (`addrs`, reached directly) reading `key` until
+/// `until_us`; reader `i` records its operations as worker `first_worker + i`.
+pub fn spawn(
+    addrs: &[SocketAddr],
+    key: &str,
+    first_worker: u32,
+    until_us: u64,
+    tx: mpsc::UnboundedSender<Op>,
+) -> JoinSet<()> {
+    let mut set = JoinSet::new();
+    for (i, addr) in addrs.iter().copied().enumerate() {
+        let (tx, path) = (tx.clone(), format!("/v1/store/{key}"));
+        set.spawn(async move {
+            let mut cycle = 0;
+            while now_us() < until_us {
+                cycle += 1;
+                let start_us = now_us();
+                let (result, value, error) = match get(addr, &path).await {
+                    Ok(value) => (OpResult::Ok, value, None),
+                    Err(e) => (OpResult::Failed, None, Some(e)),
+                };
+                let op = Op {
+                    worker: first_worker + i as u32,
+                    cycle,
+                    kind: OpKind::Get,
+                    start_us,
+                    end_us: now_us(),
+                    result,
+                    token: None,
+                    value,
+                    error,
+                };
+                if tx.send(op).is_err() {
+                    return;
+                }
+                sleep(READ_EVERY).await;
+            }
+        });
+    }
+    set
+}
+
+/// One plain read: the counter (`None` when absent), or why there is no answer to
+/// judge (`not_leader`, a time-out, a refused connection: none of them read anything).
+async fn get(addr: SocketAddr, path: &str) -> Result<Option<u64>, String> {
+    let ask = async {
+        let mut s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        let req = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.map_err(|e| e.to_string())?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.map_err(|e| e.to_string())?;
+        Ok::<_, String>(buf)
+    };
+    let buf = timeout(READ_BOUND, ask).await.map_err(|_| format!("no answer within {READ_BOUND:?}"))??;
+    let text = String::from_utf8_lossy(&buf);
+    let (head, body) = text.split_once("\r\n\r\n").ok_or("a reply without a head")?;
+    let status = head.split(' ').nth(1).unwrap_or("");
+    match status {
+        "200" => body.trim().parse().map(Some).map_err(|_| format!("the counter holds {body:?}, not a number")),
+        "404" => Ok(None),
+        _ => Err(format!("HTTP {status}: {}", body.trim())),
+    }
+}
