@@ -8,13 +8,31 @@
 //! can be killed with SIGKILL, started again on its data directory, frozen with
 //! SIGSTOP and thawed; [`Ensemble::leader`] asks the members who leads. Dropping the
 //! handle kills every member and removes the directories.
+//!
+//! etcd and ZooKeeper members reach each other through a fault proxy per directed link
+//! ([`crate::proxy::DelayProxy`]), so [`Ensemble::cut`] and [`Ensemble::delay_links`]
+//! partition or slow them as the cluster nemesis does Fenced's:
+//!
+//! - **ZooKeeper**: each server has its own `zoo.cfg`, whose line for itself names the
+//!   ports it binds and whose lines for the others name the proxies of its links to
+//!   them (quorum and election port each). One limit: a server that receives an
+//!   election connection from a server with a lower id drops it and calls back at the
+//!   address that server declared for itself, its real port; those callbacks bypass
+//!   the proxies. The quorum links (leader to followers: every proposal, commit and
+//!   heartbeat) all go through them.
+//! - **etcd** keeps one peer address per member in its membership, the same for every
+//!   member: each member listens on its real peer port and advertises a *router*'s
+//!   address instead; the router finds which member opened each connection (the
+//!   socket's owner in `/proc`) and sends it through that member's link proxy.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -22,6 +40,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 
 use crate::peers::{ask, find_program, free_port, signal, TempDir, FOREIGN_PREFIX, UNFENCED_PREFIX, ZOOKEEPER_JAR};
+use crate::proxy::DelayProxy;
 
 /// How long an ensemble may take to serve once its members are started (three JVMs on
 /// a busy two-core machine take a while).
@@ -83,8 +102,57 @@ struct Member {
 pub struct Ensemble {
     pub kind: Kind,
     members: Vec<Member>,
+    /// The fault proxies between members (etcd, ZooKeeper; none for Fenced here).
+    net: Option<Net>,
     /// Every member's directory lives under it.
     dir: TempDir,
+}
+
+/// The proxies between members, on a runtime of their own (the ensemble is driven from
+/// plain threads as well as from tokio's blocking ones).
+#[derive(Debug)]
+struct Net {
+    /// The proxies of each directed link `(from, to)`, by member index: one per port the
+    /// link carries (ZooKeeper: quorum and election; etcd: the peer port).
+    links: BTreeMap<(usize, usize), Vec<DelayProxy>>,
+    /// Each member's process id while it runs, for etcd's routers.
+    pids: Arc<Mutex<Vec<Option<u32>>>>,
+    /// Dropped (shut down in the background) with the ensemble.
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl Net {
+    fn new(n: usize) -> Result<Net> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("ensemble-net")
+            .enable_all()
+            .build()
+            .context("a runtime for the ensemble's proxies")?;
+        Ok(Net { links: BTreeMap::new(), pids: Arc::new(Mutex::new(vec![None; n])), rt: Some(rt) })
+    }
+
+    fn rt(&self) -> &tokio::runtime::Runtime {
+        self.rt.as_ref().expect("the runtime lives as long as the ensemble")
+    }
+
+    /// A proxy to `upstream` on link `(from, to)`; its address.
+    fn link(&mut self, from: usize, to: usize, upstream: SocketAddr) -> Result<SocketAddr> {
+        let proxy = self.rt().block_on(DelayProxy::start(upstream))?;
+        let addr = proxy.addr;
+        self.links.entry((from, to)).or_default().push(proxy);
+        Ok(addr)
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        // The proxies abort their tasks; the runtime may be dropped from async code.
+        self.links.clear();
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 impl Ensemble {
@@ -92,19 +160,31 @@ impl Ensemble {
     pub fn etcd(n: usize) -> Result<Ensemble> {
         let program = find_program("etcd", "apt-get install -y etcd-server")?;
         let dir = TempDir::new("lab-etcd-cluster")?;
-        let ports: Vec<(u16, u16)> = (0..n).map(|_| Ok((free_port()?, free_port()?))).collect::<Result<_>>()?;
-        let initial = ports
-            .iter()
-            .enumerate()
-            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
-            .collect::<Vec<_>>()
-            .join(",");
+        // The members' ports stay bound until they start: the proxies' own ports
+        // cannot take them meanwhile.
+        let mut held = Vec::new();
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| Ok((hold(&mut held)?, hold(&mut held)?))).collect::<Result<_>>()?;
+        let mut net = Net::new(n)?;
+        let real = |j: usize| SocketAddr::from(([127, 0, 0, 1], ports[j].1));
+        // Member j's router: what every member knows as j's peer address.
+        let mut routers = Vec::new();
+        for j in 0..n {
+            let mut routes = vec![None; n];
+            for (i, route) in routes.iter_mut().enumerate().filter(|&(i, _)| i != j) {
+                *route = Some(net.link(i, j, real(j))?);
+            }
+            let pids = net.pids.clone();
+            routers.push(net.rt().block_on(router::start(real(j), routes, pids))?);
+        }
+        let initial =
+            routers.iter().enumerate().map(|(i, router)| format!("m{i}=http://{router}")).collect::<Vec<_>>().join(",");
         let members = ports
             .iter()
             .enumerate()
             .map(|(i, &(client, peer))| {
                 let client_url = format!("http://127.0.0.1:{client}");
                 let peer_url = format!("http://127.0.0.1:{peer}");
+                let advertised = format!("http://{}", routers[i]);
                 let mut args: Vec<OsString> = [
                     "--name",
                     &format!("m{i}"),
@@ -115,7 +195,7 @@ impl Ensemble {
                     "--listen-peer-urls",
                     &peer_url,
                     "--initial-advertise-peer-urls",
-                    &peer_url,
+                    &advertised,
                     "--initial-cluster",
                     &initial,
                     "--initial-cluster-state",
@@ -139,7 +219,8 @@ impl Ensemble {
                 }
             })
             .collect();
-        Ensemble { kind: Kind::Etcd, members, dir }.started()
+        drop(held);
+        Ensemble { kind: Kind::Etcd, members, net: Some(net), dir }.started()
     }
 
     /// A ZooKeeper ensemble of `n` servers (`server.N=127.0.0.1:peer:election` lines,
@@ -147,10 +228,8 @@ impl Ensemble {
     /// [`crate::peers`], heap at most 256 MB each.
     ///
     /// Each server has its own `zoo.cfg`, and in it its own view of where its peers
-    /// are ([`zoo_cfg`]): today every view names the peers' real ports, but a later
-    /// change can give server i the address of a fault proxy for each link i → j
-    /// (its own line stays the address it binds), and so cut or delay one direction
-    /// of one link.
+    /// are ([`zoo_cfg`]): its own line names the ports it binds, the others' the fault
+    /// proxies of its links to them.
     pub fn zookeeper(n: usize) -> Result<Ensemble> {
         const HINT: &str = "apt-get install -y zookeeper";
         let java = find_program("java", HINT)?;
@@ -159,16 +238,28 @@ impl Ensemble {
         }
         let dir = TempDir::new("lab-zk-ensemble")?;
         // Per server: client, quorum (peer) and leader-election ports.
+        let mut held = Vec::new();
         let ports: Vec<[u16; 3]> =
-            (0..n).map(|_| Ok([free_port()?, free_port()?, free_port()?])).collect::<Result<_>>()?;
+            (0..n).map(|_| Ok([hold(&mut held)?, hold(&mut held)?, hold(&mut held)?])).collect::<Result<_>>()?;
+        let mut net = Net::new(n)?;
         let mut members = Vec::new();
         for (i, [client, ..]) in ports.iter().enumerate() {
             let id = i + 1;
             let home = dir.path().join(format!("zk{id}"));
             fs::create_dir_all(home.join("data"))?;
             fs::write(home.join("data").join("myid"), format!("{id}\n"))?;
-            // Server i's view of every server j: the real ports, for now.
-            let view: Vec<(u16, u16)> = ports.iter().map(|p| (p[1], p[2])).collect();
+            // Server i's view of every server j: its own ports, and the proxies of its
+            // links to the others.
+            let mut view = Vec::new();
+            for (j, p) in ports.iter().enumerate() {
+                if i == j {
+                    view.push((p[1], p[2]));
+                } else {
+                    let quorum = net.link(i, j, SocketAddr::from(([127, 0, 0, 1], p[1])))?;
+                    let election = net.link(i, j, SocketAddr::from(([127, 0, 0, 1], p[2])))?;
+                    view.push((quorum.port(), election.port()));
+                }
+            }
             let cfg = home.join("zoo.cfg");
             fs::write(&cfg, zoo_cfg(&home.join("data"), *client, &view))
                 .with_context(|| format!("write {}", cfg.display()))?;
@@ -188,7 +279,8 @@ impl Ensemble {
                 child: None,
             });
         }
-        Ensemble { kind: Kind::Zookeeper, members, dir }.started()
+        drop(held);
+        Ensemble { kind: Kind::Zookeeper, members, net: Some(net), dir }.started()
     }
 
     /// `n` Fenced members (`fenced server --node-id I --peers ...`, ids 1..=n), each
@@ -238,7 +330,7 @@ impl Ensemble {
                 }
             })
             .collect();
-        Ensemble { kind: Kind::Fenced, members, dir }.started()
+        Ensemble { kind: Kind::Fenced, members, net: None, dir }.started()
     }
 
     /// Starts every member, waits until each serves and a quorum write succeeds.
@@ -301,6 +393,78 @@ impl Ensemble {
             let _ = child.kill();
             let _ = child.wait();
         }
+        self.note_pid(i);
+    }
+
+    /// Starts members `victims` again (each killed first if it runs), all at once, and
+    /// waits until each serves: members that need each other to serve (etcd's
+    /// `/health` wants a leader) come back together.
+    pub fn restart_all(&mut self, victims: &[usize]) -> Result<()> {
+        for &i in victims {
+            self.kill(i);
+        }
+        for &i in victims {
+            self.spawn(i)?;
+        }
+        let deadline = Instant::now() + RESTART_TIMEOUT;
+        victims.iter().try_for_each(|&i| self.wait_serving(i, deadline))
+    }
+
+    /// Cuts every link from a member of `a` to a member of `b` (and back, when `both`):
+    /// open connections are closed and new ones refused until [`Ensemble::heal`]. The
+    /// links cut, as `(from, to)` member numbers from 1.
+    pub fn cut(&self, a: &[usize], b: &[usize], both: bool) -> Vec<(u64, u64)> {
+        let mut cut = Vec::new();
+        let mut block = |x: usize, y: usize| {
+            if let Some(proxies) = self.net.as_ref().and_then(|n| n.links.get(&(x, y))) {
+                proxies.iter().for_each(|p| p.set_blocked(true));
+                cut.push((x as u64 + 1, y as u64 + 1));
+            }
+        };
+        for &x in a {
+            for &y in b.iter().filter(|&&y| y != x) {
+                block(x, y);
+                if both {
+                    block(y, x);
+                }
+            }
+        }
+        cut
+    }
+
+    /// Holds every byte on member `i`'s links (both directions) for `d`.
+    pub fn delay_links(&self, i: usize, d: Duration) {
+        for ((a, b), proxies) in self.net.iter().flat_map(|n| &n.links) {
+            if *a == i || *b == i {
+                proxies.iter().for_each(|p| p.set_delay(d));
+            }
+        }
+    }
+
+    /// Every link open, no delay.
+    pub fn heal(&self) {
+        for proxies in self.net.iter().flat_map(|n| n.links.values()) {
+            for p in proxies {
+                p.set_blocked(false);
+                p.set_delay(Duration::ZERO);
+            }
+        }
+    }
+
+    /// Whether the members reach each other through fault proxies.
+    pub fn has_links(&self) -> bool {
+        self.net.as_ref().is_some_and(|n| !n.links.is_empty())
+    }
+
+    /// A handle that asks the members who leads, usable while the ensemble is locked.
+    pub fn probe(&self) -> Probe {
+        Probe { kind: self.kind, addrs: self.addrs() }
+    }
+
+    fn note_pid(&self, i: usize) {
+        if let Some(net) = &self.net {
+            net.pids.lock().expect("pids")[i] = self.pid(i);
+        }
     }
 
     /// Starts member `i` again (killed first if it runs) on its ports and data
@@ -347,16 +511,7 @@ impl Ensemble {
 
     /// Whether member `i` says it leads.
     fn leads(&self, i: usize) -> bool {
-        let addr = self.members[i].client;
-        match self.kind {
-            Kind::Etcd => {
-                let Some(status) = http_json(addr, "POST", "/v3/maintenance/status", "{}") else { return false };
-                let me = status["header"]["member_id"].as_str();
-                me.is_some() && me == status["leader"].as_str()
-            }
-            Kind::Zookeeper => four_letters(addr, "srvr").is_some_and(|a| a.contains("Mode: leader")),
-            Kind::Fenced => http_json(addr, "GET", "/readyz", "").is_some_and(|v| v["leader"] == true),
-        }
+        term_if_leader(self.kind, self.members[i].client).is_some()
     }
 
     fn spawn(&mut self, i: usize) -> Result<()> {
@@ -372,6 +527,7 @@ impl Ensemble {
             .spawn()
             .with_context(|| format!("start {}", m.program.display()))?;
         m.child = Some(child);
+        self.note_pid(i);
         Ok(())
     }
 
@@ -459,9 +615,133 @@ impl Drop for Ensemble {
     }
 }
 
+/// A free loopback port, kept bound (in `held`) until the caller lets it go.
+fn hold(held: &mut Vec<std::net::TcpListener>) -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("bind a loopback port")?;
+    let port = l.local_addr()?.port();
+    held.push(l);
+    Ok(port)
+}
+
+/// Asks an ensemble's members who leads, without holding the [`Ensemble`] (a frozen
+/// member makes a question last seconds).
+#[derive(Clone, Debug)]
+pub struct Probe {
+    kind: Kind,
+    addrs: Vec<SocketAddr>,
+}
+
+impl Probe {
+    /// The member that says it leads in the highest term, and that term (etcd: its
+    /// `raftTerm`; ZooKeeper: the epoch, the high 32 bits of its last zxid), every
+    /// member asked at once; `None` while none does.
+    pub fn leader_term(&self) -> Option<(u64, usize)> {
+        std::thread::scope(|s| {
+            let asks: Vec<_> = self.addrs.iter().map(|&a| s.spawn(move || term_if_leader(self.kind, a))).collect();
+            asks.into_iter().enumerate().filter_map(|(i, h)| Some((h.join().ok()??, i))).max()
+        })
+    }
+}
+
+/// The term of the member at `addr` if it says it leads (Fenced: 0, its `/readyz`
+/// has no term).
+fn term_if_leader(kind: Kind, addr: SocketAddr) -> Option<u64> {
+    match kind {
+        Kind::Etcd => {
+            let status = http_json(addr, "POST", "/v3/maintenance/status", "{}")?;
+            let me = status["header"]["member_id"].as_str();
+            // The JSON gateway writes 64-bit numbers as strings.
+            (me.is_some() && me == status["leader"].as_str()).then(|| status["raftTerm"].as_str()?.parse().ok())?
+        }
+        Kind::Zookeeper => {
+            let answer = four_letters(addr, "srvr")?;
+            if !answer.contains("Mode: leader") {
+                return None;
+            }
+            let zxid = answer.lines().find_map(|l| l.strip_prefix("Zxid: 0x"))?;
+            Some(u64::from_str_radix(zxid.trim(), 16).ok()? >> 32)
+        }
+        Kind::Fenced => http_json(addr, "GET", "/readyz", "").is_some_and(|v| v["leader"] == true).then_some(0),
+    }
+}
+
+/// etcd's peer routers: one per member, at the address every member knows as that
+/// member's peer URL. Each connection goes through the proxy of the link from the
+/// member that opened it, found as the owner of the connecting socket: the socket's
+/// inode in `/proc/net/tcp`, then the member process holding it.
+mod router {
+    use super::*;
+    use tokio::net::{TcpListener, TcpStream};
+
+    /// Listens on a free loopback port; a connection from member `i` goes to
+    /// `routes[i]` (`None`: straight to `upstream`); one whose owner is not found is
+    /// closed, and said on stderr. The accept loop lives as long as the ensemble's
+    /// runtime.
+    pub(super) async fn start(
+        upstream: SocketAddr,
+        routes: Vec<Option<SocketAddr>>,
+        pids: Arc<Mutex<Vec<Option<u32>>>>,
+    ) -> Result<SocketAddr> {
+        let listener = TcpListener::bind("127.0.0.1:0").await.context("bind a router")?;
+        let addr = listener.local_addr()?;
+        tokio::spawn(async move {
+            let mut conns = tokio::task::JoinSet::new();
+            while let Ok((mut down, from)) = listener.accept().await {
+                let pids = pids.lock().expect("pids").clone();
+                // The owner is looked for twice: a socket can be missing from one read of
+                // the table. Unknown, the connection is closed rather than let around
+                // a cut (etcd dials again).
+                let route = match owner(from.port(), addr.port(), &pids).or_else(|| {
+                    std::thread::sleep(Duration::from_millis(5));
+                    owner(from.port(), addr.port(), &pids)
+                }) {
+                    Some(i) => routes[i].unwrap_or(upstream),
+                    None => {
+                        eprintln!("ensemble router {addr}: a connection from {from}, no member's: closed");
+                        continue;
+                    }
+                };
+                conns.spawn(async move {
+                    if let Ok(mut up) = TcpStream::connect(route).await {
+                        let _ = (down.set_nodelay(true), up.set_nodelay(true));
+                        let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+                    }
+                });
+                while conns.try_join_next().is_some() {}
+            }
+        });
+        Ok(addr)
+    }
+
+    /// The index of the member whose process holds the loopback socket connected from
+    /// `from_port` to `to_port`.
+    pub(super) fn owner(from_port: u16, to_port: u16, pids: &[Option<u32>]) -> Option<usize> {
+        let inode = ["/proc/net/tcp", "/proc/net/tcp6"].iter().find_map(|table| {
+            let text = fs::read_to_string(table).ok()?;
+            text.lines().skip(1).find_map(|line| socket_inode(line, from_port, to_port))
+        })?;
+        let name = format!("socket:[{inode}]");
+        pids.iter().position(|pid| {
+            let Some(pid) = pid else { return false };
+            let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+            fds.flatten().any(|fd| fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == name.as_str()))
+        })
+    }
+
+    /// The inode of a `/proc/net/tcp` line's socket if it is `from_port` → `to_port`.
+    pub(super) fn socket_inode(line: &str, from_port: u16, to_port: u16) -> Option<u64> {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        let port = |col: usize| u16::from_str_radix(cols.get(col)?.rsplit(':').next()?, 16).ok();
+        if port(1)? != from_port || port(2)? != to_port {
+            return None;
+        }
+        cols.get(9)?.parse().ok().filter(|&inode| inode != 0)
+    }
+}
+
 /// Server i's `zoo.cfg`: its data directory and client port, and `view[j]`, the
 /// (quorum, election) ports at which it reaches server j+1 (for j = i, the ports it
-/// binds). A fault proxy per directed link goes in here, in a later change.
+/// binds; for the others, the proxies of its links to them).
 fn zoo_cfg(data: &Path, client: u16, view: &[(u16, u16)]) -> String {
     let mut s = format!(
         "tickTime=2000\ninitLimit=10\nsyncLimit=2\nminSessionTimeout=2000\ndataDir={}\n\
@@ -557,10 +837,55 @@ mod tests {
         e.restart(first).unwrap();
         e.quorum_write().unwrap();
         e.pause(second).unwrap();
+        // FIXME: with the ensemble's proxies, on a machine at load 8 to 9, ZooKeeper's
+        // two live servers elected no leader within these 40 s in 2 of 5 runs (2026-12-01
+        // 00:30 to 00:50 UTC); not yet understood (the ensemble logs nothing to read).
+        // The torture runs' leader freezes were replaced every time.
         let third = e.wait_leader(e.kind.election_timeout() * 10).unwrap();
         assert_ne!(third, second, "a frozen leader was not replaced");
         e.resume(second).unwrap();
         e.quorum_write().unwrap();
+        // Cut off behind its link proxies, a leader is replaced by the other two; once
+        // healed, the ensemble takes writes again.
+        let fourth = e.wait_leader(e.kind.election_timeout() * 10).unwrap();
+        let rest: Vec<usize> = (0..3).filter(|&i| i != fourth).collect();
+        let cut = e.cut(&[fourth], &rest, true);
+        assert_eq!(cut.len(), 4, "{cut:?}");
+        let probe = e.probe();
+        let deadline = Instant::now() + e.kind.election_timeout() * 10;
+        let fifth = loop {
+            let leaders: Vec<usize> = rest.iter().copied().filter(|&i| e.leads(i)).collect();
+            if let Some(&l) = leaders.first() {
+                break l;
+            }
+            assert!(Instant::now() < deadline, "the isolated leader {fourth} was not replaced{}", e.tails());
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert!(probe.leader_term().is_some(), "the probe sees a leader");
+        e.heal();
+        let healed = Instant::now() + Duration::from_secs(30);
+        while let Err(err) = e.quorum_write() {
+            assert!(Instant::now() < healed, "no write after healing (leader {fifth}): {err:#}{}", e.tails());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    #[test]
+    fn a_proc_net_tcp_line_names_its_socket() {
+        let head = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode";
+        let line = "   3: 0100007F:A2F4 0100007F:9C41 01 00000000:00000000 00:00000000 00000000     0        0 4242 1 \
+                    0000000000000000 20 4 30 10 -1";
+        assert_eq!(router::socket_inode(line, 0xA2F4, 0x9C41), Some(4242));
+        assert_eq!(router::socket_inode(line, 0x9C41, 0xA2F4), None, "the other end's socket");
+        assert_eq!(router::socket_inode(head, 0xA2F4, 0x9C41), None);
+        // This very process's own connection is found as its own.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_s, from) = l.accept().unwrap();
+        assert_eq!(from, c.local_addr().unwrap());
+        let me = Some(std::process::id());
+        assert_eq!(router::owner(from.port(), l.local_addr().unwrap().port(), &[None, me]), Some(1));
+        assert_eq!(router::owner(from.port(), l.local_addr().unwrap().port(), &[None]), None);
     }
 
     #[test]

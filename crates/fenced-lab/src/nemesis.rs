@@ -70,6 +70,19 @@ impl Nemesis {
         Ok(n)
     }
 
+    /// The next fault of the plan: each round is a seeded shuffle of the selected kinds,
+    /// drawn when the last round is spent (shared with the peers' clusters,
+    /// [`crate::peer_nemesis`], so one seed gives one schedule for every target).
+    pub(crate) fn next_kind(self, plan: &mut Vec<Kind>, rng: &mut ChaCha8Rng) -> Option<Kind> {
+        if plan.is_empty() {
+            *plan = self.kinds();
+            for i in (1..plan.len()).rev() {
+                plan.swap(i, rng.next_u64() as usize % (i + 1));
+            }
+        }
+        plan.pop()
+    }
+
     fn kinds(self) -> Vec<Kind> {
         [
             (self.kill, Kind::Kill),
@@ -92,7 +105,7 @@ impl fmt::Display for Nemesis {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Kind {
+pub(crate) enum Kind {
     Kill,
     Pause,
     Partition,
@@ -101,7 +114,7 @@ enum Kind {
 }
 
 impl Kind {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Kill => "kill",
             Kind::Pause => "pause",
@@ -185,13 +198,7 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
         if Instant::now() >= faults_until {
             break;
         }
-        if plan.is_empty() {
-            plan = cfg.nemesis.kinds();
-            for i in (1..plan.len()).rev() {
-                plan.swap(i, rng.next_u64() as usize % (i + 1));
-            }
-        }
-        let Some(kind) = plan.pop() else { continue };
+        let Some(kind) = cfg.nemesis.next_kind(&mut plan, &mut rng) else { continue };
         // Every draw of this fault is made now, whatever happens next.
         let (variant, p1, p2) = (rng.next_u64(), rng.next_u64(), rng.next_u64());
         let leader = cluster.leader(Duration::from_secs(2)).await.unwrap_or(p2 as usize % n);
@@ -254,32 +261,11 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
                 format!("SIGSTOP a worker holding the lock past its TTL{}", if paused { "" } else { " (none read)" })
             }
             Kind::Partition => {
-                let mut order: Vec<usize> = (0..n).collect();
-                for i in (1..n).rev() {
-                    order.swap(i, (p2 >> (i * 4)) as usize % (i + 1));
+                let split = Split::draw(variant, p2, leader, n);
+                if split.at_leader {
+                    aimed_at_leader.push(from);
                 }
-                let (label, cut) = match variant % 4 {
-                    0 => {
-                        aimed_at_leader.push(from);
-                        let rest: Vec<usize> = (0..n).filter(|&i| i != leader).collect();
-                        ("the leader isolated", cluster.cut(&[leader], &rest, true))
-                    }
-                    1 => {
-                        let (minority, majority) = order.split_at((n - 1) / 2);
-                        ("a majority/minority split", cluster.cut(minority, majority, true))
-                    }
-                    2 => {
-                        // order[0] sees both halves; the halves do not see each other.
-                        let rest = &order[1..];
-                        let (a, b) = rest.split_at(rest.len() / 2);
-                        ("a bridge", cluster.cut(a, b, true))
-                    }
-                    _ => {
-                        aimed_at_leader.push(from);
-                        let rest: Vec<usize> = (0..n).filter(|&i| i != leader).collect();
-                        ("one-way: the leader's requests lost", cluster.cut(&[leader], &rest, false))
-                    }
-                };
+                let (label, cut) = (split.label, cluster.cut(&split.a, &split.b, split.both));
                 let what = format!("{label}, links cut {cut:?}, for {hold_ms} ms");
                 announce(start_us, kind, &what);
                 w.pump_until(until(hold_ms)).await;
@@ -397,7 +383,53 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     Ok(report(cfg, history, faults, final_value, Some(figures), proof.map(|p| vec![p])))
 }
 
-fn announce(start_us: u64, kind: Kind, what: &str) {
+/// One partition of the schedule: every link from a member of `a` to a member of `b`
+/// cut (and back, when `both`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Split {
+    pub label: &'static str,
+    pub a: Vec<usize>,
+    pub b: Vec<usize>,
+    pub both: bool,
+    /// Whether it strikes the leader (a failover is measured after it).
+    pub at_leader: bool,
+}
+
+impl Split {
+    /// The partition that the draws `variant` and `p2` make of `n` members led by
+    /// `leader`: the leader isolated, a majority/minority split, a bridge (one member
+    /// sees both halves, which do not see each other), or one-way (the leader's
+    /// requests to the others lost).
+    pub(crate) fn draw(variant: u64, p2: u64, leader: usize, n: usize) -> Split {
+        let mut order: Vec<usize> = (0..n).collect();
+        for i in (1..n).rev() {
+            order.swap(i, (p2 >> (i * 4)) as usize % (i + 1));
+        }
+        let rest: Vec<usize> = (0..n).filter(|&i| i != leader).collect();
+        let split = |label, a: &[usize], b: &[usize], both, at_leader| Split {
+            label,
+            a: a.to_vec(),
+            b: b.to_vec(),
+            both,
+            at_leader,
+        };
+        match variant % 4 {
+            0 => split("the leader isolated", &[leader], &rest, true, true),
+            1 => {
+                let (minority, majority) = order.split_at((n - 1) / 2);
+                split("a majority/minority split", minority, majority, true, false)
+            }
+            2 => {
+                let rest = &order[1..];
+                let (a, b) = rest.split_at(rest.len() / 2);
+                split("a bridge", a, b, true, false)
+            }
+            _ => split("one-way: the leader's requests lost", &[leader], &rest, false, true),
+        }
+    }
+}
+
+pub(crate) fn announce(start_us: u64, kind: Kind, what: &str) {
     eprintln!("nemesis +{:.1}s {}: {what}", (now_us() - start_us) as f64 / 1e6, kind.name());
 }
 
@@ -422,7 +454,7 @@ fn answered_lock_call(o: &Op) -> bool {
 }
 
 /// When the first lock request sent at or after `t_us` was answered.
-fn first_answer_after(history: &[Op], t_us: u64) -> Option<u64> {
+pub(crate) fn first_answer_after(history: &[Op], t_us: u64) -> Option<u64> {
     history.iter().filter(|o| o.start_us >= t_us && answered_lock_call(o)).map(|o| o.end_us).min()
 }
 
@@ -440,7 +472,7 @@ pub fn unavailable_us(history: &[Op], from_us: u64, to_us: u64, gap_us: u64) -> 
 }
 
 /// The nearest-rank percentile of sorted `xs`.
-fn percentile(xs: &[u64], p: usize) -> Option<u64> {
+pub(crate) fn percentile(xs: &[u64], p: usize) -> Option<u64> {
     if xs.is_empty() {
         return None;
     }

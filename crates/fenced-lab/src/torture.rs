@@ -21,7 +21,6 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep, timeout, Instant};
 
-use crate::ensemble::Ensemble;
 use crate::history::{analyse, overlapping_holders, store_linearizable, Fault, Op, OpKind, OpResult};
 pub use crate::nemesis::{ClusterFigures, Nemesis};
 use crate::peers::{signal, Service};
@@ -34,18 +33,14 @@ use crate::worker::{now_us, WorkerSpec};
 pub struct Faults {
     /// SIGSTOP a worker between its read and its write, for longer than the TTL.
     pub pause: bool,
-    /// kill -9 the lock service and start it again on the same data directory (a
-    /// cluster's: its leader).
+    /// kill -9 the lock service and start it again on the same data directory.
     pub crash: bool,
     /// Hold the bytes between workers and lock service.
     pub delay: bool,
-    /// SIGSTOP a cluster's leader past its election timeout and the TTL, then SIGCONT
-    /// (clusters only; other targets ignore it).
-    pub freeze: bool,
 }
 
 impl Faults {
-    pub const ALL: Faults = Faults { pause: true, crash: true, delay: true, freeze: true };
+    pub const ALL: Faults = Faults { pause: true, crash: true, delay: true };
 }
 
 /// One torture run.
@@ -61,9 +56,10 @@ pub struct TortureConfig {
     /// The last stretch of the run, without faults.
     pub recovery: Duration,
     pub faults: Faults,
-    /// Members of a cluster target (`fenced-cluster`: 3 or 5); 1 for the others.
+    /// Members of a cluster target (`fenced-cluster`: 3 or 5; the peers' clusters: 3);
+    /// 1 for the others.
     pub nodes: u32,
-    /// The faults of a cluster target (the others take `faults`).
+    /// The faults of a cluster target, [`crate::nemesis`] (the others take `faults`).
     pub nemesis: Nemesis,
     /// The `fenced` executable: the server, and the workers (`fenced torture-worker`).
     pub fenced_bin: PathBuf,
@@ -92,8 +88,14 @@ impl TortureConfig {
         if self.target.fenced_cluster() && self.nodes != 3 && self.nodes != 5 {
             return Err(format!("--nodes must be 3 or 5 for {}, not {}", self.target, self.nodes));
         }
-        if !self.target.fenced_cluster() && self.nodes != 1 {
+        if self.target.cluster() && self.nodes != 3 {
+            return Err(format!("{} runs three members, not {}", self.target, self.nodes));
+        }
+        if !self.target.fenced_cluster() && !self.target.cluster() && self.nodes != 1 {
             return Err(format!("--nodes is for --target fenced-cluster; {} runs one server", self.target));
+        }
+        if self.target.cluster() && self.nemesis.clock {
+            return Err(crate::peer_nemesis::clock_refusal(self.target).unwrap_or("no clock nemesis here").into());
         }
         if self.recovery >= self.duration {
             return Err(format!(
@@ -350,14 +352,14 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     if cfg.target.fenced_cluster() {
         return crate::nemesis::run(cfg, progress).await;
     }
+    if cfg.target.cluster() {
+        return crate::peer_nemesis::run(cfg, progress).await;
+    }
     let bin = cfg.fenced_bin.clone();
     let target = cfg.target;
-    let Services { locks, gate, pg, s3, ddb, cluster } =
+    let Services { locks, gate, pg, s3, ddb } =
         tokio::task::spawn_blocking(move || start_services(target, &bin)).await??;
-    let mut lock_addrs: Vec<_> = locks.iter().map(|s| s.addr).collect();
-    lock_addrs.extend(cluster.iter().flat_map(Ensemble::addrs));
-    let cluster = cluster.map(|c| Arc::new(Mutex::new(c)));
-    let mut leader_kills = 0u64;
+    let lock_addrs: Vec<_> = locks.iter().map(|s| s.addr).collect();
     let locks: Vec<Arc<Mutex<Service>>> = locks.into_iter().map(|s| Arc::new(Mutex::new(s))).collect();
     let mut proxies = Vec::new();
     for addr in &lock_addrs {
@@ -393,17 +395,10 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
         // Faults come in rounds, a seeded shuffle of every enabled kind (pauses twice:
         // they are the seeds' story), so a short run still sees each kind.
         if plan.is_empty() {
-            let freeze = cfg.faults.freeze && cluster.is_some();
-            plan = [
-                (cfg.faults.pause, 0u8),
-                (cfg.faults.pause, 0),
-                (cfg.faults.crash, 1),
-                (cfg.faults.delay, 2),
-                (freeze, 3),
-            ]
-            .into_iter()
-            .filter_map(|(on, f)| on.then_some(f))
-            .collect();
+            plan = [(cfg.faults.pause, 0u8), (cfg.faults.pause, 0), (cfg.faults.crash, 1), (cfg.faults.delay, 2)]
+                .into_iter()
+                .filter_map(|(on, f)| on.then_some(f))
+                .collect();
             for i in (1..plan.len()).rev() {
                 plan.swap(i, rng.next_u64() as usize % (i + 1));
             }
@@ -412,46 +407,6 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
         match fault {
             0 => {
                 w.pause_one(cfg.ttl, &mut rng).await;
-            }
-            1 if cluster.is_some() => {
-                let from = now_us();
-                let down = Duration::from_millis(100 + rng.next_u64() % 500);
-                let c = cluster.clone().expect("a cluster");
-                let killed_leader = tokio::task::spawn_blocking(move || {
-                    let mut c = c.lock().expect("cluster lock");
-                    // Its leader, if one is agreed within a few election timeouts;
-                    // otherwise (still electing) the first member that runs.
-                    let leader = c.wait_leader(c.kind.election_timeout() * 5).ok();
-                    let victim = leader.unwrap_or(0);
-                    c.kill(victim);
-                    std::thread::sleep(down);
-                    c.restart(victim).map(|()| leader.is_some())
-                })
-                .await??;
-                leader_kills += u64::from(killed_leader);
-                w.faults.push(Fault::Restart { start_us: from, end_us: now_us() });
-            }
-            3 => {
-                // Freeze the leader past the election timeout and the lease: the others
-                // elect a new one and the old one's sessions or leases may expire; then
-                // it wakes believing it still leads.
-                let c = cluster.clone().expect("freeze is planned for clusters only");
-                let election = c.lock().expect("cluster lock").kind.election_timeout();
-                let found = {
-                    let c = c.clone();
-                    tokio::task::spawn_blocking(move || {
-                        let mut c = c.lock().expect("cluster lock");
-                        let leader = c.wait_leader(election * 5).ok()?;
-                        c.pause(leader).ok().map(|()| leader)
-                    })
-                    .await?
-                };
-                let Some(member) = found else { continue };
-                let from = now_us();
-                let hold = election.max(cfg.ttl) + cfg.ttl / 2 + Duration::from_millis(rng.next_u64() % (ttl_ms + 1));
-                w.pump_until(Instant::now() + hold).await;
-                c.lock().expect("cluster lock").resume(member)?;
-                w.faults.push(Fault::LeaderFreeze { member: member as u32, start_us: from, end_us: now_us() });
             }
             1 => {
                 let from = now_us();
@@ -500,13 +455,7 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     drop(ddb);
     drop(gate);
     drop(locks);
-    drop(cluster);
-    let mut r = report(cfg, w.history, w.faults, final_value, None, None);
-    if target.cluster() {
-        r.leader_kills = Some(leader_kills);
-        r.leader_freezes = Some(r.faults.iter().filter(|f| matches!(f, Fault::LeaderFreeze { .. })).count() as u64);
-    }
-    Ok(r)
+    Ok(report(cfg, w.history, w.faults, final_value, None, None))
 }
 
 /// The report of a run from its history: the checkers' verdicts, and the cluster's
@@ -555,7 +504,7 @@ pub(crate) fn report(
         pauses_injected: count(|f| matches!(f, Fault::Pause { .. } | Fault::NodePause { .. })),
         restarts_injected: count(|f| matches!(f, Fault::Restart { .. } | Fault::Kill { .. })),
         delays_injected: count(|f| matches!(f, Fault::Delay { .. } | Fault::LinkDelay { .. })),
-        // etcd-cluster and zookeeper-ensemble: filled in by their run.
+        // etcd-cluster and zookeeper-ensemble: filled in by their nemesis.
         leader_kills: None,
         leader_freezes: None,
         token_regressions: a.token_regressions,
@@ -588,8 +537,6 @@ struct Services {
     s3: Option<Service>,
     /// DynamoDB Local, for `dynamodb` (in memory: never crashed).
     ddb: Option<Service>,
-    /// The lock service of the cluster targets (`locks` is then empty).
-    cluster: Option<Ensemble>,
 }
 
 fn start_services(target: Target, bin: &std::path::Path) -> Result<Services> {
@@ -598,22 +545,18 @@ fn start_services(target: Target, bin: &std::path::Path) -> Result<Services> {
         Target::Redlock => (0..REDLOCK_INSTANCES).map(|_| Service::redis(true)).collect::<Result<_>>()?,
         Target::Etcd | Target::EtcdGated => vec![Service::etcd()?],
         Target::ZookeeperGated => vec![Service::zookeeper()?],
-        Target::EtcdCluster | Target::ZookeeperEnsemble => Vec::new(),
         Target::Fenced | Target::FencedUnfenced | Target::Postgres | Target::S3 | Target::Dynamodb => {
             vec![Service::fenced(bin, &[])?]
         }
-        Target::FencedCluster => bail!("a Fenced cluster is started by the cluster nemesis"),
+        Target::FencedCluster | Target::EtcdCluster | Target::ZookeeperEnsemble => {
+            bail!("a cluster is started by its nemesis")
+        }
     };
     let gate = if target.gated_elsewhere() { Some(Service::fenced(bin, &[])?) } else { None };
     let pg = if target == Target::Postgres { Some(Service::postgres()?) } else { None };
     let s3 = if target == Target::S3 { Some(Service::moto(S3_BUCKET)?) } else { None };
     let ddb = if target == Target::Dynamodb { Some(Service::dynamodb_local()?) } else { None };
-    let cluster = match target {
-        Target::EtcdCluster => Some(Ensemble::etcd(3)?),
-        Target::ZookeeperEnsemble => Some(Ensemble::zookeeper(3)?),
-        _ => None,
-    };
-    Ok(Services { locks, gate, pg, s3, ddb, cluster })
+    Ok(Services { locks, gate, pg, s3, ddb })
 }
 
 /// Reads the final counter, retrying while the service comes back from a crash.
