@@ -270,6 +270,8 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
         unavailable_ms: unavailable_us(&w.history, start_us, faults_end_us, 250_000) / 1000,
         partitions_injected: schedule.iter().filter(|s| s.nemesis == "partition").count() as u64,
         clock_faults_injected: 0,
+        // The plain readers (one per member) are fenced-cluster's.
+        plain_reads: 0,
         replicas_agree: None,
         replicas: format!("not compared: {} exposes no state hash the harness reads", kind_name(cfg.target)),
         schedule,
