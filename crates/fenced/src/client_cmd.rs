@@ -109,7 +109,14 @@ pub fn run(cmd: ClientCmd, global: &Global) -> anyhow::Result<ExitCode> {
         ClientCmd::ExecWatchdog(a) => return exec::watchdog::run(a),
         other => other,
     };
-    let client = Client::builder().endpoint(&global.endpoint).build().map_err(|e| match e {
+    if global.attempt_timeout == 0 {
+        return Err(BadArgument::error("--attempt-timeout", "must be above zero"));
+    }
+    let client = Client::builder()
+        .endpoint(&global.endpoint)
+        .attempt_timeout(std::time::Duration::from_millis(global.attempt_timeout))
+        .build();
+    let client = client.map_err(|e| match e {
         Error::BadRequest(m) => BadArgument::error("--endpoint", m),
         e => e.into(),
     })?;
