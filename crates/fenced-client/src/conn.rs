@@ -27,8 +27,6 @@ pub(crate) type Answer<T> = Result<T, ApiError>;
 const FENCING_TOKEN: &str = "fencing-token";
 /// The header carrying the key's mark on a read.
 const FENCING_HIGHEST_SEEN: &str = "fencing-highest-seen";
-/// The lock a wire-protocol probe checks (read only: nothing is taken or changed).
-const PROBE_LOCK: &str = "fenced-client/probe";
 
 /// One endpoint of the lock service, over one transport. Cloning shares the connections.
 #[derive(Clone, Debug)]
@@ -46,11 +44,13 @@ impl Endpoint {
         connect_timeout: Duration,
         request_timeout: Duration,
         ca_pem: Option<&[u8]>,
+        connect_attempts: u32,
     ) -> Result<Endpoint, Error> {
         if endpoint.starts_with("fenced://") {
-            return Ok(Endpoint::Wire(Arc::new(Mux::new(endpoint, auth, connect_timeout, request_timeout)?)));
+            let mux = Mux::new(endpoint, auth, connect_timeout, request_timeout, connect_attempts)?;
+            return Ok(Endpoint::Wire(Arc::new(mux)));
         }
-        Ok(Endpoint::Http(Transport::new(endpoint, auth, connect_timeout, request_timeout, ca_pem)?))
+        Ok(Endpoint::Http(Transport::new(endpoint, auth, connect_timeout, request_timeout, ca_pem, connect_attempts)?))
     }
 
     pub fn endpoint(&self) -> &str {
@@ -67,9 +67,12 @@ impl Endpoint {
         }
     }
 
-    /// Whether this member says, within `within`, that it is alive and leads: `GET
-    /// /readyz` over HTTP; over the wire (which has no such call) a `CHECK` of a lock
-    /// nobody holds, a quorum read that a follower refuses at once.
+    /// Whether this member shows, within `within`, that it is alive: `GET /readyz`
+    /// answering `leader: true` over HTTP (a member that answers it no longer leads
+    /// would answer the request `not_leader` too); over the wire, which has no such
+    /// call, an `AUTH` with the connection's own token, which the member answers itself
+    /// (no quorum round: a freshly elected leader under load must not look silent)
+    /// and which leaves the connection's state as it was.
     pub async fn probe(&self, within: Duration) -> bool {
         let asked = async {
             match self {
@@ -77,11 +80,7 @@ impl Endpoint {
                     Ok(r) if r.is_success() => r.json::<serde_json::Value>().is_ok_and(|v| v["leader"] == true),
                     _ => false,
                 },
-                Endpoint::Wire(m) => match m.call(Request::Check { name: PROBE_LOCK, token: 1 }, false, within).await {
-                    Ok(Reply::Checked { .. }) => true,
-                    Ok(Reply::Error(e)) => !refused_as_follower(&e),
-                    _ => false,
-                },
+                Endpoint::Wire(m) => m.probe(within).await,
             }
         };
         tokio::time::timeout(within, asked).await.unwrap_or(false)
@@ -340,11 +339,13 @@ impl Conn {
         attempt_timeout: Duration,
         ca_pem: Option<&[u8]>,
     ) -> Result<Conn, Error> {
-        let list: Vec<Endpoint> = endpoints
-            .split(',')
-            .map(str::trim)
-            .filter(|e| !e.is_empty())
-            .map(|e| Endpoint::new(e, auth, connect_timeout, request_timeout, ca_pem))
+        let given: Vec<&str> = endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
+        // With several members, a refused connection sends the call to the next member
+        // at once (the rounds come back to it), rather than after backing off on it.
+        let connect_attempts = if given.len() > 1 { 1 } else { crate::http::CONNECT_ATTEMPTS_MAX };
+        let list: Vec<Endpoint> = given
+            .into_iter()
+            .map(|e| Endpoint::new(e, auth, connect_timeout, request_timeout, ca_pem, connect_attempts))
             .collect::<Result<_, _>>()?;
         if list.is_empty() {
             return Err(Error::BadRequest("no endpoint given".into()));

@@ -9,8 +9,9 @@
 //! acquire parks in the lock's queue, a membership change waits for a learner. So the
 //! request itself gets no deadline of its own; the *member* does. When a request has
 //! had no answer for half the attempt time-out, the member is asked whether it is
-//! alive and still leads (`GET /readyz` over HTTP, a `CHECK` on the wire; both cheap),
-//! and must say so within the other half. While it does, the request keeps waiting,
+//! alive (`GET /readyz` over HTTP, which also says whether it leads; an `AUTH` on the
+//! wire; both answered by the member alone, no quorum round), and must say so within
+//! the other half. While it does, the request keeps waiting,
 //! however long its wait; a member that answers nothing for the whole attempt time-out
 //! (SIGSTOP, a lost host, a cut link) is left, and skipped by every call for one
 //! attempt time-out. Any answer from a member counts as such a proof for the calls
