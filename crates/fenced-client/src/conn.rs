@@ -350,8 +350,11 @@ impl Conn {
         if list.is_empty() {
             return Err(Error::BadRequest("no endpoint given".into()));
         }
-        if attempt_timeout.is_zero() {
-            return Err(Error::BadRequest("the attempt time-out must be above zero".into()));
+        if attempt_timeout < crate::failover::ATTEMPT_TIMEOUT_MIN {
+            return Err(Error::BadRequest(format!(
+                "the attempt time-out must be at least {} ms",
+                crate::failover::ATTEMPT_TIMEOUT_MIN.as_millis()
+            )));
         }
         Ok(Conn { members: Arc::new(Members::new(list, attempt_timeout)) })
     }

@@ -38,6 +38,10 @@ const ROUND_PAUSE: Duration = Duration::from_millis(100);
 /// successor in office, and far below the request time-out.
 pub const ATTEMPT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(1);
 
+/// The shortest attempt time-out: half of it is the probe's bound, which must leave
+/// a live member on loopback time to answer.
+pub const ATTEMPT_TIMEOUT_MIN: Duration = Duration::from_millis(20);
+
 /// The members a client knows and what it has learnt of them. Shared by the clones of a
 /// client.
 #[derive(Debug)]

@@ -227,3 +227,10 @@ async fn a_frozen_leader_is_left_within_the_attempt_time_out_over_http() {
 async fn a_frozen_leader_is_left_within_the_attempt_time_out_over_the_wire() {
     a_frozen_leader_is_left(true).await;
 }
+
+#[test]
+fn an_attempt_time_out_below_the_minimum_is_refused() {
+    let build = |d| Client::builder().endpoint("http://127.0.0.1:1,http://127.0.0.1:2").attempt_timeout(d).build();
+    assert!(matches!(build(ms(5)), Err(Error::BadRequest(m)) if m.contains("at least 20 ms")));
+    assert!(build(fenced_client::ATTEMPT_TIMEOUT_MIN).is_ok());
+}
