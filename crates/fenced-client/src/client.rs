@@ -89,7 +89,7 @@ impl ClientBuilder {
     /// moves on to the next member; the request time-out still bounds the whole call.
     /// A request a live leader keeps on purpose (an acquire parked in the queue) is
     /// not cut: the leader answers the probe. Default [`crate::ATTEMPT_TIMEOUT_DEFAULT`]
-    /// (1 s); at least [`crate::ATTEMPT_TIMEOUT_MIN`] (20 ms). Unused with one endpoint.
+    /// (750 ms); at least [`crate::ATTEMPT_TIMEOUT_MIN`] (20 ms). Unused with one endpoint.
     pub fn attempt_timeout(mut self, d: Duration) -> Self {
         self.attempt_timeout = d;
         self

@@ -33,10 +33,10 @@ use crate::error::Error;
 /// A pause between rounds over every member while none takes the call.
 const ROUND_PAUSE: Duration = Duration::from_millis(100);
 
-/// The default attempt time-out: above a cluster's default election time-out
-/// (300 to 600 ms), so that a client that leaves a silent leader usually finds its
-/// successor in office, and far below the request time-out.
-pub const ATTEMPT_TIMEOUT_DEFAULT: Duration = Duration::from_secs(1);
+/// The default attempt time-out: a cluster's default election time-out (300 to
+/// 600 ms) plus a margin, so that a client that leaves a silent leader usually finds
+/// its successor in office, and far below the request time-out.
+pub const ATTEMPT_TIMEOUT_DEFAULT: Duration = Duration::from_millis(750);
 
 /// The shortest attempt time-out: half of it is the probe's bound, which must leave
 /// a live member on loopback time to answer.

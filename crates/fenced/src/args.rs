@@ -19,7 +19,7 @@ pub struct Global {
     /// With several endpoints: how long a member may answer neither a request nor a
     /// probe of its liveness before the call moves to the next (a parked acquire on a
     /// live leader is not cut). Like 500ms or 2s.
-    #[arg(long, global = true, env = "FENCED_ATTEMPT_TIMEOUT", default_value = "1s", value_parser = duration_ms)]
+    #[arg(long, global = true, env = "FENCED_ATTEMPT_TIMEOUT", default_value = "750ms", value_parser = duration_ms)]
     pub attempt_timeout: u64,
 }
 
