@@ -172,6 +172,7 @@ impl Members {
     async fn attempt<R>(&self, i: usize, fut: impl Future<Output = Result<R, Error>>, deadline: Instant) -> Attempt<R> {
         tokio::pin!(fut);
         let half = self.attempt_timeout / 2;
+        let started_ms = self.now_ms();
         loop {
             tokio::select! {
                 biased;
@@ -179,8 +180,9 @@ impl Members {
                 _ = sleep_until(deadline) => return Attempt::TimedOut,
                 _ = sleep(half) => {}
             }
-            if self.is_silent(i) {
-                // Another call found it silent meanwhile.
+            if self.found_silent_since(i, started_ms) {
+                // Another call found it silent meanwhile (an older verdict does not
+                // count: every member may have been, and this one was tried anyway).
                 return Attempt::Silent;
             }
             if self.answered_within(i, half) {
@@ -219,6 +221,12 @@ impl Members {
     fn mark_silent(&self, i: usize) {
         let until = self.now_ms() + self.attempt_timeout.as_millis() as u64;
         self.health[i].silent_until_ms.fetch_max(until, Ordering::Relaxed);
+    }
+
+    /// Found silent, by a probe that ended at or after `since_ms`.
+    fn found_silent_since(&self, i: usize, since_ms: u64) -> bool {
+        let until = self.health[i].silent_until_ms.load(Ordering::Relaxed);
+        until > self.now_ms() && until.saturating_sub(self.attempt_timeout.as_millis() as u64) >= since_ms
     }
 
     fn is_silent(&self, i: usize) -> bool {
