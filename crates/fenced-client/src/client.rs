@@ -39,8 +39,12 @@ pub struct ClientBuilder {
     auth_token: Option<String>,
     /// Bound on opening a connection.
     connect_timeout: Duration,
-    /// Bound on one request's round trip (a blocking acquire adds its wait).
+    /// Bound on one request's round trip (a blocking acquire adds its wait), failovers
+    /// included.
     request_timeout: Duration,
+    /// With several endpoints: how long a member may answer neither a request nor a
+    /// probe before the call moves on to the next (see [`ClientBuilder::attempt_timeout`]).
+    attempt_timeout: Duration,
     /// PEM certificates a `https://` server must chain to; `FENCED_CA_FILE` by default,
     /// else the public web roots.
     tls_ca_pem: Option<Vec<u8>>,
@@ -53,6 +57,7 @@ impl Default for ClientBuilder {
             auth_token: None,
             connect_timeout: Duration::from_secs(3),
             request_timeout: Duration::from_secs(10),
+            attempt_timeout: crate::failover::ATTEMPT_TIMEOUT_DEFAULT,
             tls_ca_pem: None,
         }
     }
@@ -79,6 +84,17 @@ impl ClientBuilder {
         self
     }
 
+    /// With several endpoints (a cluster's members): how long a member may leave a
+    /// request unanswered *and* not answer a probe of its liveness before the call
+    /// moves on to the next member; the request time-out still bounds the whole call.
+    /// A request a live leader keeps on purpose (an acquire parked in the queue) is
+    /// not cut: the leader answers the probe. Default [`crate::ATTEMPT_TIMEOUT_DEFAULT`]
+    /// (750 ms); at least [`crate::ATTEMPT_TIMEOUT_MIN`] (20 ms). Unused with one endpoint.
+    pub fn attempt_timeout(mut self, d: Duration) -> Self {
+        self.attempt_timeout = d;
+        self
+    }
+
     /// Trusts only these PEM certificates for a `https://` endpoint.
     pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls_ca_pem = Some(pem.into());
@@ -100,7 +116,14 @@ impl ClientBuilder {
             })?),
             (None, None) => None,
         };
-        let conn = Conn::new(&endpoint, auth.as_deref(), self.connect_timeout, self.request_timeout, ca.as_deref())?;
+        let conn = Conn::new(
+            &endpoint,
+            auth.as_deref(),
+            self.connect_timeout,
+            self.request_timeout,
+            self.attempt_timeout,
+            ca.as_deref(),
+        )?;
         Ok(Client { conn })
     }
 }
@@ -298,10 +321,8 @@ impl LockRequest {
         let give_up_at = Instant::now() + wait;
         let grant_started = Instant::now();
         let (body, sent_at) = loop {
-            let wait_left = give_up_at.saturating_duration_since(Instant::now());
-            let wait_ms = u64::try_from(wait_left.as_millis()).unwrap_or(u64::MAX);
             let sent_at = Instant::now();
-            let api = match conn.acquire(&name, ttl_ms, wait_ms, conn.request_timeout() + wait_left).await? {
+            let api = match conn.acquire(&name, ttl_ms, give_up_at).await? {
                 Ok(body) => break (body, sent_at),
                 Err(api) => api,
             };

@@ -4,7 +4,6 @@
 //! details on both transports) or `Err(error)` (it could not be asked).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,8 +11,10 @@ use bytes::Bytes;
 use fenced_core::{LeaseId, LockName, Token};
 use fenced_wire::Request;
 use hyper::Method;
+use tokio::time::Instant;
 
 use crate::error::{ApiError, Error};
+use crate::failover::Members;
 use crate::http::{segment, Transport};
 use crate::mux::{Mux, Reply};
 use crate::resource::StoreRead;
@@ -43,11 +44,13 @@ impl Endpoint {
         connect_timeout: Duration,
         request_timeout: Duration,
         ca_pem: Option<&[u8]>,
+        connect_attempts: u32,
     ) -> Result<Endpoint, Error> {
         if endpoint.starts_with("fenced://") {
-            return Ok(Endpoint::Wire(Arc::new(Mux::new(endpoint, auth, connect_timeout, request_timeout)?)));
+            let mux = Mux::new(endpoint, auth, connect_timeout, request_timeout, connect_attempts)?;
+            return Ok(Endpoint::Wire(Arc::new(mux)));
         }
-        Ok(Endpoint::Http(Transport::new(endpoint, auth, connect_timeout, request_timeout, ca_pem)?))
+        Ok(Endpoint::Http(Transport::new(endpoint, auth, connect_timeout, request_timeout, ca_pem, connect_attempts)?))
     }
 
     pub fn endpoint(&self) -> &str {
@@ -62,6 +65,25 @@ impl Endpoint {
             Endpoint::Http(t) => t.request_timeout,
             Endpoint::Wire(m) => m.request_timeout,
         }
+    }
+
+    /// Whether this member shows, within `within`, that it is alive: `GET /readyz`
+    /// answering `leader: true` over HTTP (a member that answers it no longer leads
+    /// would answer the request `not_leader` too); over the wire, which has no such
+    /// call, an `AUTH` with the connection's own token, which the member answers itself
+    /// (no quorum round: a freshly elected leader under load must not look silent)
+    /// and which leaves the connection's state as it was.
+    pub async fn probe(&self, within: Duration) -> bool {
+        let asked = async {
+            match self {
+                Endpoint::Http(t) => match t.send(Method::GET, "/readyz", &[], None, within).await {
+                    Ok(r) if r.is_success() => r.json::<serde_json::Value>().is_ok_and(|v| v["leader"] == true),
+                    _ => false,
+                },
+                Endpoint::Wire(m) => m.probe(within).await,
+            }
+        };
+        tokio::time::timeout(within, asked).await.unwrap_or(false)
     }
 
     /// The HTTP transport, for the calls only the HTTP API has (the views).
@@ -286,24 +308,23 @@ fn unexpected<T>(reply: Reply) -> Result<Answer<T>, Error> {
     }
 }
 
-/// The lock service: one endpoint, or the members of a cluster. A call goes to the
-/// endpoint that answered last; when it cannot be reached, or answers that it is not
-/// the leader (or is shutting down), the call moves on to the next, round after round
-/// (100 ms apart) until the request timeout: a failover costs the election, not an
-/// error. Cloning shares the connections and the current endpoint.
+/// The lock service: one endpoint, or the members of a cluster, between which a call
+/// moves as `failover` describes. Cloning shares the connections and what was learnt
+/// of the members.
 #[derive(Clone, Debug)]
 pub(crate) struct Conn {
-    endpoints: Arc<[Endpoint]>,
-    current: Arc<AtomicUsize>,
+    members: Arc<Members>,
 }
 
-/// A pause between rounds over every endpoint while none takes the call.
-const ROUND_PAUSE: Duration = Duration::from_millis(100);
+/// A refusal that sends the call to the next member: nothing was done.
+fn refused_as_follower(e: &ApiError) -> bool {
+    e.code == "not_leader" || e.code == "shutting_down"
+}
 
 fn moves_on<T>(r: &Result<Answer<T>, Error>) -> bool {
     match r {
         Err(Error::Unavailable { .. }) => true,
-        Ok(Err(e)) => e.code == "not_leader" || e.code == "shutting_down",
+        Ok(Err(e)) => refused_as_follower(e),
         _ => false,
     }
 }
@@ -315,22 +336,31 @@ impl Conn {
         auth: Option<&str>,
         connect_timeout: Duration,
         request_timeout: Duration,
+        attempt_timeout: Duration,
         ca_pem: Option<&[u8]>,
     ) -> Result<Conn, Error> {
-        let list: Vec<Endpoint> = endpoints
-            .split(',')
-            .map(str::trim)
-            .filter(|e| !e.is_empty())
-            .map(|e| Endpoint::new(e, auth, connect_timeout, request_timeout, ca_pem))
+        let given: Vec<&str> = endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
+        // With several members, a refused connection sends the call to the next member
+        // at once (the rounds come back to it), rather than after backing off on it.
+        let connect_attempts = if given.len() > 1 { 1 } else { crate::http::CONNECT_ATTEMPTS_MAX };
+        let list: Vec<Endpoint> = given
+            .into_iter()
+            .map(|e| Endpoint::new(e, auth, connect_timeout, request_timeout, ca_pem, connect_attempts))
             .collect::<Result<_, _>>()?;
         if list.is_empty() {
             return Err(Error::BadRequest("no endpoint given".into()));
         }
-        Ok(Conn { endpoints: list.into(), current: Arc::new(AtomicUsize::new(0)) })
+        if attempt_timeout < crate::failover::ATTEMPT_TIMEOUT_MIN {
+            return Err(Error::BadRequest(format!(
+                "the attempt time-out must be at least {} ms",
+                crate::failover::ATTEMPT_TIMEOUT_MIN.as_millis()
+            )));
+        }
+        Ok(Conn { members: Arc::new(Members::new(list, attempt_timeout)) })
     }
 
     fn current(&self) -> &Endpoint {
-        &self.endpoints[self.current.load(Ordering::Relaxed) % self.endpoints.len()]
+        self.members.current()
     }
 
     pub fn endpoint(&self) -> &str {
@@ -345,39 +375,15 @@ impl Conn {
         self.current().http(what)
     }
 
-    /// Runs `call` on the current endpoint, and on the next ones while it moves on.
+    /// Runs `call` on the current member, and on the next ones while it moves on, for
+    /// up to the request time-out.
     async fn each<'a, T, F, Fut>(&'a self, call: F) -> Result<Answer<T>, Error>
     where
         F: Fn(&'a Endpoint) -> Fut,
         Fut: Future<Output = Result<Answer<T>, Error>> + 'a,
     {
-        self.each_by(call, moves_on).await
-    }
-
-    async fn each_by<'a, R, F, Fut>(&'a self, call: F, moves_on: impl Fn(&Result<R, Error>) -> bool) -> Result<R, Error>
-    where
-        F: Fn(&'a Endpoint) -> Fut,
-        Fut: Future<Output = Result<R, Error>> + 'a,
-    {
-        let n = self.endpoints.len();
-        let first = self.current.load(Ordering::Relaxed);
-        let deadline = tokio::time::Instant::now() + self.request_timeout();
-        let mut k = 0;
-        loop {
-            let i = (first + k) % n;
-            let r = call(&self.endpoints[i]).await;
-            if n == 1 || !moves_on(&r) {
-                self.current.store(i, Ordering::Relaxed);
-                return r;
-            }
-            k += 1;
-            if k % n == 0 {
-                if tokio::time::Instant::now() + ROUND_PAUSE > deadline {
-                    return r;
-                }
-                tokio::time::sleep(ROUND_PAUSE).await;
-            }
-        }
+        let deadline = Instant::now() + self.request_timeout();
+        self.members.each_by(deadline, call, moves_on).await.result
     }
 
     /// `GET path` as JSON over HTTP (the views), on whichever endpoint answers.
@@ -394,12 +400,12 @@ impl Conn {
         path: &str,
         body: Option<&serde_json::Value>,
     ) -> Result<Answer<serde_json::Value>, Error> {
-        self.each(|e| {
+        // Membership changes wait for a new member to catch up: a longer bound.
+        let timeout = self.request_timeout() * 6;
+        let call = |e| {
             let method = method.clone();
             async move {
-                let t = e.http(what)?;
-                // Membership changes wait for a new member to catch up: a longer bound.
-                let timeout = t.request_timeout * 6;
+                let t = Endpoint::http(e, what)?;
                 let r = match body {
                     Some(b) => t.json(method, path, b, timeout).await?,
                     None => t.send(method, path, &[], None, timeout).await?,
@@ -412,28 +418,35 @@ impl Conn {
                     Ok(Err(r.api_error()))
                 }
             }
-        })
-        .await
+        };
+        self.members.each_by(Instant::now() + timeout, call, moves_on).await.result
     }
 
-    pub async fn acquire(
-        &self,
-        name: &LockName,
-        ttl_ms: u64,
-        wait_ms: u64,
-        timeout: Duration,
-    ) -> Result<Answer<GrantBody>, Error> {
-        self.each(|e| e.acquire(name, ttl_ms, wait_ms, timeout)).await
+    /// Acquires under an implicit lease, waiting in the queue until `give_up_at`; a
+    /// retry on another member waits only what is left.
+    pub async fn acquire(&self, name: &LockName, ttl_ms: u64, give_up_at: Instant) -> Result<Answer<GrantBody>, Error> {
+        let deadline = give_up_at.max(Instant::now()) + self.request_timeout();
+        let wait_for = |e: &Endpoint| {
+            let wait_left = give_up_at.saturating_duration_since(Instant::now());
+            let wait_ms = u64::try_from(wait_left.as_millis()).unwrap_or(u64::MAX);
+            (wait_ms, e.request_timeout() + wait_left)
+        };
+        let each = |e| {
+            let (wait_ms, timeout) = wait_for(e);
+            e.acquire(name, ttl_ms, wait_ms, timeout)
+        };
+        self.members.each_by(deadline, each, moves_on).await.result
     }
 
     pub async fn release_and_revoke(&self, name: &LockName, lease: LeaseId) -> Result<(Answer<()>, Answer<()>), Error> {
         // Two answers: moved on together when the first says so.
         let moves_on = |r: &Result<(Answer<()>, Answer<()>), Error>| match r {
-            Ok((Err(e), _)) => e.code == "not_leader" || e.code == "shutting_down",
+            Ok((Err(e), _)) => refused_as_follower(e),
             Ok((Ok(()), _)) => false,
             Err(e) => matches!(e, Error::Unavailable { .. }),
         };
-        self.each_by(|e| e.release_and_revoke(name, lease), moves_on).await
+        let deadline = Instant::now() + self.request_timeout();
+        self.members.each_by(deadline, |e| e.release_and_revoke(name, lease), moves_on).await.result
     }
 
     pub async fn create_lease(&self, ttl_ms: u64) -> Result<Answer<(LeaseId, u64)>, Error> {
@@ -441,7 +454,8 @@ impl Conn {
     }
 
     pub async fn keepalive(&self, lease: LeaseId, timeout: Duration) -> Result<Answer<u64>, Error> {
-        self.each(|e| e.keepalive(lease, timeout)).await
+        let deadline = Instant::now() + timeout;
+        self.members.each_by(deadline, |e| e.keepalive(lease, timeout), moves_on).await.result
     }
 
     pub async fn revoke(&self, lease: LeaseId) -> Result<Answer<()>, Error> {
@@ -452,8 +466,26 @@ impl Conn {
         self.each(|e| e.check(name, token)).await
     }
 
+    /// A fenced write. Retried on another member after one fell silent, the write may
+    /// have been applied twice under the same token: harmless, the gate admits a token
+    /// equal to the mark and nothing else can have written in between (any other
+    /// writer's token is above ours and would have refused the retry). But a retry
+    /// refused as stale leaves the first attempt's fate unknown (it may have landed
+    /// before the newer writer), so that refusal is reported as `Unavailable`, never as
+    /// a clean rejection.
     pub async fn put(&self, key: &str, token: Token, value: &[u8]) -> Result<Answer<Token>, Error> {
-        self.each(|e| e.put(key, token, value)).await
+        let deadline = Instant::now() + self.request_timeout();
+        let tried = self.members.each_by(deadline, |e| e.put(key, token, value), moves_on).await;
+        match tried.result {
+            Ok(Err(e)) if tried.uncertain && matches!(e.refusal, Some(fenced_core::Error::StaleToken { .. })) => {
+                Err(Error::unavailable(format!(
+                    "the write under token {token} was retried after a member fell silent and the retry was \
+                     refused ({}): the first attempt may have been applied",
+                    e.message
+                )))
+            }
+            r => r,
+        }
     }
 
     pub async fn get(&self, key: &str, token: Option<Token>) -> Result<Answer<StoreRead>, Error> {

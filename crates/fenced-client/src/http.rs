@@ -19,8 +19,9 @@ use crate::error::{ApiError, Error};
 /// stays one path segment.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
 
-/// How many times a request that never reached the server (connect failed) is tried.
-const CONNECT_ATTEMPTS_MAX: u32 = 4;
+/// How many times a request that never reached the server (connect failed) is tried,
+/// with one endpoint (with several, the next member is tried instead).
+pub(crate) const CONNECT_ATTEMPTS_MAX: u32 = 4;
 
 /// Percent-encodes one path segment.
 pub(crate) fn segment(s: &str) -> String {
@@ -74,6 +75,8 @@ pub(crate) struct Transport {
     auth: Option<HeaderValue>,
     /// Upper bound on one request's round trip; a blocking acquire adds its wait.
     pub request_timeout: Duration,
+    /// Tries of a request whose connection could not be opened.
+    connect_attempts: u32,
 }
 
 impl Transport {
@@ -85,6 +88,7 @@ impl Transport {
         connect_timeout: Duration,
         request_timeout: Duration,
         ca_pem: Option<&[u8]>,
+        connect_attempts: u32,
     ) -> Result<Arc<Transport>, Error> {
         let base = endpoint.trim_end_matches('/').to_owned();
         let rest = base.strip_prefix("http://").or_else(|| base.strip_prefix("https://")).ok_or_else(|| {
@@ -107,7 +111,7 @@ impl Transport {
         connector.set_nodelay(true);
         let connector = wrap_tls(connector, base.starts_with("https://"), ca_pem)?;
         let http = HyperClient::builder(TokioExecutor::new()).build(connector);
-        Ok(Arc::new(Transport { http, base, auth, request_timeout }))
+        Ok(Arc::new(Transport { http, base, auth, request_timeout, connect_attempts }))
     }
 
     /// Sends one request. Only a connection that could not be opened is retried
@@ -125,7 +129,7 @@ impl Transport {
         let mut attempt = 1;
         loop {
             match self.send_once(method.clone(), path, headers, body.clone(), timeout).await {
-                Err(Attempt::NotSent(_)) if attempt < CONNECT_ATTEMPTS_MAX => {
+                Err(Attempt::NotSent(_)) if attempt < self.connect_attempts => {
                     tokio::time::sleep(backoff).await;
                     backoff *= 2;
                     attempt += 1;
@@ -273,7 +277,7 @@ mod tests {
 
     #[test]
     fn endpoints_are_checked() {
-        let t = |e| Transport::new(e, None, Duration::from_secs(1), Duration::from_secs(1), None);
+        let t = |e| Transport::new(e, None, Duration::from_secs(1), Duration::from_secs(1), None, 1);
         assert!(t("http://127.0.0.1:7400/").is_ok());
         assert!(matches!(t("127.0.0.1:7400"), Err(Error::BadRequest(_))));
         assert!(matches!(t("http://127.0.0.1:7400/v1"), Err(Error::BadRequest(_))));

@@ -24,6 +24,7 @@ mod conn;
 mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd;
+mod failover;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 mod foreign;
 mod guard;
@@ -37,6 +38,7 @@ pub mod zookeeper;
 
 pub use client::{Client, ClientBuilder, LockOptions, LockRequest, ENDPOINT_DEFAULT};
 pub use error::{Error, LostReason};
+pub use failover::{ATTEMPT_TIMEOUT_DEFAULT, ATTEMPT_TIMEOUT_MIN};
 pub use fenced_core::{LeaseId, LockName, Token};
 pub use guard::LockGuard;
 pub use resource::{Fenced, FencedResource, Store, StoreRead};

@@ -6,7 +6,8 @@
 //! both sides.
 //!
 //! The connection opens on the first request and again after it breaks. A request
-//! whose connection could not be opened is retried (it never left); one in flight
+//! whose connection could not be opened is retried (it never left; with several
+//! endpoints the next member is tried instead); one in flight
 //! when the connection breaks fails with `Unavailable`. A caller that stops waiting
 //! (timeout or a dropped future) forgets its request; for an acquire it also sends
 //! CANCEL, and if the grant raced the cancel, revokes the grant's implicit lease.
@@ -24,9 +25,6 @@ use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
 
 use crate::error::{ApiError, Error};
-
-/// How many times a request whose connection could not be opened is tried.
-const CONNECT_ATTEMPTS_MAX: u32 = 4;
 
 /// Bytes kept free in the read buffer before each read.
 const READ_CHUNK_BYTES: usize = 16 << 10;
@@ -57,6 +55,8 @@ pub(crate) struct Mux {
     connect_timeout: Duration,
     /// Upper bound on one request's round trip; a waiting acquire adds its wait.
     pub request_timeout: Duration,
+    /// Tries of a request whose connection could not be opened.
+    connect_attempts: u32,
     /// The open connection, if any.
     current: Mutex<Option<Arc<Link>>>,
     /// Serializes opening connections.
@@ -99,6 +99,7 @@ impl Mux {
         auth: Option<&str>,
         connect_timeout: Duration,
         request_timeout: Duration,
+        connect_attempts: u32,
     ) -> Result<Mux, Error> {
         let endpoint = endpoint.trim_end_matches('/').to_owned();
         let addr = endpoint.strip_prefix("fenced://").unwrap_or_default();
@@ -111,6 +112,7 @@ impl Mux {
             auth: auth.map(|t| t.as_bytes().to_vec()),
             connect_timeout,
             request_timeout,
+            connect_attempts,
             current: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
         })
@@ -129,7 +131,7 @@ impl Mux {
             };
             match sent {
                 Ok(x) => break x,
-                Err(e) if attempt >= CONNECT_ATTEMPTS_MAX => return Err(e),
+                Err(e) if attempt >= self.connect_attempts => return Err(e),
                 Err(_) => {
                     tokio::time::sleep(backoff).await;
                     backoff *= 2;
@@ -166,6 +168,13 @@ impl Mux {
     pub async fn call(&self, req: Request<'_>, abandon: bool, timeout: Duration) -> Result<Reply, Error> {
         let mut replies = self.call_many(&[(req, abandon)], timeout).await?;
         Ok(replies.pop().expect("one answer per request"))
+    }
+
+    /// Whether the member answers an `AUTH` (with this client's own token, so that an
+    /// authenticated connection stays so) within `within`: any answer proves it alive.
+    pub async fn probe(&self, within: Duration) -> bool {
+        let token = self.auth.as_deref().unwrap_or_default();
+        self.call(Request::Auth { token }, false, within).await.is_ok()
     }
 
     /// The open connection, opening one if there is none.

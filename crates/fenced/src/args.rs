@@ -16,6 +16,11 @@ pub struct Global {
     /// moves to the next when one is down or not the leader).
     #[arg(long, global = true, env = "FENCED_ENDPOINT", default_value = "http://127.0.0.1:7400")]
     pub endpoint: String,
+    /// With several endpoints: how long a member may answer neither a request nor a
+    /// probe of its liveness before the call moves to the next (a parked acquire on a
+    /// live leader is not cut). Like 500ms or 2s.
+    #[arg(long, global = true, env = "FENCED_ATTEMPT_TIMEOUT", default_value = "750ms", value_parser = duration_ms)]
+    pub attempt_timeout: u64,
 }
 
 impl Global {

@@ -109,7 +109,13 @@ pub fn run(cmd: ClientCmd, global: &Global) -> anyhow::Result<ExitCode> {
         ClientCmd::ExecWatchdog(a) => return exec::watchdog::run(a),
         other => other,
     };
-    let client = Client::builder().endpoint(&global.endpoint).build().map_err(|e| match e {
+    let attempt_timeout = std::time::Duration::from_millis(global.attempt_timeout);
+    if attempt_timeout < fenced_client::ATTEMPT_TIMEOUT_MIN {
+        let min = fenced_client::ATTEMPT_TIMEOUT_MIN.as_millis();
+        return Err(BadArgument::error("--attempt-timeout", format!("must be at least {min}ms")));
+    }
+    let client = Client::builder().endpoint(&global.endpoint).attempt_timeout(attempt_timeout).build();
+    let client = client.map_err(|e| match e {
         Error::BadRequest(m) => BadArgument::error("--endpoint", m),
         e => e.into(),
     })?;

@@ -1,6 +1,7 @@
 //! Integration tests of fenced-client against a real `fenced server` (and, for the
 //! adapters, a real PostgreSQL and SQLite).
 
+mod failover;
 mod guard;
 mod resources;
 mod secure;

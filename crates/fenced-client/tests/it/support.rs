@@ -68,8 +68,12 @@ impl Server {
     }
 
     pub async fn start_with(args: &[String]) -> Server {
+        Server::start_on(free_port(), args).await
+    }
+
+    /// Starts on `port` (a cluster's members must know each other's ports first).
+    pub async fn start_on(port: u16, args: &[String]) -> Server {
         let data = TempDir::new("server");
-        let port = free_port();
         let child = spawn(port, data.path(), args);
         let s = Server { child, port, data, args: args.to_vec() };
         s.wait_live().await;

@@ -1,0 +1,236 @@
+//! The client across a silent member: a member that holds a request and answers
+//! nothing (SIGSTOP, a lost host) is left after the attempt time-out, while an acquire
+//! parked in a live leader's queue is not cut; three real members with the leader
+//! frozen, over HTTP and over the wire protocol.
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use fenced_client::{Client, Error, LockGuard};
+use tokio::time::{sleep, timeout, Instant};
+
+use crate::support::{free_port, Server};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A member that accepts connections and never answers (a process stopped with
+/// SIGSTOP looks like this from outside): its `host:port`.
+fn silent_member() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    addr
+}
+
+async fn left_silent_but_parked_stays(wire: bool) {
+    let server = if wire { Server::start_wire(&[]).await } else { Server::start().await };
+    let (scheme, live) = if wire { ("fenced", server.wire_endpoint()) } else { ("http", server.endpoint()) };
+    let endpoints = format!("{scheme}://{},{live}", silent_member());
+    let client = Client::builder()
+        .endpoint(endpoints)
+        .request_timeout(ms(20_000))
+        .attempt_timeout(ms(400))
+        .build()
+        .expect("client");
+    let t0 = Instant::now();
+    let holder = client.lock("q").ttl(ms(10_000)).try_acquire().await.expect("granted past the silent member");
+    let took = t0.elapsed();
+    // The request timeout is 20 s: the call left the silent member long before it.
+    assert!(took < ms(5_000), "{scheme}: {took:?} to leave a silent member (attempt time-out 400 ms)");
+    assert_eq!(client.endpoint(), live);
+
+    // B parks behind the holder on the live member, for several attempt time-outs; C
+    // joins the queue after. A waiter cut and queued again would be behind C.
+    let b = tokio::spawn({
+        let client = client.clone();
+        async move { client.lock("q").ttl(ms(5_000)).wait(ms(15_000)).acquire().await }
+    });
+    sleep(ms(1_500)).await;
+    let other = Client::builder().endpoint(&live).build().expect("client");
+    let c = tokio::spawn(async move { other.lock("q").ttl(ms(5_000)).wait(ms(15_000)).acquire().await });
+    sleep(ms(1_000)).await;
+    holder.release().await.expect("release");
+    let gb = timeout(ms(5_000), b)
+        .await
+        .expect("B, first in the queue, was granted at the release: it kept its place")
+        .expect("join")
+        .expect("B granted");
+    sleep(ms(200)).await;
+    assert!(!c.is_finished(), "{scheme}: C was answered while B holds the lock");
+    let b_token = gb.token();
+    gb.release().await.expect("release B");
+    let gc = timeout(ms(5_000), c).await.expect("C granted after B").expect("join").expect("C granted");
+    assert!(gc.token() > b_token);
+    gc.release().await.expect("release C");
+}
+
+#[tokio::test]
+async fn a_silent_member_is_left_and_a_parked_waiter_is_not_cut_over_http() {
+    left_silent_but_parked_stays(false).await;
+}
+
+#[tokio::test]
+async fn a_silent_member_is_left_and_a_parked_waiter_is_not_cut_over_the_wire() {
+    left_silent_but_parked_stays(true).await;
+}
+
+/// Three members, each with the HTTP API and the wire protocol.
+struct Cluster {
+    members: Vec<Server>,
+    http: Vec<String>,
+    wire: Vec<String>,
+}
+
+impl Cluster {
+    async fn start() -> Cluster {
+        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+        let peers: Vec<String> =
+            ports.iter().enumerate().map(|(i, (h, _))| format!("{}=http://127.0.0.1:{h}", i + 1)).collect();
+        let peers = peers.join(",");
+        let mut members = Vec::new();
+        for (i, (h, w)) in ports.iter().enumerate() {
+            let args = [
+                "--node-id".to_owned(),
+                (i + 1).to_string(),
+                "--peers".to_owned(),
+                peers.clone(),
+                "--wire-listen".to_owned(),
+                format!("127.0.0.1:{w}"),
+            ];
+            members.push(Server::start_on(*h, &args).await);
+        }
+        let http = ports.iter().map(|(h, _)| format!("http://127.0.0.1:{h}")).collect();
+        let wire = ports.iter().map(|(_, w)| format!("fenced://127.0.0.1:{w}")).collect();
+        Cluster { members, http, wire }
+    }
+
+    /// The member that says it leads, within 20 s.
+    async fn leader(&self) -> usize {
+        let deadline = Instant::now() + ms(20_000);
+        loop {
+            for (i, url) in self.http.iter().enumerate() {
+                let c = Client::builder().endpoint(url).request_timeout(ms(500)).build().expect("client");
+                if let Ok(v) = c.cluster().await {
+                    if v["leader_id"].as_u64().is_some() && v["leader_id"] == v["id"] {
+                        return i;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "no leader within 20 s");
+            sleep(ms(50)).await;
+        }
+    }
+}
+
+/// Whenever the guard still says valid after the new leader answered, that answer
+/// must have said the lock is still this guard's.
+async fn assert_valid_means_held(client: &Client, guard: &LockGuard) {
+    if !guard.is_valid() {
+        return;
+    }
+    let answer = client.check(guard.name().as_str(), guard.token()).await;
+    if guard.is_valid() {
+        let (current, _) = answer.expect("check");
+        assert!(current, "the guard says valid, the service says {} is no longer its", guard.name());
+    }
+}
+
+async fn a_frozen_leader_is_left(wire: bool) {
+    let c = Cluster::start().await;
+    let l = c.leader().await;
+    let endpoints = if wire { &c.wire } else { &c.http };
+    let client = Client::builder().endpoint(endpoints.join(",")).request_timeout(ms(30_000)).build().expect("client");
+    let held = client.lock("held").ttl(ms(4_000)).try_acquire().await.expect("held");
+    assert_eq!(client.endpoint(), endpoints[l], "the client settled on the leader");
+    // A guard whose holder stops renewing at the freeze: its lost signal must come no
+    // later than the service lets its lock go.
+    let idle = client.lock("idle").ttl(ms(3_000)).try_acquire().await.expect("idle");
+    // A waiter parked in the leader's queue behind `held`.
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move { client.lock("held").ttl(ms(4_000)).wait(ms(25_000)).acquire().await }
+    });
+    sleep(ms(300)).await;
+
+    idle.pause_keepalive(true);
+    c.members[l].signal(libc::SIGSTOP);
+    let frozen_at = Instant::now();
+    let after = client.lock("after").ttl(ms(3_000)).try_acquire().await.expect("granted by the new leader");
+    let took = frozen_at.elapsed();
+    println!("{}: first grant {} ms after SIGSTOP of the leader", if wire { "wire" } else { "http" }, took.as_millis());
+    // The request timeout is 30 s and the leader stays frozen: the answer came from
+    // another member, within the attempt time-out (750 ms) plus an election.
+    assert!(took < ms(5_000), "{took:?} to leave a frozen leader");
+    assert_ne!(client.endpoint(), endpoints[l]);
+    assert!(after.token() > held.token(), "a token went back across the failover");
+
+    // For two TTLs of `held`: its keepalives reach the new leader, and whenever a guard
+    // says valid, the new leader agrees.
+    let mut idle_lost_at = None;
+    let mut idle_freed_at = None;
+    while frozen_at.elapsed() < ms(8_000) {
+        assert_valid_means_held(&client, &held).await;
+        assert_valid_means_held(&client, &idle).await;
+        if idle_lost_at.is_none() && idle.lost_reason().is_some() {
+            idle_lost_at = Some(Instant::now());
+        }
+        if idle_freed_at.is_none() && !client.check("idle", idle.token()).await.expect("check").0 {
+            idle_freed_at = Some(Instant::now());
+        }
+        sleep(ms(100)).await;
+    }
+    assert_eq!(held.lost_reason(), None, "the renewed guard was lost across the failover");
+    let lost_at = idle_lost_at.expect("the idle guard was never reported lost");
+    assert!(matches!(idle.lost_reason(), Some(fenced_client::LostReason::Expired)));
+    if let Some(freed) = idle_freed_at {
+        assert!(lost_at <= freed, "the service let the idle lock go before its guard said lost");
+    }
+
+    // The parked waiter moved to the new leader: releasing `held` hands it the lock.
+    let held_token = held.token();
+    held.release().await.expect("release on the new leader");
+    let next = timeout(ms(10_000), waiter)
+        .await
+        .expect("the parked waiter followed the failover")
+        .expect("join")
+        .expect("waiter granted");
+    assert!(next.token() > after.token() && after.token() > held_token, "tokens out of grant order");
+
+    // The old leader wakes and grants nothing: it no longer leads.
+    c.members[l].signal(libc::SIGCONT);
+    let old = Client::builder().endpoint(&endpoints[l]).request_timeout(ms(3_000)).build().expect("client");
+    let deadline = Instant::now() + ms(10_000);
+    loop {
+        match old.lock("woken").ttl(ms(1_000)).try_acquire().await {
+            Err(Error::Refused(fenced_core::Error::NotLeader { .. })) => break,
+            Err(Error::Unavailable { .. }) if Instant::now() < deadline => sleep(ms(100)).await,
+            other => panic!("the woken old leader answered {other:?}"),
+        }
+    }
+    next.release().await.expect("release");
+    after.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn a_frozen_leader_is_left_within_the_attempt_time_out_over_http() {
+    a_frozen_leader_is_left(false).await;
+}
+
+#[tokio::test]
+async fn a_frozen_leader_is_left_within_the_attempt_time_out_over_the_wire() {
+    a_frozen_leader_is_left(true).await;
+}
+
+#[test]
+fn an_attempt_time_out_below_the_minimum_is_refused() {
+    let build = |d| Client::builder().endpoint("http://127.0.0.1:1,http://127.0.0.1:2").attempt_timeout(d).build();
+    assert!(matches!(build(ms(5)), Err(Error::BadRequest(m)) if m.contains("at least 20 ms")));
+    assert!(build(fenced_client::ATTEMPT_TIMEOUT_MIN).is_ok());
+}
