@@ -158,10 +158,10 @@ pub(crate) struct SweepRequest {
     /// The knob (default: `lease`).
     #[schema(schema_with = doc::axis)]
     over: Option<String>,
-    /// Lease multiples, when sweeping the lease (default: 1, 2, 4, 8, 16).
+    /// Lease multiples, with `over` `lease` only (default: 1, 2, 4, 8, 16).
     #[schema(schema_with = doc::leases)]
     leases: Option<Vec<u64>>,
-    /// Milliseconds, when sweeping the lock-delay or the clock step (a clock step above
+    /// Milliseconds, with `over` `lock-delay` or `clock-step` only (a clock step above
     /// 0).
     #[schema(schema_with = doc::values)]
     values: Option<Vec<u64>>,
@@ -379,6 +379,13 @@ async fn sweeps(limits: Limits, slots: &Arc<tokio::sync::Semaphore>, body: Bytes
     let [first, last] = req.seeds.unwrap_or([1, 20]);
     if first > last {
         return Err(bad("seeds", format!("[{first}, {last}] is an empty range")));
+    }
+    // A list the knob does not read is refused, not ignored: the caller meant something.
+    if axis == Axis::Lease && req.values.is_some() {
+        return Err(bad("values", "the lease knob takes leases (multiples), not values"));
+    }
+    if axis != Axis::Lease && req.leases.is_some() {
+        return Err(bad("leases", format!("the {over} knob takes values (ms), not leases")));
     }
     let values = if axis == Axis::Lease {
         let multiples = req.leases.unwrap_or_else(|| axis.values());

@@ -101,6 +101,15 @@ async fn the_sweep_lists_bounds_are_the_routes() {
             assert_eq!(call(&app, "/v1/sim/sweeps", &body).await.0, StatusCode::BAD_REQUEST, "{field} below");
         }
     }
+    // A list the knob does not read is refused (schemathesis sent an empty `values`
+    // with the lease knob, and it was taken).
+    for body in [
+        json!({ "duration_ms": 1, "clients": 1, "seeds": [1, 1], "leases": [1], "values": [] }),
+        json!({ "duration_ms": 1, "clients": 1, "seeds": [1, 1], "over": "lock-delay", "values": [0], "leases": [] }),
+    ] {
+        let (st, v) = call(&app, "/v1/sim/sweeps", &body).await;
+        assert_eq!((st, v["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("bad_parameter")), "{body}: {v}");
+    }
     assert_eq!((&props["seeds"]["minItems"], &props["seeds"]["maxItems"]), (&json!(2), &json!(2)));
     for seeds in [json!([1]), json!([1, 2, 3]), json!([2, 1])] {
         let body = json!({ "duration_ms": 1, "clients": 1, "leases": [1], "seeds": seeds });
