@@ -101,11 +101,11 @@ impl TraceSink for CappedTrace<'_> {
     }
 }
 
-/// A run's parameters, each as `fenced sim` takes it (the document at `/openapi.json` is
-/// generated from this type, with `clients` and `duration_ms` bounded by [`Limits`]).
-/// A bound that depends on another field (`compare`, `renew_fraction` or
-/// `lock_delay_ms` with a scenario that takes no lock, `lease_ms` times four for
-/// `long-lease`) is checked by the simulator's own validation: 400 `bad_parameter`.
+/// A run's parameters, each as `fenced sim` takes it; null or absent is the default.
+/// A bound that ties two fields (`compare`, `renew_fraction` or `lock_delay_ms` need a
+/// scenario that takes a lock; `long-lease` runs four times `lease_ms`) is checked by
+/// the simulator's own validation: 400 `bad_parameter`. (`/openapi.json` is generated
+/// from this type.)
 #[derive(Deserialize, Debug, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = SimRunRequest)]
@@ -145,8 +145,9 @@ pub(crate) struct RunRequest {
 }
 
 /// A sweep's parameters: one knob over values, fencing off and on, over a range of
-/// seeds. The runs it asks for (values x 2 x seeds) are bounded by [`Limits`], and each
-/// run's configuration passes the simulator's validation (400 `bad_parameter`).
+/// seeds; null or absent is the default. The runs it asks for (values x 2 x seeds) are
+/// bounded, and each run's configuration must pass the simulator's validation (400
+/// `bad_parameter`). (`/openapi.json` is generated from this type.)
 #[derive(Deserialize, Debug, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = SimSweepRequest)]
