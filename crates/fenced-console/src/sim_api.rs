@@ -27,6 +27,9 @@ use fenced_sim::sweep::{self, Axis, Spec};
 use fenced_sim::trace::{write_json, TraceSink};
 use fenced_sim::{Config, PauseModel, Record, Replication, Scenario, ServiceClock};
 use serde::Deserialize;
+use utoipa::ToSchema;
+
+use crate::doc;
 
 /// Bounds on what one request may ask of the simulator.
 #[derive(Clone, Copy, Debug)]
@@ -98,40 +101,80 @@ impl TraceSink for CappedTrace<'_> {
     }
 }
 
-#[derive(Deserialize, Debug)]
+/// A run's parameters, each as `fenced sim` takes it; null or absent is the default.
+/// A bound that ties two fields (`compare`, `renew_fraction` or `lock_delay_ms` need a
+/// scenario that takes a lock; `long-lease` runs four times `lease_ms`) is checked by
+/// the simulator's own validation: 400 `bad_parameter`. (`/openapi.json` is generated
+/// from this type.)
+#[derive(Deserialize, Debug, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct RunRequest {
+#[schema(as = SimRunRequest)]
+pub(crate) struct RunRequest {
+    /// A scenario of `fenced sim` (default: `default`).
+    #[schema(schema_with = doc::scenario)]
     scenario: Option<String>,
+    /// The run's seed (default: 1); the same seed gives the same run.
     seed: Option<u64>,
+    /// Simulated clients (default: 5).
     clients: Option<u32>,
-    /// The base lease; long-lease runs with four times it.
+    /// The base lease in ms (default: 1000); long-lease runs with four times it, and
+    /// the lease it runs with must be 10 ms to 1 h.
+    #[schema(minimum = 10, maximum = 3_600_000)]
     lease_ms: Option<u64>,
+    /// Renew at this fraction of the lease (the `renewal` scenario's knob).
+    #[schema(exclusive_minimum = 0, exclusive_maximum = 1)]
     renew_fraction: Option<f64>,
+    /// Whether the resource checks tokens (each scenario has its default).
     fencing: Option<bool>,
+    /// A pause model of `fenced sim` (default: the scenario's).
+    #[schema(schema_with = doc::pauses)]
     pauses: Option<String>,
+    /// Simulated time in ms (default: 60000).
     duration_ms: Option<u64>,
+    /// Run the same seed with fencing off, then on (not for a scenario without a lock).
     compare: Option<bool>,
-    /// `split-brain`: primary-backup or majority.
+    /// `split-brain` only: how the replicated lock service decides who serves.
+    #[schema(schema_with = doc::replication)]
     replication: Option<String>,
-    /// The lock service's clock: monotonic or wall.
+    /// The lock service's clock.
+    #[schema(schema_with = doc::clock)]
     clock: Option<String>,
+    /// Chubby's lock-delay after an expiry, in ms (not for a scenario without a lock).
+    #[schema(minimum = 0, maximum = 3_600_000)]
     lock_delay_ms: Option<u64>,
 }
 
-#[derive(Deserialize, Debug)]
+/// A sweep's parameters: one knob over values, fencing off and on, over a range of
+/// seeds; null or absent is the default. The runs it asks for (values x 2 x seeds) are
+/// bounded, and each run's configuration must pass the simulator's validation (400
+/// `bad_parameter`). (`/openapi.json` is generated from this type.)
+#[derive(Deserialize, Debug, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct SweepRequest {
+#[schema(as = SimSweepRequest)]
+pub(crate) struct SweepRequest {
+    /// The scenario whose settings the sweep keeps (default: the knob's own; not one
+    /// without a lock).
+    #[schema(schema_with = doc::scenario)]
     scenario: Option<String>,
-    /// The knob: lease (the default), lock-delay or clock-step.
+    /// The knob (default: `lease`).
+    #[schema(schema_with = doc::axis)]
     over: Option<String>,
-    /// Lease multiples, when sweeping the lease.
+    /// Lease multiples, with `over` `lease` only (default: 1, 2, 4, 8, 16).
+    #[schema(schema_with = doc::leases)]
     leases: Option<Vec<u64>>,
-    /// Milliseconds, when sweeping the lock-delay or the clock step.
+    /// Milliseconds, with `over` `lock-delay` or `clock-step` only (a clock step above
+    /// 0).
+    #[schema(schema_with = doc::values)]
     values: Option<Vec<u64>>,
-    /// Inclusive seed range `[first, last]`.
+    /// Inclusive seed range `[first, last]`, first <= last (default: [1, 20]).
+    #[schema(schema_with = doc::seeds)]
     seeds: Option<[u64; 2]>,
+    /// The base lease in ms (default: 1000); times each multiple, 10 ms to 1 h.
+    #[schema(minimum = 10, maximum = 3_600_000)]
     lease_ms: Option<u64>,
+    /// Simulated clients per run.
     clients: Option<u32>,
+    /// Simulated time per run, in ms.
     duration_ms: Option<u64>,
 }
 
@@ -337,6 +380,13 @@ async fn sweeps(limits: Limits, slots: &Arc<tokio::sync::Semaphore>, body: Bytes
     let [first, last] = req.seeds.unwrap_or([1, 20]);
     if first > last {
         return Err(bad("seeds", format!("[{first}, {last}] is an empty range")));
+    }
+    // A list the knob does not read is refused, not ignored: the caller meant something.
+    if axis == Axis::Lease && req.values.is_some() {
+        return Err(bad("values", "the lease knob takes leases (multiples), not values"));
+    }
+    if axis != Axis::Lease && req.leases.is_some() {
+        return Err(bad("leases", format!("the {over} knob takes values (ms), not leases")));
     }
     let values = if axis == Axis::Lease {
         let multiples = req.leases.unwrap_or_else(|| axis.values());

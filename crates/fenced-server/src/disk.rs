@@ -1,63 +1,84 @@
-//! The disk-space guard: the data directory's free space, probed with `statvfs` every
-//! [`PROBE_EVERY`], against the reserve `min_free_bytes`. Under it, fenced-store writes
-//! are refused (507 `insufficient_storage`) so that the room left goes to the lock
-//! service's own log: a grant, a keepalive or a release needs a few hundred bytes of
-//! log, a store value up to `value_bytes_max`. The lock service is never refused here;
-//! if its log cannot be written all the same, the server stops (see `watch_fatal`).
+//! The disk-space guard: the data directory's free space (`statvfs`) against the
+//! reserve `min_free_bytes`. Under it, fenced-store writes and fenced reads that would
+//! create a key are refused (507 `insufficient_storage`) so that the room left goes to
+//! the lock service's own log: a grant, a keepalive or a release needs a few hundred
+//! bytes of log, a store value up to `value_bytes_max`. The lock service is never
+//! refused here; if its log cannot be written all the same, the server stops (see
+//! `watch_fatal`).
+//!
+//! The space is probed on the request's own path, just before its command is proposed
+//! (a `statvfs` takes a microsecond or two, a commit a disk flush), so no write gets in
+//! on a probe that is out of date; only requests already proposed when the disk fills
+//! still land. A background probe every [`PROBE_EVERY`] only logs the changes while no
+//! store request comes.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How often the free space is probed.
+/// How often the background probe looks, to log the disk going low or coming back.
 pub const PROBE_EVERY: Duration = Duration::from_millis(500);
 
-/// The last probe's result, shared with the handlers.
-#[derive(Debug, Default)]
+/// The data directory's free space, probed when asked.
+#[derive(Debug)]
 pub struct DiskGuard {
     /// Bytes available to this process in the data directory's file system, at the
     /// last probe (`u64::MAX` before the first, or when the probe fails).
     free_bytes: AtomicU64,
     /// The reserve; 0: the guard is off.
     pub min_free_bytes: u64,
+    /// The data directory whose file system is probed.
+    dir: PathBuf,
 }
 
 impl DiskGuard {
-    pub fn new(min_free_bytes: u64) -> DiskGuard {
-        DiskGuard { free_bytes: AtomicU64::new(u64::MAX), min_free_bytes }
+    pub fn new(min_free_bytes: u64, dir: PathBuf) -> DiskGuard {
+        DiskGuard { free_bytes: AtomicU64::new(u64::MAX), min_free_bytes, dir }
     }
 
-    /// `Some(free bytes)` when a store write must be refused.
-    pub fn low(&self) -> Option<u64> {
-        let free = self.free_bytes.load(Ordering::Acquire);
-        (self.min_free_bytes > 0 && free < self.min_free_bytes).then_some(free)
+    /// Probes now: `Err(free bytes)` when taking `bytes` more would leave less than the
+    /// reserve, so the request must be refused.
+    pub fn room_for(&self, bytes: u64) -> Result<(), u64> {
+        if self.min_free_bytes == 0 {
+            return Ok(());
+        }
+        let free = self.probe();
+        if free < self.min_free_bytes.saturating_add(bytes) {
+            return Err(free);
+        }
+        Ok(())
     }
 
-    fn probe(&self, dir: &Path) {
-        let free = free_bytes(dir).unwrap_or_else(|e| {
-            tracing::warn!(error = %e, dir = %dir.display(), "cannot read the data directory's free space");
+    fn low(&self, free: u64) -> bool {
+        self.min_free_bytes > 0 && free < self.min_free_bytes
+    }
+
+    /// Reads the free space, keeps it, logs a crossing of the reserve, and returns it.
+    fn probe(&self) -> u64 {
+        let free = free_bytes(&self.dir).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, dir = %self.dir.display(), "cannot read the data directory's free space");
             u64::MAX
         });
-        let was_low = self.low().is_some();
-        self.free_bytes.store(free, Ordering::Release);
-        match (was_low, self.low().is_some()) {
+        let was = self.free_bytes.swap(free, Ordering::AcqRel);
+        match (self.low(was), self.low(free)) {
             (false, true) => {
                 tracing::warn!(free, min_free_bytes = self.min_free_bytes, "disk low: store writes refused")
             }
             (true, false) => tracing::info!(free, "disk space back above min_free_bytes: store writes taken again"),
             _ => {}
         }
+        free
     }
 }
 
-/// Probes at once, then every [`PROBE_EVERY`] until `stop` flips.
-pub async fn watch(guard: Arc<DiskGuard>, dir: PathBuf, mut stop: tokio::sync::watch::Receiver<bool>) {
+/// Probes at once, then every [`PROBE_EVERY`] until `stop` flips (for the logs).
+pub async fn watch(guard: Arc<DiskGuard>, mut stop: tokio::sync::watch::Receiver<bool>) {
     if guard.min_free_bytes == 0 {
         return;
     }
     loop {
-        guard.probe(&dir);
+        guard.probe();
         tokio::select! {
             _ = tokio::time::sleep(PROBE_EVERY) => {}
             _ = stop.wait_for(|s| *s) => return,

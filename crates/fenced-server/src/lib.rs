@@ -150,8 +150,8 @@ pub async fn run_with_wire(
         old.retire()?;
     }
     let (stop_tx, stop_rx) = watch::channel(false);
-    let disk = Arc::new(disk::DiskGuard::new(config.min_free_bytes));
-    tokio::spawn(disk::watch(disk.clone(), config.data_dir.clone(), stop_rx.clone()));
+    let disk = Arc::new(disk::DiskGuard::new(config.min_free_bytes, config.data_dir.clone()));
+    tokio::spawn(disk::watch(disk.clone(), stop_rx.clone()));
     let app = Arc::new(api::AppInner {
         locks: locks.clone(),
         config: config.clone(),

@@ -8,17 +8,15 @@
 //!   lock-delay, name and key lengths, list limit, value size) and whether
 //!   `Fencing-Token` is required on a PUT (it is, unless `unfenced_prefix` is set), so
 //!   the document describes this server, not the defaults;
-//! - hand-written: the web console's pages and the laboratory's API
-//!   (`assets/openapi-console.json`), whose types live in `fenced-console`.
+//! - generated in `fenced-console` (`fenced_console::openapi`), merged here: the web
+//!   console's pages and the laboratory's API, from the request types it parses and the
+//!   limits its routes run with.
 
 use serde_json::{json, Value};
 use utoipa::OpenApi;
 
 use super::{leases, locks, ops, store};
 use crate::config::Config;
-
-/// The hand-written part: the console's pages and the laboratory's API.
-const CONSOLE_PATHS: &str = include_str!("../../assets/openapi-console.json");
 
 #[derive(OpenApi)]
 #[openapi(
@@ -58,9 +56,15 @@ struct ApiDoc;
 pub fn document(config: &Config) -> String {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the document serializes");
     doc["info"]["version"] = json!(env!("CARGO_PKG_VERSION"));
-    let console: Value = serde_json::from_str(CONSOLE_PATHS).expect("assets/openapi-console.json is JSON");
-    for (path, item) in console["paths"].as_object().expect("paths") {
-        doc["paths"][path] = item.clone();
+    // The console's routes are served with the defaults `fenced_console::api()` has, so
+    // they are described with those (`fenced_console::openapi()`).
+    let console = fenced_console::openapi();
+    for part in ["paths", "components/schemas"] {
+        let from = console.pointer(&format!("/{part}")).and_then(Value::as_object).expect("the console's document");
+        let into = doc.pointer_mut(&format!("/{part}")).and_then(Value::as_object_mut).expect("the document");
+        for (k, v) in from {
+            assert!(into.insert(k.clone(), v.clone()).is_none(), "{part}/{k} is described twice");
+        }
     }
     if let Some(paths) = doc["paths"].as_object_mut() {
         paths.sort_keys();
@@ -101,16 +105,22 @@ fn apply_limits(doc: &mut Value, c: &Config) {
             let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) else { continue };
             for p in params {
                 let bound = match (p["name"].as_str(), p["in"].as_str()) {
+                    (Some("limit"), Some("query")) => {
+                        merge_value(&mut p["schema"], &limit);
+                        continue;
+                    }
                     (Some("name"), Some("path")) if path.starts_with("/v1/locks") => Some(&name),
                     (Some("key"), Some("path")) if path.starts_with("/v1/store") => Some(&key),
                     // A prefix may be empty: its length only.
                     (Some("prefix"), Some("query")) if path == "/v1/locks" => Some(&name_prefix),
                     (Some("prefix"), Some("query")) if path == "/v1/store" => Some(&key_prefix),
-                    (Some("limit"), Some("query")) => Some(&limit),
                     _ => None,
                 };
                 if let Some(bound) = bound {
                     merge_value(&mut p["schema"], bound);
+                    let bytes = bound["maxLength"].as_u64().expect("a length bound");
+                    let said = p["description"].as_str().unwrap_or_default().to_string();
+                    p["description"] = json!(format!("{said}. {}", bytes_note(bytes, path)));
                 }
             }
         }
@@ -148,6 +158,16 @@ fn bound_unsigned(v: &mut Value) {
         Value::Array(a) => a.iter_mut().for_each(bound_unsigned),
         _ => {}
     }
+}
+
+/// What a length bound in bytes means for a client that counts characters.
+fn bytes_note(bytes: u64, path: &str) -> String {
+    let (what, code) = if path.starts_with("/v1/store") { ("key", "invalid_key") } else { ("name", "invalid_name") };
+    format!(
+        "At most {bytes} bytes of UTF-8: maxLength counts characters, so it is {bytes} too (no {what} the server \
+         takes is longer), and a {what} of multi-byte characters may be refused below it (400 {code}, or \
+         invalid_query for a prefix)"
+    )
 }
 
 /// A name or key: no control character (C0, DEL, C1). Its length bound counts bytes on

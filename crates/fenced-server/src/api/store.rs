@@ -97,7 +97,7 @@ pub async fn write(
     let token = fencing_token(&headers)?;
     let value = read_body(&app, &headers, body, app.config.value_bytes_max, "value").await?;
     if token.is_none() && app.config.is_unfenced(&key) {
-        disk_room(&app)?;
+        disk_room(&app, value.len())?;
         let cmd = StoreCommand::WriteUnfenced { key: key.clone(), value: value.to_vec(), quotas: quotas(&app) };
         run(&app, cmd).await?;
         return Ok(reply(StatusCode::OK, &StoreWrite::Unfenced { key, unfenced: true }));
@@ -124,7 +124,7 @@ pub async fn write_value(app: &AppInner, key: String, token: Option<Token>, valu
             "a write to the fenced store needs a Fencing-Token header",
         ));
     };
-    disk_room(app)?;
+    disk_room(app, value.len())?;
     let foreign = app.config.takes_foreign_tokens(&key);
     let cmd = StoreCommand::Write { key: key.clone(), token, value, foreign, quotas: quotas(app) };
     match run(app, cmd).await {
@@ -148,7 +148,7 @@ pub async fn write_value(app: &AppInner, key: String, token: Option<Token>, valu
         (status = 404, description = "not_found (with highest_seen when the key has a mark)", body = ErrorBody),
         (status = 409, description = "stale_token, token_not_issued", body = ErrorBody),
         (status = 503, description = "not_leader (with leader_id when known)", body = ErrorBody),
-        (status = 507, description = "store_full (a fenced read that needs a new key past store_keys_max)", body = ErrorBody),
+        (status = 507, description = "store_full (a fenced read that needs a new key past store_keys_max), insufficient_storage (a fenced read of a new key with the disk below min_free_bytes, with free_bytes and min_free_bytes)", body = ErrorBody),
     ))]
 pub async fn read(State(app): State<App>, Path(key): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
     let key = store_key(&app, key)?;
@@ -176,7 +176,13 @@ pub async fn read_value(
     let (mark, value) = match token {
         Some(token) => {
             let foreign = app.config.takes_foreign_tokens(&key);
-            let cmd = StoreCommand::FencedRead { key: key.clone(), token, foreign, quotas: quotas(app) };
+            // A fenced read of a new key creates its mark: new room, which a disk below
+            // its reserve does not give. With the disk low the read is proposed with no
+            // room at all in its quotas, so every member refuses it if the key is new
+            // and takes it (the mark moves in place) if not.
+            let disk_low = disk_low(app, 0);
+            let quotas = if disk_low.is_some() { Quotas { keys_max: 0, bytes_max: 0 } } else { quotas(app) };
+            let cmd = StoreCommand::FencedRead { key: key.clone(), token, foreign, quotas };
             match run(app, cmd).await {
                 Ok(StoreAnswer::Read { mark, value }) => {
                     let t = mark.get();
@@ -189,6 +195,10 @@ pub async fn read_value(
                     (Some(mark), value)
                 }
                 Ok(other) => return Err(ApiError::internal(format!("a fenced read answered {other:?}"))),
+                Err(fenced_core::Error::StoreFull { .. }) if disk_low.is_some() => {
+                    crate::metrics::inc(&app.metrics.store_writes_disk_low);
+                    return Err(disk_low.expect("checked"));
+                }
                 Err(e) => return Err(refused(app, key, e, "read")),
             }
         }
@@ -243,21 +253,28 @@ fn refused(app: &AppInner, key: String, e: fenced_core::Error, op: &'static str)
     e.into()
 }
 
-/// A write needs room on disk beyond the reserve kept for the lock service's log.
-fn disk_room(app: &AppInner) -> Result<(), ApiError> {
-    let Some(free) = app.disk.low() else { return Ok(()) };
+/// A write needs room on disk for its value beyond the reserve kept for the lock
+/// service's log.
+fn disk_room(app: &AppInner, value_bytes: usize) -> Result<(), ApiError> {
+    let Some(e) = disk_low(app, value_bytes) else { return Ok(()) };
     crate::metrics::inc(&app.metrics.store_writes_disk_low);
+    Err(e)
+}
+
+/// The refusal a store request gets when taking `bytes` more would leave the disk below
+/// its reserve (probed now), if it would.
+fn disk_low(app: &AppInner, bytes: usize) -> Option<ApiError> {
+    let free = app.disk.room_for(bytes as u64).err()?;
     let min = app.disk.min_free_bytes;
-    Err(ApiError::new(
+    let e = ApiError::new(
         StatusCode::INSUFFICIENT_STORAGE,
         "insufficient_storage",
         format!(
-            "the data directory has {free} bytes free, below min_free_bytes {min} kept for the lock service: \
-             store writes are refused until there is room again; locks go on"
+            "the data directory has {free} bytes free, and min_free_bytes {min} are kept for the lock service: \
+             store writes and fenced reads of new keys are refused until there is room again; locks go on"
         ),
-    )
-    .with("free_bytes", free)
-    .with("min_free_bytes", min))
+    );
+    Some(e.with("free_bytes", free).with("min_free_bytes", min))
 }
 
 /// A token sent for an unfenced key is refused rather than ignored: the caller believes

@@ -245,6 +245,10 @@ fn a_disk_below_its_reserve_refuses_store_writes_while_locks_go_on() {
     }
     assert_eq!(s.get("/v1/store/k").status, 404, "a refused write changed nothing");
     assert_eq!(s.get("/v1/store/demo/k").status, 404, "a refused write changed nothing");
+    // A fenced read of a new key would create its mark: refused alike.
+    let r = s.request("GET", "/v1/store/new", &[("Fencing-Token", &t)], b"");
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (507, Some("insufficient_storage")), "{}", r.text());
+    assert_eq!(s.get("/v1/store").json()["keys"], serde_json::json!([]), "the refused read marked nothing");
     assert_eq!(s.call("POST", "/v1/locks/d/release", &format!("{{\"lease_id\":\"{a}\"}}")).0, 200);
     assert_eq!(s.acquire("d2", "{\"ttl_ms\":1000}").0, 200, "the lock service goes on");
     assert_eq!(s.call("POST", &format!("/v1/leases/{a}/keepalive"), "").0, 200);
@@ -300,19 +304,30 @@ fn a_filling_disk_stops_store_writes_before_the_lock_service() {
     let fill = avail().saturating_sub(4 << 20);
     std::fs::write(&filler, vec![0u8; fill as usize]).unwrap();
     assert!(avail() < reserve, "filled to {} bytes free", avail());
-    // The guard probes every 500 ms: writes may land until it has seen the fill.
-    crate::harness::eventually(10, || put(b"until seen").status == 507);
-    let before = s.get("/v1/store/k").text();
+    // The guard probes on the write's own path: the first write after the fill is
+    // refused, not one half a second later.
     let r = put(b"refused");
-    assert_eq!(r.json()["error"]["code"], "insufficient_storage", "{}", r.text());
-    assert_eq!(s.get("/v1/store/k").text(), before, "a refused write changed nothing");
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (507, Some("insufficient_storage")), "{}", r.text());
+    assert_eq!(s.get("/v1/store/k").text(), "before", "a refused write changed nothing");
+    // A fenced read of a new key would create a mark: refused. One of a key that has a
+    // mark moves it in place: taken.
+    let (_, g2) = s.acquire("full-2", "{\"ttl_ms\":60000}");
+    let read = |key: &str, token: &str| s.request("GET", &format!("/v1/store/{key}"), &[("Fencing-Token", token)], b"");
+    let r = read("new", &t);
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (507, Some("insufficient_storage")), "{}", r.text());
+    assert_eq!(s.get("/v1/store/new").status, 404, "the refused read marked nothing");
+    let t2 = g2["token"].to_string();
+    let r = read("k", &t2);
+    assert_eq!((r.status, r.text()), (200, "before".to_string()), "a fenced read of a marked key goes on");
+    assert_eq!(r.header("fencing-highest-seen"), Some(t2.as_str()));
     // The lock service's log has the reserve: grants, keepalives and releases go on.
     for i in 0..20 {
         let (st, g) = s.acquire(&format!("during-{i}"), "{\"ttl_ms\":60000}");
         assert_eq!(st, 200, "grant {i} with the disk low: {g}");
     }
     std::fs::remove_file(&filler).unwrap();
-    crate::harness::eventually(10, || put(b"after").status == 200);
+    let put = |v: &[u8]| s.request("PUT", "/v1/store/k", &[("Fencing-Token", &t2)], v);
+    assert_eq!(put(b"after").status, 200, "taken again as soon as the room is back");
     assert_eq!(s.get("/v1/store/k").text(), "after");
     drop(s);
 }

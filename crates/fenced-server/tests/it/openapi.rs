@@ -91,6 +91,14 @@ fn every_documented_bound_is_the_servers() {
     assert_eq!(name_max, 40);
     assert_eq!(s.acquire(&"n".repeat(name_max), "{\"ttl_ms\":1000}").0, 200);
     assert_eq!(s.acquire(&"n".repeat(name_max + 1), "{\"ttl_ms\":1000}").0, 400);
+    // maxLength counts characters, the server bytes: a name of two-byte characters at
+    // maxLength is over the byte bound, a documented 400, and half as many fit.
+    let e_acute = |n: usize| "%C3%A9".repeat(n);
+    let (st, e) = s.acquire(&e_acute(name_max), "{\"ttl_ms\":1000}");
+    assert_eq!((st, e["error"]["code"].as_str()), (400, Some("invalid_name")), "{e}");
+    assert_eq!(s.acquire(&e_acute(name_max / 2), "{\"ttl_ms\":1000}").0, 200);
+    let name_doc = param("/v1/locks/{name}/acquire", "post", "name");
+    assert!(name_doc["description"].as_str().unwrap().contains("At most 40 bytes of UTF-8"), "{name_doc}");
     let prefix = param("/v1/locks", "get", "prefix");
     assert_eq!(num(&prefix["schema"]["maxLength"]), 40);
     assert!(prefix["schema"].get("pattern").is_none(), "an empty prefix is taken: {prefix}");
@@ -117,6 +125,10 @@ fn every_documented_bound_is_the_servers() {
     };
     assert_eq!(put(&"k".repeat(key_max), Some("1")), 200);
     assert_eq!(put(&"k".repeat(key_max + 1), Some("1")), 400);
+    assert_eq!(put(&"%C3%A9".repeat(key_max), Some("1")), 400, "two-byte characters at maxLength");
+    assert_eq!(s.get(&format!("/v1/store/{}", "%C3%A9".repeat(key_max))).status, 400);
+    assert_eq!(s.get(&format!("/v1/store?prefix={}", "%C3%A9".repeat(key_max))).status, 400);
+    assert_eq!(s.get(&format!("/v1/locks?prefix={}", "%C3%A9".repeat(name_max))).status, 400);
     assert_eq!(put("k", None), 428, "no token");
     assert_eq!(put("k", Some("0")), 400, "below the minimum");
     // u64::MAX is a token the parser takes (never issued: 409), one more is not one.

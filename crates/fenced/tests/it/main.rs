@@ -8,6 +8,7 @@ mod demo;
 mod exec;
 mod exec_foreign;
 mod nemesis;
+mod openapi;
 mod peer_clusters;
 mod server;
 mod sim;
