@@ -42,6 +42,8 @@ use crate::{Batch, NodeId, Raft};
 const HEARTBEAT_MS: u64 = 100;
 /// A longer gap between two clock reads is a stall of the process: time stands still.
 const STALL_MS: u64 = 1_000;
+/// How long a member being added may take to catch up as a learner.
+const LEARNER_CATCH_UP: Duration = Duration::from_secs(10);
 /// The most commands one batch carries.
 const BATCH_MAX: usize = 4_096;
 
@@ -588,9 +590,37 @@ impl Node {
         }
     }
 
-    /// Adds a member: first as a learner that catches up, then as a voter.
+    /// Adds a member: first as a learner that catches up, then as a voter. A learner
+    /// that has not caught up within `LEARNER_CATCH_UP` (down, a wrong URL, not started
+    /// with this cluster's peers) is removed again and never becomes a voter: a voter
+    /// that never answers would take the quorum of a single server with it.
     pub async fn add_member(&self, id: NodeId, url: String) -> Result<(), String> {
-        self.raft.add_learner(id, BasicNode { addr: url }, true).await.map_err(|e| e.to_string())?;
+        let added =
+            self.raft.add_learner(id, BasicNode { addr: url.clone() }, true).await.map_err(|e| e.to_string())?;
+        let upto = added.log_id.index;
+        let caught_up = self
+            .raft
+            .wait(Some(LEARNER_CATCH_UP))
+            .metrics(
+                |m| {
+                    let matched = m.replication.as_ref().and_then(|r| r.get(&id).cloned().flatten());
+                    matched.is_some_and(|l| l.index >= upto)
+                },
+                "the new learner caught up",
+            )
+            .await
+            .is_ok();
+        if !caught_up {
+            let remove = openraft::ChangeMembers::RemoveNodes(BTreeSet::from([id]));
+            if let Err(e) = self.raft.change_membership(remove, false).await {
+                tracing::warn!(id, error = %e, "cannot remove a learner that did not catch up");
+            }
+            return Err(format!(
+                "member {id} at {url} did not catch up within {} s (is it running, reachable from here, \
+                 and started with --peers naming this cluster?): not added",
+                LEARNER_CATCH_UP.as_secs()
+            ));
+        }
         let mut voters: BTreeSet<NodeId> = self.raft.voter_ids().collect();
         voters.insert(id);
         self.raft.change_membership(voters, false).await.map_err(|e| e.to_string())?;

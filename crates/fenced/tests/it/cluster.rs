@@ -496,3 +496,18 @@ fn progress(grants: &Mutex<Grants>, n: usize) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// A member added at a URL where nothing answers (found by an API fuzzer): it is
+/// refused after it failed to catch up as a learner, and never becomes a voter, whose
+/// silence would take the single server's quorum with it.
+#[test]
+fn a_member_that_never_answers_is_refused_and_the_server_keeps_serving() {
+    let c = Cluster::start("add-silent", 1);
+    let (st, v) = c.any("POST", "/v1/cluster/members", "{\"id\":2,\"url\":\"http://127.0.0.1:1\"}");
+    assert_eq!((st, v["error"]["code"].as_str()), (409, Some("membership_change_failed")), "{v}");
+    let s = c.status(0).unwrap();
+    let ids: Vec<u64> = s["members"].as_array().unwrap().iter().map(|m| m["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, [1], "{s}");
+    let (st, g) = c.any("POST", "/v1/locks/after-add/acquire", "{\"ttl_ms\":2000}");
+    assert_eq!(st, 200, "{g}");
+}
