@@ -39,7 +39,7 @@ use anyhow::{bail, Context, Result};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 
-use crate::peers::{ask, find_program, free_port, signal, TempDir, FOREIGN_PREFIX, UNFENCED_PREFIX, ZOOKEEPER_JAR};
+use crate::peers::{ask, fenced_server_args, find_program, free_port, signal, TempDir, ZOOKEEPER_JAR};
 use crate::proxy::DelayProxy;
 
 /// How long an ensemble may take to serve once its members are started (three JVMs on
@@ -299,26 +299,13 @@ impl Ensemble {
             .iter()
             .enumerate()
             .map(|(i, &(http, wire))| {
-                let mut args: Vec<OsString> = [
-                    "server",
-                    "--listen",
+                let wire_listen = format!("127.0.0.1:{wire}");
+                let id = (i + 1).to_string();
+                let args = fenced_server_args(
                     &format!("127.0.0.1:{http}"),
-                    "--wire-listen",
-                    &format!("127.0.0.1:{wire}"),
-                    "--node-id",
-                    &(i + 1).to_string(),
-                    "--peers",
-                    &peers,
-                    "--unfenced-prefix",
-                    UNFENCED_PREFIX,
-                    "--foreign-token-prefix",
-                    FOREIGN_PREFIX,
-                ]
-                .iter()
-                .map(OsString::from)
-                .collect();
-                args.push("--data-dir".into());
-                args.push(dir.path().join(format!("n{}", i + 1)).into());
+                    &dir.path().join(format!("n{}", i + 1)),
+                    &["--wire-listen", &wire_listen, "--node-id", &id, "--peers", &peers],
+                );
                 Member {
                     client: SocketAddr::from(([127, 0, 0, 1], http)),
                     wire: Some(SocketAddr::from(([127, 0, 0, 1], wire))),

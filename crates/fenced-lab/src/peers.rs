@@ -62,6 +62,20 @@ impl Drop for TempDir {
     }
 }
 
+/// `fenced server` as the lab runs it: listening on `listen`, its data in `data_dir`,
+/// the lab's unfenced and foreign-token prefixes, then `extra`.
+pub(crate) fn fenced_server_args(listen: &str, data_dir: &Path, extra: &[&str]) -> Vec<OsString> {
+    let mut args: Vec<OsString> =
+        ["server", "--listen", listen, "--unfenced-prefix", UNFENCED_PREFIX, "--foreign-token-prefix", FOREIGN_PREFIX]
+            .iter()
+            .map(OsString::from)
+            .collect();
+    args.push("--data-dir".into());
+    args.push(data_dir.into());
+    args.extend(extra.iter().map(OsString::from));
+    args
+}
+
 /// A free TCP port on 127.0.0.1 (free when asked; the service binds it just after).
 pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0").context("bind a loopback port")?.local_addr()?.port())
@@ -111,22 +125,7 @@ impl Service {
     /// addresses before they start).
     pub fn fenced_at(bin: &Path, addr: SocketAddr, extra: &[&str]) -> Result<Service> {
         let dir = TempDir::new("lab-fenced")?;
-        let listen = addr.to_string();
-        let mut args: Vec<OsString> = [
-            "server",
-            "--listen",
-            &listen,
-            "--unfenced-prefix",
-            UNFENCED_PREFIX,
-            "--foreign-token-prefix",
-            FOREIGN_PREFIX,
-        ]
-        .iter()
-        .map(OsString::from)
-        .collect();
-        args.push("--data-dir".into());
-        args.push(dir.path().join("data").into());
-        args.extend(extra.iter().map(OsString::from));
+        let args = fenced_server_args(&addr.to_string(), &dir.path().join("data"), extra);
         Service::launch("fenced", bin.to_path_buf(), args, addr, dir, listening)
     }
 
