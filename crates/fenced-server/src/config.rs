@@ -103,6 +103,11 @@ pub struct Config {
     /// `INCR`): the gate rule is the same, only the check that this server issued the
     /// token is off for them, since it cannot know. Empty, the default: none.
     pub foreign_token_prefix: String,
+    /// Threads of the async runtime that serves requests. 0, the default: one fewer
+    /// than the cores, at least one, since the log's writer thread is the other busy
+    /// thread (on two cores, one runtime thread is 12% less CPU per lock cycle than
+    /// two: fewer wake-ups between threads; BENCHMARKS.md).
+    pub worker_threads: usize,
 }
 
 impl Default for Config {
@@ -144,6 +149,7 @@ impl Default for Config {
             peer_routes: String::new(),
             snapshot_entries: 5_000,
             foreign_token_prefix: String::new(),
+            worker_threads: 0,
         }
     }
 }
@@ -234,6 +240,9 @@ impl Config {
         }
         if self.body_bytes_in_flight_max < self.body_bytes_max || self.body_bytes_in_flight_max > u32::MAX as usize {
             return bad("body_bytes_in_flight_max must be at least body_bytes_max and below 4 GiB");
+        }
+        if self.worker_threads > 1024 {
+            return bad("worker_threads must be at most 1024 (0: one fewer than the cores)");
         }
         if self.snapshot_entries < 10 {
             return bad("snapshot_entries must be at least 10");
@@ -385,6 +394,16 @@ mod tests {
         assert!(Config::layered(None, vec![("FENCED_LEASES_MAX".into(), "-1".into())], &[]).is_err());
         assert!(Config::layered(None, vec![], &[("tls_cert", "x".into())]).is_err());
         assert!(Config::layered(None, vec![], &[("lock_name_bytes_max", "300".into())]).is_err());
+        assert!(Config::layered(None, vec![("FENCED_WORKER_THREADS".into(), "1025".into())], &[]).is_err());
+    }
+
+    #[test]
+    fn the_runtime_leaves_a_core_to_the_log_writer_unless_told() {
+        let auto = crate::runtime_threads(&Config::default());
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(auto, cores.saturating_sub(1).max(1));
+        let set = Config::layered(None, vec![("FENCED_WORKER_THREADS".into(), "3".into())], &[]).unwrap();
+        assert_eq!(crate::runtime_threads(&set), 3);
     }
 
     #[test]

@@ -241,16 +241,26 @@ async fn watch_fatal(node: Arc<fenced_raft::Node>, fatal: Arc<tokio::sync::Notif
     }
 }
 
-/// The binary's entry: a multi-threaded runtime, bind `config.listen`, serve until
-/// SIGTERM or Ctrl-C.
+/// The binary's entry: a multi-threaded runtime (`worker_threads`), bind
+/// `config.listen`, serve until SIGTERM or Ctrl-C.
 pub fn serve_forever(config: Config) -> Result<(), ServerError> {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(runtime_threads(&config)).enable_all().build()?;
     rt.block_on(async move {
         let listener = TcpListener::bind(&config.listen)
             .await
             .map_err(|e| ServerError::Setup(format!("cannot listen on {}: {e}", config.listen)))?;
         run(listener, config, shutdown_signal()).await
     })
+}
+
+/// The runtime's threads: as configured, else one fewer than the cores (the log's
+/// writer thread takes the last one), at least one.
+fn runtime_threads(config: &Config) -> usize {
+    match config.worker_threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1)),
+        n => n,
+    }
 }
 
 async fn shutdown_signal() {
