@@ -20,6 +20,11 @@ mod torture_cmd;
 
 use std::process::ExitCode;
 
+/// mimalloc: the server allocates per request and per log entry on several threads;
+/// glibc's malloc and free were a tenth of its CPU (BENCHMARKS.md, per-cycle CPU).
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 
 /// Fenced: a lock service whose every grant carries a strictly increasing fencing
