@@ -29,7 +29,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use tokio::time::{sleep, sleep_until, timeout, Instant};
 
-use crate::ensemble::Ensemble;
+use crate::ensemble::{Ensemble, Links};
 use crate::peers::{free_port, Service};
 use driver::{Conn, ConnOptions, Held, Writer};
 use pacer::Pacer;
@@ -322,8 +322,8 @@ impl Peer {
         if target.members() > 1 {
             let ensemble = match target.base() {
                 BenchTarget::Fenced => Ensemble::fenced(fenced_bin, target.members())?,
-                BenchTarget::Etcd => Ensemble::etcd(target.members())?,
-                BenchTarget::Zookeeper => Ensemble::zookeeper(target.members())?,
+                BenchTarget::Etcd => Ensemble::etcd(target.members(), Links::Direct)?,
+                BenchTarget::Zookeeper => Ensemble::zookeeper(target.members(), Links::Direct)?,
                 other => bail!("{other} has no three-member form"),
             };
             let endpoint = match target.base() {

@@ -9,9 +9,11 @@
 //! SIGSTOP and thawed; [`Ensemble::leader`] asks the members who leads. Dropping the
 //! handle kills every member and removes the directories.
 //!
-//! etcd and ZooKeeper members reach each other through a fault proxy per directed link
-//! ([`crate::proxy::DelayProxy`]), so [`Ensemble::cut`] and [`Ensemble::delay_links`]
-//! partition or slow them as the cluster nemesis does Fenced's:
+//! With [`Links::Proxied`] (the nemesis's), etcd and ZooKeeper members reach each other
+//! through a fault proxy per directed link ([`crate::proxy::DelayProxy`]), so
+//! [`Ensemble::cut`] and [`Ensemble::delay_links`] partition or slow them as the
+//! cluster nemesis does Fenced's; with [`Links::Direct`] (the bench's) they talk
+//! straight to each other's ports, as Fenced's members do:
 //!
 //! - **ZooKeeper**: each server has its own `zoo.cfg`, whose line for itself names the
 //!   ports it binds and whose lines for the others name the proxies of its links to
@@ -155,20 +157,35 @@ impl Drop for Net {
     }
 }
 
+/// How the members of an etcd or ZooKeeper ensemble reach each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Links {
+    /// Straight to each other's ports, as in production: for benchmarks, where a
+    /// proxy's extra hops would be a cost Fenced's members do not pay.
+    Direct,
+    /// Through a fault proxy per directed link, which the nemesis cuts and delays.
+    Proxied,
+}
+
 impl Ensemble {
     /// `n` etcd members (`--initial-cluster` naming them all), default durability.
-    pub fn etcd(n: usize) -> Result<Ensemble> {
+    pub fn etcd(n: usize, links: Links) -> Result<Ensemble> {
         let program = find_program("etcd", "apt-get install -y etcd-server")?;
         let dir = TempDir::new("lab-etcd-cluster")?;
         // The members' ports stay bound until they start: the proxies' own ports
         // cannot take them meanwhile.
         let mut held = Vec::new();
         let ports: Vec<(u16, u16)> = (0..n).map(|_| Ok((hold(&mut held)?, hold(&mut held)?))).collect::<Result<_>>()?;
-        let mut net = Net::new(n)?;
         let real = |j: usize| SocketAddr::from(([127, 0, 0, 1], ports[j].1));
-        // Member j's router: what every member knows as j's peer address.
+        // What every member knows as member j's peer address: its router when the
+        // links are proxied, its own peer port when direct.
+        let mut net = (links == Links::Proxied).then(|| Net::new(n)).transpose()?;
         let mut routers = Vec::new();
         for j in 0..n {
+            let Some(net) = net.as_mut() else {
+                routers.push(real(j));
+                continue;
+            };
             let mut routes = vec![None; n];
             for (i, route) in routes.iter_mut().enumerate().filter(|&(i, _)| i != j) {
                 *route = Some(net.link(i, j, real(j))?);
@@ -220,7 +237,7 @@ impl Ensemble {
             })
             .collect();
         drop(held);
-        Ensemble { kind: Kind::Etcd, members, net: Some(net), dir }.started()
+        Ensemble { kind: Kind::Etcd, members, net, dir }.started()
     }
 
     /// A ZooKeeper ensemble of `n` servers (`server.N=127.0.0.1:peer:election` lines,
@@ -230,7 +247,7 @@ impl Ensemble {
     /// Each server has its own `zoo.cfg`, and in it its own view of where its peers
     /// are ([`zoo_cfg`]): its own line names the ports it binds, the others' the fault
     /// proxies of its links to them.
-    pub fn zookeeper(n: usize) -> Result<Ensemble> {
+    pub fn zookeeper(n: usize, links: Links) -> Result<Ensemble> {
         const HINT: &str = "apt-get install -y zookeeper";
         let java = find_program("java", HINT)?;
         if !Path::new(ZOOKEEPER_JAR).exists() {
@@ -241,7 +258,7 @@ impl Ensemble {
         let mut held = Vec::new();
         let ports: Vec<[u16; 3]> =
             (0..n).map(|_| Ok([hold(&mut held)?, hold(&mut held)?, hold(&mut held)?])).collect::<Result<_>>()?;
-        let mut net = Net::new(n)?;
+        let mut net = (links == Links::Proxied).then(|| Net::new(n)).transpose()?;
         let mut members = Vec::new();
         for (i, [client, ..]) in ports.iter().enumerate() {
             let id = i + 1;
@@ -252,12 +269,13 @@ impl Ensemble {
             // links to the others.
             let mut view = Vec::new();
             for (j, p) in ports.iter().enumerate() {
-                if i == j {
-                    view.push((p[1], p[2]));
-                } else {
-                    let quorum = net.link(i, j, SocketAddr::from(([127, 0, 0, 1], p[1])))?;
-                    let election = net.link(i, j, SocketAddr::from(([127, 0, 0, 1], p[2])))?;
-                    view.push((quorum.port(), election.port()));
+                match net.as_mut().filter(|_| i != j) {
+                    None => view.push((p[1], p[2])),
+                    Some(net) => {
+                        let quorum = net.link(i, j, SocketAddr::from(([127, 0, 0, 1], p[1])))?;
+                        let election = net.link(i, j, SocketAddr::from(([127, 0, 0, 1], p[2])))?;
+                        view.push((quorum.port(), election.port()));
+                    }
                 }
             }
             let cfg = home.join("zoo.cfg");
@@ -280,7 +298,7 @@ impl Ensemble {
             });
         }
         drop(held);
-        Ensemble { kind: Kind::Zookeeper, members, net: Some(net), dir }.started()
+        Ensemble { kind: Kind::Zookeeper, members, net, dir }.started()
     }
 
     /// `n` Fenced members (`fenced server --node-id I --peers ...`, ids 1..=n), each
@@ -876,7 +894,7 @@ mod tests {
 
     #[test]
     fn an_etcd_cluster_elects_again_when_its_leader_is_killed_or_frozen() {
-        if let Some(e) = started(Ensemble::etcd(3)) {
+        if let Some(e) = started(Ensemble::etcd(3, Links::Proxied)) {
             exercise(e, true);
         }
     }
@@ -889,7 +907,7 @@ mod tests {
     #[test]
     #[ignore = "ZooKeeper behind the link proxies sometimes elects no leader (RELIABILITY.md, Limits)"]
     fn a_zookeeper_ensemble_elects_again_when_its_leader_is_killed_or_frozen() {
-        if let Some(e) = started(Ensemble::zookeeper(3)) {
+        if let Some(e) = started(Ensemble::zookeeper(3, Links::Proxied)) {
             exercise(e, true);
         }
     }

@@ -22,7 +22,7 @@ use rand_core::{Rng as _, SeedableRng};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::ensemble::Ensemble;
+use crate::ensemble::{Ensemble, Links};
 use crate::history::Fault;
 use crate::nemesis::{
     announce, first_answer_after, percentile, unavailable_us, ClusterFigures, Kind, Scheduled, Split,
@@ -63,8 +63,8 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     let (gate, ensemble) = tokio::task::spawn_blocking(move || -> Result<(Service, Ensemble)> {
         let gate = Service::fenced(&bin, &[])?;
         let ensemble = match target {
-            Target::EtcdCluster => Ensemble::etcd(3)?,
-            Target::ZookeeperEnsemble => Ensemble::zookeeper(3)?,
+            Target::EtcdCluster => Ensemble::etcd(3, Links::Proxied)?,
+            Target::ZookeeperEnsemble => Ensemble::zookeeper(3, Links::Proxied)?,
             other => anyhow::bail!("{other} is not a peer cluster"),
         };
         Ok((gate, ensemble))
