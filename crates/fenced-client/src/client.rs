@@ -43,8 +43,9 @@ pub struct ClientBuilder {
     /// included.
     request_timeout: Duration,
     /// With several endpoints: how long a member may answer neither a request nor a
-    /// probe before the call moves on to the next (see [`ClientBuilder::attempt_timeout`]).
-    attempt_timeout: Duration,
+    /// probe before the call moves on to the next (see [`ClientBuilder::attempt_timeout`]);
+    /// `FENCED_ATTEMPT_TIMEOUT`, else [`crate::ATTEMPT_TIMEOUT_DEFAULT`].
+    attempt_timeout: Option<Duration>,
     /// PEM certificates a `https://` server must chain to; `FENCED_CA_FILE` by default,
     /// else the public web roots.
     tls_ca_pem: Option<Vec<u8>>,
@@ -57,7 +58,7 @@ impl Default for ClientBuilder {
             auth_token: None,
             connect_timeout: Duration::from_secs(3),
             request_timeout: Duration::from_secs(10),
-            attempt_timeout: crate::failover::ATTEMPT_TIMEOUT_DEFAULT,
+            attempt_timeout: None,
             tls_ca_pem: None,
         }
     }
@@ -88,10 +89,12 @@ impl ClientBuilder {
     /// request unanswered *and* not answer a probe of its liveness before the call
     /// moves on to the next member; the request time-out still bounds the whole call.
     /// A request a live leader keeps on purpose (an acquire parked in the queue) is
-    /// not cut: the leader answers the probe. Default [`crate::ATTEMPT_TIMEOUT_DEFAULT`]
-    /// (750 ms); at least [`crate::ATTEMPT_TIMEOUT_MIN`] (20 ms). Unused with one endpoint.
+    /// not cut: the leader answers the probe. Default `FENCED_ATTEMPT_TIMEOUT` (written
+    /// like `750ms` or `2s`), else [`crate::ATTEMPT_TIMEOUT_DEFAULT`] (750 ms); at least
+    /// [`crate::ATTEMPT_TIMEOUT_MIN`] (20 ms), or `build` refuses it. Unused with one
+    /// endpoint.
     pub fn attempt_timeout(mut self, d: Duration) -> Self {
-        self.attempt_timeout = d;
+        self.attempt_timeout = Some(d);
         self
     }
 
@@ -101,8 +104,9 @@ impl ClientBuilder {
         self
     }
 
-    /// Builds the client; reads `FENCED_CA_FILE` if set and no CA was given, and does
-    /// no network IO (the first request connects).
+    /// Builds the client; reads `FENCED_ENDPOINT`, `FENCED_AUTH_TOKEN`,
+    /// `FENCED_ATTEMPT_TIMEOUT` and `FENCED_CA_FILE` for what was not given, and does no
+    /// network IO (the first request connects).
     pub fn build(self) -> Result<Client, Error> {
         let endpoint = self
             .endpoint
@@ -116,15 +120,28 @@ impl ClientBuilder {
             })?),
             (None, None) => None,
         };
+        let attempt_timeout = attempt_timeout(self.attempt_timeout, std::env::var("FENCED_ATTEMPT_TIMEOUT").ok())?;
         let conn = Conn::new(
             &endpoint,
             auth.as_deref(),
             self.connect_timeout,
             self.request_timeout,
-            self.attempt_timeout,
+            attempt_timeout,
             ca.as_deref(),
         )?;
         Ok(Client { conn })
+    }
+}
+
+/// The attempt time-out: the builder's, else `FENCED_ATTEMPT_TIMEOUT` (`env`), else the
+/// default. (The minimum is checked where the members are made.)
+fn attempt_timeout(given: Option<Duration>, env: Option<String>) -> Result<Duration, Error> {
+    match (given, env) {
+        (Some(d), _) => Ok(d),
+        (None, Some(s)) if !s.trim().is_empty() => fenced_core::duration_ms(&s)
+            .map(Duration::from_millis)
+            .map_err(|e| Error::BadRequest(format!("FENCED_ATTEMPT_TIMEOUT: {e}"))),
+        (None, _) => Ok(crate::ATTEMPT_TIMEOUT_DEFAULT),
     }
 }
 
@@ -363,5 +380,24 @@ impl LockRequest {
             }
         }
         Ok(LockGuard::start(grant, conn.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_attempt_timeout_is_the_builders_else_the_environments_else_the_default() {
+        let ms = Duration::from_millis;
+        assert_eq!(attempt_timeout(Some(ms(40)), Some("2s".into())).unwrap(), ms(40));
+        assert_eq!(attempt_timeout(None, Some("2s".into())).unwrap(), ms(2_000));
+        assert_eq!(attempt_timeout(None, Some(" ".into())).unwrap(), crate::ATTEMPT_TIMEOUT_DEFAULT);
+        assert_eq!(attempt_timeout(None, None).unwrap(), crate::ATTEMPT_TIMEOUT_DEFAULT);
+        let bad = attempt_timeout(None, Some("soon".into())).unwrap_err();
+        assert!(matches!(&bad, Error::BadRequest(m) if m.starts_with("FENCED_ATTEMPT_TIMEOUT")), "{bad:?}");
+        // Below the minimum: refused where the members are made.
+        let low = Client::builder().endpoint("http://127.0.0.1:1,http://127.0.0.1:2").attempt_timeout(ms(5)).build();
+        assert!(matches!(low, Err(Error::BadRequest(_))));
     }
 }

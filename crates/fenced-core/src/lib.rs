@@ -18,4 +18,4 @@ pub use error::Error;
 pub use gate::{Admission, FenceGate, Op};
 pub use store::{Quota, Quotas, Record, Store, StoreAnswer, StoreCommand};
 pub use table::{Effect, Grant, LeaseInfo, Limits, LockInfo, LockTable, ReleaseReason, WaitEnd};
-pub use types::{LeaseId, LockName, NameError, Token};
+pub use types::{duration_ms, LeaseId, LockName, NameError, Token};

@@ -154,6 +154,26 @@ impl fmt::Display for LockName {
     }
 }
 
+/// Parses a duration written like `750ms`, `90s`, `10m`, `1h` (or a bare number of
+/// milliseconds) into milliseconds.
+pub fn duration_ms(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    if digits.is_empty() {
+        return Err(format!("'{s}' is not a duration: write it like 750ms, 90s, 10m or 1h"));
+    }
+    let n: u64 = digits.parse().map_err(|_| format!("'{s}' is too large"))?;
+    let scale = match unit {
+        "" | "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(format!("'{s}' has an unknown unit '{unit}': use ms, s, m or h")),
+    };
+    n.checked_mul(scale).ok_or_else(|| format!("'{s}' is too large"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
