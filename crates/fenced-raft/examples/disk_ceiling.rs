@@ -7,16 +7,23 @@
 //!
 //! ```text
 //! cargo run --release -p fenced-raft --example disk_ceiling -- \
-//!     [--clients 16] [--seconds 5] [--engine file|redb] [--dir DIR]
+//!     [--clients 16] [--seconds 5] [--engine file|redb] [--members 1|3|5] \
+//!     [--linger-us 0] [--dir DIR]
 //! ```
 //!
 //! `file`: each group is one `write` into a preallocated file and one `fdatasync` (the
 //! least any write-ahead log does). `redb`: each group is one redb transaction of one
 //! row per commit, as Fenced's log writes them (`raft.redb`, default durability).
+//!
+//! `--members 3`: the leader's writer hands each group to two follower writers (each
+//! its own file on the same disk, group-committing what reached it meanwhile) as it
+//! starts its own commit, and a commit is answered once a majority has it on disk: a
+//! three-member cluster with a network that costs nothing. `--linger-us`: the leader's
+//! writer waits this long before it takes a group (more commits a group, later ones).
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 const ROW: usize = 200;
@@ -27,15 +34,32 @@ struct Queue {
     queued: u64,
     /// Commits taken into a group so far.
     taken: u64,
-    /// Commits on disk so far: a commit is answered once this reaches its ticket.
-    durable: u64,
+    /// Commits on disk at each member so far.
+    on_disk: Vec<u64>,
+    /// Commits on disk at a majority: a commit is answered once this reaches its ticket.
+    committed: u64,
     stop: bool,
 }
 
 struct Shared {
     q: Mutex<Queue>,
     queued: Condvar,
-    durable: Condvar,
+    committed: Condvar,
+}
+
+impl Shared {
+    /// Member `m` has the commits up to `upto` on disk.
+    fn on_disk(&self, m: usize, upto: u64) {
+        let mut q = self.q.lock().unwrap();
+        q.on_disk[m] = upto;
+        let mut marks = q.on_disk.clone();
+        marks.sort_unstable_by(|a, b| b.cmp(a));
+        let majority = marks[marks.len() / 2];
+        if majority > q.committed {
+            q.committed = majority;
+            self.committed.notify_all();
+        }
+    }
 }
 
 enum Engine {
@@ -103,24 +127,50 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let clients: usize = arg(&args, "--clients").map_or(16, |s| s.parse().expect("--clients N"));
     let seconds: u64 = arg(&args, "--seconds").map_or(5, |s| s.parse().expect("--seconds N"));
-    let engine = arg(&args, "--engine").unwrap_or_else(|| "file".into());
+    let members: usize = arg(&args, "--members").map_or(1, |s| s.parse().expect("--members N"));
+    assert!(members % 2 == 1, "--members must be odd");
+    let engine_name = arg(&args, "--engine").unwrap_or_else(|| "file".into());
+    let linger = Duration::from_micros(arg(&args, "--linger-us").map_or(0, |s| s.parse().expect("--linger-us N")));
     let dir = PathBuf::from(arg(&args, "--dir").unwrap_or_else(|| ".".into()))
         .join(format!("disk-ceiling-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("create the directory");
-    let mut engine = match engine.as_str() {
-        "file" => Engine::File(preallocated(&dir.join("log"), seconds)),
-        "redb" => Engine::Redb(redb::Database::create(dir.join("log.redb")).expect("create the redb file")),
+    let open = |m: usize| match engine_name.as_str() {
+        "file" => Engine::File(preallocated(&dir.join(format!("log-{m}")), seconds)),
+        "redb" => {
+            Engine::Redb(redb::Database::create(dir.join(format!("log-{m}.redb"))).expect("create the redb file"))
+        }
         other => panic!("--engine file|redb, not {other}"),
     };
 
-    let linger = Duration::from_micros(arg(&args, "--linger-us").map_or(0, |s| s.parse().expect("--linger-us N")));
-    let shared = Arc::new(Shared { q: Mutex::new(Queue::default()), queued: Condvar::new(), durable: Condvar::new() });
-    let writer = {
-        let s = shared.clone();
+    let shared = Arc::new(Shared {
+        q: Mutex::new(Queue { on_disk: vec![0; members], ..Queue::default() }),
+        queued: Condvar::new(),
+        committed: Condvar::new(),
+    });
+    // Followers: commit every group that reached them meanwhile as one.
+    let mut to_followers = Vec::new();
+    let mut followers = Vec::new();
+    for m in 1..members {
+        let (tx, rx) = mpsc::channel::<(u64, u64)>();
+        to_followers.push(tx);
+        let (s, mut engine) = (shared.clone(), open(m));
+        followers.push(std::thread::spawn(move || {
+            while let Ok((mut first, mut upto)) = rx.recv() {
+                while let Ok((f, u)) = rx.try_recv() {
+                    first = first.min(f);
+                    upto = u;
+                }
+                engine.commit(first, upto - first);
+                s.on_disk(m, upto);
+            }
+        }));
+    }
+    let leader = {
+        let (s, mut engine) = (shared.clone(), open(0));
         std::thread::spawn(move || {
-            let (mut groups, mut commits, mut next) = (0u64, 0u64, 0u64);
+            let (mut groups, mut commits) = (0u64, 0u64);
             loop {
-                let (n, upto) = {
+                let (first, upto) = {
                     let mut q = s.q.lock().unwrap();
                     while q.queued == q.taken && !q.stop {
                         q = s.queued.wait(q).unwrap();
@@ -133,16 +183,17 @@ fn main() {
                         std::thread::sleep(linger);
                         q = s.q.lock().unwrap();
                     }
-                    let n = q.queued - q.taken;
+                    let first = q.taken;
                     q.taken = q.queued;
-                    (n, q.taken)
+                    (first, q.taken)
                 };
-                engine.commit(next, n);
-                next += n;
+                for f in &to_followers {
+                    let _ = f.send((first, upto));
+                }
+                engine.commit(first, upto - first);
+                s.on_disk(0, upto);
                 groups += 1;
-                commits += n;
-                s.q.lock().unwrap().durable = upto;
-                s.durable.notify_all();
+                commits += upto - first;
             }
         })
     };
@@ -151,8 +202,8 @@ fn main() {
         q.queued += 1;
         let ticket = q.queued;
         s.queued.notify_one();
-        while q.durable < ticket && !q.stop {
-            q = s.durable.wait(q).unwrap();
+        while q.committed < ticket && !q.stop {
+            q = s.committed.wait(q).unwrap();
         }
     };
     let deadline = Instant::now() + Duration::from_secs(seconds);
@@ -175,14 +226,17 @@ fn main() {
     let elapsed = start.elapsed().as_secs_f64();
     shared.q.lock().unwrap().stop = true;
     shared.queued.notify_all();
-    let (groups, commits) = writer.join().unwrap();
+    let (groups, commits) = leader.join().unwrap();
+    for f in followers {
+        f.join().unwrap();
+    }
     let _ = std::fs::remove_dir_all(&dir);
     println!(
-        "{{\"engine\":\"{engine}\",\"clients\":{clients},\"cycles_per_s\":{:.0},\"groups_per_s\":{:.0},\"commits_per_group\":{:.2},\"group_us\":{:.0}}}",
+        "{{\"engine\":\"{engine_name}\",\"members\":{members},\"clients\":{clients},\"linger_us\":{},\"cycles_per_s\":{:.0},\"groups_per_s\":{:.0},\"commits_per_group\":{:.2},\"group_us\":{:.0}}}",
+        linger.as_micros(),
         cycles as f64 / elapsed,
         groups as f64 / elapsed,
         commits as f64 / groups.max(1) as f64,
         elapsed * 1e6 / groups.max(1) as f64,
-        engine = arg(&args, "--engine").unwrap_or_else(|| "file".into()),
     );
 }
