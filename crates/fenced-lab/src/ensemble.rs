@@ -563,9 +563,10 @@ impl Ensemble {
         }
     }
 
-    /// One write that needs a quorum.
+    /// One write that needs a quorum. etcd: a Put, asked of each running member in
+    /// turn until one answers it or 10 s pass (a member that was just thawed or
+    /// restarted may take a few seconds to follow the current leader again).
     fn quorum_write(&self) -> Result<()> {
-        let addr = self.members[0].client;
         match self.kind {
             Kind::Etcd => {
                 let body = format!(
@@ -573,8 +574,24 @@ impl Ensemble {
                     BASE64.encode("fenced-lab/ensemble-ready"),
                     BASE64.encode("1")
                 );
-                let v = http_json(addr, "POST", "/v3/kv/put", &body).context("no answer to a Put")?;
-                v["header"]["revision"].as_str().map(drop).with_context(|| format!("a Put answered {v}"))
+                let deadline = Instant::now() + Duration::from_secs(10);
+                let mut last = String::from("no member running");
+                for i in (0..self.members.len()).cycle() {
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    if !self.running(i) {
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    }
+                    match http_json(self.members[i].client, "POST", "/v3/kv/put", &body) {
+                        Some(v) if v["header"]["revision"].is_string() => return Ok(()),
+                        Some(v) => last = format!("member {i} answered {v}"),
+                        None => last = format!("no answer from member {i}"),
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                bail!("no Put went through in 10 s: {last}")
             }
             Kind::Zookeeper => {
                 let connect = self.addrs().iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
