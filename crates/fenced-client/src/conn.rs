@@ -96,10 +96,12 @@ impl Endpoint {
         }
     }
 
-    /// Acquire under an implicit lease of `ttl_ms`, queueing up to `wait_ms`.
+    /// Acquire under the implicit lease `lease` of `ttl_ms` (the caller drew its id),
+    /// queueing up to `wait_ms`.
     pub async fn acquire(
         &self,
         name: &LockName,
+        lease: LeaseId,
         ttl_ms: u64,
         wait_ms: u64,
         timeout: Duration,
@@ -107,7 +109,7 @@ impl Endpoint {
         match self {
             Endpoint::Http(t) => {
                 let path = format!("/v1/locks/{}/acquire", segment(name.as_str()));
-                let req = serde_json::json!({ "ttl_ms": ttl_ms, "wait_ms": wait_ms });
+                let req = serde_json::json!({ "lease_id": lease.to_hex(), "ttl_ms": ttl_ms, "wait_ms": wait_ms });
                 let r = t.json(Method::POST, &path, &req, timeout).await?;
                 if r.is_success() {
                     Ok(Ok(r.json::<GrantBody>()?))
@@ -118,7 +120,7 @@ impl Endpoint {
             Endpoint::Wire(m) => {
                 let req = Request::Acquire {
                     name: name.as_str(),
-                    lease: None,
+                    lease: Some(lease),
                     ttl_ms: Some(ttl_ms),
                     wait_ms,
                     lock_delay_ms: 0,
@@ -424,7 +426,15 @@ impl Conn {
 
     /// Acquires under an implicit lease, waiting in the queue until `give_up_at`; a
     /// retry on another member waits only what is left.
+    ///
+    /// Every attempt names the same implicit lease, whose id is drawn here: an attempt
+    /// whose answer was lost (its member died or fell silent after granting) and its
+    /// retry get one grant, not two (docs/client.md). When the call ends without an
+    /// answer from the service, or is dropped, that lease is revoked in the background
+    /// (best effort): a grant made for a caller who left is given back at once.
     pub async fn acquire(&self, name: &LockName, ttl_ms: u64, give_up_at: Instant) -> Result<Answer<GrantBody>, Error> {
+        let lease = random_lease_id()?;
+        let mut pending = Pending { conn: self, lease, answered: false };
         let deadline = give_up_at.max(Instant::now()) + self.request_timeout();
         let wait_for = |e: &Endpoint| {
             let wait_left = give_up_at.saturating_duration_since(Instant::now());
@@ -433,9 +443,14 @@ impl Conn {
         };
         let each = |e| {
             let (wait_ms, timeout) = wait_for(e);
-            e.acquire(name, ttl_ms, wait_ms, timeout)
+            e.acquire(name, lease, ttl_ms, wait_ms, timeout)
         };
-        self.members.each_by(deadline, each, moves_on).await.result
+        let result = self.members.each_by(deadline, each, moves_on).await.result;
+        // The leader's answer (a grant, or a refusal that left nothing behind): nothing
+        // to undo. A transport error or a follower's refusal leaves earlier attempts
+        // unknown.
+        pending.answered = !moves_on(&result);
+        result
     }
 
     pub async fn release_and_revoke(&self, name: &LockName, lease: LeaseId) -> Result<(Answer<()>, Answer<()>), Error> {
@@ -490,5 +505,35 @@ impl Conn {
 
     pub async fn get(&self, key: &str, token: Option<Token>) -> Result<Answer<StoreRead>, Error> {
         self.each(|e| e.get(key, token)).await
+    }
+}
+
+/// 128 bits from the OS: the id of an implicit acquire's lease.
+fn random_lease_id() -> Result<LeaseId, Error> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).map_err(|e| Error::unavailable(format!("no random bytes for a lease id: {e}")))?;
+    Ok(LeaseId(u128::from_le_bytes(b)))
+}
+
+/// An implicit acquire the service has not answered yet. Dropped unanswered (the call
+/// gave up, or its future was dropped), it revokes the lease in the background: an
+/// attempt granted after its caller left would otherwise hold the lock for a TTL.
+struct Pending<'a> {
+    conn: &'a Conn,
+    lease: LeaseId,
+    answered: bool,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.answered {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let (conn, lease) = (self.conn.clone(), self.lease);
+        rt.spawn(async move {
+            // Not found: the attempts left nothing behind.
+            let _ = conn.revoke(lease).await;
+        });
     }
 }

@@ -10,7 +10,8 @@
 //! endpoints the next member is tried instead); one in flight
 //! when the connection breaks fails with `Unavailable`. A caller that stops waiting
 //! (timeout or a dropped future) forgets its request; for an acquire it also sends
-//! CANCEL, and if the grant raced the cancel, revokes the grant's implicit lease.
+//! CANCEL (a grant that raced the cancel is left to the caller's lease: the acquire
+//! may be retried under it elsewhere, and revokes it itself when it gives up).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -87,8 +88,8 @@ struct Slots {
 #[derive(Debug)]
 enum Slot {
     Waiting(oneshot::Sender<Reply>),
-    /// An acquire with an implicit lease whose caller stopped waiting: a grant that
-    /// still arrives is given back by revoking its lease.
+    /// An acquire whose caller stopped waiting: its answer, if it still comes, is
+    /// dropped (the caller retries under the same lease, or revokes it).
     Abandoned,
 }
 
@@ -119,8 +120,8 @@ impl Mux {
     }
 
     /// Sends `reqs` back to back on one connection (the server runs them in order) and
-    /// waits for every answer, all within `timeout`. `abandon` marks requests (acquires
-    /// with an implicit lease) whose grant must be given back if nobody waits for it.
+    /// waits for every answer, all within `timeout`. `abandon` marks requests (acquires)
+    /// to withdraw with CANCEL if nobody waits for them any more.
     pub async fn call_many(&self, reqs: &[(Request<'_>, bool)], timeout: Duration) -> Result<Vec<Reply>, Error> {
         let mut backoff = Duration::from_millis(50);
         let mut attempt = 1;
@@ -288,13 +289,7 @@ impl Link {
         let slot = self.slots.lock().expect("slots lock").map.remove(&id);
         match slot {
             Some(Slot::Waiting(tx)) => drop(tx.send(reply)),
-            Some(Slot::Abandoned) => {
-                if let Reply::Granted { lease, .. } = reply {
-                    // Nobody takes this grant: give it back with its implicit lease.
-                    self.send_forgotten(&Request::Revoke { lease });
-                }
-            }
-            None => {}
+            Some(Slot::Abandoned) | None => {}
         }
     }
 

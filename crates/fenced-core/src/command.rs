@@ -71,7 +71,10 @@ pub enum LeaseRef {
     /// A lease for this request alone, created only when the acquire is granted or
     /// queued. It cannot expire while its request waits (the open request is the proof
     /// of life; the driver sends `Cancel` when the caller goes away), its TTL starts at
-    /// the grant, and a refused or withdrawn request leaves nothing behind.
+    /// the grant, and a refused or withdrawn request leaves nothing behind. The id may
+    /// be the caller's: a retry under the same id (its first attempt's answer was lost
+    /// with a leader) gets the first attempt's grant, or waits beside it in the queue
+    /// and is granted with it; the lease ends when the last of them is withdrawn.
     Implicit { id: LeaseId, ttl_ms: u64 },
 }
 

@@ -234,3 +234,69 @@ fn an_attempt_time_out_below_the_minimum_is_refused() {
     assert!(matches!(build(ms(5)), Err(Error::BadRequest(m)) if m.contains("at least 20 ms")));
     assert!(build(fenced_client::ATTEMPT_TIMEOUT_MIN).is_ok());
 }
+
+/// `POST {base}{path}` with a JSON body, straight over TCP (a frozen member is never
+/// asked): the status and the JSON answer, or `None` when nothing came within 2 s.
+fn post(base: &str, path: &str, body: &str) -> Option<(u16, serde_json::Value)> {
+    use std::io::{Read, Write};
+    let addr = base.strip_prefix("http://").expect("an http:// endpoint");
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(ms(2_000))).ok()?;
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).ok()?;
+    s.write_all(body.as_bytes()).ok()?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).ok()?;
+    let status = answer.get(9..12)?.parse().ok()?;
+    let json = &answer[answer.find('{')?..=answer.rfind('}')?];
+    Some((status, serde_json::from_str(json).ok()?))
+}
+
+/// The leader grants an acquire under an implicit lease the caller named, and freezes
+/// before the caller hears of it. The retry under the same id on the next leader gets
+/// that grant and token, not a second lease with the lock held by the first (what a
+/// retry under a fresh id gets: 409 `lock_held`).
+#[tokio::test]
+async fn a_grant_lost_with_its_leader_is_the_grant_of_the_retry() {
+    let c = Cluster::start().await;
+    let l = c.leader().await;
+    let id = "5eed0000000000000000000000000001";
+    let body = format!(r#"{{"lease_id":"{id}","ttl_ms":10000}}"#);
+    // Right after its election the leader may still be taking office (503).
+    let deadline = Instant::now() + ms(10_000);
+    let first = loop {
+        match post(&c.http[l], "/v1/locks/lost/acquire", &body) {
+            Some((200, first)) => break first,
+            other => assert!(Instant::now() < deadline, "the leader answered {other:?}"),
+        }
+        sleep(ms(100)).await;
+    };
+    // The answer above is the one the caller never saw: its leader froze.
+    c.members[l].signal(libc::SIGSTOP);
+    let deadline = Instant::now() + ms(20_000);
+    let (leader, st, retry) = 'retry: loop {
+        for (_, url) in c.http.iter().enumerate().filter(|&(i, _)| i != l) {
+            match post(url, "/v1/locks/lost/acquire", &body) {
+                // No leader yet, or this member follows: ask the next.
+                Some((503, _)) | None => {}
+                Some((st, answer)) => break 'retry (url.clone(), st, answer),
+            }
+        }
+        assert!(Instant::now() < deadline, "no new leader took the retry within 20 s");
+        sleep(ms(100)).await;
+    };
+    assert_eq!(st, 200, "the retry: {retry}");
+    assert_eq!((&retry["token"], &retry["lease_id"]), (&first["token"], &first["lease_id"]), "{first} then {retry}");
+    // A retry under a fresh id is what an orphan grant looks like.
+    let fresh = r#"{"lease_id":"5eed0000000000000000000000000002","ttl_ms":10000}"#;
+    let (st, other) = post(&leader, "/v1/locks/lost/acquire", fresh).expect("the new leader answers");
+    assert_eq!(
+        (st, &other["error"]["code"], &other["error"]["holder_token"]),
+        (409, &"lock_held".into(), &first["token"]),
+        "{other}"
+    );
+    c.members[l].signal(libc::SIGCONT);
+}

@@ -469,7 +469,33 @@ impl LockTable {
                     }
                 }
             }
-            LeaseRef::Implicit { id, ttl_ms } => self.check_new_lease(id, ttl_ms)?,
+            LeaseRef::Implicit { id, ttl_ms } => match self.leases.get(&id) {
+                None => self.check_new_lease(id, ttl_ms)?,
+                // The caller chose the implicit lease's id, and retries under it (its
+                // first attempt reached a leader that went silent): the retry gets
+                // what the first attempt got, the grant or its place in the queue.
+                Some(lease) if lease.implicit => {
+                    let ttl_ms = lease.ttl_ms;
+                    let queued = lease.waiting.iter().any(|w| self.waiters[w].name == req.name);
+                    if let Some(holder) = self.locks.get_mut(&req.name).and_then(|l| l.holder.as_mut()) {
+                        if holder.lease == id {
+                            holder.told = holder.told.saturating_add(1);
+                            let grant = Grant { name: req.name, token: holder.token, lease: id, ttl_ms };
+                            return Ok(Some(Answer::Granted(grant)));
+                        }
+                    }
+                    if !queued {
+                        return Err(Error::LeaseExists);
+                    }
+                    if req.wait_ms == 0 {
+                        return Err(Error::LockHeld { holder: self.holder_token(&req.name) });
+                    }
+                    // A twin in the queue: granted together with its original.
+                    self.enqueue(request, req)?;
+                    return Ok(None);
+                }
+                Some(_) => return Err(Error::LeaseExists),
+            },
         }
         if !self.locks.contains_key(&req.name) && self.locks.len() >= self.limits.locks_max {
             return Err(Error::TooManyLocks { locks_max: self.limits.locks_max });
@@ -506,9 +532,7 @@ impl LockTable {
         for id in waiting {
             let lease = self.waiters[&id].lease;
             self.end_wait(id, WaitEnd::Cancelled);
-            if self.leases.get(&lease).is_some_and(|l| l.pending_for == Some(id)) {
-                self.end_lease(lease, ReleaseReason::Revoked);
-            }
+            self.waiter_left(lease, id);
         }
         self.granted.clear();
         let names: Vec<LockName> = self.locks.keys().cloned().collect();
@@ -530,9 +554,7 @@ impl LockTable {
         if let Some(w) = self.waiters.get(&target) {
             let (name, lease) = (w.name.clone(), w.lease);
             self.end_wait(target, WaitEnd::Cancelled);
-            if self.leases.get(&lease).is_some_and(|l| l.pending_for == Some(target)) {
-                self.end_lease(lease, ReleaseReason::Revoked);
-            }
+            self.waiter_left(lease, target);
             self.grant_next(&name);
             return;
         }
@@ -542,10 +564,12 @@ impl LockTable {
         holder.queued.retain(|r| *r != target);
         holder.told -= 1;
         let (lease, told) = (holder.lease, holder.told);
-        if self.leases.get(&lease).is_some_and(|l| l.implicit) {
-            // The lease existed for this request alone.
+        if told > 0 {
+            // A retry of the same lease was told of this grant too: it stays.
+        } else if self.leases.get(&lease).is_some_and(|l| l.implicit) {
+            // The lease existed for this request (and its retries) alone.
             self.end_lease(lease, ReleaseReason::Revoked);
-        } else if told == 0 {
+        } else {
             // Nobody was told of this grant: give it back.
             self.drop_holder(&name, ReleaseReason::Released);
         }
@@ -601,18 +625,24 @@ impl LockTable {
             return Err(Error::TooManyWaiters { waiters_max: self.limits.waiters_per_lock_max });
         }
         assert!(!self.waiters.contains_key(&request), "request id {request:?} reused while queued");
-        if let LeaseRef::Implicit { id, ttl_ms } = req.lease {
-            self.check_new_lease(id, ttl_ms)?;
-            // No expiry timer: the lease cannot expire while its request waits.
-            let lease = Lease {
-                ttl_ms,
-                expires_at_ms: self.now_ms + ttl_ms,
-                pending_for: Some(request),
-                implicit: true,
-                held: vec![],
-                waiting: vec![],
-            };
-            self.leases.insert(id, lease);
+        match req.lease {
+            // A twin of a queued request of the same implicit lease: that lease stays
+            // pending for its first request.
+            LeaseRef::Implicit { id, .. } if self.leases.contains_key(&id) => {}
+            LeaseRef::Implicit { id, ttl_ms } => {
+                self.check_new_lease(id, ttl_ms)?;
+                // No expiry timer: the lease cannot expire while its request waits.
+                let lease = Lease {
+                    ttl_ms,
+                    expires_at_ms: self.now_ms + ttl_ms,
+                    pending_for: Some(request),
+                    implicit: true,
+                    held: vec![],
+                    waiting: vec![],
+                };
+                self.leases.insert(id, lease);
+            }
+            LeaseRef::Existing(_) => {}
         }
         let lease_id = req.lease.id();
         self.locks.entry(req.name.clone()).or_default().queue.push_back(request);
@@ -645,9 +675,7 @@ impl LockTable {
                         self.end_wait(id, WaitEnd::TimedOut);
                         let holder = self.holder_token(&name);
                         self.out.answers.push((id, Err(Error::LockHeld { holder })));
-                        if self.leases.get(&lease).is_some_and(|l| l.pending_for == Some(id)) {
-                            self.end_lease(lease, ReleaseReason::Revoked);
-                        }
+                        self.waiter_left(lease, id);
                         self.grant_next(&name);
                     }
                 }
@@ -733,6 +761,19 @@ impl LockTable {
             lease.waiting.retain(|q| *q != waiter);
         }
         self.out.effects.push(Effect::WaitEnded { at_ms: self.now_ms, request: waiter, name: w.name, reason });
+    }
+
+    /// `waiter` left the queue. When its implicit lease was pending for it, the lease
+    /// passes to a twin still queued (a retry of the same request), or ends.
+    fn waiter_left(&mut self, lease: LeaseId, waiter: RequestId) {
+        let Some(l) = self.leases.get_mut(&lease) else { return };
+        if l.pending_for != Some(waiter) {
+            return;
+        }
+        match l.waiting.first() {
+            Some(&twin) => l.pending_for = Some(twin),
+            None => self.end_lease(lease, ReleaseReason::Revoked),
+        }
     }
 
     /// Grants `name` to the first waiter when nothing holds it back, and forgets lock

@@ -609,6 +609,8 @@ mod props {
         Cancel(u64),
         Tick(u64),
         Implicit(u8, u64, u64),
+        /// An implicit acquire under a caller-chosen id from a small pool: retries.
+        ImplicitRetry(u8, u8, u64, u64),
     }
 
     fn cmd() -> impl Strategy<Value = Cmd> {
@@ -621,6 +623,7 @@ mod props {
             (1u64..30).prop_map(Cmd::Cancel),
             (0u64..800).prop_map(Cmd::Tick),
             (0u8..3, 100u64..2_000, 0u64..1_500).prop_map(|(n, ttl, w)| Cmd::Implicit(n, ttl, w)),
+            (0u8..3, 0u8..3, 100u64..2_000, 0u64..1_500).prop_map(|(k, n, ttl, w)| Cmd::ImplicitRetry(k, n, ttl, w)),
         ]
     }
 
@@ -656,6 +659,11 @@ mod props {
                     Cmd::Implicit(n, ttl, w) => {
                         let nm = name(&format!("n{n}"));
                         let r = t.acquire(implicit(&format!("n{n}"), 1_000 + t.next as u128, ttl, w), now);
+                        if let Ok(AcquireOutcome::Queued(id)) = r { queue.entry(nm).or_default().push(id); }
+                    }
+                    Cmd::ImplicitRetry(k, n, ttl, w) => {
+                        let nm = name(&format!("n{n}"));
+                        let r = t.acquire(implicit(&format!("n{n}"), 2_000 + k as u128, ttl, w), now);
                         if let Ok(AcquireOutcome::Queued(id)) = r { queue.entry(nm).or_default().push(id); }
                     }
                 }
@@ -751,4 +759,87 @@ fn promote_withdraws_every_waiter_and_gives_every_lease_its_full_ttl_again() {
         panic!()
     };
     assert_eq!(next.token, grant.token.next());
+}
+
+/// A client that chose its implicit lease's id retries under it after its first
+/// attempt's answer was lost: the retry gets the first attempt's grant, not an orphan
+/// grant under a second lease.
+#[test]
+fn a_retried_implicit_acquire_gets_the_grant_its_first_attempt_got() {
+    let mut t = table();
+    let first = granted_token(t.acquire(implicit("a", 7, TTL, 0), 0).unwrap());
+    // The retry (a try-lock now: the wait was spent) reaches the table after the grant.
+    let retry = t.acquire(implicit("a", 7, TTL, 0), 300).unwrap();
+    assert_eq!(granted_token(retry), first, "the same grant, the same token");
+    assert_eq!(t.lease_count(), 1, "no second lease");
+    // The lease keeps the TTL of its grant, and the lock is released with it.
+    assert_eq!(t.release(&name("a"), LeaseId(7), 400), Ok(Token::new(first).unwrap()));
+    // An implicit id naming another lock's lease, or an explicit lease, is refused.
+    t.grant_lease(LeaseId(8), TTL, 500).unwrap();
+    assert_eq!(t.acquire(implicit("a", 8, TTL, 0), 500), Err(Error::LeaseExists));
+    assert_eq!(t.lease_count(), 2, "7 (released, not revoked) and 8; no third");
+    granted_token(t.acquire(implicit("b", 9, TTL, 0), 500).unwrap());
+    assert_eq!(t.acquire(implicit("c", 9, TTL, 0), 500), Err(Error::LeaseExists));
+}
+
+/// The first attempt waits in the queue of a leader the client gave up on; the retry
+/// under the same implicit id waits beside it. The first attempt's withdrawal (its
+/// connection closed) does not end the lease the retry waits under, and the grant,
+/// when it comes, answers both with one token.
+#[test]
+fn a_retried_implicit_acquire_waits_beside_its_first_attempt() {
+    let mut t = table();
+    t.grant_lease(LeaseId(1), 10 * TTL, 0).unwrap();
+    granted_token(t.acquire(acq("a", 1, 0), 0).unwrap());
+    let AcquireOutcome::Queued(original) = t.acquire(implicit("a", 7, TTL, 5_000), 10).unwrap() else { panic!() };
+    let AcquireOutcome::Queued(retry) = t.acquire(implicit("a", 7, TTL, 4_000), 800).unwrap() else { panic!() };
+    // A try-lock retry while the original waits: refused, nothing changes.
+    let held = t.acquire(implicit("a", 7, TTL, 0), 850).unwrap();
+    assert_eq!(held, AcquireOutcome::NotGranted { holder: Token::new(1) });
+    assert_eq!((t.waiter_count(), t.lease_count()), (2, 2));
+    assert!(t.cancel_wait(original, 900), "the original was still queued");
+    assert_eq!((t.waiter_count(), t.lease_count()), (1, 2), "the lease stays for the retry");
+    effects(&mut t);
+    t.release(&name("a"), LeaseId(1), 1_000).unwrap();
+    check(&mut t, &["1000 released a token=1 Released", &format!("1000 granted a token=2 lease=7 waiter={}", retry.0)]);
+    // Its TTL starts at the grant.
+    assert_eq!(t.t.lease(LeaseId(7)).unwrap().expires_at_ms, 1_000 + TTL);
+}
+
+/// Both attempts queued, both granted together: withdrawing the first afterwards (its
+/// caller gone) leaves the grant to the retry, which was told of it too.
+#[test]
+fn withdrawing_the_first_attempt_after_the_grant_leaves_it_to_the_retry() {
+    let mut t = table();
+    t.grant_lease(LeaseId(1), 10 * TTL, 0).unwrap();
+    granted_token(t.acquire(acq("a", 1, 0), 0).unwrap());
+    let AcquireOutcome::Queued(original) = t.acquire(implicit("a", 7, TTL, 5_000), 10).unwrap() else { panic!() };
+    let AcquireOutcome::Queued(retry) = t.acquire(implicit("a", 7, TTL, 5_000), 20).unwrap() else { panic!() };
+    t.release(&name("a"), LeaseId(1), 100).unwrap();
+    let told: Vec<RequestId> =
+        t.answers.iter().filter(|(_, a)| matches!(a, Ok(Answer::Granted(_)))).map(|(r, _)| *r).collect();
+    assert_eq!(told, vec![original, retry]);
+    assert!(!t.cancel_wait(original, 150), "granted, no longer queued");
+    let holder = t.lock(&name("a"), 150).unwrap().holder.map(|(token, lease)| (token, lease.id));
+    assert_eq!(holder, Some((Token::new(2).unwrap(), LeaseId(7))), "the retry still holds it");
+    // The last one told withdrawn: the grant and the lease are given back.
+    t.cancel_wait(retry, 160);
+    assert_eq!((t.lock_count(), t.lease_count()), (0, 1));
+}
+
+/// A new leader's `Promote` withdraws the first attempt (its caller was told to go
+/// elsewhere) and ends its pending lease; the retry under the same id then starts
+/// afresh.
+#[test]
+fn after_promote_a_retry_under_the_same_implicit_id_starts_afresh() {
+    let mut t = table();
+    t.grant_lease(LeaseId(1), 10 * TTL, 0).unwrap();
+    granted_token(t.acquire(acq("a", 1, 0), 0).unwrap());
+    let AcquireOutcome::Queued(_) = t.acquire(implicit("a", 7, TTL, 5_000), 10).unwrap() else { panic!() };
+    t.run(Command::Promote, 500);
+    assert_eq!((t.waiter_count(), t.lease_count()), (0, 1));
+    let AcquireOutcome::Queued(_) = t.acquire(implicit("a", 7, TTL, 4_000), 600).unwrap() else { panic!() };
+    t.release(&name("a"), LeaseId(1), 700).unwrap();
+    let holder = t.lock(&name("a"), 700).unwrap().holder.map(|(token, lease)| (token, lease.id));
+    assert_eq!(holder, Some((Token::new(2).unwrap(), LeaseId(7))));
 }

@@ -84,13 +84,15 @@ fn apply_limits(doc: &mut Value, c: &Config) {
     merge(doc, &format!("{schemas}/AcquireRequest/properties/lock_delay_ms"), &delay);
     // ttl_ms is nullable there (null: absent); the bounds apply to a number only.
     merge(doc, &format!("{schemas}/AcquireRequest/properties/ttl_ms"), &ttl);
-    // Exactly one of lease_id and ttl_ms, each non-null when given.
+    // lease_id (an existing lease), ttl_ms (an implicit lease), or both (an implicit
+    // lease whose id the caller chose), each non-null when given.
     merge(
         doc,
         &format!("{schemas}/AcquireRequest"),
         &json!({ "oneOf": [
             { "required": ["lease_id"], "properties": { "lease_id": { "type": "string" }, "ttl_ms": { "type": "null" } } },
             { "required": ["ttl_ms"], "properties": { "ttl_ms": { "type": "integer" }, "lease_id": { "type": "null" } } },
+            { "required": ["lease_id", "ttl_ms"], "properties": { "lease_id": { "type": "string" }, "ttl_ms": { "type": "integer" } } },
         ] }),
     );
     let name = json!({ "maxLength": c.lock_name_bytes_max, "pattern": NO_CONTROL });

@@ -82,8 +82,10 @@ impl From<fenced_core::Error> for ApiError {
                 let a = ApiError::new(StatusCode::INSUFFICIENT_STORAGE, e.code(), e.to_string());
                 return e.details().into_iter().fold(a.with("what", what), |a, (k, v)| a.with(k, v));
             }
-            // 128 random bits collided with a live lease: not the caller's fault.
-            E::LeaseExists => return ApiError::internal("a fresh random lease id collided with a live one"),
+            // An implicit lease's id the caller chose names a live lease that is not
+            // this request's first attempt (128 random bits drawn by the server collide
+            // with nothing).
+            E::LeaseExists => StatusCode::CONFLICT,
         };
         e.details().into_iter().fold(ApiError::new(status, e.code(), e.to_string()), |a, (k, v)| a.with(k, v))
     }

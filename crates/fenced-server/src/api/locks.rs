@@ -20,7 +20,9 @@ use crate::metrics::inc;
 #[serde(deny_unknown_fields)]
 #[schema(as = AcquireRequest)]
 pub struct AcquireBody {
-    /// A lease to hold the lock under.
+    /// A live lease to hold the lock under; with `ttl_ms`, the id the caller chose for
+    /// the implicit lease (a retry under the same id gets the first attempt's grant, or
+    /// waits beside it in the queue).
     #[schema(pattern = "^[0-9a-fA-F]{32}$")]
     lease_id: Option<String>,
     /// An implicit lease for this request alone; bounds: `ttl_ms_min`, `ttl_ms_max`.
@@ -140,7 +142,7 @@ pub async fn action(
         (status = 200, description = "granted", body = Grant),
         (status = 400, description = "invalid_json, invalid_field, invalid_name, invalid_lease_id, ttl_out_of_range, wait_out_of_range, lock_delay_out_of_range", body = ErrorBody),
         (status = 404, description = "lease_not_found (also when the lease expires while waiting)", body = ErrorBody),
-        (status = 409, description = "lock_held (with holder_token when held; also during lock-delay)", body = ErrorBody),
+        (status = 409, description = "lock_held (with holder_token when held; also during lock-delay); lease_exists (lease_id with ttl_ms names a live lease that neither holds this lock nor waits for it as an implicit lease)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
         (status = 429, description = "too_many_locks, too_many_waiters, too_many_leases", body = ErrorBody),
         (status = 503, description = "recovering (with retry_after_ms), not_leader, shutting_down", body = ErrorBody),
@@ -175,17 +177,18 @@ pub fn lock_name(app: &AppInner, name: &str) -> Result<LockName, ApiError> {
 
 async fn acquire(app: App, name: LockName, req: AcquireBody) -> Result<Response, ApiError> {
     let lease = match (&req.lease_id, req.ttl_ms) {
-        (Some(id), None) => Some(parse_lease_id(id)?),
+        (Some(id), _) => Some(parse_lease_id(id)?),
         (None, Some(_)) => None,
-        _ => return Err(ApiError::bad_request("invalid_field", "give exactly one of lease_id and ttl_ms")),
+        (None, None) => return Err(ApiError::bad_request("invalid_field", "give lease_id, ttl_ms, or both")),
     };
     let req = AcquireReq { lease, ttl_ms: req.ttl_ms, wait_ms: req.wait_ms, lock_delay_ms: req.lock_delay_ms };
     acquire_grant(app, name, req).await.map(|g| grant_response(&g))
 }
 
-/// An acquire as every transport asks for it: exactly one of `lease` and `ttl_ms`.
+/// An acquire as every transport asks for it: `lease` (an existing lease), `ttl_ms` (an
+/// implicit lease the server names), or both (an implicit lease the caller named).
 pub struct AcquireReq {
-    /// An existing lease to hold the lock under.
+    /// An existing lease to hold the lock under; with `ttl_ms`, the implicit lease's id.
     pub lease: Option<LeaseId>,
     /// An implicit lease for this request alone.
     pub ttl_ms: Option<u64>,
@@ -202,7 +205,8 @@ pub async fn acquire_grant(app: App, name: LockName, req: AcquireReq) -> Result<
     let lease = match (req.lease, req.ttl_ms) {
         (Some(id), None) => LeaseRef::Existing(id),
         (None, Some(ttl_ms)) => LeaseRef::Implicit { id: new_lease_id()?, ttl_ms },
-        _ => return Err(ApiError::bad_request("invalid_field", "give exactly one of lease_id and ttl_ms")),
+        (Some(id), Some(ttl_ms)) => LeaseRef::Implicit { id, ttl_ms },
+        (None, None) => return Err(ApiError::bad_request("invalid_field", "give lease_id, ttl_ms, or both")),
     };
     let wait_ms = req.wait_ms;
     let cmd = Command::Acquire(Acquire { name, lease, wait_ms, lock_delay_ms: req.lock_delay_ms });

@@ -34,7 +34,10 @@ fn malformed_json_wrong_types_unknown_fields() {
     bad(&s, "POST", acquire, &format!("{{\"lease_id\":\"{lease}\",\"wait\":5}}"), "invalid_field");
     bad(&s, "POST", acquire, &format!("{{\"lease_id\":\"{lease}\",\"wait_ms\":\"5\"}}"), "invalid_field");
     bad(&s, "POST", acquire, "{}", "invalid_field");
-    bad(&s, "POST", acquire, &format!("{{\"lease_id\":\"{lease}\",\"ttl_ms\":1000}}"), "invalid_field");
+    bad(&s, "POST", acquire, "{\"lease_id\":\"nothex\",\"ttl_ms\":1000}", "invalid_lease_id");
+    // Both name an implicit lease; a live explicit lease's id is refused, changing nothing.
+    let (st, e) = s.call("POST", acquire, &format!("{{\"lease_id\":\"{lease}\",\"ttl_ms\":1000}}"));
+    assert_eq!((st, e["error"]["code"].as_str()), (409, Some("lease_exists")), "{e}");
     bad(&s, "POST", "/v1/locks/x/release", "{}", "invalid_field");
     bad(&s, "POST", "/v1/locks/x/check", "{\"token\":\"1\"}", "invalid_field");
     bad(&s, "POST", &format!("/v1/leases/{lease}/keepalive"), "{\"x\":1}", "invalid_field");

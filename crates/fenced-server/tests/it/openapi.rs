@@ -77,10 +77,14 @@ fn every_documented_bound_is_the_servers() {
             assert_eq!(st, want, "{field} {v}: {b}");
         }
     }
-    // Exactly one of lease_id and ttl_ms, as the document's oneOf says.
+    // lease_id, ttl_ms, or both, as the document's oneOf says; both name an implicit
+    // lease, refused when the id is a live lease's.
     assert_eq!(s.acquire("bound-neither", "{}").0, 400);
     let lease = s.lease(10_000);
-    assert_eq!(s.acquire("bound-both", &format!("{{\"lease_id\":\"{lease}\",\"ttl_ms\":1000}}")).0, 400);
+    let (st, e) = s.acquire("bound-both", &format!("{{\"lease_id\":\"{lease}\",\"ttl_ms\":1000}}"));
+    assert_eq!((st, e["error"]["code"].as_str()), (409, Some("lease_exists")), "{e}");
+    let fresh = "0123456789abcdef0123456789abcdef";
+    assert_eq!(s.acquire("bound-both", &format!("{{\"lease_id\":\"{fresh}\",\"ttl_ms\":1000}}")).0, 200);
     assert_eq!(s.acquire("bound-null", &format!("{{\"lease_id\":\"{lease}\",\"ttl_ms\":null}}")).0, 200);
     // Path and query parameters.
     let param = |path: &str, method: &str, name: &str| -> Value {

@@ -161,8 +161,9 @@ fn every_op_round_trips_on_the_same_table_as_http() {
     assert_eq!(w.call(16, &Request::CreateLease { ttl_ms: 1 }).code(), "ttl_out_of_range");
     assert_eq!(w.call(17, &acquire("", lease, 0)).code(), "invalid_name");
     assert_eq!(w.call(18, &acquire("x", lease, 10_000_000)).code(), "wait_out_of_range");
+    // Both a lease and a TTL name an implicit lease: not a live explicit lease's id.
     let both = Request::Acquire { name: "x", lease: Some(lease), ttl_ms: Some(1000), wait_ms: 0, lock_delay_ms: 0 };
-    assert_eq!(w.call(19, &both).code(), "invalid_field");
+    assert_eq!(w.call(19, &both).code(), "lease_exists");
     assert_eq!(w.call(20, &Request::Check { name: "x", token: 0 }).code(), "invalid_token");
     let metrics = server.get("/metrics").text();
     assert!(metrics.contains("fenced_grants_total 2"), "{metrics}");
