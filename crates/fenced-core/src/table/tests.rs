@@ -782,16 +782,23 @@ fn a_retried_implicit_acquire_gets_the_grant_its_first_attempt_got() {
     assert_eq!(t.acquire(implicit("c", 9, TTL, 0), 500), Err(Error::LeaseExists));
 }
 
+/// Lock `a` held by lease 1, and an acquire under the implicit lease 7 queued behind
+/// it (the first attempt of a call): the table and that request.
+fn queued_behind_a_holder() -> (T, RequestId) {
+    let mut t = table();
+    t.grant_lease(LeaseId(1), 10 * TTL, 0).unwrap();
+    granted_token(t.acquire(acq("a", 1, 0), 0).unwrap());
+    let AcquireOutcome::Queued(original) = t.acquire(implicit("a", 7, TTL, 5_000), 10).unwrap() else { panic!() };
+    (t, original)
+}
+
 /// The first attempt waits in the queue of a leader the client gave up on; the retry
 /// under the same implicit id waits beside it. The first attempt's withdrawal (its
 /// connection closed) does not end the lease the retry waits under, and the grant,
 /// when it comes, answers both with one token.
 #[test]
 fn a_retried_implicit_acquire_waits_beside_its_first_attempt() {
-    let mut t = table();
-    t.grant_lease(LeaseId(1), 10 * TTL, 0).unwrap();
-    granted_token(t.acquire(acq("a", 1, 0), 0).unwrap());
-    let AcquireOutcome::Queued(original) = t.acquire(implicit("a", 7, TTL, 5_000), 10).unwrap() else { panic!() };
+    let (mut t, original) = queued_behind_a_holder();
     let AcquireOutcome::Queued(retry) = t.acquire(implicit("a", 7, TTL, 4_000), 800).unwrap() else { panic!() };
     // A try-lock retry while the original waits: refused, nothing changes.
     let held = t.acquire(implicit("a", 7, TTL, 0), 850).unwrap();
@@ -810,10 +817,7 @@ fn a_retried_implicit_acquire_waits_beside_its_first_attempt() {
 /// caller gone) leaves the grant to the retry, which was told of it too.
 #[test]
 fn withdrawing_the_first_attempt_after_the_grant_leaves_it_to_the_retry() {
-    let mut t = table();
-    t.grant_lease(LeaseId(1), 10 * TTL, 0).unwrap();
-    granted_token(t.acquire(acq("a", 1, 0), 0).unwrap());
-    let AcquireOutcome::Queued(original) = t.acquire(implicit("a", 7, TTL, 5_000), 10).unwrap() else { panic!() };
+    let (mut t, original) = queued_behind_a_holder();
     let AcquireOutcome::Queued(retry) = t.acquire(implicit("a", 7, TTL, 5_000), 20).unwrap() else { panic!() };
     t.release(&name("a"), LeaseId(1), 100).unwrap();
     let told: Vec<RequestId> =
@@ -832,10 +836,7 @@ fn withdrawing_the_first_attempt_after_the_grant_leaves_it_to_the_retry() {
 /// afresh.
 #[test]
 fn after_promote_a_retry_under_the_same_implicit_id_starts_afresh() {
-    let mut t = table();
-    t.grant_lease(LeaseId(1), 10 * TTL, 0).unwrap();
-    granted_token(t.acquire(acq("a", 1, 0), 0).unwrap());
-    let AcquireOutcome::Queued(_) = t.acquire(implicit("a", 7, TTL, 5_000), 10).unwrap() else { panic!() };
+    let (mut t, _) = queued_behind_a_holder();
     t.run(Command::Promote, 500);
     assert_eq!((t.waiter_count(), t.lease_count()), (0, 1));
     let AcquireOutcome::Queued(_) = t.acquire(implicit("a", 7, TTL, 4_000), 600).unwrap() else { panic!() };
