@@ -11,7 +11,7 @@
 //! scenario's answer against them).
 
 use fenced_sim::sweep::Axis;
-use fenced_sim::{PauseModel, Replication, Scenario, ServiceClock};
+use fenced_sim::{PauseModel, Replication, Scenario, ServiceClock, SUMMARY_FIELDS};
 use serde_json::{json, Value};
 use utoipa::openapi::{RefOr, Schema};
 use utoipa::{OpenApi, ToSchema};
@@ -195,28 +195,6 @@ pub(crate) fn seeds() -> RefOr<Schema> {
     let item = json!({ "type": "integer", "format": "uint64", "minimum": 0, "maximum": u64::MAX });
     schema(json!({ "type": ["array", "null"], "items": item, "minItems": 2, "maxItems": 2 }))
 }
-
-/// The fields of `fenced sim --json` that the design names, in every run.
-pub(crate) const SUMMARY_FIELDS: &[&str] = &[
-    "scenario",
-    "seed",
-    "clients",
-    "duration_ms",
-    "lease_ms",
-    "fencing",
-    "renew_fraction",
-    "grants",
-    "lease_expiries",
-    "pauses",
-    "writes_attempted",
-    "writes_accepted",
-    "late_writes",
-    "zombie_writes",
-    "stale_writes_rejected",
-    "lost_updates",
-    "events",
-    "safe",
-];
 
 fn summary() -> RefOr<Schema> {
     let props = json!({

@@ -22,6 +22,6 @@ pub use config::{
     LEASE_MS_DEFAULT, LOCK_DELAY_MS_DEFAULT,
 };
 pub use pauses::PauseCause;
-pub use summary::{Summary, ZombieProof};
+pub use summary::{Summary, ZombieProof, SUMMARY_FIELDS};
 pub use trace::{Kind, Record, TraceSink};
 pub use world::run;

@@ -4,6 +4,29 @@ use std::fmt::Write as _;
 
 use crate::{PauseModel, Replication, Scenario, ServiceClock};
 
+/// The fields of every run's JSON (`Summary::to_json`, `fenced sim --json`) that the
+/// design names: the console's schema requires them, the tests look for them.
+pub const SUMMARY_FIELDS: &[&str] = &[
+    "scenario",
+    "seed",
+    "clients",
+    "duration_ms",
+    "lease_ms",
+    "fencing",
+    "renew_fraction",
+    "grants",
+    "lease_expiries",
+    "pauses",
+    "writes_attempted",
+    "writes_accepted",
+    "late_writes",
+    "zombie_writes",
+    "stale_writes_rejected",
+    "lost_updates",
+    "events",
+    "safe",
+];
+
 /// One zombie write and what let it happen.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct ZombieProof {

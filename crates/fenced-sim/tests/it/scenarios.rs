@@ -118,25 +118,7 @@ fn the_trace_and_the_summary_tell_the_same_story() {
 #[test]
 fn the_summary_has_the_design_fields() {
     let json = run(Scenario::Default, 1).to_json();
-    for f in [
-        "scenario",
-        "seed",
-        "clients",
-        "duration_ms",
-        "lease_ms",
-        "fencing",
-        "renew_fraction",
-        "grants",
-        "lease_expiries",
-        "pauses",
-        "writes_attempted",
-        "writes_accepted",
-        "late_writes",
-        "zombie_writes",
-        "stale_writes_rejected",
-        "lost_updates",
-        "events",
-    ] {
+    for f in fenced_sim::SUMMARY_FIELDS {
         assert!(json.contains(&format!("\"{f}\":")), "summary lacks {f}: {json}");
     }
 }

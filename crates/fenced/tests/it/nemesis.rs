@@ -164,6 +164,17 @@ fn a_leader_that_expires_leases_on_its_own_clock_is_caught() {
     assert_eq!(r["safe"], false, "{r}");
 }
 
+#[cfg(feature = "fault-injection")]
+/// [`broken_caught_honest_safe`] on three members under the partition nemesis, seed 1,
+/// for `duration`; at least one partition struck.
+fn partitioned_control(duration: &str, switch: &str) -> serde_json::Value {
+    let mut args = CONTROL_BASE.to_vec();
+    args.extend(["--nemesis", "partition", "--duration", duration, "--seed", "1"]);
+    let r = broken_caught_honest_safe(&args, switch);
+    assert!(num(&r, "partitions_injected") >= 1, "{r}");
+    r
+}
+
 /// Runs `args` on three members with `FENCED_BREAK=switch`, then the same run without
 /// it. The broken run must be unsafe (exit 1, with proofs), the honest one safe; the
 /// broken run's report is returned for the control's own assertions.
@@ -198,10 +209,7 @@ const CONTROL_BASE: [&str; 10] =
 #[cfg(feature = "fault-injection")]
 #[test]
 fn a_leader_that_answers_before_commit_is_caught() {
-    let mut args = CONTROL_BASE.to_vec();
-    args.extend(["--nemesis", "partition", "--duration", "16s", "--seed", "1"]);
-    let r = broken_caught_honest_safe(&args, "answer-before-commit");
-    assert!(num(&r, "partitions_injected") >= 1, "{r}");
+    let r = partitioned_control("16s", "answer-before-commit");
     let found = num(&r, "duplicate_tokens") + num(&r, "token_regressions") + num(&r, "lost_updates");
     assert!(found >= 1, "no duplicate token, regression or lost update: {r}");
 }
@@ -212,10 +220,7 @@ fn a_leader_that_answers_before_commit_is_caught() {
 #[cfg(feature = "fault-injection")]
 #[test]
 fn a_member_granting_without_leading_is_caught() {
-    let mut args = CONTROL_BASE.to_vec();
-    args.extend(["--nemesis", "partition", "--duration", "14s", "--seed", "1"]);
-    let r = broken_caught_honest_safe(&args, "grant-deposed");
-    assert!(num(&r, "partitions_injected") >= 1, "{r}");
+    let r = partitioned_control("14s", "grant-deposed");
     let found = num(&r, "duplicate_tokens") + num(&r, "overlapping_holders") + num(&r, "lost_updates");
     assert!(found >= 1 || r["replicas_agree"] == false, "{r}");
 }
@@ -228,9 +233,7 @@ fn a_member_granting_without_leading_is_caught() {
 #[cfg(feature = "fault-injection")]
 #[test]
 fn reads_served_without_a_quorum_round_are_caught() {
-    let mut args = CONTROL_BASE.to_vec();
-    args.extend(["--nemesis", "partition", "--duration", "14s", "--seed", "1"]);
-    let r = broken_caught_honest_safe(&args, "read-local");
+    let r = partitioned_control("14s", "read-local");
     assert_eq!(r["linearizable"], false, "{r}");
     assert!(r["proofs"]
         .as_array()

@@ -19,25 +19,7 @@ fn json(o: &Output) -> serde_json::Value {
 fn sim_json_has_the_design_fields_and_tells_the_story() {
     let d = json(&fenced(&["sim", "--scenario", "default", "--seed", "2", "--json"]));
     let f = json(&fenced(&["sim", "--scenario", "fencing", "--seed", "2", "--json"]));
-    for k in [
-        "scenario",
-        "seed",
-        "clients",
-        "duration_ms",
-        "lease_ms",
-        "fencing",
-        "renew_fraction",
-        "grants",
-        "lease_expiries",
-        "pauses",
-        "writes_attempted",
-        "writes_accepted",
-        "late_writes",
-        "zombie_writes",
-        "stale_writes_rejected",
-        "lost_updates",
-        "events",
-    ] {
+    for k in fenced_sim::SUMMARY_FIELDS {
         assert!(d.get(k).is_some(), "summary lacks {k}");
     }
     assert!(d["zombie_writes"].as_u64().unwrap() > 0);
