@@ -1,0 +1,263 @@
+"""What the sync and the async client share: configuration, the deadline rule, what calls
+learn of the members of a cluster, and the check of the server's API.
+
+No IO happens here; the two clients each do their own (threads and httpx.Client, or
+tasks and httpx.AsyncClient) around these pieces, so the rules exist once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import threading
+import time
+from typing import Any, List, Optional, Sequence, Union
+from urllib.parse import quote
+
+from .errors import BadRequest, FencedError, UnsupportedServer
+
+#: The endpoint used when neither the caller nor ``FENCED_ENDPOINT`` names one.
+ENDPOINT_DEFAULT = "http://127.0.0.1:7400"
+#: A cluster's default election time-out (300 to 600 ms) plus a margin (docs/client.md).
+ATTEMPT_TIMEOUT_DEFAULT = 0.75
+#: Half of it bounds a liveness probe, which must leave a live member time to answer.
+ATTEMPT_TIMEOUT_MIN = 0.02
+#: Between rounds over every member while none takes the call.
+ROUND_PAUSE = 0.1
+#: Tries of a request whose connection could not be opened, with one endpoint.
+CONNECT_ATTEMPTS_MAX = 4
+#: The default margin is a tenth of the TTL.
+MARGIN_DIVISOR = 10
+#: Lock names are UTF-8 of 1 to 256 bytes (the server's default bound).
+NAME_BYTES_MAX = 256
+
+Endpoints = Union[str, Sequence[str], None]
+
+
+def now() -> float:
+    """The one clock of every deadline: monotonic, never the wall clock."""
+    return time.monotonic()
+
+
+# --- the deadline (validity.rs) --------------------------------------------------------
+
+
+def default_margin(ttl: float) -> float:
+    return ttl / MARGIN_DIVISOR
+
+
+def valid_until(sent_at: float, ttl: float, margin: float) -> float:
+    """The client-side deadline of a lease whose last successful acquire or keepalive was
+    *sent* at ``sent_at``: the server started or renewed the lease after the send, so its
+    own expiry is no earlier than ``sent_at + ttl``. A margin of the TTL or more leaves
+    nothing, never a deadline before the send."""
+    return sent_at + max(0.0, ttl - margin)
+
+
+def next_keepalive(sent_at: float, ttl: float) -> float:
+    """A third of the TTL after the last successful send: two more tries fit before the
+    deadline."""
+    return sent_at + ttl / 3.0
+
+
+# --- configuration ---------------------------------------------------------------------
+
+
+def parse_duration(s: str) -> float:
+    """``750ms``, ``2s``, ``5m``, ``1h`` or bare milliseconds, as the Rust client reads
+    ``FENCED_ATTEMPT_TIMEOUT``: seconds."""
+    m = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|h)?\s*", s)
+    if not m:
+        raise BadRequest(f"'{s}' is not a duration: write it like 750ms, 90s, 10m or 1h", code="invalid_duration")
+    scale = {None: 0.001, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[m.group(2)]
+    return int(m.group(1)) * scale
+
+
+def endpoints_from(given: Endpoints) -> List[str]:
+    """The endpoint URLs: given as one (commas allowed) or a list, else ``FENCED_ENDPOINT``
+    (commas allowed), else :data:`ENDPOINT_DEFAULT`. Each must be ``http(s)://host:port``."""
+    if given is None:
+        given = os.environ.get("FENCED_ENDPOINT") or ENDPOINT_DEFAULT
+    parts = [given] if isinstance(given, str) else list(given)
+    urls = [u.strip() for p in parts for u in p.split(",") if u.strip()]
+    if not urls:
+        raise BadRequest("no endpoint given", code="invalid_endpoint")
+    out = []
+    for u in urls:
+        base = u.rstrip("/")
+        m = re.fullmatch(r"(https?)://([^/?#]+)", base)
+        if not m:
+            hint = " (fenced:// is the Rust client's wire protocol; use http://)" if base.startswith("fenced://") else ""
+            raise BadRequest(
+                f"endpoint '{u}' must be http://HOST:PORT or https://HOST:PORT with no path{hint}",
+                code="invalid_endpoint",
+            )
+        out.append(base)
+    return out
+
+
+def auth_from(given: Optional[str]) -> Optional[str]:
+    token = given if given is not None else (os.environ.get("FENCED_AUTH_TOKEN") or None)
+    if token is not None and any(c in token for c in "\r\n"):
+        raise BadRequest("the auth token has characters a header cannot carry", code="invalid_auth_token")
+    return token
+
+
+def ca_from(given: Optional[str]) -> Optional[str]:
+    path = given if given is not None else (os.environ.get("FENCED_CA_FILE") or None)
+    if path is not None and not os.path.isfile(path):
+        raise BadRequest(f"CA file {path}: no such file", code="invalid_ca_file")
+    return path
+
+
+def attempt_timeout_from(given: Optional[float]) -> float:
+    if given is not None:
+        t = float(given)
+    else:
+        env = os.environ.get("FENCED_ATTEMPT_TIMEOUT", "")
+        try:
+            t = parse_duration(env) if env.strip() else ATTEMPT_TIMEOUT_DEFAULT
+        except BadRequest as e:
+            raise BadRequest(f"FENCED_ATTEMPT_TIMEOUT: {e.message}", code="invalid_duration") from None
+    if t < ATTEMPT_TIMEOUT_MIN:
+        raise BadRequest(f"the attempt time-out must be at least {int(ATTEMPT_TIMEOUT_MIN * 1000)} ms",
+                         code="invalid_duration")
+    return t
+
+
+def check_name(name: str, what: str = "lock name") -> str:
+    if not isinstance(name, str) or not 1 <= len(name.encode("utf-8")) <= NAME_BYTES_MAX:
+        raise BadRequest(f"a {what} is UTF-8 of 1 to {NAME_BYTES_MAX} bytes", code="invalid_name")
+    return name
+
+
+def check_token(token: Any) -> int:
+    if isinstance(token, bool) or not isinstance(token, int) or not 1 <= token < 2**64:
+        raise BadRequest(f"a token is an integer from 1 to 2^64-1, not {token!r}", code="invalid_token")
+    return token
+
+
+def ms(seconds: float) -> int:
+    """Seconds as whole milliseconds (what the API takes)."""
+    return max(0, int(round(seconds * 1000)))
+
+
+def segment(s: str) -> str:
+    """One path segment: every byte but RFC 3986's unreserved ones percent-encoded, ``/``
+    too, so that ``orders/42`` stays one segment."""
+    return quote(s, safe="-._~")
+
+
+def new_lease_id() -> str:
+    """128 random bits from the OS: the id of an implicit acquire's lease."""
+    return secrets.token_hex(16)
+
+
+# --- the members of a cluster (failover.rs) ---------------------------------------------
+
+
+class Members:
+    """The members a client knows and what its calls have learnt of them: the one that
+    answered last (calls start there), the last proof of life of each, and which were
+    found silent (skipped by every call for one attempt time-out). Thread-safe."""
+
+    def __init__(self, endpoints: List[str], attempt_timeout: float) -> None:
+        self.endpoints = endpoints
+        self.attempt_timeout = attempt_timeout
+        self._lock = threading.Lock()
+        self._current = 0
+        self._answered_at = [0.0] * len(endpoints)
+        self._silent_until = [0.0] * len(endpoints)
+
+    @property
+    def current(self) -> int:
+        return self._current
+
+    def set_current(self, i: int) -> None:
+        self._current = i
+
+    def mark_answered(self, i: int) -> None:
+        with self._lock:
+            self._answered_at[i] = max(self._answered_at[i], now())
+            self._silent_until[i] = 0.0
+
+    def answered_within(self, i: int, d: float) -> bool:
+        at = self._answered_at[i]
+        return at > 0 and now() - at < d
+
+    def mark_silent(self, i: int) -> None:
+        with self._lock:
+            self._silent_until[i] = max(self._silent_until[i], now() + self.attempt_timeout)
+
+    def found_silent_since(self, i: int, since: float) -> bool:
+        """Found silent by a probe that ended at or after ``since`` (an older verdict does
+        not count: this member was tried anyway)."""
+        until = self._silent_until[i]
+        return until > now() and until - self.attempt_timeout >= since
+
+    def is_silent(self, i: int) -> bool:
+        return self._silent_until[i] > now()
+
+    def skip(self, i: int) -> bool:
+        """Skipped this round: found silent, unless every member was."""
+        return self.is_silent(i) and not all(self.is_silent(j) for j in range(len(self.endpoints)))
+
+
+def moves_on(e: Optional[BaseException]) -> bool:
+    """Whether a call moves on to the next member after this outcome: the member could
+    not be reached, is not the leader, or is shutting down (nothing was done)."""
+    from .errors import NotLeader, ShuttingDown, Transport
+
+    return isinstance(e, (Transport, NotLeader, ShuttingDown))
+
+
+# --- the server's API (checked once per endpoint) --------------------------------------
+
+#: The routes of API v1 this client calls, as ``/openapi.json`` spells them.
+API_ROUTES = (
+    ("post", "/v1/locks/{name}/acquire"),
+    ("post", "/v1/locks/{name}/release"),
+    ("post", "/v1/leases/{lease_id}/keepalive"),
+    ("delete", "/v1/leases/{lease_id}"),
+    ("put", "/v1/store/{key}"),
+    ("get", "/v1/store/{key}"),
+)
+
+
+def check_api(endpoint: str, status: int, body: bytes) -> str:
+    """Checks the answer of ``GET /openapi.json``: a Fenced server (``info.title``) whose
+    document lists every route of API v1 this client calls, each with its method. Returns
+    the server's version (``info.version``, the crate version); raises
+    :class:`UnsupportedServer` with what is missing."""
+    import json
+
+    def refuse(why: str) -> UnsupportedServer:
+        return UnsupportedServer(
+            f"{endpoint} does not speak Fenced's API v1, which this client needs: {why}",
+            details={"endpoint": endpoint},
+        )
+
+    if status == 404:
+        raise refuse("it has no /openapi.json (GET answered 404): not a Fenced server, or one older than API v1")
+    if status != 200:
+        raise refuse(f"GET /openapi.json answered HTTP {status}")
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        raise refuse("/openapi.json is not JSON") from None
+    info = doc.get("info") if isinstance(doc, dict) else None
+    if not isinstance(info, dict) or info.get("title") != "Fenced":
+        raise refuse(f"its API document is not Fenced's (info.title {info.get('title') if isinstance(info, dict) else None!r})")
+    version = str(info.get("version", ""))
+    paths = doc.get("paths") if isinstance(doc.get("paths"), dict) else {}
+    missing = [f"{m.upper()} {p}" for m, p in API_ROUTES if not isinstance(paths.get(p), dict) or m not in paths[p]]
+    if missing:
+        raise refuse(f"server version {version or '?'} lacks {', '.join(missing)}")
+    return version
+
+
+def transport_error(endpoint: str, what: str, exc: BaseException, sent: bool) -> FencedError:
+    from .errors import Transport
+
+    return Transport(f"{endpoint}: {what}: {exc.__class__.__name__}: {exc}".rstrip(": "), sent=sent)

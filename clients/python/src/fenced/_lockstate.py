@@ -1,0 +1,86 @@
+"""The state of a held lock that both guards share: the grant, the client-side deadline,
+and the lost signal's one rule (set once, for the first reason, never cleared)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Dict, Optional
+
+from . import _core
+from .errors import BadRequest, LockLost, LostReason
+
+
+class LockState:
+    """The grant and its deadline. ``valid_until`` only moves forward, and only by
+    :meth:`extend` from a successful acquire or keepalive, counted from its send."""
+
+    def __init__(self, name: str, token: int, lease_id: str, ttl: float, margin: float, sent_at: float) -> None:
+        self.name = name
+        self.token = token
+        self.lease_id = lease_id
+        self.ttl = ttl
+        self.margin = margin
+        self._valid_until = _core.valid_until(sent_at, ttl, margin)
+        #: The send time of the last successful acquire or keepalive.
+        self.sent_at = sent_at
+        self._mu = threading.Lock()
+        self.reason: Optional[LostReason] = None
+        self.released = False
+        #: Called once, with the reason, when the lock is lost (sets the event, wakes...).
+        self.on_lost: Callable[[LostReason], None] = lambda r: None
+
+    @property
+    def valid_until(self) -> float:
+        return self._valid_until
+
+    def extend(self, sent_at: float, ttl: float) -> bool:
+        """Moves the deadline to ``sent_at + ttl - margin`` if that is later and the lock
+        is not lost (lost is final). Returns whether it moved."""
+        with self._mu:
+            if self.reason is not None:
+                return False
+            nxt = _core.valid_until(sent_at, min(ttl, self.ttl), self.margin)
+            if nxt > self._valid_until:
+                self._valid_until = nxt
+                self.sent_at = max(self.sent_at, sent_at)
+                return True
+            return False
+
+    def mark_lost(self, reason: LostReason) -> None:
+        with self._mu:
+            if self.reason is not None or self.released:
+                return
+            self.reason = reason
+        self.on_lost(reason)
+
+    def past_deadline(self) -> bool:
+        """Reads the clock itself: exact even before the timer has run (or after this
+        process was frozen past the deadline), and marks the lock lost if so."""
+        if self.reason is None and not self.released and _core.now() >= self._valid_until:
+            self.mark_lost(LostReason.EXPIRED)
+        return self.reason is not None
+
+    def check(self) -> int:
+        if self.released:
+            raise BadRequest(f"lock '{self.name}' was released", code="released")
+        if self.past_deadline():
+            assert self.reason is not None
+            raise LockLost(self.reason, self.name)
+        return self.token
+
+    def describe(self) -> Dict[str, Any]:
+        return {"name": self.name, "token": self.token, "ttl": self.ttl, "lost": self.reason}
+
+
+class LostEvent(threading.Event):
+    """``lock.lost`` for the sync client: a :class:`threading.Event` set by the guard's
+    timer at the deadline (or at once on a refused keepalive), and whose ``is_set()`` also
+    reads the clock, so it is exact at every moment."""
+
+    def __init__(self, state: LockState) -> None:
+        super().__init__()
+        self._state = state
+
+    def is_set(self) -> bool:  # noqa: D102 - same meaning as Event's
+        self._state.past_deadline()
+        return super().is_set()

@@ -1,0 +1,613 @@
+"""The asyncio client: ``fenced.AsyncClient``, the same surface as ``fenced.Client`` on
+``httpx.AsyncClient``. The guard's keepalive and deadline timer are tasks; ``lost`` is an
+:class:`asyncio.Event`; ``cancel_on_loss=True`` cancels the body's task when the lock is
+lost (``async with`` then raises :class:`fenced.LockLost`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import sys
+from types import TracebackType
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple, Type, TypeVar
+
+import httpx
+
+from . import _core
+from ._lockstate import LockState
+from .client import StoreRead, _mark, _Reply, _stale_after_retry, log
+from .errors import (
+    BadRequest,
+    FencedError,
+    LeaseNotFound,
+    LockHeld,
+    LockLost,
+    LostReason,
+    NotFound,
+    NotHolder,
+    Recovering,
+    ServerError,
+    ShuttingDown,
+    StaleToken,
+    TooManyConnections,
+    Transport,
+    Unauthorized,
+)
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """``fenced.Client``'s twin for asyncio: the same arguments, rules and errors."""
+
+    def __init__(
+        self,
+        endpoints: _core.Endpoints = None,
+        *,
+        auth_token: Optional[str] = None,
+        ca_file: Optional[str] = None,
+        request_timeout: float = 10.0,
+        connect_timeout: float = 3.0,
+        attempt_timeout: Optional[float] = None,
+        check_server: bool = True,
+    ) -> None:
+        urls = _core.endpoints_from(endpoints)
+        self._auth = _core.auth_from(auth_token)
+        ca = _core.ca_from(ca_file)
+        self._members = _core.Members(urls, _core.attempt_timeout_from(attempt_timeout))
+        self.request_timeout = float(request_timeout)
+        self.connect_timeout = float(connect_timeout)
+        self._check_server = check_server
+        self._checked: Dict[int, str] = {}
+        headers = {"user-agent": "fenced-client-python/0.1.0"}
+        if self._auth is not None:
+            headers["authorization"] = f"Bearer {self._auth}"
+        verify: Any = ssl.create_default_context(cafile=ca) if ca else True
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=16)
+        self._http = httpx.AsyncClient(headers=headers, verify=verify, trust_env=False, limits=limits)
+        #: Background revokes of abandoned acquires, kept referenced until done.
+        self._background: Set["asyncio.Task[Any]"] = set()
+        self.store = AsyncStore(self)
+
+    @property
+    def endpoints(self) -> List[str]:
+        return list(self._members.endpoints)
+
+    @property
+    def endpoint(self) -> str:
+        return self._members.endpoints[self._members.current]
+
+    def server_version(self) -> Optional[str]:
+        return self._checked.get(self._members.current)
+
+    def lock(self, name: str, ttl: float = 10.0, wait: float = 30.0, *, margin: Optional[float] = None,
+             cancel_on_loss: bool = False) -> "_Acquire":
+        """``async with client.lock(name, ttl, wait) as lock:``, or ``lock = await
+        client.lock(...)`` then ``await lock.release()``. With ``cancel_on_loss=True`` the
+        task running the ``async with`` body is cancelled when the lock is lost, and the
+        block raises :class:`fenced.LockLost`."""
+        return _Acquire(self, name, ttl, wait, margin, cancel_on_loss)
+
+    def try_lock(self, name: str, ttl: float = 10.0, *, margin: Optional[float] = None,
+                 cancel_on_loss: bool = False) -> "_Acquire":
+        return self.lock(name, ttl, 0.0, margin=margin, cancel_on_loss=cancel_on_loss)
+
+    async def check(self, name: str, token: int) -> Tuple[bool, Optional[int]]:
+        body = {"token": _core.check_token(token)}
+        path = f"/v1/locks/{_core.segment(_core.check_name(name))}/check"
+        r = await self._call(lambda i: self._json(i, "POST", path, body))
+        return bool(r.get("current")), r.get("token")
+
+    async def lock_info(self, name: str) -> Dict[str, Any]:
+        path = f"/v1/locks/{_core.segment(_core.check_name(name))}"
+        return await self._call(lambda i: self._json(i, "GET", path, None))
+
+    async def revoke_lease(self, lease_id: str) -> None:
+        try:
+            await self._call(lambda i: self._json(i, "DELETE", f"/v1/leases/{lease_id}", None))
+        except LeaseNotFound:
+            pass
+
+    async def aclose(self) -> None:
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=3.0)
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    # --- acquire ---------------------------------------------------------------------------
+
+    async def _acquire(self, name: str, ttl: float, wait: float, margin: Optional[float]) -> LockState:
+        _core.check_name(name)
+        ttl_ms, wait_ms = _core.ms(ttl), _core.ms(wait)
+        if ttl_ms < 1:
+            raise BadRequest("the TTL must be at least 1 ms", code="ttl_out_of_range")
+        if wait < 0:
+            raise BadRequest("the wait cannot be negative", code="wait_out_of_range")
+        lease = _core.new_lease_id()
+        started = _core.now()
+        give_up_at = started + wait_ms / 1000.0
+        deadline = give_up_at + self.request_timeout
+        answered = False
+        sent_at: Optional[float] = None
+        try:
+            while True:
+                sent = _core.now()
+                try:
+                    grant = await self._call(
+                        lambda i: self._acquire_on(i, name, lease, ttl_ms, _core.ms(max(0.0, give_up_at - _core.now())),
+                                                   self.request_timeout + max(0.0, give_up_at - _core.now())),
+                        deadline)
+                    answered = True
+                    sent_at = sent if sent_at is None else sent_at
+                    break
+                except (Recovering, ShuttingDown, TooManyConnections) as e:
+                    if isinstance(e, ShuttingDown) and len(self._members.endpoints) > 1:
+                        raise
+                    left = give_up_at - _core.now()
+                    if left <= 0:
+                        answered = True
+                        raise
+                    await asyncio.sleep(min(e.retry_after or 0.2, left))
+                except Transport as e:
+                    sent_at = sent if sent_at is None else sent_at
+                    if not e.sent or len(self._members.endpoints) > 1 or _core.now() + _core.ROUND_PAUSE >= deadline:
+                        raise
+                    await asyncio.sleep(_core.ROUND_PAUSE)
+                except FencedError as e:
+                    answered = not _core.moves_on(e)
+                    raise
+        finally:
+            if not answered:
+                self._revoke_in_background(lease)
+        assert sent_at is not None
+        if grant.get("name") != name:
+            raise ServerError(f"asked for lock '{name}', granted '{grant.get('name')}'", code="bad_response")
+        token, lease_id = grant.get("token"), grant.get("lease_id")
+        if not isinstance(token, int) or token < 1 or not isinstance(lease_id, str):
+            raise ServerError(f"a grant without a token or lease: {grant}", code="bad_response")
+        granted_ttl = min(int(grant.get("ttl_ms", ttl_ms)), ttl_ms) / 1000.0
+        m = _core.default_margin(granted_ttl) if margin is None else float(margin)
+        state = LockState(name, token, lease_id, granted_ttl, m, sent_at)
+        if _core.now() - started > granted_ttl / 3:
+            renewed = _core.now()
+            try:
+                state.extend(renewed, await self._keepalive(lease_id, self.request_timeout) / 1000.0)
+            except LeaseNotFound:
+                raise LockLost(LostReason.LEASE_NOT_FOUND, name) from None
+            except FencedError:
+                pass
+        return state
+
+    async def _acquire_on(self, i: int, name: str, lease_id: str, ttl_ms: int, wait_ms: int,
+                          timeout: float) -> Dict[str, Any]:
+        """One acquire on member ``i`` under the implicit lease ``lease_id``."""
+        path = f"/v1/locks/{_core.segment(name)}/acquire"
+        body = {"lease_id": lease_id, "ttl_ms": ttl_ms, "wait_ms": wait_ms}
+        r = await self._send(i, "POST", path, json.dumps(body).encode(), {"content-type": "application/json"},
+                             timeout)
+        if not r.ok():
+            e = r.error()
+            if isinstance(e, LockHeld):
+                e.details.setdefault("name", name)
+            raise e
+        return r.json()
+
+    def _revoke_in_background(self, lease_id: str) -> None:
+        """Best effort, in a task of its own: the acquire may be ending by cancellation."""
+        async def revoke() -> None:
+            try:
+                deadline = _core.now() + min(self.request_timeout, 3.0)
+                await self._call(lambda i: self._json(i, "DELETE", f"/v1/leases/{lease_id}", None, timeout=3.0),
+                                 deadline)
+            except FencedError as e:
+                log.debug("revoking the abandoned implicit lease: %s", e)
+
+        try:
+            task = asyncio.get_running_loop().create_task(revoke())
+        except RuntimeError:
+            return
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _keepalive(self, lease_id: str, timeout: float) -> int:
+        deadline = _core.now() + timeout
+        r = await self._call(lambda i: self._json(i, "POST", f"/v1/leases/{lease_id}/keepalive", None,
+                                                  timeout=max(0.001, deadline - _core.now())), deadline)
+        return int(r["ttl_ms"])
+
+    async def _release(self, state: LockState) -> None:
+        path = f"/v1/locks/{_core.segment(state.name)}/release"
+        try:
+            await self._call(lambda i: self._json(i, "POST", path, {"lease_id": state.lease_id}))
+        except (NotHolder, LeaseNotFound):
+            pass
+        try:
+            await self._call(lambda i: self._json(i, "DELETE", f"/v1/leases/{state.lease_id}", None))
+        except LeaseNotFound:
+            pass
+
+    # --- the plumbing ------------------------------------------------------------------------
+
+    async def _json(self, i: int, method: str, path: str, body: Optional[Dict[str, Any]],
+                    timeout: Optional[float] = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"content-type": "application/json"} if body is not None else {}
+        r = await self._send(i, method, path, data, headers, timeout or self.request_timeout)
+        if not r.ok():
+            raise r.error()
+        return None if r.status == 204 or not r.body else r.json()
+
+    async def _call(self, fn: Callable[[int], Awaitable[T]], deadline: Optional[float] = None) -> T:
+        return (await self._call_tried(fn, deadline))[0]
+
+    async def _call_tried(self, fn: Callable[[int], Awaitable[T]],
+                          deadline: Optional[float] = None) -> Tuple[T, bool]:
+        m = self._members
+        n = len(m.endpoints)
+        if n == 1:
+            return await fn(0), False
+        if deadline is None:
+            deadline = _core.now() + self.request_timeout
+        started = _core.now()
+        first = m.current
+        uncertain = False
+        last: Optional[FencedError] = None
+        k = 0
+        while True:
+            i = (first + k) % n
+            if not m.skip(i):
+                kind, value, exc = await self._attempt(i, fn, deadline)
+                if kind == "answered":
+                    if exc is None or not _core.moves_on(exc):
+                        if exc is None:
+                            m.mark_answered(i)
+                        m.set_current(i)
+                        if exc is not None:
+                            exc.uncertain = uncertain  # type: ignore[attr-defined]
+                            raise exc
+                        return value, uncertain  # type: ignore[return-value]
+                    uncertain = uncertain or not (isinstance(exc, Transport) and not exc.sent)
+                    last = exc
+                elif kind == "silent":
+                    uncertain = True
+                    last = Transport(f"{m.endpoints[i]}: silent for {int(m.attempt_timeout * 1000)} ms; moved on")
+                else:
+                    break
+            k += 1
+            if k % n == 0:
+                if _core.now() + _core.ROUND_PAUSE > deadline:
+                    break
+                await asyncio.sleep(_core.ROUND_PAUSE)
+        if last is not None and _core.now() < deadline:
+            raise last
+        raise Transport(
+            f"no member answered within {int((deadline - started) * 1000)} ms (tried {', '.join(m.endpoints)})"
+            + (f"; last: {last.message}" if last is not None else "")
+        )
+
+    async def _attempt(self, i: int, fn: Callable[[int], Awaitable[T]],
+                       deadline: float) -> Tuple[str, Optional[T], Optional[FencedError]]:
+        m = self._members
+        half = m.attempt_timeout / 2
+        started = _core.now()
+        task = asyncio.ensure_future(fn(i))
+
+        def outcome() -> Tuple[str, Optional[T], Optional[FencedError]]:
+            exc = task.exception()
+            if exc is None:
+                return "answered", task.result(), None
+            if isinstance(exc, FencedError):
+                return "answered", None, exc
+            raise exc
+
+        try:
+            while True:
+                left = deadline - _core.now()
+                done, _ = await asyncio.wait({task}, timeout=max(0.0, min(half, left)))
+                if done:
+                    return outcome()
+                if _core.now() >= deadline:
+                    return "timedout", None, None
+                if m.found_silent_since(i, started):
+                    return "silent", None, None
+                if m.answered_within(i, half):
+                    continue
+                probe = asyncio.ensure_future(self._probe(i, half))
+                done, _ = await asyncio.wait({task, probe}, timeout=max(0.0, min(half, deadline - _core.now())),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if task in done:
+                    probe.cancel()
+                    return outcome()
+                alive = probe.done() and not probe.cancelled() and probe.result()
+                probe.cancel()
+                if not alive:
+                    m.mark_silent(i)
+                    return "silent", None, None
+                m.mark_answered(i)
+        finally:
+            if not task.done():
+                task.cancel()
+
+    async def _probe(self, i: int, within: float) -> bool:
+        try:
+            r = await self._http.get(self._members.endpoints[i] + "/readyz", timeout=httpx.Timeout(within))
+            return r.status_code == 200 and r.json().get("leader") is True
+        except Exception:  # noqa: BLE001 - any failure is "not alive"
+            return False
+
+    async def _send(self, i: int, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
+                    timeout: float) -> _Reply:
+        if self._check_server and path.startswith("/v1/") and i not in self._checked:
+            r = await self._send_once(i, "GET", "/openapi.json", None, {}, self.request_timeout)
+            self._checked[i] = _core.check_api(self._members.endpoints[i], r.status, r.body)
+        attempts = _core.CONNECT_ATTEMPTS_MAX if len(self._members.endpoints) == 1 else 1
+        backoff = 0.05
+        for attempt in range(1, attempts + 1):
+            try:
+                return await self._send_once(i, method, path, body, headers, timeout)
+            except Transport as e:
+                if e.sent or attempt == attempts:
+                    raise
+                await asyncio.sleep(backoff)
+                backoff *= 2
+        raise AssertionError("unreachable")
+
+    async def _send_once(self, i: int, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
+                         timeout: float) -> _Reply:
+        url = self._members.endpoints[i] + path
+        t = httpx.Timeout(timeout, connect=min(self.connect_timeout, timeout))
+        try:
+            r = await self._http.request(method, url, content=body, headers=headers, timeout=t)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+            raise Transport(f"{url}: cannot connect: {e}", sent=False) from None
+        except httpx.TimeoutException:
+            raise Transport(f"{url}: no answer within {int(timeout * 1000)} ms", sent=True) from None
+        except httpx.HTTPError as e:
+            raise Transport(f"{url}: {e.__class__.__name__}: {e}", sent=True) from None
+        return _Reply(r.status_code, r.headers, r.content)
+
+
+class _LostAsyncEvent(asyncio.Event):
+    """``lock.lost`` for the async client: set by the guard's timer task at the deadline,
+    and whose ``is_set()`` reads the clock too."""
+
+    def __init__(self, state: LockState) -> None:
+        super().__init__()
+        self._state = state
+
+    def is_set(self) -> bool:
+        self._state.past_deadline()
+        return super().is_set()
+
+
+class _Acquire:
+    """What ``AsyncClient.lock`` returns: awaitable (the lock) and an async context manager."""
+
+    def __init__(self, client: AsyncClient, name: str, ttl: float, wait: float, margin: Optional[float],
+                 cancel_on_loss: bool) -> None:
+        self._args = (client, name, ttl, wait, margin, cancel_on_loss)
+        self._lock: Optional[AsyncLock] = None
+
+    async def _get(self) -> "AsyncLock":
+        client, name, ttl, wait, margin, cancel_on_loss = self._args
+        state = await client._acquire(name, ttl, wait, margin)
+        return AsyncLock(client, state, cancel_on_loss)
+
+    def __await__(self) -> Any:
+        return self._get().__await__()
+
+    async def __aenter__(self) -> "AsyncLock":
+        self._lock = await self._get()
+        self._lock._body_task = asyncio.current_task()
+        return self._lock
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                        tb: Optional[TracebackType]) -> Optional[bool]:
+        lock = self._lock
+        assert lock is not None
+        lock._body_task = None
+        cancelled_by_us = lock._cancelled_body and exc_type is not None and issubclass(exc_type,
+                                                                                        asyncio.CancelledError)
+        if cancelled_by_us:
+            task = asyncio.current_task()
+            if task is not None and sys.version_info >= (3, 11):
+                task.uncancel()
+        try:
+            await lock.release()
+        except LockLost as e:
+            if exc_type is None or cancelled_by_us:
+                raise e from None
+        except FencedError as e:
+            log.warning("releasing lock '%s' failed (its lease will expire): %s", lock.name, e)
+        if cancelled_by_us:
+            raise LockLost(lock._state.reason or LostReason.EXPIRED, lock.name)
+        return None
+
+
+class AsyncLock:
+    """``fenced.Lock``'s twin: ``token``, ``lease_id``, ``valid_until``, ``lost`` (an
+    :class:`asyncio.Event`), ``check()``, ``await release()``."""
+
+    def __init__(self, client: AsyncClient, state: LockState, cancel_on_loss: bool) -> None:
+        self._client = client
+        self._state = state
+        self._cancel_on_loss = cancel_on_loss
+        self._body_task: Optional["asyncio.Task[Any]"] = None
+        self._cancelled_body = False
+        self.lost: asyncio.Event = _LostAsyncEvent(state)
+        self._moved = asyncio.Event()
+        self._keepalive_paused = False
+        state.on_lost = self._on_lost
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._timer()), loop.create_task(self._keepalive_loop(state.sent_at))]
+
+    @property
+    def name(self) -> str:
+        return self._state.name
+
+    @property
+    def token(self) -> int:
+        return self._state.token
+
+    @property
+    def lease_id(self) -> str:
+        return self._state.lease_id
+
+    @property
+    def ttl(self) -> float:
+        return self._state.ttl
+
+    @property
+    def margin(self) -> float:
+        return self._state.margin
+
+    @property
+    def valid_until(self) -> float:
+        return self._state.valid_until
+
+    @property
+    def lost_reason(self) -> Optional[LostReason]:
+        self._state.past_deadline()
+        return self._state.reason
+
+    def is_valid(self) -> bool:
+        return not self._state.released and not self._state.past_deadline()
+
+    def check(self) -> int:
+        return self._state.check()
+
+    async def release(self) -> None:
+        if self._state.released:
+            return
+        self._state.past_deadline()
+        reason = self._state.reason
+        for t in self._tasks:
+            t.cancel()
+        self._state.released = True
+        try:
+            await self._client._release(self._state)
+        except FencedError:
+            if reason is None:
+                raise
+        if reason is not None:
+            raise LockLost(reason, self.name)
+
+    def __repr__(self) -> str:
+        return f"<fenced.AsyncLock {self.name!r} token={self.token} lost={self._state.reason}>"
+
+    def _pause_keepalive(self, paused: bool) -> None:
+        self._keepalive_paused = paused
+
+    def _on_lost(self, reason: LostReason) -> None:
+        asyncio.Event.set(self.lost)
+        self._moved.set()
+        task = self._body_task
+        if self._cancel_on_loss and task is not None and not task.done():
+            self._cancelled_body = True
+            task.cancel()
+
+    async def _timer(self) -> None:
+        st = self._state
+        while st.reason is None:
+            left = st.valid_until - _core.now()
+            if left <= 0:
+                break
+            self._moved.clear()
+            try:
+                await asyncio.wait_for(self._moved.wait(), timeout=left)
+            except asyncio.TimeoutError:
+                pass
+        st.past_deadline()
+
+    async def _keepalive_loop(self, sent_at: float) -> None:
+        st = self._state
+        retry_step = max(st.ttl / 10, 0.01)
+        next_at = _core.next_keepalive(sent_at, st.ttl)
+        while True:
+            deadline = st.valid_until
+            await asyncio.sleep(max(0.0, min(next_at, deadline) - _core.now()))
+            if st.past_deadline():
+                return
+            if self._keepalive_paused:
+                next_at = _core.now() + retry_step
+                continue
+            sent = _core.now()
+            try:
+                ttl_ms = await self._client._keepalive(st.lease_id, min(self._client.request_timeout, deadline - sent))
+            except LeaseNotFound:
+                return st.mark_lost(LostReason.LEASE_NOT_FOUND)
+            except Unauthorized:
+                return st.mark_lost(LostReason.UNAUTHORIZED)
+            except FencedError as e:
+                if st.past_deadline():
+                    return
+                log.debug("keepalive of lock '%s' failed, retrying: %s", st.name, e)
+                next_at = _core.now() + retry_step
+                continue
+            if _core.now() >= deadline:
+                return st.mark_lost(LostReason.KEEPALIVE_TOO_LATE)
+            if st.extend(sent, ttl_ms / 1000.0):
+                self._moved.set()
+            next_at = _core.next_keepalive(sent, st.ttl)
+
+
+class AsyncStore:
+    """``client.store`` of the async client."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def put(self, key: str, value: bytes, token: int) -> int:
+        _core.check_name(key, "store key")
+        token = _core.check_token(token)
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise BadRequest("a store value is bytes", code="invalid_value")
+        path = f"/v1/store/{_core.segment(key)}"
+        c = self._client
+
+        async def put(i: int) -> int:
+            r = await c._send(i, "PUT", path, bytes(value), {"fencing-token": str(token),
+                                                              "content-type": "application/octet-stream"},
+                              c.request_timeout)
+            if not r.ok():
+                raise r.error()
+            if not r.body:
+                return token
+            b = r.json()
+            if b.get("token") != token:
+                raise ServerError("the store echoed another token", code="bad_response")
+            return int(b.get("highest_seen", token))
+
+        try:
+            return (await c._call_tried(put))[0]
+        except StaleToken as e:
+            if getattr(e, "uncertain", False):
+                raise _stale_after_retry(e, token) from e
+            raise
+
+    async def get(self, key: str, token: Optional[int] = None) -> Optional[bytes]:
+        return (await self.read(key, token)).value
+
+    async def read(self, key: str, token: Optional[int] = None) -> StoreRead:
+        _core.check_name(key, "store key")
+        headers = {"fencing-token": str(_core.check_token(token))} if token is not None else {}
+        path = f"/v1/store/{_core.segment(key)}"
+        c = self._client
+
+        async def get(i: int) -> StoreRead:
+            r = await c._send(i, "GET", path, None, headers, c.request_timeout)
+            mark = _mark(r.headers.get("fencing-highest-seen"))
+            if r.status == 200:
+                return StoreRead(r.body, mark)
+            e = r.error()
+            if r.status == 404 and isinstance(e, NotFound) and e.code == "not_found":
+                return StoreRead(None, mark if mark is not None else e.highest_seen)
+            raise e
+
+        return await c._call(get)

@@ -1,0 +1,730 @@
+"""The synchronous client: ``fenced.Client``, its lock guard and the built-in store.
+
+Over ``httpx.Client``. The guard's keepalive and its deadline timer run in two daemon
+threads of their own; several endpoints use a small thread pool so that a member can be
+probed while a request waits on it (failover.rs's rule, see :class:`Client`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+import logging
+import ssl
+import threading
+import time
+from types import TracebackType
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Type, TypeVar
+
+import httpx
+
+from . import _core
+from ._lockstate import LockState, LostEvent
+from .errors import (
+    BadRequest,
+    FencedError,
+    LeaseNotFound,
+    LockHeld,
+    LockLost,
+    LostReason,
+    NotHolder,
+    NotFound,
+    Recovering,
+    ServerError,
+    ShuttingDown,
+    StaleToken,
+    TooManyConnections,
+    Transport,
+    Unauthorized,
+    Unavailable,
+    from_answer,
+)
+
+log = logging.getLogger("fenced")
+T = TypeVar("T")
+
+
+class StoreRead(NamedTuple):
+    """A value read from the store: ``None`` when the key holds none; the key's mark."""
+
+    value: Optional[bytes]
+    highest_seen: Optional[int]
+
+
+class _Reply(NamedTuple):
+    status: int
+    headers: httpx.Headers
+    body: bytes
+
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            raise ServerError(f"could not parse the server's answer: {self.body[:200]!r}", code="bad_response",
+                              status=self.status) from None
+
+    def error(self) -> FencedError:
+        return from_answer(self.status, self.body)
+
+
+class Client:
+    """A handle on one Fenced service: one endpoint, or the members of a cluster.
+
+    ``endpoints``: a URL, a comma-separated string or a list of ``http(s)://host:port``;
+    by default ``FENCED_ENDPOINT`` (commas allowed), else ``http://127.0.0.1:7400``.
+    ``auth_token`` (default ``FENCED_AUTH_TOKEN``) is sent as ``Authorization: Bearer``;
+    ``ca_file`` (default ``FENCED_CA_FILE``) is the PEM file an ``https://`` server must
+    chain to. ``request_timeout`` bounds a whole call, failovers included (a blocking
+    acquire adds its wait). With several endpoints a call goes to the member that answered
+    last and moves on when it is unreachable, answers ``not_leader``/``shutting_down``, or
+    falls silent: a request unanswered for half of ``attempt_timeout`` (default
+    ``FENCED_ATTEMPT_TIMEOUT``, else 750 ms) gets its member probed (``GET /readyz``,
+    ``leader: true``), which must answer within the other half; rounds 100 ms apart.
+
+    Before its first ``/v1`` call to an endpoint the client checks, once, that it speaks
+    API v1: ``GET /openapi.json`` must be Fenced's document (``info.title``) and list
+    every route this client calls; else :class:`fenced.UnsupportedServer`.
+    ``check_server=False`` skips it.
+    """
+
+    def __init__(
+        self,
+        endpoints: _core.Endpoints = None,
+        *,
+        auth_token: Optional[str] = None,
+        ca_file: Optional[str] = None,
+        request_timeout: float = 10.0,
+        connect_timeout: float = 3.0,
+        attempt_timeout: Optional[float] = None,
+        check_server: bool = True,
+    ) -> None:
+        urls = _core.endpoints_from(endpoints)
+        self._auth = _core.auth_from(auth_token)
+        ca = _core.ca_from(ca_file)
+        self._members = _core.Members(urls, _core.attempt_timeout_from(attempt_timeout))
+        self.request_timeout = float(request_timeout)
+        self.connect_timeout = float(connect_timeout)
+        self._check_server = check_server
+        self._checked: Dict[int, str] = {}
+        self._checked_mu = threading.Lock()
+        headers = {"user-agent": "fenced-client-python/0.1.0"}
+        if self._auth is not None:
+            headers["authorization"] = f"Bearer {self._auth}"
+        verify: Any = ssl.create_default_context(cafile=ca) if ca else True
+        self._http = self._make_http(headers, verify)
+        self._pool: Optional[cf.ThreadPoolExecutor] = None
+        self._pool_mu = threading.Lock()
+        self.store = Store(self)
+
+    def _make_http(self, headers: Dict[str, str], verify: Any) -> httpx.Client:
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=16)
+        return httpx.Client(headers=headers, verify=verify, trust_env=False, limits=limits)
+
+    # --- public surface ------------------------------------------------------------------
+
+    @property
+    def endpoints(self) -> List[str]:
+        return list(self._members.endpoints)
+
+    @property
+    def endpoint(self) -> str:
+        """The member that answered last."""
+        return self._members.endpoints[self._members.current]
+
+    def server_version(self) -> Optional[str]:
+        """The version (``info.version`` of ``/openapi.json``) of the current member, once
+        checked."""
+        return self._checked.get(self._members.current)
+
+    def lock(self, name: str, ttl: float = 10.0, wait: float = 30.0, *, margin: Optional[float] = None) -> "Lock":
+        """Acquires ``name`` under an implicit lease of ``ttl`` seconds, waiting up to
+        ``wait`` seconds in the server's FIFO queue (0: a try-lock). Raises
+        :class:`fenced.LockHeld` when not granted in time. Use as ``with client.lock(..) as
+        lock:`` (released on exit) or call :meth:`Lock.release`."""
+        state = self._acquire(name, ttl, wait, margin)
+        return Lock(self, state)
+
+    def try_lock(self, name: str, ttl: float = 10.0, *, margin: Optional[float] = None) -> "Lock":
+        """:meth:`lock` with no wait."""
+        return self.lock(name, ttl, 0.0, margin=margin)
+
+    def check(self, name: str, token: int) -> Tuple[bool, Optional[int]]:
+        """Whether ``token`` is still the current grant of ``name`` (Chubby's
+        CheckSequencer), and the current holder's token."""
+        body = {"token": _core.check_token(token)}
+        path = f"/v1/locks/{_core.segment(_core.check_name(name))}/check"
+        r = self._call(lambda i: self._json(i, "POST", path, body))
+        return bool(r.get("current")), r.get("token")
+
+    def lock_info(self, name: str) -> Dict[str, Any]:
+        """``GET /v1/locks/{name}``: held, token, expires_in_ms, waiters."""
+        path = f"/v1/locks/{_core.segment(_core.check_name(name))}"
+        return self._call(lambda i: self._json(i, "GET", path, None))
+
+    def revoke_lease(self, lease_id: str) -> None:
+        """Revokes a lease (its locks are released). A lease already gone is done."""
+        try:
+            self._call(lambda i: self._json(i, "DELETE", f"/v1/leases/{lease_id}", None))
+        except LeaseNotFound:
+            pass
+
+    def close(self) -> None:
+        with self._pool_mu:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+                self._pool = None
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # --- acquire ---------------------------------------------------------------------------
+
+    def _acquire(self, name: str, ttl: float, wait: float, margin: Optional[float]) -> LockState:
+        _core.check_name(name)
+        ttl_ms, wait_ms = _core.ms(ttl), _core.ms(wait)
+        if ttl_ms < 1:
+            raise BadRequest("the TTL must be at least 1 ms", code="ttl_out_of_range")
+        if wait < 0:
+            raise BadRequest("the wait cannot be negative", code="wait_out_of_range")
+        lease = _core.new_lease_id()
+        started = _core.now()
+        give_up_at = started + wait_ms / 1000.0
+        deadline = give_up_at + self.request_timeout
+        answered = False
+        sent_at: Optional[float] = None
+        try:
+            while True:
+                sent = _core.now()
+                try:
+                    grant = self._acquire_attempts(name, lease, ttl_ms, give_up_at, deadline)
+                    answered = True
+                    sent_at = sent if sent_at is None else sent_at
+                    break
+                except (Recovering, ShuttingDown, TooManyConnections) as e:
+                    # Refused before anything was granted: safe to ask again within the wait.
+                    if isinstance(e, ShuttingDown) and len(self._members.endpoints) > 1:
+                        raise  # every member was tried: the moves-on rule already ran out
+                    answered = True
+                    left = give_up_at - _core.now()
+                    if left <= 0:
+                        raise
+                    time.sleep(min(e.retry_after or 0.2, left))
+                    answered = False
+                except Transport as e:
+                    # The answer was lost after the request may have reached the server: ask
+                    # again under the same lease id, which gets the same grant, if there is
+                    # time (with several members the failover loop already did so).
+                    sent_at = sent if sent_at is None else sent_at
+                    if not e.sent or len(self._members.endpoints) > 1 or _core.now() + _core.ROUND_PAUSE >= deadline:
+                        raise
+                    time.sleep(_core.ROUND_PAUSE)
+                except FencedError as e:
+                    answered = not _core.moves_on(e)
+                    raise
+        finally:
+            if not answered:
+                self._revoke_quietly(lease)
+        assert sent_at is not None
+        return self._grant_state(name, grant, ttl_ms, margin, started, sent_at)
+
+    def _grant_state(self, name: str, grant: Dict[str, Any], ttl_ms: int, margin: Optional[float],
+                     started: float, sent_at: float) -> LockState:
+        if grant.get("name") != name:
+            raise ServerError(f"asked for lock '{name}', granted '{grant.get('name')}'", code="bad_response")
+        token = grant.get("token")
+        lease_id = grant.get("lease_id")
+        if not isinstance(token, int) or token < 1 or not isinstance(lease_id, str):
+            raise ServerError(f"a grant without a token or lease: {grant}", code="bad_response")
+        ttl = min(int(grant.get("ttl_ms", ttl_ms)), ttl_ms) / 1000.0
+        m = _core.default_margin(ttl) if margin is None else float(margin)
+        state = LockState(name, token, lease_id, ttl, m, sent_at)
+        # A grant that came after a long wait in the queue may leave little of the deadline
+        # counted from the send: renew once now, so the guard starts fresh.
+        if _core.now() - started > ttl / 3:
+            renewed = _core.now()
+            try:
+                ttl_ms2 = self._keepalive(lease_id, self.request_timeout)
+                state.extend(renewed, ttl_ms2 / 1000.0)
+            except LeaseNotFound:
+                raise LockLost(LostReason.LEASE_NOT_FOUND, name) from None
+            except FencedError:
+                pass  # the guard's own keepalive retries until the deadline
+        return state
+
+    def _acquire_attempts(self, name: str, lease: str, ttl_ms: int, give_up_at: float,
+                          deadline: float) -> Dict[str, Any]:
+        def attempt(i: int) -> Dict[str, Any]:
+            wait_left = max(0.0, give_up_at - _core.now())
+            return self._acquire_on(i, name, lease, ttl_ms, _core.ms(wait_left), self.request_timeout + wait_left)
+
+        return self._call(attempt, deadline)
+
+    def _acquire_on(self, i: int, name: str, lease_id: str, ttl_ms: int, wait_ms: int,
+                    timeout: float) -> Dict[str, Any]:
+        """One acquire on member ``i`` under the implicit lease ``lease_id`` (the caller drew
+        it): ``{"lease_id", "ttl_ms", "wait_ms"}``. Sent twice with the same id, it gets the
+        same grant."""
+        path = f"/v1/locks/{_core.segment(name)}/acquire"
+        body = {"lease_id": lease_id, "ttl_ms": ttl_ms, "wait_ms": wait_ms}
+        r = self._send(i, "POST", path, json.dumps(body).encode(), {"content-type": "application/json"}, timeout)
+        if not r.ok():
+            e = r.error()
+            if isinstance(e, LockHeld):
+                e.details.setdefault("name", name)
+            raise e
+        return r.json()
+
+    def _revoke_quietly(self, lease_id: str) -> None:
+        """Best effort: a grant made for a caller who left is given back at once."""
+        try:
+            deadline = _core.now() + min(self.request_timeout, 3.0)
+            self._call(lambda i: self._json(i, "DELETE", f"/v1/leases/{lease_id}", None, timeout=3.0), deadline)
+        except FencedError as e:
+            log.debug("revoking the abandoned implicit lease: %s", e)
+
+    # --- lease and lock calls the guard makes ----------------------------------------------
+
+    def _keepalive(self, lease_id: str, timeout: float) -> int:
+        deadline = _core.now() + timeout
+        r = self._call(lambda i: self._json(i, "POST", f"/v1/leases/{lease_id}/keepalive", None,
+                                            timeout=max(0.001, deadline - _core.now())), deadline)
+        return int(r["ttl_ms"])
+
+    def _release(self, state: LockState) -> None:
+        """Releases the lock, then deletes its lease. Already released (not the holder, the
+        lease gone) counts as done."""
+        path = f"/v1/locks/{_core.segment(state.name)}/release"
+        try:
+            self._call(lambda i: self._json(i, "POST", path, {"lease_id": state.lease_id}))
+        except (NotHolder, LeaseNotFound):
+            pass
+        try:
+            self._call(lambda i: self._json(i, "DELETE", f"/v1/leases/{state.lease_id}", None))
+        except LeaseNotFound:
+            pass
+
+    # --- the plumbing: members, attempts, one request ---------------------------------------
+
+    def _json(self, i: int, method: str, path: str, body: Optional[Dict[str, Any]],
+              timeout: Optional[float] = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"content-type": "application/json"} if body is not None else {}
+        r = self._send(i, method, path, data, headers, timeout or self.request_timeout)
+        if not r.ok():
+            raise r.error()
+        return None if r.status == 204 or not r.body else r.json()
+
+    def _call(self, fn: Callable[[int], T], deadline: Optional[float] = None) -> T:
+        return self._call_tried(fn, deadline)[0]
+
+    def _call_tried(self, fn: Callable[[int], T], deadline: Optional[float] = None) -> Tuple[T, bool]:
+        """Runs ``fn(member)`` on the current member and on the next ones while the outcome
+        moves on (or the member falls silent), until ``deadline``. Returns the value and
+        whether an earlier attempt may have reached a member (then its effect is unknown)."""
+        m = self._members
+        n = len(m.endpoints)
+        if n == 1:
+            return fn(0), False
+        if deadline is None:
+            deadline = _core.now() + self.request_timeout
+        started = _core.now()
+        first = m.current
+        uncertain = False
+        last: Optional[FencedError] = None
+        k = 0
+        while True:
+            i = (first + k) % n
+            if not m.skip(i):
+                kind, value, exc = self._attempt(i, fn, deadline)
+                if kind == "answered":
+                    if exc is None or not _core.moves_on(exc):
+                        if exc is None:
+                            m.mark_answered(i)
+                        m.set_current(i)
+                        if exc is not None:
+                            exc.uncertain = uncertain  # type: ignore[attr-defined]
+                            raise exc
+                        return value, uncertain  # type: ignore[return-value]
+                    uncertain = uncertain or not (isinstance(exc, Transport) and not exc.sent)
+                    last = exc
+                elif kind == "silent":
+                    uncertain = True
+                    last = Transport(f"{m.endpoints[i]}: silent for {int(m.attempt_timeout * 1000)} ms; moved on")
+                else:
+                    break
+            k += 1
+            if k % n == 0:
+                if _core.now() + _core.ROUND_PAUSE > deadline:
+                    break
+                time.sleep(_core.ROUND_PAUSE)
+        if last is not None and _core.now() < deadline:
+            raise last
+        raise Transport(
+            f"no member answered within {int((deadline - started) * 1000)} ms (tried {', '.join(m.endpoints)})"
+            + (f"; last: {last.message}" if last is not None else "")
+        )
+
+    def _executor(self) -> cf.ThreadPoolExecutor:
+        with self._pool_mu:
+            if self._pool is None:
+                self._pool = cf.ThreadPoolExecutor(max_workers=32, thread_name_prefix="fenced-call")
+            return self._pool
+
+    def _attempt(self, i: int, fn: Callable[[int], T], deadline: float) -> Tuple[str, Optional[T], Optional[FencedError]]:
+        """Waits for ``fn(i)`` while member ``i`` shows it is alive (failover.rs)."""
+        m = self._members
+        half = m.attempt_timeout / 2
+        started = _core.now()
+        fut = self._executor().submit(fn, i)
+        while True:
+            left = deadline - _core.now()
+            try:
+                value = fut.result(timeout=max(0.0, min(half, left)))
+                return "answered", value, None
+            except cf.TimeoutError:
+                pass
+            except FencedError as e:
+                return "answered", None, e
+            if _core.now() >= deadline:
+                return "timedout", None, None
+            if m.found_silent_since(i, started):
+                return "silent", None, None
+            if m.answered_within(i, half):
+                continue
+            probe_deadline = _core.now() + half
+            alive = self._probe(i, half)
+            if fut.done():
+                continue  # answered meanwhile: read it at the top
+            if not alive:
+                m.mark_silent(i)
+                return "silent", None, None
+            m.mark_answered(i)
+            # The probe's own time is part of the wait for the request.
+            rest = probe_deadline - _core.now()
+            if rest > 0 and not fut.done():
+                try:
+                    value = fut.result(timeout=min(rest, max(0.0, deadline - _core.now())))
+                    return "answered", value, None
+                except cf.TimeoutError:
+                    pass
+                except FencedError as e:
+                    return "answered", None, e
+
+    def _probe(self, i: int, within: float) -> bool:
+        """Whether member ``i`` answers ``GET /readyz`` with ``leader: true`` within ``within``."""
+        try:
+            r = self._http.get(self._members.endpoints[i] + "/readyz", timeout=httpx.Timeout(within))
+            return r.status_code == 200 and r.json().get("leader") is True
+        except Exception:  # noqa: BLE001 - any failure is "not alive"
+            return False
+
+    def _send(self, i: int, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
+              timeout: float) -> _Reply:
+        """One request to member ``i``, after its API check. A connection that could not be
+        opened is retried (the request never left) with one endpoint; any other failure is
+        :class:`Transport` with ``sent=True``, for the caller to decide."""
+        if self._check_server and path.startswith("/v1/") and i not in self._checked:
+            self._check(i)
+        attempts = _core.CONNECT_ATTEMPTS_MAX if len(self._members.endpoints) == 1 else 1
+        backoff = 0.05
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._send_once(i, method, path, body, headers, timeout)
+            except Transport as e:
+                if e.sent or attempt == attempts:
+                    raise
+                time.sleep(backoff)
+                backoff *= 2
+        raise AssertionError("unreachable")
+
+    def _send_once(self, i: int, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
+                   timeout: float) -> _Reply:
+        url = self._members.endpoints[i] + path
+        t = httpx.Timeout(timeout, connect=min(self.connect_timeout, timeout))
+        try:
+            r = self._http.request(method, url, content=body, headers=headers, timeout=t)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+            raise Transport(f"{url}: cannot connect: {e}", sent=False) from None
+        except httpx.TimeoutException:
+            raise Transport(f"{url}: no answer within {int(timeout * 1000)} ms", sent=True) from None
+        except httpx.HTTPError as e:
+            raise Transport(f"{url}: {e.__class__.__name__}: {e}", sent=True) from None
+        return _Reply(r.status_code, r.headers, r.content)
+
+    def _check(self, i: int) -> None:
+        with self._checked_mu:
+            if i in self._checked:
+                return
+        r = self._send_once(i, "GET", "/openapi.json", None, {}, self.request_timeout)
+        version = _core.check_api(self._members.endpoints[i], r.status, r.body)
+        with self._checked_mu:
+            self._checked[i] = version
+
+
+class Lock:
+    """A held lock: the grant, a background keepalive every TTL/3, and an honest lost signal.
+
+    ``valid_until`` (on :func:`time.monotonic`) is the send time of the last successful
+    acquire or keepalive + TTL - margin. ``lost`` is a :class:`threading.Event` set no later
+    than that deadline when nothing succeeded, at once when the server refuses a keepalive
+    (404 ``lease_not_found``, 401/403), and never cleared. ``check()`` raises
+    :class:`fenced.LockLost` once the lock can no longer be trusted. The guard tells you when
+    to stop; it cannot stop a write already on the wire: pass :attr:`token` to the resource.
+    """
+
+    def __init__(self, client: Client, state: LockState) -> None:
+        self._client = client
+        self._state = state
+        self.lost: threading.Event = LostEvent(state)
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._keepalive_paused = False
+        state.on_lost = self._on_lost
+        sent_at = state.sent_at
+        self._threads = [
+            threading.Thread(target=self._timer, name=f"fenced-timer:{state.name}", daemon=True),
+            threading.Thread(target=self._keepalive_loop, args=(sent_at,), name=f"fenced-keepalive:{state.name}",
+                             daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    # --- the grant -----------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._state.name
+
+    @property
+    def token(self) -> int:
+        """The fencing token of this grant: pass it with every operation on the resource."""
+        return self._state.token
+
+    @property
+    def lease_id(self) -> str:
+        return self._state.lease_id
+
+    @property
+    def ttl(self) -> float:
+        """The lease's TTL as granted, in seconds."""
+        return self._state.ttl
+
+    @property
+    def margin(self) -> float:
+        return self._state.margin
+
+    @property
+    def valid_until(self) -> float:
+        """The client-side deadline, on :func:`time.monotonic`."""
+        return self._state.valid_until
+
+    @property
+    def lost_reason(self) -> Optional[LostReason]:
+        self._state.past_deadline()
+        return self._state.reason
+
+    def is_valid(self) -> bool:
+        """Not lost and before ``valid_until``, reading the clock itself."""
+        return not self._state.released and not self._state.past_deadline()
+
+    def check(self) -> int:
+        """The token if the lock can still be trusted now; :class:`fenced.LockLost` otherwise."""
+        return self._state.check()
+
+    def release(self) -> None:
+        """Stops the keepalive, releases the lock and deletes its lease. Raises
+        :class:`fenced.LockLost` if the lock had been lost before (the work done under it
+        may not have been exclusive), after releasing what is left."""
+        if self._state.released:
+            return
+        self._state.past_deadline()
+        reason = self._state.reason
+        self._stop_threads()
+        self._state.released = True
+        try:
+            self._client._release(self._state)
+        except FencedError:
+            if reason is None:
+                raise
+        if reason is not None:
+            raise LockLost(reason, self.name)
+
+    def __enter__(self) -> "Lock":
+        return self
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        try:
+            self.release()
+        except LockLost:
+            if exc_type is None:
+                raise
+        except FencedError as e:
+            # The work finished under a valid lock; a failed release only delays the next
+            # holder until the lease expires.
+            log.warning("releasing lock '%s' failed (its lease will expire): %s", self.name, e)
+
+    def __repr__(self) -> str:
+        return f"<fenced.Lock {self.name!r} token={self.token} lost={self._state.reason}>"
+
+    # --- test hook -------------------------------------------------------------------------
+
+    def _pause_keepalive(self, paused: bool) -> None:
+        """Stops (or resumes) sending keepalives, as a long pause of this process would. The
+        deadline timer keeps running, which is the point."""
+        self._keepalive_paused = paused
+
+    # --- the threads -----------------------------------------------------------------------
+
+    def _on_lost(self, reason: LostReason) -> None:
+        threading.Event.set(self.lost)
+        with self._cond:
+            self._cond.notify_all()
+
+    def _stop_threads(self) -> None:
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        me = threading.current_thread()
+        for t in self._threads:
+            if t is not me:
+                t.join(timeout=0.2)  # a keepalive in flight ends by its own time-out
+
+    def _timer(self) -> None:
+        """Sets ``lost`` at ``valid_until`` unless a keepalive moved it."""
+        with self._cond:
+            while not self._stop.is_set() and self._state.reason is None:
+                left = self._state.valid_until - _core.now()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+        if not self._stop.is_set():
+            self._state.past_deadline()
+
+    def _keepalive_loop(self, sent_at: float) -> None:
+        st = self._state
+        retry_step = max(st.ttl / 10, 0.01)
+        next_at = _core.next_keepalive(sent_at, st.ttl)
+        while True:
+            deadline = st.valid_until
+            if self._stop.wait(max(0.0, min(next_at, deadline) - _core.now())):
+                return
+            if st.past_deadline():
+                return
+            if self._keepalive_paused:
+                next_at = _core.now() + retry_step
+                continue
+            sent = _core.now()
+            try:
+                ttl_ms = self._client._keepalive(st.lease_id, min(self._client.request_timeout, deadline - sent))
+            except LeaseNotFound:
+                return st.mark_lost(LostReason.LEASE_NOT_FOUND)
+            except Unauthorized:
+                return st.mark_lost(LostReason.UNAUTHORIZED)
+            except FencedError as e:
+                if self._stop.is_set() or st.past_deadline():
+                    return
+                log.debug("keepalive of lock '%s' failed, retrying: %s", st.name, e)
+                next_at = _core.now() + retry_step
+                continue
+            except Exception as e:  # noqa: BLE001 - a bug must not leave the lock looking valid
+                log.error("keepalive of lock '%s' crashed: %r", st.name, e)
+                next_at = _core.now() + retry_step
+                continue
+            if self._stop.is_set():
+                return
+            if _core.now() >= deadline:
+                return st.mark_lost(LostReason.KEEPALIVE_TOO_LATE)
+            if st.extend(sent, ttl_ms / 1000.0):
+                with self._cond:
+                    self._cond.notify_all()
+            next_at = _core.next_keepalive(sent, st.ttl)
+
+
+class Store:
+    """The server's built-in fenced key-value store (``/v1/store``): ``client.store``."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def put(self, key: str, value: bytes, token: int) -> int:
+        """A fenced write: ``PUT /v1/store/{key}`` with ``Fencing-Token``. Returns the key's
+        mark after it. Raises :class:`fenced.StaleToken` (``token``, ``highest_seen``) when a
+        newer holder got there, :class:`fenced.TokenNotIssued` for a token never issued.
+
+        Retried on another member after one fell silent, a write refused as stale is
+        raised as :class:`fenced.Unavailable`: the first attempt may have been applied."""
+        _core.check_name(key, "store key")
+        token = _core.check_token(token)
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise BadRequest("a store value is bytes", code="invalid_value")
+        path = f"/v1/store/{_core.segment(key)}"
+        c = self._client
+
+        def put(i: int) -> int:
+            r = c._send(i, "PUT", path, bytes(value), {"fencing-token": str(token),
+                                                        "content-type": "application/octet-stream"},
+                        c.request_timeout)
+            if not r.ok():
+                raise r.error()
+            if not r.body:
+                return token
+            b = r.json()
+            if b.get("token") != token:
+                raise ServerError("the store echoed another token", code="bad_response")
+            return int(b.get("highest_seen", token))
+
+        try:
+            mark, _ = c._call_tried(put)
+            return mark
+        except StaleToken as e:
+            if getattr(e, "uncertain", False):
+                raise _stale_after_retry(e, token) from e
+            raise
+
+    def get(self, key: str, token: Optional[int] = None) -> Optional[bytes]:
+        """The value under ``key`` (``None`` if absent); with ``token`` a fenced read, which
+        advances the mark and raises :class:`fenced.StaleToken` below it."""
+        return self.read(key, token).value
+
+    def read(self, key: str, token: Optional[int] = None) -> StoreRead:
+        """:meth:`get` with the key's mark after the read."""
+        _core.check_name(key, "store key")
+        headers = {"fencing-token": str(_core.check_token(token))} if token is not None else {}
+        path = f"/v1/store/{_core.segment(key)}"
+        c = self._client
+
+        def get(i: int) -> StoreRead:
+            r = c._send(i, "GET", path, None, headers, c.request_timeout)
+            mark = _mark(r.headers.get("fencing-highest-seen"))
+            if r.status == 200:
+                return StoreRead(r.body, mark)
+            e = r.error()
+            if r.status == 404 and isinstance(e, NotFound) and e.code == "not_found":
+                return StoreRead(None, mark if mark is not None else e.highest_seen)
+            raise e
+
+        return c._call(get)
+
+
+def _mark(v: Optional[str]) -> Optional[int]:
+    try:
+        n = int(v.strip()) if v else 0
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
+def _stale_after_retry(e: StaleToken, token: int) -> Unavailable:
+    return Unavailable(
+        f"the write under token {token} was retried after a member fell silent and the retry was refused "
+        f"({e.message}): the first attempt may have been applied",
+        code="outcome_unknown",
+    )
