@@ -1,0 +1,157 @@
+"""The sync client against a real server: acquire and release, try-lock, the FIFO queue,
+keepalive, and the lost signal's rules."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import List
+
+import pytest
+
+import fenced
+from support import Server, wait_until
+
+
+def client(server: Server) -> fenced.Client:
+    return fenced.Client(server.url, request_timeout=5.0)
+
+
+def test_acquire_and_release(server: Server, name: str) -> None:
+    c = client(server)
+    with c.lock(name, ttl=5.0, wait=1.0) as lock:
+        assert isinstance(lock.token, int) and lock.token >= 1
+        assert len(lock.lease_id) == 32
+        info = c.lock_info(name)
+        assert info["held"] is True and info["token"] == lock.token
+        assert c.check(name, lock.token) == (True, lock.token)
+        assert lock.is_valid() and lock.check() == lock.token and not lock.lost.is_set()
+        assert time.monotonic() < lock.valid_until <= time.monotonic() + 5.0 * 0.9
+        first = lock.token
+    assert c.lock_info(name)["held"] is False, "released on exit"
+    # The lease went with it: a keepalive of it is refused.
+    with pytest.raises(fenced.LeaseNotFound):
+        c._keepalive(lock.lease_id, 2.0)
+    again = c.try_lock(name, ttl=5.0)
+    assert again.token > first, "tokens strictly increase"
+    again.release()
+    assert c.server_version() == "0.1.0"
+
+
+def test_try_lock_on_a_held_lock_is_refused_with_lock_held(server: Server, name: str) -> None:
+    c = client(server)
+    with c.lock(name, ttl=5.0) as holder:
+        t0 = time.monotonic()
+        with pytest.raises(fenced.LockHeld) as e:
+            c.try_lock(name, ttl=5.0)
+        assert e.value.holder_token == holder.token and e.value.status == 409
+        with pytest.raises(fenced.LockHeld):
+            c.lock(name, ttl=5.0, wait=0.3)
+        assert time.monotonic() - t0 >= 0.3, "the second one waited its wait"
+        assert c.lock_info(name)["token"] == holder.token
+
+
+def test_waiters_are_granted_first_in_first_out(server: Server, name: str) -> None:
+    c = client(server)
+    holder = c.lock(name, ttl=10.0)
+    order: List[str] = []
+    tokens: List[int] = []
+    errors: List[BaseException] = []
+
+    def waiter(tag: str) -> None:
+        try:
+            with fenced.Client(server.url).lock(name, ttl=5.0, wait=15.0) as lock:
+                order.append(tag)
+                tokens.append(lock.token)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = []
+    for k, tag in enumerate("ABCD"):
+        t = threading.Thread(target=waiter, args=(tag,))
+        t.start()
+        threads.append(t)
+        # The next waiter joins only once this one is in the queue.
+        wait_until(lambda: c.lock_info(name)["waiters"] == k + 1, 10.0, f"waiter {tag} queued")
+    holder.release()
+    for t in threads:
+        t.join(timeout=30)
+    assert not errors, errors
+    assert order == list("ABCD"), order
+    assert tokens == sorted(tokens) and tokens[0] > holder.token
+
+
+def test_keepalive_keeps_the_lock_past_its_ttl(server: Server, name: str) -> None:
+    c = client(server)
+    with c.lock(name, ttl=0.6) as lock:
+        first_deadline = lock.valid_until
+        time.sleep(2.0)  # more than three TTLs
+        assert lock.is_valid() and not lock.lost.is_set(), lock.lost_reason
+        assert lock.valid_until > first_deadline + 1.0, "only successful keepalives moved the deadline"
+        assert c.store.put(name, b"still mine", token=lock.token) == lock.token
+        assert c.lock_info(name)["token"] == lock.token
+
+
+def test_without_keepalive_the_lock_is_lost_at_its_deadline_and_not_before(server: Server, name: str) -> None:
+    c = client(server)
+    lock = c.lock(name, ttl=1.0)
+    lock._pause_keepalive(True)  # as a long pause of this process would
+    deadline = lock.valid_until
+    assert lock.lost.wait(timeout=5.0), "the timer set lost"
+    noticed = time.monotonic()
+    assert noticed >= deadline, "never before the deadline"
+    assert lock.valid_until == deadline, "nothing but a keepalive moves the deadline"
+    assert lock.lost_reason is fenced.LostReason.EXPIRED
+    with pytest.raises(fenced.LockLost) as e:
+        lock.check()
+    assert e.value.reason is fenced.LostReason.EXPIRED
+    lock._pause_keepalive(False)
+    time.sleep(0.5)
+    assert lock.lost.is_set() and not lock.is_valid(), "lost is final"
+    with pytest.raises(fenced.LockLost):
+        lock.release()
+
+
+def test_a_revoked_lease_is_lost_at_the_next_keepalive(server: Server, name: str) -> None:
+    c = client(server)
+    lock = c.lock(name, ttl=3.0)
+    c.revoke_lease(lock.lease_id)  # as an operator, or an expiry the server saw first
+    assert lock.lost.wait(timeout=3.0), "lost at the next keepalive (every TTL/3)"
+    assert lock.lost_reason is fenced.LostReason.LEASE_NOT_FOUND
+    assert time.monotonic() < lock.valid_until, "at once, not at the deadline"
+    with pytest.raises(fenced.LockLost):
+        with lock:
+            pass
+
+
+def test_a_grant_after_a_long_wait_is_renewed_at_once(server: Server, name: str) -> None:
+    c = client(server)
+    holder = c.lock(name, ttl=5.0)
+    threading.Timer(1.5, holder.release).start()
+    t0 = time.monotonic()
+    # Counted from its send the deadline would be t0 + 0.54 s, long past at the grant.
+    with c.lock(name, ttl=0.6, wait=10.0) as lock:
+        granted = time.monotonic()
+        assert granted - t0 >= 1.4
+        assert lock.valid_until > granted, "renewed once at once: a full deadline"
+        assert lock.is_valid(), lock.lost_reason
+        assert lock.token > holder.token
+
+
+def test_an_exception_in_the_body_releases_and_passes_through(server: Server, name: str) -> None:
+    c = client(server)
+    with pytest.raises(ZeroDivisionError):
+        with c.lock(name, ttl=5.0):
+            1 / 0
+    assert c.lock_info(name)["held"] is False
+
+
+def test_bad_arguments_are_refused_before_sending(server: Server) -> None:
+    c = client(server)
+    with pytest.raises(fenced.BadRequest):
+        c.lock("", ttl=1.0)
+    with pytest.raises(fenced.BadRequest):
+        c.lock("x" * 300, ttl=1.0)
+    with pytest.raises(fenced.OutOfRange) as e:
+        c.lock("ttl/too/long", ttl=10_000.0)  # the server's bound
+    assert e.value.status == 400 and e.value.details.get("ttl_ms_max") == 300000
