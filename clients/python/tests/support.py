@@ -171,11 +171,14 @@ class DropFirstAnswer:
     """A loopback proxy to ``upstream`` that forwards everything except the answer to the
     first request whose bytes contain ``marker``: it reads that answer from the server,
     keeps it in :attr:`dropped`, and closes the client's connection without sending it
-    (an answer lost with a connection reset, after the server acted)."""
+    (an answer lost with a connection reset, after the server acted). ``every=True``
+    drops the answers of every such request."""
 
-    def __init__(self, upstream_port: int, marker: bytes = b"/acquire") -> None:
+    def __init__(self, upstream_port: int, marker: bytes = b"/acquire", *, every: bool = False) -> None:
         self.upstream_port = upstream_port
         self.marker = marker
+        #: Drop the answer of every such request, not only the first.
+        self.every = every
         self.dropped: Optional[bytes] = None
         self.requests: List[bytes] = []
         self._mu = threading.Lock()
@@ -196,7 +199,7 @@ class DropFirstAnswer:
                     with self._mu:
                         self.requests.append(data)
                         if self._armed and self.marker in data:
-                            self._armed = False
+                            self._armed = self.every
                             drop_next.set()
                     up.sendall(data)
             except OSError:
