@@ -1,0 +1,152 @@
+"""The asyncio client against a real server: the same rules as the sync one."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Coroutine, TypeVar
+
+import pytest
+
+import fenced
+from support import DropFirstAnswer, Server, free_port
+
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(asyncio.wait_for(coro, timeout=60))
+
+
+def test_acquire_release_and_the_store(server: Server, name: str) -> None:
+    async def main() -> None:
+        async with fenced.AsyncClient(server.url) as c:
+            async with c.lock(name, ttl=5.0) as lock:
+                assert lock.token >= 1 and not lock.lost.is_set() and lock.is_valid()
+                assert isinstance(lock.lost, asyncio.Event)
+                assert await c.store.put(name, b"a", token=lock.token) == lock.token
+                with pytest.raises(fenced.LockHeld) as e:
+                    await c.try_lock(name)
+                assert e.value.holder_token == lock.token
+                old = lock.token
+            assert (await c.lock_info(name))["held"] is False
+            newer = await c.lock(name, ttl=5.0)
+            assert newer.token > old
+            await c.store.put(name, b"b", token=newer.token)
+            with pytest.raises(fenced.StaleToken) as s:
+                await c.store.put(name, b"zombie", token=old)
+            assert (s.value.token, s.value.highest_seen) == (old, newer.token)
+            assert await c.store.get(name) == b"b"
+            with pytest.raises(fenced.TokenNotIssued):
+                await c.store.put(name, b"x", token=newer.token + 10**6)
+            await newer.release()
+
+    run(main())
+
+
+def test_keepalive_and_the_lost_event(server: Server, name: str) -> None:
+    async def main() -> None:
+        async with fenced.AsyncClient(server.url) as c:
+            async with c.lock(name, ttl=0.6) as lock:
+                await asyncio.sleep(1.5)
+                assert lock.is_valid(), lock.lost_reason
+            lock = await c.lock(name, ttl=1.0)
+            lock._pause_keepalive(True)
+            deadline = lock.valid_until
+            await asyncio.wait_for(asyncio.Event.wait(lock.lost), timeout=5)  # set by the timer task
+            assert time.monotonic() >= deadline and lock.lost_reason is fenced.LostReason.EXPIRED
+            with pytest.raises(fenced.LockLost):
+                lock.check()
+            with pytest.raises(fenced.LockLost):
+                await lock.release()
+
+    run(main())
+
+
+def test_cancel_on_loss_cancels_the_body_and_raises_lock_lost(server: Server, name: str) -> None:
+    async def main() -> None:
+        async with fenced.AsyncClient(server.url) as c:
+            reached_end = False
+            t0 = time.monotonic()
+            with pytest.raises(fenced.LockLost) as e:
+                async with c.lock(name, ttl=3.0, cancel_on_loss=True) as lock:
+                    await c.revoke_lease(lock.lease_id)  # the server forgets it: lost at the next keepalive
+                    await asyncio.sleep(30)
+                    reached_end = True
+            assert not reached_end and e.value.reason is fenced.LostReason.LEASE_NOT_FOUND
+            assert time.monotonic() - t0 < 5.0
+            # Without the option the body runs on, and the block still says it was lost.
+            with pytest.raises(fenced.LockLost):
+                async with c.lock(name, ttl=3.0) as lock:
+                    await c.revoke_lease(lock.lease_id)
+                    await asyncio.wait_for(asyncio.Event.wait(lock.lost), timeout=5)
+                    reached_end = True
+            assert reached_end
+        # The task itself was not left cancelled.
+        await asyncio.sleep(0)
+
+    run(main())
+
+
+def test_retry_under_the_same_id_and_failover(server: Server, name: str) -> None:
+    proxy = DropFirstAnswer(server.port)
+
+    async def main() -> None:
+        async with fenced.AsyncClient(proxy.url) as c:
+            async with c.lock(name, ttl=5.0) as lock:
+                dropped = proxy.dropped_json()
+                assert (lock.token, lock.lease_id) == (dropped["token"], dropped["lease_id"])
+        dead = f"http://127.0.0.1:{free_port()}"
+        async with fenced.AsyncClient([dead, server.url], attempt_timeout=0.4) as c:
+            async with c.lock(name, ttl=5.0) as lock:
+                assert c.endpoint == server.url and lock.token > dropped["token"]
+
+    try:
+        run(main())
+    finally:
+        proxy.close()
+
+
+def test_a_grant_after_a_long_wait_is_renewed_at_once(server: Server, name: str) -> None:
+    async def main() -> None:
+        async with fenced.AsyncClient(server.url) as c:
+            holder = await c.lock(name, ttl=5.0)
+
+            async def later() -> None:
+                await asyncio.sleep(1.5)
+                await holder.release()
+
+            task = asyncio.ensure_future(later())
+            async with c.lock(name, ttl=0.6, wait=10.0) as lock:
+                assert lock.valid_until > time.monotonic() and lock.is_valid()
+            await task
+
+    run(main())
+
+
+def test_a_cancelled_acquire_gives_its_lease_back(server: Server, name: str) -> None:
+    async def main() -> None:
+        async with fenced.AsyncClient(server.url) as c:
+            holder = await c.lock(name, ttl=5.0)
+            waiter = asyncio.ensure_future(_acquire(c, name))
+            for _ in range(100):
+                if (await c.lock_info(name))["waiters"] == 1:
+                    break
+                await asyncio.sleep(0.05)
+            assert (await c.lock_info(name))["waiters"] == 1
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+            for _ in range(100):
+                if (await c.lock_info(name))["waiters"] == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert (await c.lock_info(name))["waiters"] == 0, "the waiter left the queue"
+            await holder.release()
+            assert (await c.lock_info(name))["held"] is False, "and nobody got it behind our back"
+
+    run(main())
+
+
+async def _acquire(c: fenced.AsyncClient, name: str) -> fenced.AsyncLock:
+    return await c.lock(name, ttl=5.0, wait=20.0)
