@@ -150,3 +150,20 @@ def test_a_cancelled_acquire_gives_its_lease_back(server: Server, name: str) -> 
 
 async def _acquire(c: fenced.AsyncClient, name: str) -> fenced.AsyncLock:
     return await c.lock(name, ttl=5.0, wait=20.0)
+
+
+def test_a_lock_dropped_unreleased_is_released_in_the_background(server: Server, name: str) -> None:
+    import gc
+
+    async def main() -> None:
+        async with fenced.AsyncClient(server.url) as c:
+            lock = await c.lock(name, ttl=30.0)
+            del lock
+            gc.collect()
+            for _ in range(100):
+                if (await c.lock_info(name))["held"] is False:
+                    break
+                await asyncio.sleep(0.05)
+            assert (await c.lock_info(name))["held"] is False, "the dropped lock released"
+
+    run(main())

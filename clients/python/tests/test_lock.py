@@ -155,3 +155,15 @@ def test_bad_arguments_are_refused_before_sending(server: Server) -> None:
     with pytest.raises(fenced.OutOfRange) as e:
         c.lock("ttl/too/long", ttl=10_000.0)  # the server's bound
     assert e.value.status == 400 and e.value.details.get("ttl_ms_max") == 300000
+
+
+def test_a_lock_dropped_unreleased_is_released_in_the_background(server: Server, name: str) -> None:
+    import gc
+
+    c = client(server)
+    lock = c.lock(name, ttl=30.0)  # held for 30 s if nobody gave it back
+    token = lock.token
+    del lock
+    gc.collect()
+    wait_until(lambda: c.lock_info(name)["held"] is False, 5.0, "the dropped lock released")
+    assert c.try_lock(name, ttl=5.0).token > token

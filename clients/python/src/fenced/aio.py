@@ -9,6 +9,7 @@ import asyncio
 import json
 import ssl
 import sys
+import weakref
 from types import TracebackType
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple, Type, TypeVar
 
@@ -16,12 +17,11 @@ import httpx
 
 from . import _core
 from ._lockstate import LockState
-from .client import StoreRead, _mark, _Reply, _stale_after_retry, log
+from .client import StoreRead, _mark, _named, _Reply, _stale_after_retry, log
 from .errors import (
     BadRequest,
     FencedError,
     LeaseNotFound,
-    LockHeld,
     LockLost,
     LostReason,
     NotFound,
@@ -155,6 +155,12 @@ class AsyncClient:
                         raise
                     await asyncio.sleep(min(e.retry_after or 0.2, left))
                 except Transport as e:
+                    if not e.sent and not getattr(e, "uncertain", False) and sent_at is None:
+                        answered = True  # no attempt reached a server: nothing to give back
+                        raise
+                    # The answer was lost after the request may have reached the server: ask
+                    # again under the same lease id, which gets the same grant, if there is
+                    # time (with several members the failover loop already did so).
                     sent_at = sent if sent_at is None else sent_at
                     if not e.sent or len(self._members.endpoints) > 1 or _core.now() + _core.ROUND_PAUSE >= deadline:
                         raise
@@ -192,10 +198,7 @@ class AsyncClient:
         r = await self._send(i, "POST", path, json.dumps(body).encode(), {"content-type": "application/json"},
                              timeout)
         if not r.ok():
-            e = r.error()
-            if isinstance(e, LockHeld):
-                e.details.setdefault("name", name)
-            raise e
+            raise _named(r.error(), name)
         return r.json()
 
     def _revoke_in_background(self, lease_id: str) -> None:
@@ -208,8 +211,18 @@ class AsyncClient:
             except FencedError as e:
                 log.debug("revoking the abandoned implicit lease: %s", e)
 
+        self._spawn(revoke(), "revoking an abandoned implicit lease")
+
+    def _spawn(self, coro: Awaitable[Any], what: str) -> None:
+        """Runs ``coro`` in a task of its own, kept referenced until done; failures logged."""
+        async def run() -> None:
+            try:
+                await coro
+            except Exception as e:  # noqa: BLE001 - best effort
+                log.debug("%s: %s", what, e)
+
         try:
-            task = asyncio.get_running_loop().create_task(revoke())
+            task = asyncio.get_running_loop().create_task(run())
         except RuntimeError:
             return
         self._background.add(task)
@@ -285,11 +298,15 @@ class AsyncClient:
                     break
                 await asyncio.sleep(_core.ROUND_PAUSE)
         if last is not None and _core.now() < deadline:
+            last.uncertain = uncertain  # type: ignore[attr-defined]
             raise last
-        raise Transport(
+        err = Transport(
             f"no member answered within {int((deadline - started) * 1000)} ms (tried {', '.join(m.endpoints)})"
-            + (f"; last: {last.message}" if last is not None else "")
+            + (f"; last: {last.message}" if last is not None else ""),
+            sent=uncertain,
         )
+        err.uncertain = uncertain  # type: ignore[attr-defined]
+        raise err
 
     async def _attempt(self, i: int, fn: Callable[[int], Awaitable[T]],
                        deadline: float) -> Tuple[str, Optional[T], Optional[FencedError]]:
@@ -404,15 +421,15 @@ class _Acquire:
 
     async def __aenter__(self) -> "AsyncLock":
         self._lock = await self._get()
-        self._lock._body_task = asyncio.current_task()
+        self._lock._keeper.body_task = asyncio.current_task()
         return self._lock
 
     async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
                         tb: Optional[TracebackType]) -> Optional[bool]:
         lock = self._lock
         assert lock is not None
-        lock._body_task = None
-        cancelled_by_us = lock._cancelled_body and exc_type is not None and issubclass(exc_type,
+        lock._keeper.body_task = None
+        cancelled_by_us = lock._keeper.cancelled_body and exc_type is not None and issubclass(exc_type,
                                                                                         asyncio.CancelledError)
         if cancelled_by_us:
             task = asyncio.current_task()
@@ -432,20 +449,15 @@ class _Acquire:
 
 class AsyncLock:
     """``fenced.Lock``'s twin: ``token``, ``lease_id``, ``valid_until``, ``lost`` (an
-    :class:`asyncio.Event`), ``check()``, ``await release()``."""
+    :class:`asyncio.Event`), ``check()``, ``await release()``. Dropped unreleased, it stops
+    its tasks and is released in the background, best effort."""
 
     def __init__(self, client: AsyncClient, state: LockState, cancel_on_loss: bool) -> None:
         self._client = client
         self._state = state
-        self._cancel_on_loss = cancel_on_loss
-        self._body_task: Optional["asyncio.Task[Any]"] = None
-        self._cancelled_body = False
         self.lost: asyncio.Event = _LostAsyncEvent(state)
-        self._moved = asyncio.Event()
-        self._keepalive_paused = False
-        state.on_lost = self._on_lost
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._timer()), loop.create_task(self._keepalive_loop(state.sent_at))]
+        self._keeper = _AsyncKeeper(client, state, self.lost, cancel_on_loss)
+        self._finalizer = weakref.finalize(self, self._keeper.abandon)
 
     @property
     def name(self) -> str:
@@ -485,10 +497,10 @@ class AsyncLock:
     async def release(self) -> None:
         if self._state.released:
             return
+        self._finalizer.detach()
         self._state.past_deadline()
         reason = self._state.reason
-        for t in self._tasks:
-            t.cancel()
+        self._keeper.stop()
         self._state.released = True
         try:
             await self._client._release(self._state)
@@ -502,44 +514,82 @@ class AsyncLock:
         return f"<fenced.AsyncLock {self.name!r} token={self.token} lost={self._state.reason}>"
 
     def _pause_keepalive(self, paused: bool) -> None:
-        self._keepalive_paused = paused
+        self._keeper.paused = paused
+
+
+class _AsyncKeeper:
+    """The two tasks of a held lock: keepalive every TTL/3, and the timer that sets ``lost``
+    at ``valid_until`` unless a keepalive moved it. Holds no reference to the lock."""
+
+    def __init__(self, client: AsyncClient, state: LockState, lost: asyncio.Event, cancel_on_loss: bool) -> None:
+        self.client = client
+        self.state = state
+        self.lost = lost
+        self.cancel_on_loss = cancel_on_loss
+        self.paused = False
+        #: The task running the ``async with`` body, while it runs.
+        self.body_task: Optional["asyncio.Task[Any]"] = None
+        self.cancelled_body = False
+        self.moved = asyncio.Event()
+        state.on_lost = self._on_lost
+        self.loop = asyncio.get_running_loop()
+        self.tasks = [self.loop.create_task(self._timer()), self.loop.create_task(self._keepalive_loop())]
+
+    def stop(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+
+    def abandon(self) -> None:
+        if self.state.released:
+            return
+        self.state.released = True
+
+        def later() -> None:
+            self.stop()
+            self.client._spawn(self.client._release(self.state), "releasing a dropped lock")
+
+        try:
+            if not self.loop.is_closed():
+                self.loop.call_soon_threadsafe(later)
+        except RuntimeError:
+            pass  # the loop is gone: the lease expires
 
     def _on_lost(self, reason: LostReason) -> None:
         asyncio.Event.set(self.lost)
-        self._moved.set()
-        task = self._body_task
-        if self._cancel_on_loss and task is not None and not task.done():
-            self._cancelled_body = True
+        self.moved.set()
+        task = self.body_task
+        if self.cancel_on_loss and task is not None and not task.done():
+            self.cancelled_body = True
             task.cancel()
 
     async def _timer(self) -> None:
-        st = self._state
+        st = self.state
         while st.reason is None:
             left = st.valid_until - _core.now()
             if left <= 0:
                 break
-            self._moved.clear()
+            self.moved.clear()
             try:
-                await asyncio.wait_for(self._moved.wait(), timeout=left)
+                await asyncio.wait_for(self.moved.wait(), timeout=left)
             except asyncio.TimeoutError:
                 pass
         st.past_deadline()
 
-    async def _keepalive_loop(self, sent_at: float) -> None:
-        st = self._state
+    async def _keepalive_loop(self) -> None:
+        st = self.state
         retry_step = max(st.ttl / 10, 0.01)
-        next_at = _core.next_keepalive(sent_at, st.ttl)
+        next_at = _core.next_keepalive(st.sent_at, st.ttl)
         while True:
             deadline = st.valid_until
             await asyncio.sleep(max(0.0, min(next_at, deadline) - _core.now()))
             if st.past_deadline():
                 return
-            if self._keepalive_paused:
+            if self.paused:
                 next_at = _core.now() + retry_step
                 continue
             sent = _core.now()
             try:
-                ttl_ms = await self._client._keepalive(st.lease_id, min(self._client.request_timeout, deadline - sent))
+                ttl_ms = await self.client._keepalive(st.lease_id, min(self.client.request_timeout, deadline - sent))
             except LeaseNotFound:
                 return st.mark_lost(LostReason.LEASE_NOT_FOUND)
             except Unauthorized:
@@ -553,7 +603,7 @@ class AsyncLock:
             if _core.now() >= deadline:
                 return st.mark_lost(LostReason.KEEPALIVE_TOO_LATE)
             if st.extend(sent, ttl_ms / 1000.0):
-                self._moved.set()
+                self.moved.set()
             next_at = _core.next_keepalive(sent, st.ttl)
 
 

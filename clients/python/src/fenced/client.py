@@ -13,6 +13,7 @@ import logging
 import ssl
 import threading
 import time
+import weakref
 from types import TracebackType
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Type, TypeVar
 
@@ -218,6 +219,9 @@ class Client:
                     time.sleep(min(e.retry_after or 0.2, left))
                     answered = False
                 except Transport as e:
+                    if not e.sent and not getattr(e, "uncertain", False) and sent_at is None:
+                        answered = True  # no attempt reached a server: nothing to give back
+                        raise
                     # The answer was lost after the request may have reached the server: ask
                     # again under the same lease id, which gets the same grant, if there is
                     # time (with several members the failover loop already did so).
@@ -275,10 +279,7 @@ class Client:
         body = {"lease_id": lease_id, "ttl_ms": ttl_ms, "wait_ms": wait_ms}
         r = self._send(i, "POST", path, json.dumps(body).encode(), {"content-type": "application/json"}, timeout)
         if not r.ok():
-            e = r.error()
-            if isinstance(e, LockHeld):
-                e.details.setdefault("name", name)
-            raise e
+            raise _named(r.error(), name)
         return r.json()
 
     def _revoke_quietly(self, lease_id: str) -> None:
@@ -365,11 +366,15 @@ class Client:
                     break
                 time.sleep(_core.ROUND_PAUSE)
         if last is not None and _core.now() < deadline:
+            last.uncertain = uncertain  # type: ignore[attr-defined]
             raise last
-        raise Transport(
+        err = Transport(
             f"no member answered within {int((deadline - started) * 1000)} ms (tried {', '.join(m.endpoints)})"
-            + (f"; last: {last.message}" if last is not None else "")
+            + (f"; last: {last.message}" if last is not None else ""),
+            sent=uncertain,
         )
+        err.uncertain = uncertain  # type: ignore[attr-defined]
+        raise err
 
     def _executor(self) -> cf.ThreadPoolExecutor:
         with self._pool_mu:
@@ -477,24 +482,19 @@ class Lock:
     (404 ``lease_not_found``, 401/403), and never cleared. ``check()`` raises
     :class:`fenced.LockLost` once the lock can no longer be trusted. The guard tells you when
     to stop; it cannot stop a write already on the wire: pass :attr:`token` to the resource.
+
+    A lock dropped without :meth:`release` (its last reference gone) stops its keepalive and
+    is released in the background, best effort, as the Rust guard's ``Drop`` does.
     """
 
     def __init__(self, client: Client, state: LockState) -> None:
         self._client = client
         self._state = state
         self.lost: threading.Event = LostEvent(state)
-        self._cond = threading.Condition()
-        self._stop = threading.Event()
-        self._keepalive_paused = False
-        state.on_lost = self._on_lost
-        sent_at = state.sent_at
-        self._threads = [
-            threading.Thread(target=self._timer, name=f"fenced-timer:{state.name}", daemon=True),
-            threading.Thread(target=self._keepalive_loop, args=(sent_at,), name=f"fenced-keepalive:{state.name}",
-                             daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
+        self._keeper = _Keeper(client, state, self.lost)
+        # The keeper's threads hold the state, never this object: when it is dropped
+        # unreleased, the finalizer stops them and gives the lock back.
+        self._finalizer = weakref.finalize(self, self._keeper.abandon)
 
     # --- the grant -----------------------------------------------------------------------------
 
@@ -544,9 +544,10 @@ class Lock:
         may not have been exclusive), after releasing what is left."""
         if self._state.released:
             return
+        self._finalizer.detach()
         self._state.past_deadline()
         reason = self._state.reason
-        self._stop_threads()
+        self._keeper.stop()
         self._state.released = True
         try:
             self._client._release(self._state)
@@ -574,62 +575,96 @@ class Lock:
     def __repr__(self) -> str:
         return f"<fenced.Lock {self.name!r} token={self.token} lost={self._state.reason}>"
 
-    # --- test hook -------------------------------------------------------------------------
-
     def _pause_keepalive(self, paused: bool) -> None:
-        """Stops (or resumes) sending keepalives, as a long pause of this process would. The
-        deadline timer keeps running, which is the point."""
-        self._keepalive_paused = paused
+        """Test hook: stops (or resumes) sending keepalives, as a long pause of this process
+        would. The deadline timer keeps running, which is the point."""
+        self._keeper.paused = paused
 
-    # --- the threads -----------------------------------------------------------------------
+
+class _Keeper:
+    """The two threads of a held lock: the keepalive every TTL/3, and the timer that sets
+    ``lost`` at ``valid_until`` unless a keepalive moved it (a keepalive can hang; the timer
+    cannot)."""
+
+    def __init__(self, client: Client, state: LockState, lost: threading.Event) -> None:
+        self.client = client
+        self.state = state
+        self.lost = lost
+        self.paused = False
+        self.cond = threading.Condition()
+        self.stopped = threading.Event()
+        state.on_lost = self._on_lost
+        self.threads = [
+            threading.Thread(target=self._timer, name=f"fenced-timer:{state.name}", daemon=True),
+            threading.Thread(target=self._keepalive_loop, name=f"fenced-keepalive:{state.name}", daemon=True),
+        ]
+        for t in self.threads:
+            t.start()
 
     def _on_lost(self, reason: LostReason) -> None:
         threading.Event.set(self.lost)
-        with self._cond:
-            self._cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
 
-    def _stop_threads(self) -> None:
-        self._stop.set()
-        with self._cond:
-            self._cond.notify_all()
+    def stop(self) -> None:
+        self.stopped.set()
+        with self.cond:
+            self.cond.notify_all()
         me = threading.current_thread()
-        for t in self._threads:
+        for t in self.threads:
             if t is not me:
                 t.join(timeout=0.2)  # a keepalive in flight ends by its own time-out
 
+    def abandon(self) -> None:
+        """The lock was dropped unreleased: stop, and release in the background."""
+        if self.state.released:
+            return
+        self.stopped.set()
+        with self.cond:
+            self.cond.notify_all()
+        self.state.released = True
+
+        def release() -> None:
+            try:
+                self.client._release(self.state)
+            except Exception as e:  # noqa: BLE001 - best effort: the lease expires anyway
+                log.debug("releasing the dropped lock '%s': %s", self.state.name, e)
+
+        threading.Thread(target=release, name=f"fenced-release:{self.state.name}", daemon=True).start()
+
     def _timer(self) -> None:
-        """Sets ``lost`` at ``valid_until`` unless a keepalive moved it."""
-        with self._cond:
-            while not self._stop.is_set() and self._state.reason is None:
-                left = self._state.valid_until - _core.now()
+        st = self.state
+        with self.cond:
+            while not self.stopped.is_set() and st.reason is None:
+                left = st.valid_until - _core.now()
                 if left <= 0:
                     break
-                self._cond.wait(left)
-        if not self._stop.is_set():
-            self._state.past_deadline()
+                self.cond.wait(left)
+        if not self.stopped.is_set():
+            st.past_deadline()
 
-    def _keepalive_loop(self, sent_at: float) -> None:
-        st = self._state
+    def _keepalive_loop(self) -> None:
+        st = self.state
         retry_step = max(st.ttl / 10, 0.01)
-        next_at = _core.next_keepalive(sent_at, st.ttl)
+        next_at = _core.next_keepalive(st.sent_at, st.ttl)
         while True:
             deadline = st.valid_until
-            if self._stop.wait(max(0.0, min(next_at, deadline) - _core.now())):
+            if self.stopped.wait(max(0.0, min(next_at, deadline) - _core.now())):
                 return
             if st.past_deadline():
                 return
-            if self._keepalive_paused:
+            if self.paused:
                 next_at = _core.now() + retry_step
                 continue
             sent = _core.now()
             try:
-                ttl_ms = self._client._keepalive(st.lease_id, min(self._client.request_timeout, deadline - sent))
+                ttl_ms = self.client._keepalive(st.lease_id, min(self.client.request_timeout, deadline - sent))
             except LeaseNotFound:
                 return st.mark_lost(LostReason.LEASE_NOT_FOUND)
             except Unauthorized:
                 return st.mark_lost(LostReason.UNAUTHORIZED)
             except FencedError as e:
-                if self._stop.is_set() or st.past_deadline():
+                if self.stopped.is_set() or st.past_deadline():
                     return
                 log.debug("keepalive of lock '%s' failed, retrying: %s", st.name, e)
                 next_at = _core.now() + retry_step
@@ -638,13 +673,13 @@ class Lock:
                 log.error("keepalive of lock '%s' crashed: %r", st.name, e)
                 next_at = _core.now() + retry_step
                 continue
-            if self._stop.is_set():
+            if self.stopped.is_set():
                 return
             if _core.now() >= deadline:
                 return st.mark_lost(LostReason.KEEPALIVE_TOO_LATE)
             if st.extend(sent, ttl_ms / 1000.0):
-                with self._cond:
-                    self._cond.notify_all()
+                with self.cond:
+                    self.cond.notify_all()
             next_at = _core.next_keepalive(sent, st.ttl)
 
 
@@ -712,6 +747,13 @@ class Store:
             raise e
 
         return c._call(get)
+
+
+def _named(e: FencedError, name: str) -> FencedError:
+    """A refused acquire's error, saying which lock."""
+    if isinstance(e, LockHeld):
+        return LockHeld(f"lock '{name}': {e.message}", code=e.code, status=e.status, details={**e.details, "name": name})
+    return e
 
 
 def _mark(v: Optional[str]) -> Optional[int]:
