@@ -11,7 +11,7 @@ import ssl
 import sys
 import weakref
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple, Type, TypeVar
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple, Type, TypeVar, cast
 
 import httpx
 
@@ -199,7 +199,8 @@ class AsyncClient:
                              timeout)
         if not r.ok():
             raise _named(r.error(), name)
-        return r.json()
+        grant: Dict[str, Any] = r.json()
+        return grant
 
     def _revoke_in_background(self, lease_id: str) -> None:
         """Best effort, in a task of its own: the acquire may be ending by cancellation."""
@@ -336,7 +337,8 @@ class AsyncClient:
                 if m.answered_within(i, half):
                     continue
                 probe = asyncio.ensure_future(self._probe(i, half))
-                done, _ = await asyncio.wait({task, probe}, timeout=max(0.0, min(half, deadline - _core.now())),
+                both = cast("Set[asyncio.Task[Any]]", {task, probe})
+                done, _ = await asyncio.wait(both, timeout=max(0.0, min(half, deadline - _core.now())),
                                              return_when=asyncio.FIRST_COMPLETED)
                 if task in done:
                     probe.cancel()

@@ -280,7 +280,8 @@ class Client:
         r = self._send(i, "POST", path, json.dumps(body).encode(), {"content-type": "application/json"}, timeout)
         if not r.ok():
             raise _named(r.error(), name)
-        return r.json()
+        grant: Dict[str, Any] = r.json()
+        return grant
 
     def _revoke_quietly(self, lease_id: str) -> None:
         """Best effort: a grant made for a caller who left is given back at once."""

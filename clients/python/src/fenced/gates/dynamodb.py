@@ -16,10 +16,11 @@ import time
 from typing import Any, Dict, Optional
 
 from ..errors import BadRequest, CorruptRecord, FencedError, NotFound, ServerError, Unauthorized, Unavailable
-from ._common import check_token, need, stale, value_bytes
+from .._core import check_token
+from ._common import need, stale, value_bytes
 
 need("boto3", "dynamodb")
-from botocore.exceptions import BotoCoreError, ClientError  # noqa: E402
+from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]  # noqa: E402
 
 #: The item's key attribute (a string: the gate's key).
 KEY = "pk"

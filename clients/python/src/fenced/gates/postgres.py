@@ -10,7 +10,7 @@ read-back of the mark that names ``highest_seen``."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Tuple
 
 from ..errors import NotFound
 from ._common import FENCE_COLUMN_DEFAULT, ident, need, rejected, sql_token, value_bytes
@@ -104,7 +104,7 @@ class PgFence:
         sql = (f"UPDATE {table} SET {set_sql}, {fc} = %(fenced_token)s "
                f"WHERE {kc} = %(fenced_key)s AND {fc} <= %(fenced_token)s")
         with conn.transaction():
-            changed = conn.execute(sql, args).rowcount
+            changed: int = conn.execute(sql, args).rowcount
             if changed > 0:
                 return changed
             mark = self._mark(conn, key)
@@ -113,7 +113,7 @@ class PgFence:
             raise NotFound(f"no row of {table} with that {kc}")
         raise refusal
 
-    def read(self, conn: Any, key: Any, token: int, columns: str) -> Optional[tuple]:
+    def read(self, conn: Any, key: Any, token: int, columns: str) -> Optional[Tuple[Any, ...]]:
         """A fenced read: ``UPDATE table SET fence = t WHERE key = k AND fence <= t RETURNING
         <columns>``, one statement. ``None`` when no row has that key."""
         t = sql_token(token)

@@ -19,13 +19,14 @@ gate reads again and decides again, up to ``retries_max`` times, then raises
 from __future__ import annotations
 
 import re
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from ..errors import BadRequest, CorruptRecord, FencedError, Forbidden, NotFound, ServerError, Unavailable
-from ._common import check_token, need, stale, value_bytes
+from .._core import check_token
+from ._common import need, stale, value_bytes
 
 need("boto3", "s3")
-from botocore.exceptions import BotoCoreError, ClientError  # noqa: E402
+from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]  # noqa: E402
 
 #: The object's first line starts with this, then the mark in decimal.
 MARK_PREFIX = b"fenced-token:"
@@ -104,7 +105,7 @@ class S3Gate:
     def _fenced(self, key: str, token: int, value: Optional[bytes]) -> Optional[bytes]:
         for _ in range(self.retries_max):
             got = self._get(key)
-            cond: dict
+            cond: Dict[str, str]
             if got is None:
                 held: Optional[bytes] = None
                 cond = {"IfNoneMatch": "*"}
@@ -135,7 +136,8 @@ def _code(e: ClientError) -> str:
 
 
 def _status(e: ClientError) -> Optional[int]:
-    return e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return status if isinstance(status, int) else None
 
 
 def _error(e: ClientError, key: str) -> FencedError:
