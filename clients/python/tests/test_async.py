@@ -167,3 +167,26 @@ def test_a_lock_dropped_unreleased_is_released_in_the_background(server: Server,
             assert (await c.lock_info(name))["held"] is False, "the dropped lock released"
 
     run(main())
+
+
+def test_a_frozen_server_makes_the_lock_lost_at_the_deadline(name: str) -> None:
+    import signal
+
+    s = Server()
+
+    async def main() -> None:
+        async with fenced.AsyncClient(s.url) as c:
+            lock = await c.lock(name, ttl=1.0)
+            s.proc.send_signal(signal.SIGSTOP)
+            deadline = lock.valid_until
+            await asyncio.wait_for(asyncio.Event.wait(lock.lost), timeout=4)
+            assert time.monotonic() >= deadline and lock.lost_reason is fenced.LostReason.EXPIRED
+            s.proc.send_signal(signal.SIGCONT)
+            with pytest.raises(fenced.LockLost):
+                await lock.release()
+
+    try:
+        run(main())
+    finally:
+        s.proc.send_signal(signal.SIGCONT)
+        s.stop()

@@ -167,3 +167,25 @@ def test_a_lock_dropped_unreleased_is_released_in_the_background(server: Server,
     gc.collect()
     wait_until(lambda: c.lock_info(name)["held"] is False, 5.0, "the dropped lock released")
     assert c.try_lock(name, ttl=5.0).token > token
+
+
+def test_a_frozen_server_makes_the_lock_lost_at_the_deadline_without_its_answer(name: str) -> None:
+    import signal
+
+    s = Server()
+    try:
+        c = fenced.Client(s.url, request_timeout=10.0)
+        lock = c.lock(name, ttl=1.0)
+        s.proc.send_signal(signal.SIGSTOP)  # keepalives hang: no answer, no error
+        deadline = lock.valid_until
+        assert lock.lost.wait(timeout=4.0), "lost without waiting for the hung keepalive"
+        assert time.monotonic() >= deadline and lock.lost_reason is fenced.LostReason.EXPIRED
+        assert time.monotonic() - deadline < 2.0
+    finally:
+        s.proc.send_signal(signal.SIGCONT)
+        s.stop()
+
+
+def test_a_negative_margin_is_refused(server: Server, name: str) -> None:
+    with pytest.raises(fenced.BadRequest, match="margin"):
+        client(server).lock(name, ttl=1.0, margin=-0.5)

@@ -129,6 +129,9 @@ class AsyncClient:
             raise BadRequest("the TTL must be at least 1 ms", code="ttl_out_of_range")
         if wait < 0:
             raise BadRequest("the wait cannot be negative", code="wait_out_of_range")
+        if margin is not None and not margin >= 0:
+            raise BadRequest("the margin cannot be negative: the deadline would outlive the lease",
+                             code="invalid_margin")
         lease = _core.new_lease_id()
         started = _core.now()
         give_up_at = started + wait_ms / 1000.0
@@ -151,7 +154,7 @@ class AsyncClient:
                         raise
                     left = give_up_at - _core.now()
                     if left <= 0:
-                        answered = True
+                        answered = sent_at is None  # an earlier attempt's answer may have been lost
                         raise
                     await asyncio.sleep(min(e.retry_after or 0.2, left))
                 except Transport as e:
@@ -172,6 +175,14 @@ class AsyncClient:
             if not answered:
                 self._revoke_in_background(lease)
         assert sent_at is not None
+        try:
+            return await self._grant_state(name, grant, ttl_ms, margin, started, sent_at)
+        except BaseException:
+            self._revoke_in_background(lease)  # a grant this call cannot hand out is given back
+            raise
+
+    async def _grant_state(self, name: str, grant: Dict[str, Any], ttl_ms: int, margin: Optional[float],
+                           started: float, sent_at: float) -> LockState:
         if grant.get("name") != name:
             raise ServerError(f"asked for lock '{name}', granted '{grant.get('name')}'", code="bad_response")
         token, lease_id = grant.get("token"), grant.get("lease_id")

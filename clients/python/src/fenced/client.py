@@ -194,6 +194,9 @@ class Client:
             raise BadRequest("the TTL must be at least 1 ms", code="ttl_out_of_range")
         if wait < 0:
             raise BadRequest("the wait cannot be negative", code="wait_out_of_range")
+        if margin is not None and not margin >= 0:
+            raise BadRequest("the margin cannot be negative: the deadline would outlive the lease",
+                             code="invalid_margin")
         lease = _core.new_lease_id()
         started = _core.now()
         give_up_at = started + wait_ms / 1000.0
@@ -212,7 +215,7 @@ class Client:
                     # Refused before anything was granted: safe to ask again within the wait.
                     if isinstance(e, ShuttingDown) and len(self._members.endpoints) > 1:
                         raise  # every member was tried: the moves-on rule already ran out
-                    answered = True
+                    answered = sent_at is None  # an earlier attempt's answer may have been lost
                     left = give_up_at - _core.now()
                     if left <= 0:
                         raise
@@ -236,7 +239,11 @@ class Client:
             if not answered:
                 self._revoke_quietly(lease)
         assert sent_at is not None
-        return self._grant_state(name, grant, ttl_ms, margin, started, sent_at)
+        try:
+            return self._grant_state(name, grant, ttl_ms, margin, started, sent_at)
+        except BaseException:
+            self._revoke_quietly(lease)  # a grant this call cannot hand out is given back
+            raise
 
     def _grant_state(self, name: str, grant: Dict[str, Any], ttl_ms: int, margin: Optional[float],
                      started: float, sent_at: float) -> LockState:
