@@ -119,3 +119,23 @@ def test_no_member_answering_is_unavailable_within_the_request_time_out(name: st
     with pytest.raises(fenced.Unavailable):
         c.try_lock(name)
     assert time.monotonic() - t0 < 5.0
+
+
+def test_a_request_left_on_a_silent_member_does_not_hold_up_the_exit(server: Server, name: str) -> None:
+    import subprocess
+    import sys
+
+    silent = silent_member()
+    try:
+        script = (
+            "import fenced, sys\n"
+            f"c = fenced.Client([{silent.url!r}, {server.url!r}], request_timeout=60.0, attempt_timeout=0.4)\n"
+            f"c.try_lock({name!r}, ttl=5.0).release()\n"
+            "print('done', flush=True)\n"
+        )
+        t0 = time.monotonic()
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0 and "done" in out.stdout, out.stderr
+        assert time.monotonic() - t0 < 10.0, "the interpreter waited for the abandoned request"
+    finally:
+        silent.close()

@@ -395,11 +395,11 @@ class AsyncClient:
         try:
             r = await self._http.request(method, url, content=body, headers=headers, timeout=t)
         except (httpx.ConnectError, httpx.ConnectTimeout) as e:
-            raise Transport(f"{url}: cannot connect: {e}", sent=False) from None
-        except httpx.TimeoutException:
-            raise Transport(f"{url}: no answer within {int(timeout * 1000)} ms", sent=True) from None
+            raise Transport(f"{url}: cannot connect: {e}", sent=False) from e
+        except httpx.TimeoutException as e:
+            raise Transport(f"{url}: no answer within {int(timeout * 1000)} ms", sent=True) from e
         except httpx.HTTPError as e:
-            raise Transport(f"{url}: {e.__class__.__name__}: {e}", sent=True) from None
+            raise Transport(f"{url}: {e.__class__.__name__}: {e}", sent=True) from e
         return _Reply(r.status_code, r.headers, r.content)
 
 

@@ -116,8 +116,6 @@ class Client:
             headers["authorization"] = f"Bearer {self._auth}"
         verify: Any = ssl.create_default_context(cafile=ca) if ca else True
         self._http = self._make_http(headers, verify)
-        self._pool: Optional[cf.ThreadPoolExecutor] = None
-        self._pool_mu = threading.Lock()
         self.store = Store(self)
 
     def _make_http(self, headers: Dict[str, str], verify: Any) -> httpx.Client:
@@ -173,10 +171,6 @@ class Client:
             pass
 
     def close(self) -> None:
-        with self._pool_mu:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False)
-                self._pool = None
         self._http.close()
 
     def __enter__(self) -> "Client":
@@ -384,18 +378,27 @@ class Client:
         err.uncertain = uncertain  # type: ignore[attr-defined]
         raise err
 
-    def _executor(self) -> cf.ThreadPoolExecutor:
-        with self._pool_mu:
-            if self._pool is None:
-                self._pool = cf.ThreadPoolExecutor(max_workers=32, thread_name_prefix="fenced-call")
-            return self._pool
+    @staticmethod
+    def _in_thread(fn: Callable[[int], T], i: int) -> "cf.Future[T]":
+        """Runs ``fn(i)`` in a daemon thread of its own: a request left on a silent member
+        must not hold up the caller, nor the interpreter's exit."""
+        fut: "cf.Future[T]" = cf.Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(fn(i))
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
+                fut.set_exception(e)
+
+        threading.Thread(target=run, name="fenced-call", daemon=True).start()
+        return fut
 
     def _attempt(self, i: int, fn: Callable[[int], T], deadline: float) -> Tuple[str, Optional[T], Optional[FencedError]]:
         """Waits for ``fn(i)`` while member ``i`` shows it is alive (failover.rs)."""
         m = self._members
         half = m.attempt_timeout / 2
         started = _core.now()
-        fut = self._executor().submit(fn, i)
+        fut = self._in_thread(fn, i)
         while True:
             left = deadline - _core.now()
             try:
@@ -464,11 +467,11 @@ class Client:
         try:
             r = self._http.request(method, url, content=body, headers=headers, timeout=t)
         except (httpx.ConnectError, httpx.ConnectTimeout) as e:
-            raise Transport(f"{url}: cannot connect: {e}", sent=False) from None
-        except httpx.TimeoutException:
-            raise Transport(f"{url}: no answer within {int(timeout * 1000)} ms", sent=True) from None
+            raise Transport(f"{url}: cannot connect: {e}", sent=False) from e
+        except httpx.TimeoutException as e:
+            raise Transport(f"{url}: no answer within {int(timeout * 1000)} ms", sent=True) from e
         except httpx.HTTPError as e:
-            raise Transport(f"{url}: {e.__class__.__name__}: {e}", sent=True) from None
+            raise Transport(f"{url}: {e.__class__.__name__}: {e}", sent=True) from e
         return _Reply(r.status_code, r.headers, r.content)
 
     def _check(self, i: int) -> None:
