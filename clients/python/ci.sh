@@ -44,4 +44,4 @@ fi
 
 export FENCED_BIN="${FENCED_BIN:-$repo/target/release/fenced}"
 # Every test bounds its own waits; this bounds the whole run.
-exec timeout 600 .venv/bin/python -m pytest -q -p no:cacheprovider tests
+exec timeout 600 .venv/bin/python -m pytest -q -rs -p no:cacheprovider tests

@@ -190,3 +190,18 @@ def test_a_frozen_server_makes_the_lock_lost_at_the_deadline(name: str) -> None:
     finally:
         s.proc.send_signal(signal.SIGCONT)
         s.stop()
+
+
+def test_leases_by_hand_and_the_lock_list(server: Server, name: str) -> None:
+    async def main() -> None:
+        async with fenced.AsyncClient(server.url) as c:
+            lease = await c.create_lease(2.0)
+            assert await c.keepalive(lease) == 2.0
+            await c.revoke_lease(lease)
+            with pytest.raises(fenced.LeaseNotFound):
+                await c.keepalive(lease)
+            async with c.lock(name, ttl=5.0) as lock:
+                assert [x["token"] for x in await c.locks(prefix=name)] == [lock.token]
+            assert (await c.check(name, lock.token))[0] is False
+
+    run(main())

@@ -189,3 +189,16 @@ def test_a_frozen_server_makes_the_lock_lost_at_the_deadline_without_its_answer(
 def test_a_negative_margin_is_refused(server: Server, name: str) -> None:
     with pytest.raises(fenced.BadRequest, match="margin"):
         client(server).lock(name, ttl=1.0, margin=-0.5)
+
+
+def test_leases_by_hand_and_the_lock_list(server: Server, name: str) -> None:
+    c = client(server)
+    lease = c.create_lease(2.0)
+    assert len(lease) == 32 and c.keepalive(lease) == 2.0
+    c.revoke_lease(lease)
+    c.revoke_lease(lease)  # idempotent
+    with pytest.raises(fenced.LeaseNotFound):
+        c.keepalive(lease)
+    with c.lock(name, ttl=5.0) as lock:
+        listed = c.locks(prefix=name)
+        assert [(x["name"], x["token"]) for x in listed] == [(name, lock.token)]

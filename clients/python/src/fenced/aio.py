@@ -103,6 +103,17 @@ class AsyncClient:
         path = f"/v1/locks/{_core.segment(_core.check_name(name))}"
         return await self._call(lambda i: self._json(i, "GET", path, None))
 
+    async def locks(self, prefix: Optional[str] = None) -> List[Dict[str, Any]]:
+        path = "/v1/locks" + (f"?prefix={_core.segment(prefix)}" if prefix else "")
+        return list((await self._call(lambda i: self._json(i, "GET", path, None)))["locks"])
+
+    async def create_lease(self, ttl: float) -> str:
+        r = await self._call(lambda i: self._json(i, "POST", "/v1/leases", {"ttl_ms": _core.ms(ttl)}))
+        return str(r["lease_id"])
+
+    async def keepalive(self, lease_id: str) -> float:
+        return await self._keepalive(lease_id, self.request_timeout) / 1000.0
+
     async def revoke_lease(self, lease_id: str) -> None:
         try:
             await self._call(lambda i: self._json(i, "DELETE", f"/v1/leases/{lease_id}", None))

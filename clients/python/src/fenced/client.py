@@ -163,6 +163,22 @@ class Client:
         path = f"/v1/locks/{_core.segment(_core.check_name(name))}"
         return self._call(lambda i: self._json(i, "GET", path, None))
 
+    def locks(self, prefix: Optional[str] = None) -> List[Dict[str, Any]]:
+        """``GET /v1/locks?prefix=P``: the locks whose names start with ``prefix``."""
+        path = "/v1/locks" + (f"?prefix={_core.segment(prefix)}" if prefix else "")
+        return list(self._call(lambda i: self._json(i, "GET", path, None))["locks"])
+
+    def create_lease(self, ttl: float) -> str:
+        """A lease of ``ttl`` seconds for callers that manage leases themselves (a lock makes
+        its own): its id. Keep it alive with :meth:`keepalive`."""
+        r = self._call(lambda i: self._json(i, "POST", "/v1/leases", {"ttl_ms": _core.ms(ttl)}))
+        return str(r["lease_id"])
+
+    def keepalive(self, lease_id: str) -> float:
+        """Keeps a lease alive once: its TTL in seconds. :class:`fenced.LeaseNotFound` once
+        it is gone."""
+        return self._keepalive(lease_id, self.request_timeout) / 1000.0
+
     def revoke_lease(self, lease_id: str) -> None:
         """Revokes a lease (its locks are released). A lease already gone is done."""
         try:
