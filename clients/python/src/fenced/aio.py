@@ -452,23 +452,37 @@ class _Acquire:
                         tb: Optional[TracebackType]) -> Optional[bool]:
         lock = self._lock
         assert lock is not None
-        lock._keeper.body_task = None
-        cancelled_by_us = lock._keeper.cancelled_body and exc_type is not None and issubclass(exc_type,
-                                                                                        asyncio.CancelledError)
-        if cancelled_by_us:
-            task = asyncio.current_task()
-            if task is not None and sys.version_info >= (3, 11):
-                task.uncancel()
+        keeper = lock._keeper
+        keeper.body_task = None
+        ours = keeper.cancelled_body  # we cancelled the body: the lock was lost
+        task = asyncio.current_task()
+        if ours:
+            _uncancel(task)
+        body_cancelled = exc_type is not None and issubclass(exc_type, asyncio.CancelledError)
         try:
             await lock.release()
         except LockLost as e:
-            if exc_type is None or cancelled_by_us:
+            if exc_type is None or (ours and body_cancelled):
                 raise e from None
+        except asyncio.CancelledError:
+            if not ours:
+                raise
+            # Our cancellation landed here, after the body had finished: the release was
+            # cut short, so it goes on in the background, and the answer is the loss.
+            _uncancel(task)
+            lock._client._spawn(lock._client._release(lock._state), "releasing a lost lock")
+            raise LockLost(lock._state.reason or LostReason.EXPIRED, lock.name) from None
         except FencedError as e:
             log.warning("releasing lock '%s' failed (its lease will expire): %s", lock.name, e)
-        if cancelled_by_us:
+        if ours and (exc_type is None or body_cancelled):
             raise LockLost(lock._state.reason or LostReason.EXPIRED, lock.name)
         return None
+
+
+def _uncancel(task: Optional["asyncio.Task[Any]"]) -> None:
+    """Takes back the one cancellation the guard asked for (Python 3.11+ counts them)."""
+    if task is not None and sys.version_info >= (3, 11) and task.cancelling() > 0:
+        task.uncancel()
 
 
 class AsyncLock:
