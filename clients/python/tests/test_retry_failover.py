@@ -5,6 +5,7 @@ members."""
 from __future__ import annotations
 
 import time
+from typing import Optional
 
 import pytest
 
@@ -139,3 +140,97 @@ def test_a_request_left_on_a_silent_member_does_not_hold_up_the_exit(server: Ser
         assert time.monotonic() - t0 < 10.0, "the interpreter waited for the abandoned request"
     finally:
         silent.close()
+
+
+class ApplyThenFallSilent:
+    """A member that forwards everything to the real server until a ``PUT``: it lets that
+    reach the server, reads the answer (the write was applied), runs ``meanwhile`` (a newer
+    holder writes), and from then on answers nothing on any connection: a leader that
+    applied the write and froze before answering."""
+
+    def __init__(self, upstream_port: int, meanwhile) -> None:  # type: ignore[no-untyped-def]
+        import socket as _socket
+        import threading as _threading
+
+        from support import Listener
+
+        self.silent = _threading.Event()
+        self.applied = b""
+        self.error: Optional[BaseException] = None
+
+        def serve(conn: _socket.socket) -> None:
+            if self.silent.is_set():
+                return hold(conn)
+            up = _socket.create_connection(("127.0.0.1", upstream_port), timeout=30)
+            put_sent = _threading.Event()
+
+            def c2s() -> None:
+                try:
+                    while True:
+                        data = conn.recv(65536)
+                        if not data:
+                            return
+                        if self.silent.is_set():
+                            continue
+                        if data.startswith(b"PUT "):
+                            put_sent.set()
+                        up.sendall(data)
+                except OSError:
+                    return
+
+            _threading.Thread(target=c2s, daemon=True).start()
+            try:
+                while not self.silent.is_set():
+                    data = up.recv(65536)
+                    if not data:
+                        return
+                    if put_sent.is_set():
+                        self.applied = data
+                        try:
+                            meanwhile()
+                        except Exception as e:  # noqa: BLE001 - the test reads it
+                            self.error = e
+                        self.silent.set()
+                        return  # the connection stays open, unanswered
+                    conn.sendall(data)
+            except OSError:
+                return
+
+        def hold(conn: _socket.socket) -> None:
+            try:
+                conn.settimeout(30)
+                while conn.recv(65536):
+                    pass
+            except OSError:
+                pass
+
+        self.listener = Listener(serve)
+        self.url = self.listener.url
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_retried_write_refused_as_stale_is_reported_as_unknown_not_stale(server: Server, name: str) -> None:
+    direct = fenced.Client(server.url)
+    old = direct.lock(name, ttl=5.0)
+    old_token = old.token
+    old.release()
+    newer = direct.lock(name, ttl=5.0)
+    member = ApplyThenFallSilent(server.port, lambda: direct.store.put(name, b"newer", token=newer.token))
+    try:
+        c = fenced.Client([member.url, server.url], request_timeout=10.0, attempt_timeout=0.4)
+        c.store.get(name)  # the API check and a first answer, through the member
+        with pytest.raises(fenced.Unavailable) as e:
+            c.store.put(name, b"old", token=old_token)
+        assert member.error is None, member.error
+        assert not isinstance(e.value, fenced.StaleToken)
+        assert e.value.code == "outcome_unknown" and "may have been applied" in e.value.message
+        assert member.error is None, member.error
+        assert b"HTTP/1.1 200" in member.applied, "the first attempt was applied"
+        # Without that history a refusal is a plain StaleToken.
+        with pytest.raises(fenced.StaleToken):
+            direct.store.put(name, b"old", token=old_token)
+    finally:
+        member.close()
+        newer.release()
