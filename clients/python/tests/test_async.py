@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from typing import Any, Coroutine, TypeVar
 
@@ -83,7 +84,10 @@ def test_cancel_on_loss_cancels_the_body_and_raises_lock_lost(server: Server, na
                     reached_end = True
             assert reached_end
         # The task itself was not left cancelled.
-        await asyncio.sleep(0)
+        task = asyncio.current_task()
+        if sys.version_info >= (3, 11):
+            assert task is not None and task.cancelling() == 0
+        await asyncio.sleep(0.01)
 
     run(main())
 
@@ -205,3 +209,28 @@ def test_leases_by_hand_and_the_lock_list(server: Server, name: str) -> None:
             assert (await c.check(name, lock.token))[0] is False
 
     run(main())
+
+
+def test_a_retried_write_refused_as_stale_is_reported_as_unknown(server: Server, name: str) -> None:
+    from test_retry_failover import ApplyThenFallSilent
+
+    direct = fenced.Client(server.url)
+    old = direct.lock(name, ttl=5.0)
+    old_token = old.token
+    old.release()
+    newer = direct.lock(name, ttl=5.0)
+    member = ApplyThenFallSilent(server.port, lambda: direct.store.put(name, b"newer", token=newer.token))
+
+    async def main() -> None:
+        async with fenced.AsyncClient([member.url, server.url], attempt_timeout=0.4) as c:
+            await c.store.get(name)
+            with pytest.raises(fenced.Unavailable) as e:
+                await c.store.put(name, b"old", token=old_token)
+            assert not isinstance(e.value, fenced.StaleToken) and e.value.code == "outcome_unknown"
+
+    try:
+        run(main())
+        assert member.error is None and b"HTTP/1.1 200" in member.applied
+    finally:
+        member.close()
+        newer.release()
