@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import sqlite3
 import threading
-import time
 from typing import Any, Iterator, List
 
 import pytest

@@ -72,7 +72,7 @@ def test_waiters_are_granted_first_in_first_out(server: Server, name: str) -> No
         t.start()
         threads.append(t)
         # The next waiter joins only once this one is in the queue.
-        wait_until(lambda: c.lock_info(name)["waiters"] == k + 1, 10.0, f"waiter {tag} queued")
+        wait_until(lambda k=k: c.lock_info(name)["waiters"] == k + 1, 10.0, f"waiter {tag} queued")
     holder.release()
     for t in threads:
         t.join(timeout=30)
@@ -142,7 +142,7 @@ def test_an_exception_in_the_body_releases_and_passes_through(server: Server, na
     c = client(server)
     with pytest.raises(ZeroDivisionError):
         with c.lock(name, ttl=5.0):
-            1 / 0
+            raise ZeroDivisionError("the work failed")
     assert c.lock_info(name)["held"] is False
 
 

@@ -39,7 +39,7 @@ class Child:
             return json.loads(self.lines.get(timeout=timeout))
         except queue.Empty:
             err = self.proc.stderr.read() if self.proc.poll() is not None and self.proc.stderr else ""
-            raise AssertionError(f"the child said nothing within {timeout} s (exit {self.proc.poll()}): {err}")
+            raise AssertionError(f"the child said nothing within {timeout} s (exit {self.proc.poll()}): {err}") from None
 
     def kill(self) -> None:
         if self.proc.poll() is None:
