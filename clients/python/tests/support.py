@@ -437,3 +437,51 @@ class DynamoLocal:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+
+
+class DelayAnswers:
+    """A loopback proxy to ``upstream`` that holds the answer to every request whose bytes
+    contain ``marker`` for ``delay`` seconds before passing it on (a slow network)."""
+
+    def __init__(self, upstream_port: int, marker: bytes, delay: float) -> None:
+        self.upstream_port = upstream_port
+        self.marker = marker
+        self.delay = delay
+        self.listener = Listener(self._serve)
+        self.url = self.listener.url
+
+    def _serve(self, client: socket.socket) -> None:
+        up = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=30)
+        pending = threading.Semaphore(0)
+
+        def c2s() -> None:
+            try:
+                while True:
+                    data = client.recv(65536)
+                    if not data:
+                        break
+                    if self.marker in data:
+                        pending.release()
+                    up.sendall(data)
+            except OSError:
+                pass
+            finally:
+                _close(up)
+
+        threading.Thread(target=c2s, daemon=True).start()
+        try:
+            while True:
+                data = up.recv(65536)
+                if not data:
+                    break
+                if pending.acquire(blocking=False):
+                    time.sleep(self.delay)
+                client.sendall(data)
+        except OSError:
+            pass
+        finally:
+            _close(client)
+            _close(up)
+
+    def close(self) -> None:
+        self.listener.close()

@@ -202,3 +202,24 @@ def test_leases_by_hand_and_the_lock_list(server: Server, name: str) -> None:
     with c.lock(name, ttl=5.0) as lock:
         listed = c.locks(prefix=name)
         assert [(x["name"], x["token"]) for x in listed] == [(name, lock.token)]
+
+
+def test_a_keepalive_counts_from_its_send_not_its_answer(server: Server, name: str) -> None:
+    from support import DelayAnswers
+
+    delay = 0.3
+    slow = DelayAnswers(server.port, b"/keepalive", delay)
+    try:
+        c = fenced.Client(slow.url, request_timeout=5.0)
+        with c.lock(name, ttl=1.5) as lock:
+            before = lock.valid_until
+            wait_until(lambda: lock.valid_until != before, 5.0, "a keepalive got through", step=0.005)
+            seen = time.monotonic()
+            implied_send = lock.valid_until - (lock.ttl - lock.margin)
+            # The answer came `delay` after the send; counted from the answer, the implied
+            # start would be within a few ms of `seen`.
+            assert implied_send <= seen - delay + 0.05, (seen - implied_send)
+            assert implied_send >= seen - delay - 0.5, "and not from some older moment"
+            assert lock.is_valid()
+    finally:
+        slow.close()
