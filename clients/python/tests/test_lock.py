@@ -223,3 +223,20 @@ def test_a_keepalive_counts_from_its_send_not_its_answer(server: Server, name: s
             assert lock.is_valid()
     finally:
         slow.close()
+
+
+def test_the_first_deadline_counts_from_the_acquires_send(server: Server, name: str) -> None:
+    from support import DelayAnswers
+
+    delay = 0.3
+    slow = DelayAnswers(server.port, b"/acquire", delay)
+    try:
+        c = fenced.Client(slow.url, request_timeout=5.0)
+        c.store.get(name)  # the API check, not delayed
+        t0 = time.monotonic()
+        with c.lock(name, ttl=3.0) as lock:
+            got = time.monotonic()
+            implied_send = lock.valid_until - (lock.ttl - lock.margin)
+            assert t0 <= implied_send <= got - delay + 0.05, (implied_send - t0, got - implied_send)
+    finally:
+        slow.close()
