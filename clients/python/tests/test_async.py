@@ -234,3 +234,36 @@ def test_a_retried_write_refused_as_stale_is_reported_as_unknown(server: Server,
     finally:
         member.close()
         newer.release()
+
+
+def test_deadlines_count_from_the_send(server: Server, name: str) -> None:
+    from support import DelayAnswers
+
+    delay = 0.3
+    slow_ka = DelayAnswers(server.port, b"/keepalive", delay)
+    slow_acq = DelayAnswers(server.port, b"/acquire", delay)
+
+    async def main() -> None:
+        async with fenced.AsyncClient(slow_acq.url) as c:
+            await c.store.get(name)
+            t0 = time.monotonic()
+            async with c.lock(name, ttl=3.0) as lock:
+                got = time.monotonic()
+                implied = lock.valid_until - (lock.ttl - lock.margin)
+                assert t0 <= implied <= got - delay + 0.05
+        async with fenced.AsyncClient(slow_ka.url) as c:
+            async with c.lock(name, ttl=1.5) as lock:
+                before = lock.valid_until
+                for _ in range(1000):
+                    if lock.valid_until != before:
+                        break
+                    await asyncio.sleep(0.005)
+                seen = time.monotonic()
+                implied = lock.valid_until - (lock.ttl - lock.margin)
+                assert lock.valid_until != before and seen - delay - 0.5 <= implied <= seen - delay + 0.05
+
+    try:
+        run(main())
+    finally:
+        slow_ka.close()
+        slow_acq.close()
