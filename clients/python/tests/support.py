@@ -321,8 +321,12 @@ class Postgres:
 
     def _run(self, tool: str, *args: str) -> None:
         cmd = [f"{self.bin}/{tool}", *args]
-        if self.root:
-            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        if self.root:  # initdb refuses to run as root: the cluster belongs to postgres
+            runuser = shutil.which("runuser") or next(
+                (p for p in ("/usr/sbin/runuser", "/sbin/runuser") if os.path.exists(p)), None)
+            if runuser is None:
+                missing("runuser is needed to run PostgreSQL as the postgres user when root")
+            cmd = [str(runuser), "-u", "postgres", "--", *cmd]
         out = subprocess.run(cmd, capture_output=True, timeout=120)
         if out.returncode != 0:
             raise AssertionError(f"{tool} failed: {out.stderr.decode(errors='replace')}")
