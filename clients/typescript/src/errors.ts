@@ -144,6 +144,9 @@ export class LockLostError extends FencedError {
   }
 }
 
+/** A cluster membership change did not complete (409 `membership_change_failed`). */
+export class MembershipChangeError extends FencedError {}
+
 /** The server does not speak the API this client speaks (see `Client`). */
 export class IncompatibleServerError extends FencedError {}
 
@@ -195,6 +198,7 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = {
   lease_exists: LeaseExistsError,
   stale_token: StaleTokenError,
   token_not_issued: TokenNotIssuedError,
+  membership_change_failed: MembershipChangeError,
   // 428
   token_required: TokenRequiredError,
   // 429

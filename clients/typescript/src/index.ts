@@ -19,6 +19,7 @@ export {
   LimitExceededError,
   LockHeldError,
   LockLostError,
+  MembershipChangeError,
   NotFoundError,
   NotHolderError,
   NotLeaderError,
