@@ -253,6 +253,9 @@ export class Client {
         break;
       }
       const e = errorFromAnswer(a.status, a.body, `acquiring '${name}'`);
+      // A refusal ends the server's implicit lease; but after an attempt whose answer was
+      // lost, give the id back all the same (best effort): it may name what that attempt left.
+      if (tried.uncertain) this.#revokeInBackground(leaseId);
       // Refused before anything was granted: retrying is safe while the wait lasts.
       const retryable = e instanceof RecoveringError || e instanceof ShuttingDownError || e.code === "too_many_connections";
       if (!retryable || performance.now() >= giveUpAt) throw e;

@@ -13,7 +13,7 @@
 // Leaving a request does not undo it: the member may have applied it. The call is told
 // (`uncertain`), and each call decides what that means for its answer.
 
-import { Answer, CONNECTION_LOST, Endpoint, TIMEOUT, UNREACHABLE } from "./http.js";
+import { Answer, CONNECTION_LOST, Endpoint, TIMEOUT, TLS_REFUSED, UNREACHABLE } from "./http.js";
 import { UnavailableError, isObject } from "./errors.js";
 
 /** A cluster's default election time-out (300 to 600 ms) plus a margin. */
@@ -56,7 +56,12 @@ export function answerCode(a: Answer): string | undefined {
 
 /** A failure in transit: the member could not be reached, the connection broke, or no answer came in time. */
 export function inTransit(error: unknown): boolean {
-  return error instanceof UnavailableError && [UNREACHABLE, CONNECTION_LOST, TIMEOUT].includes(error.code);
+  return error instanceof UnavailableError && [UNREACHABLE, TLS_REFUSED, CONNECTION_LOST, TIMEOUT].includes(error.code);
+}
+
+/** Never reached the member: the endpoint already tried its connection as often as it should. */
+function neverSent(o: Outcome): boolean {
+  return !o.ok && o.error instanceof UnavailableError && (o.error.code === UNREACHABLE || o.error.code === TLS_REFUSED);
 }
 
 /** The call goes to the next member: nothing was done, or the member cannot be asked. */
@@ -114,9 +119,11 @@ export class Members {
             this.#current = i;
             return { outcome: a.outcome, uncertain };
           }
-          if (n === 1 && !o.retrySingle) return { outcome: a.outcome, uncertain };
+          // One member: a connection that could not be opened was already tried again by
+          // the endpoint (as the Rust client does); a lost answer is tried again here.
+          if (n === 1 && (!o.retrySingle || neverSent(a.outcome))) return { outcome: a.outcome, uncertain };
           // A connection that broke, a time-out, or a refusal after a proposal may have done it.
-          uncertain ||= !a.outcome.ok ? (a.outcome.error as UnavailableError).code !== UNREACHABLE : answerCode(a.outcome.answer) === "not_leader";
+          uncertain ||= !a.outcome.ok ? !neverSent(a.outcome) : answerCode(a.outcome.answer) === "not_leader";
           last = a.outcome;
         }
       }

@@ -33,6 +33,13 @@ export interface SendOptions {
 export const UNREACHABLE = "unreachable";
 export const CONNECTION_LOST = "connection_lost";
 export const TIMEOUT = "timeout";
+/** The TLS handshake failed (a certificate not trusted, a name mismatch): never sent, and trying again will not help. */
+export const TLS_REFUSED = "tls_refused";
+
+function isTlsFailure(e: Error): boolean {
+  const code = (e as NodeJS.ErrnoException).code ?? "";
+  return /^(ERR_TLS_|ERR_SSL_|CERT_|UNABLE_TO_|DEPTH_ZERO_|SELF_SIGNED_|HOSTNAME_MISMATCH)/.test(code) || /certificate/i.test(e.message);
+}
 
 /** The largest answer read; more is refused as a bad response. */
 const ANSWER_BYTES_MAX = 64 * 1024 * 1024;
@@ -171,10 +178,11 @@ export class Endpoint {
           resolve(answer as Answer);
         }
       };
-      const failed = (e: Error): Error =>
-        connected
-          ? new UnavailableError(CONNECTION_LOST, `${where}: the connection broke before the answer: ${e.message}`, undefined, {}, { cause: e })
-          : new UnavailableError(UNREACHABLE, `${where}: could not connect: ${e.message}`, undefined, {}, { cause: e });
+      const failed = (e: Error): Error => {
+        if (connected) return new UnavailableError(CONNECTION_LOST, `${where}: the connection broke before the answer: ${e.message}`, undefined, {}, { cause: e });
+        if (this.#tls && isTlsFailure(e)) return new UnavailableError(TLS_REFUSED, `${where}: TLS: ${e.message}`, undefined, {}, { cause: e });
+        return new UnavailableError(UNREACHABLE, `${where}: could not connect: ${e.message}`, undefined, {}, { cause: e });
+      };
       const timer = setTimeout(() => {
         finish(
           connected

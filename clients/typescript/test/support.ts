@@ -2,6 +2,7 @@
 // bounded waits. Every process started here is killed when the test file ends.
 
 import { ChildProcess, spawn } from "node:child_process";
+import https from "node:https";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
@@ -99,9 +100,9 @@ export class Server {
   readonly dataDir: string;
   #log = "";
 
-  private constructor(port: number, child: ChildProcess, dataDir: string) {
+  private constructor(port: number, child: ChildProcess, dataDir: string, tls: boolean) {
     this.port = port;
-    this.url = `http://127.0.0.1:${port}`;
+    this.url = `${tls ? "https" : "http"}://127.0.0.1:${port}`;
     this.child = child;
     this.dataDir = dataDir;
     child.stderr?.on("data", (d: Buffer) => {
@@ -109,8 +110,11 @@ export class Server {
     });
   }
 
-  /** Starts `fenced server --listen 127.0.0.1:PORT --data-dir TMPDIR [args]` and waits for GET /readyz. */
-  static async start(args: string[] = []): Promise<Server> {
+  /**
+   * Starts `fenced server --listen 127.0.0.1:PORT --data-dir TMPDIR [args]` and waits for
+   * GET /readyz; `ca`: the server runs TLS with a certificate from this CA (PEM).
+   */
+  static async start(args: string[] = [], ca?: Buffer): Promise<Server> {
     const port = await freePort();
     const dataDir = tempDir("server");
     const child = spawn(FENCED_BIN, ["server", "--listen", `127.0.0.1:${port}`, "--data-dir", join(dataDir, "data"), ...args], {
@@ -118,13 +122,14 @@ export class Server {
       env: { ...process.env, FENCED_LOG: "warn" },
     });
     started.add(child);
-    const s = new Server(port, child, dataDir);
+    const s = new Server(port, child, dataDir, ca !== undefined);
     let exited = false;
     child.once("exit", () => (exited = true));
     await eventually(
       `fenced server on ${port} answers /readyz (log: ${s.#log})`,
       async () => {
         if (exited) throw new Error(`the server exited: ${s.#log}`);
+        if (ca !== undefined) return (await httpsJson(`${s.url}/readyz`, ca)).status === "ready";
         const r = await fetch(`${s.url}/readyz`, { signal: AbortSignal.timeout(1000) });
         return r.status === 200 && ((await r.json()) as { status?: string }).status === "ready";
       },
@@ -152,6 +157,25 @@ export class Server {
     const r = await fetch(`${this.url}/v1/locks/${encodeURIComponent(name)}`, { signal: AbortSignal.timeout(5000) });
     return (await r.json()) as { held: boolean; token: number | null; waiters: number };
   }
+}
+
+/** GET `url` over https trusting `ca`, as JSON, within a second. */
+function httpsJson(url: string, ca: Buffer): Promise<{ status?: string }> {
+  return new Promise((ok, fail) => {
+    const req = https.get(url, { ca, timeout: 1000 }, (res) => {
+      let body = "";
+      res.on("data", (d: Buffer) => (body += d.toString()));
+      res.on("end", () => {
+        try {
+          ok(JSON.parse(body) as { status?: string });
+        } catch (e) {
+          fail(e);
+        }
+      });
+    });
+    req.on("timeout", () => req.destroy(new Error("timeout")));
+    req.on("error", fail);
+  });
 }
 
 /** A unique name per call, so tests sharing a server never share a lock or key. */
