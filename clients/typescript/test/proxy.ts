@@ -12,8 +12,8 @@ export class Proxy {
   readonly #upstreamPort: number;
   readonly #sockets = new Set<net.Socket>();
   port = 0;
-  /** Drop the answer to the next acquire: close its connection, or fall silent for good. */
-  dropNextAcquire: AfterDrop | undefined;
+  /** Drop the answer to the next request whose path matches: close its connection, fall silent for good, or just never send it. */
+  dropNext: { path: RegExp; after: AfterDrop } | undefined;
   /** Nothing passes either way, and new connections are accepted and never answered. */
   holding = false;
   /** Replaces these bytes in what clients send (same length). */
@@ -62,12 +62,11 @@ export class Proxy {
       if (this.holding) return;
       if (this.rewrite) d = replaceAll(d, this.rewrite[0], this.rewrite[1]);
       const text = d.toString("latin1");
-      if (/^POST \/v1\/locks\/[^ ]+\/acquire HTTP/m.test(text) || /"lease_id":"[0-9a-f]{32}","ttl_ms"/.test(text)) {
-        for (const m of text.matchAll(/"lease_id":"([0-9a-f]{32})","ttl_ms"/g)) this.acquireLeaseIds.push(m[1]!);
-        if (this.dropNextAcquire !== undefined && dropping === undefined && /\/acquire HTTP/.test(text)) {
-          dropping = this.dropNextAcquire;
-          this.dropNextAcquire = undefined;
-        }
+      for (const m of text.matchAll(/"lease_id":"([0-9a-f]{32})","ttl_ms"/g)) this.acquireLeaseIds.push(m[1]!);
+      const path = /^(?:GET|POST|PUT|DELETE) (\S+) HTTP\/1\.1/m.exec(text)?.[1];
+      if (path !== undefined && this.dropNext !== undefined && dropping === undefined && this.dropNext.path.test(path)) {
+        dropping = this.dropNext.after;
+        this.dropNext = undefined;
       }
       upstream.write(d);
     });
@@ -103,7 +102,8 @@ function wholeAnswer(b: Buffer): { status: number; body: Record<string, unknown>
   const length = Number(/content-length: *(\d+)/i.exec(head)?.[1] ?? "0");
   if (b.length < end + 4 + length) return undefined;
   const status = Number(/^HTTP\/1\.1 (\d+)/.exec(head)?.[1] ?? "0");
-  const body = JSON.parse(b.subarray(end + 4, end + 4 + length).toString("utf8")) as Record<string, unknown>;
+  const text = b.subarray(end + 4, end + 4 + length).toString("utf8");
+  const body = (text === "" ? {} : JSON.parse(text)) as Record<string, unknown>;
   return { status, body };
 }
 

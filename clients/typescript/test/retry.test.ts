@@ -6,9 +6,12 @@ import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 
 import { readGrant, unwrap } from "../src/calls.js";
-import { Client, LockHeldError, newLeaseId } from "../src/index.js";
+import { Client, LockHeldError, StaleTokenError, UnavailableError, newLeaseId } from "../src/index.js";
 import { Proxy } from "./proxy.js";
 import { PATIENCE_MS, SKIP, Server, eventually, unique, within } from "./support.js";
+
+const ACQUIRE = /^\/v1\/locks\/[^/]+\/acquire$/;
+const PUT = /^\/v1\/store\//;
 
 describe("retried acquires", { skip: SKIP }, () => {
   let server: Server;
@@ -63,7 +66,7 @@ describe("retried acquires", { skip: SKIP }, () => {
   it("gets the same grant when a proxy drops the first answer with its connection", async () => {
     const name = unique("dropped");
     const p = await proxy();
-    p.dropNextAcquire = "close";
+    p.dropNext = { path: ACQUIRE, after: "close" };
     const c = new Client({ endpoints: p.url, requestTimeoutMs: 5000 });
     const lock = await c.lock(name, { ttlMs: 3000, waitMs: 0 });
     assert.equal(p.dropped.length, 1, "the first answer was dropped");
@@ -84,7 +87,7 @@ describe("retried acquires", { skip: SKIP }, () => {
   it("gets the same grant on the next member after one granted and fell silent", async () => {
     const name = unique("silent");
     const p = await proxy();
-    p.dropNextAcquire = "silent";
+    p.dropNext = { path: ACQUIRE, after: "silent" };
     const c = new Client({ endpoints: [p.url, server.url], attemptTimeoutMs: 300, requestTimeoutMs: 5000 });
     const lock = await within(PATIENCE_MS, "the acquire", c.lock(name, { ttlMs: 3000, waitMs: 0 }));
     assert.equal(p.dropped.length, 1);
@@ -99,7 +102,7 @@ describe("retried acquires", { skip: SKIP }, () => {
   it("revokes the implicit lease of an acquire abandoned after the server granted it", async () => {
     const name = unique("abandoned");
     const p = await proxy();
-    p.dropNextAcquire = "swallow"; // granted, the answer never comes; other connections pass
+    p.dropNext = { path: ACQUIRE, after: "swallow" }; // granted, the answer never comes; other connections pass
     const c = new Client({ endpoints: p.url, requestTimeoutMs: 5000 });
     const ac = new AbortController();
     const acquiring = c.lock(name, { ttlMs: 20_000, waitMs: 0, signal: ac.signal });
@@ -109,6 +112,46 @@ describe("retried acquires", { skip: SKIP }, () => {
     await assert.rejects(within(5000, "the abandoned acquire settles", acquiring));
     // Given back at once, not after its 20 s TTL.
     await eventually("the lock is free again", async () => !(await server.lockInfo(name)).held, 5000);
+    c.close();
+  });
+
+  it("retries a fenced write whose answer was lost: the same token twice is harmless", async () => {
+    const p = await proxy();
+    const c = new Client({ endpoints: p.url, requestTimeoutMs: 5000 });
+    const lock = await c.tryLock(unique("put-retry"), { ttlMs: 3000 });
+    const key = unique("put-retry-key");
+    p.dropNext = { path: PUT, after: "close" };
+    assert.deepEqual(await c.store.put(key, "v", { token: lock.token }), { key, token: lock.token, highestSeen: lock.token });
+    assert.equal(p.dropped.length, 1, "the first answer was dropped");
+    assert.equal(p.dropped[0]!.status, 200, "the first attempt had been applied");
+    await lock.release();
+    c.close();
+  });
+
+  it("reports a retried write refused as stale as uncertain, never as a clean refusal", async () => {
+    const p = await proxy();
+    const name = unique("put-uncertain");
+    const key = `${name}/k`;
+    const old = await client.tryLock(name, { ttlMs: 3000 });
+    // The first member applies the write and falls silent; the client moves on after 2 s.
+    const c = new Client({ endpoints: [p.url, server.url], attemptTimeoutMs: 2000, requestTimeoutMs: 8000 });
+    await c.serverApi();
+    p.dropNext = { path: PUT, after: "silent" };
+    const writing = c.store.put(key, "old", { token: old.token });
+    await eventually("the first attempt was applied", () => p.dropped.length === 1);
+    // Meanwhile a newer holder writes: the retry under the old token is refused.
+    await old.release();
+    const fresh = await client.tryLock(name, { ttlMs: 3000 });
+    await client.store.put(key, "fresh", { token: fresh.token });
+    const e = await within(PATIENCE_MS, "the retried write", writing).then(
+      () => assert.fail("accepted"),
+      (e: unknown) => e,
+    );
+    assert.ok(e instanceof UnavailableError && !(e instanceof StaleTokenError), String(e));
+    assert.equal(e.code, "uncertain");
+    assert.equal(e.details.highest_seen, fresh.token);
+    assert.match(e.message, /may have been applied/);
+    await fresh.release();
     c.close();
   });
 });
