@@ -2,7 +2,7 @@
 // `/openapi.json` (generated from the server's handlers, so it cannot drift from them).
 
 import { Answer } from "./http.js";
-import { IncompatibleServerError, isObject } from "./errors.js";
+import { IncompatibleServerError, errorFromAnswer, isObject } from "./errors.js";
 
 /** The calls this client makes, as the document names them (path parameters as `{}`). */
 export const REQUIRED_OPERATIONS: readonly (readonly [string, string])[] = [
@@ -38,6 +38,8 @@ export function readServerApi(a: Answer, url: string): ServerApi {
   const refuse = (why: string): never => {
     throw new IncompatibleServerError("incompatible_server", `${url} does not speak the Fenced HTTP API v1 this client speaks: ${why}`, a.status);
   };
+  // A member that cannot answer now (5xx, 429, 408) or a proxy's refusal is not a verdict on its API.
+  if (a.status >= 500 || [401, 403, 408, 429].includes(a.status)) throw errorFromAnswer(a.status, a.body, `reading ${url}/openapi.json`);
   if (a.status !== 200) refuse(`GET /openapi.json answered ${a.status}, not the API document`);
   let doc: unknown;
   try {

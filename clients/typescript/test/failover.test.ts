@@ -6,7 +6,7 @@ import http from "node:http";
 import net from "node:net";
 import { after, before, describe, it } from "node:test";
 
-import { Client, IncompatibleServerError, LockHeldError, UnavailableError } from "../src/index.js";
+import { Client, FencedError, IncompatibleServerError, LockHeldError, UnavailableError } from "../src/index.js";
 import { Proxy } from "./proxy.js";
 import { SKIP, Server, freePort, sleep, unique, within } from "./support.js";
 
@@ -143,6 +143,18 @@ describe("failover", { skip: SKIP }, () => {
     const none = await fakeServer((_req, res) => json(res, 404, { error: { code: "not_found", message: "no" } }));
     closers.push(none.close);
     await assert.rejects(new Client({ endpoints: none.url }).tryLock("x"), (e: unknown) => e instanceof IncompatibleServerError && /answered 404/.test(e.message));
+    // A member that cannot answer now is asked again on the next call, not refused for good.
+    const doc = await (await fetch(`${server.url}/openapi.json`)).text();
+    let asked = 0;
+    const flaky = await fakeServer((_req, res) => {
+      asked += 1;
+      if (asked === 1) return json(res, 500, { error: { code: "internal", message: "the server could not complete the request" } });
+      json(res, 200, JSON.parse(doc));
+    });
+    closers.push(flaky.close);
+    const f = new Client({ endpoints: flaky.url, requestTimeoutMs: 2000 });
+    await assert.rejects(f.serverApi(), (e: unknown) => e instanceof FencedError && e.code === "internal" && !(e instanceof IncompatibleServerError));
+    assert.equal((await f.serverApi()).title, "Fenced");
     // The real server passes, and says its version.
     const api = await new Client({ endpoints: server.url }).serverApi();
     assert.equal(api.title, "Fenced");

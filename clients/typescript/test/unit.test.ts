@@ -178,6 +178,9 @@ describe("the API check", () => {
     refused(doc({ components: { schemas: { AcquireRequest: { properties: { ttl_ms: {} } } } } }), /implicit lease named by the caller/);
     refused({ status: 404, headers: {}, body: Buffer.from("not found") }, /answered 404/);
     refused({ status: 200, headers: {}, body: Buffer.from("<html>") }, /not JSON/);
+    // A member that cannot answer now is not judged (and not remembered as incompatible).
+    const busy = { status: 503, headers: {}, body: Buffer.from(JSON.stringify({ error: { code: "shutting_down", message: "bye" } })) };
+    assert.throws(() => readServerApi(busy, "http://x"), (e: unknown) => e instanceof UnavailableError && !(e instanceof IncompatibleServerError));
   });
 });
 
