@@ -3,7 +3,7 @@
 // the public surface.
 
 import { Answer } from "./http.js";
-import { Members, Outcome, Tried, inTransit, movesOn } from "./failover.js";
+import { Members, Outcome, Tried, movesOn } from "./failover.js";
 import {
   BadResponseError,
   FencedError,
@@ -73,7 +73,7 @@ export class Calls {
   /** Keeps `leaseId` alive once: the TTL the server answered. Idempotent, so retried. */
   async keepalive(leaseId: string, deadline: number, signal?: AbortSignal): Promise<number> {
     const path = `/v1/leases/${leaseId}/keepalive`;
-    const a = await this.#call("keeping the lease alive", deadline, path, "POST", undefined, signal);
+    const a = await this.#call(deadline, path, "POST", undefined, signal);
     return readLease(a, "keepalive").ttlMs;
   }
 
@@ -90,7 +90,7 @@ export class Calls {
   async release(name: string, leaseId: string): Promise<void> {
     const deadline = performance.now() + this.requestTimeoutMs;
     const path = `/v1/locks/${segment(name)}/release`;
-    const a = await this.#call("releasing the lock", deadline, path, "POST", { lease_id: leaseId });
+    const a = await this.#call(deadline, path, "POST", { lease_id: leaseId });
     if (a.status === 200) return;
     const e = errorFromAnswer(a.status, a.body, `releasing '${name}'`);
     if (e.code === "not_holder" || e.code === "lease_not_found") return;
@@ -109,7 +109,7 @@ export class Calls {
   /** Whether `token` is the current grant of `name` (Chubby's CheckSequencer), and the holder's token. */
   async check(name: string, token: number): Promise<{ current: boolean; token: number | null }> {
     const deadline = performance.now() + this.requestTimeoutMs;
-    const a = await this.#call("checking a token", deadline, `/v1/locks/${segment(name)}/check`, "POST", { token });
+    const a = await this.#call(deadline, `/v1/locks/${segment(name)}/check`, "POST", { token });
     if (a.status !== 200) throw errorFromAnswer(a.status, a.body, `checking token ${token} of '${name}'`);
     const v = json(a, "check");
     if (typeof v.current !== "boolean") throw bad("check", "no 'current'");
@@ -119,7 +119,7 @@ export class Calls {
   /** `GET path` as JSON (the views: a lock, the cluster). */
   async view(what: string, path: string): Promise<Record<string, unknown>> {
     const deadline = performance.now() + this.requestTimeoutMs;
-    const a = await this.#call(what, deadline, path, "GET");
+    const a = await this.#call(deadline, path, "GET");
     if (a.status !== 200) throw errorFromAnswer(a.status, a.body, what);
     return json(a, what);
   }
@@ -165,13 +165,12 @@ export class Calls {
   }
 
   /** One idempotent call: moved on and retried until `deadline`. */
-  async #call(what: string, deadline: number, path: string, method: "GET" | "POST", body?: unknown, signal?: AbortSignal): Promise<Answer> {
+  async #call(deadline: number, path: string, method: "GET" | "POST", body?: unknown, signal?: AbortSignal): Promise<Answer> {
     const tried = await this.members.each(
       deadline,
       (ep, s) => ep.send({ method, path, ...(body !== undefined ? { json: body } : {}), timeoutMs: Math.max(1, deadline - performance.now()), signal: s }),
       { retrySingle: true, signal },
     );
-    void what;
     return unwrap(tried.outcome);
   }
 }
@@ -237,4 +236,3 @@ export function checkName(what: "lock name" | "store key", s: unknown): string {
   return s;
 }
 
-export { inTransit };
