@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 
 import { Client, LockHeldError, LockLostError } from "../src/index.js";
 import { Proxy } from "./proxy.js";
-import { PATIENCE_MS, SKIP, Server, eventually, unique, within } from "./support.js";
+import { PATIENCE_MS, SKIP, Server, eventually, track, unique, within } from "./support.js";
 
 const WORKER = fileURLToPath(new URL("./children/worker.js", import.meta.url));
 
@@ -23,7 +23,7 @@ class Worker {
   exited: Promise<unknown>;
 
   constructor(mode: string, endpoint: string, name: string, key: string, ttlMs: number) {
-    this.child = spawn(process.execPath, [WORKER, mode, endpoint, name, key, String(ttlMs)], { stdio: ["ignore", "pipe", "pipe"] });
+    this.child = track(spawn(process.execPath, [WORKER, mode, endpoint, name, key, String(ttlMs)], { stdio: ["ignore", "pipe", "pipe"] }));
     this.exited = once(this.child, "exit");
     let partial = "";
     this.child.stdout?.on("data", (d: Buffer) => {

@@ -33,6 +33,13 @@ export const PATIENCE_MS = 20_000;
 const started = new Set<ChildProcess>();
 const dirs = new Set<string>();
 
+/** Kills `child` (continued first, if stopped) when this test file ends, however it ends. */
+export function track(child: ChildProcess): ChildProcess {
+  started.add(child);
+  child.once("exit", () => started.delete(child));
+  return child;
+}
+
 function killAll(): void {
   for (const c of started) {
     try {
@@ -45,6 +52,13 @@ function killAll(): void {
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 }
 process.on("exit", killAll);
+// A runner that cancels a file sends a signal, which skips "exit" handlers: kill them then too.
+for (const sig of ["SIGTERM", "SIGINT", "SIGHUP"] as const) {
+  process.once(sig, () => {
+    killAll();
+    process.exit(128 + (sig === "SIGTERM" ? 15 : sig === "SIGINT" ? 2 : 1));
+  });
+}
 
 export function tempDir(tag: string): string {
   const d = mkdtempSync(join(tmpdir(), `fenced-ts-${tag}-`));
