@@ -13,7 +13,7 @@
 // Leaving a request does not undo it: the member may have applied it. The call is told
 // (`uncertain`), and each call decides what that means for its answer.
 
-import { Answer, CONNECTION_LOST, Endpoint, TIMEOUT, TLS_REFUSED, UNREACHABLE } from "./http.js";
+import { Answer, CONNECTION_LOST, Endpoint, TIMEOUT, TLS_REFUSED, UNREACHABLE, abortError } from "./http.js";
 import { UnavailableError, isObject } from "./errors.js";
 
 /** A cluster's default election time-out (300 to 600 ms) plus a margin. */
@@ -132,6 +132,7 @@ export class Members {
         await pause(ROUND_PAUSE_MS);
       }
     }
+    if (o.signal?.aborted) return { outcome: { ok: false, error: abortError(o.signal, "the call") }, uncertain: true };
     if (last !== undefined && performance.now() < deadline) return { outcome: last, uncertain: true };
     const tried = this.endpoints.map((e) => e.url).join(", ");
     const ms = Math.round(deadline - started);
