@@ -128,8 +128,8 @@ export class Server {
    * Starts `fenced server --listen 127.0.0.1:PORT --data-dir TMPDIR [args]` and waits for
    * GET /readyz; `ca`: the server runs TLS with a certificate from this CA (PEM).
    */
-  static async start(args: string[] = [], ca?: Buffer): Promise<Server> {
-    const port = await freePort();
+  static async start(args: string[] = [], ca?: Buffer, port?: number): Promise<Server> {
+    port ??= await freePort();
     const dataDir = tempDir("server");
     const child = spawn(FENCED_BIN, ["server", "--listen", `127.0.0.1:${port}`, "--data-dir", join(dataDir, "data"), ...args], {
       stdio: ["ignore", "ignore", "pipe"],
