@@ -341,6 +341,20 @@ export class Client {
     return this.calls.view(`describing '${name}'`, `/v1/locks/${segment(name)}`);
   }
 
+  /** The locks whose names start with `prefix`, in name order, as the server lists them (`GET /v1/locks`: `{locks: [...]}`, at most its `list_locks_max`). */
+  async locks(prefix?: string): Promise<Record<string, unknown>> {
+    if (prefix !== undefined && (typeof prefix !== "string" || Buffer.byteLength(prefix) > 256)) throw badArgument("the prefix must be a string of at most 256 bytes");
+    await this.serverApi();
+    const query = prefix === undefined ? "" : `?prefix=${encodeURIComponent(prefix)}`;
+    return this.calls.view("listing locks", `/v1/locks${query}`);
+  }
+
+  /** The cluster as the member that answers sees it (`GET /v1/cluster`). */
+  async cluster(): Promise<Record<string, unknown>> {
+    await this.serverApi();
+    return this.calls.view("the cluster's status", "/v1/cluster");
+  }
+
   /** Creates a lease (for callers that manage leases themselves; a lock makes its own). */
   async createLease(ttlMs: number): Promise<{ leaseId: string; ttlMs: number }> {
     await this.serverApi();

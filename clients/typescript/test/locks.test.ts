@@ -216,6 +216,9 @@ describe("locks", { skip: SKIP }, () => {
     assert.equal(info.token, lock.token);
     const checked = await client.check(name, lock.token);
     assert.deepEqual(checked, { current: true, token: lock.token });
+    const listed = (await client.locks(name)).locks as { name: string; token: number }[];
+    assert.deepEqual(listed.map((l) => [l.name, l.token]), [[name, lock.token]]);
+    assert.equal(((await client.cluster()).members as unknown[]).length, 1, "a single server is a cluster of one");
     await lock.release();
     assert.deepEqual(await client.check(name, lock.token), { current: false, token: null });
   });
