@@ -8,7 +8,7 @@ import { after, before, describe, it } from "node:test";
 
 import { Client, FencedError, IncompatibleServerError, LockHeldError, UnavailableError } from "../src/index.js";
 import { Proxy } from "./proxy.js";
-import { SKIP, Server, freePort, sleep, unique, within } from "./support.js";
+import { PATIENCE_MS, SKIP, Server, freePort, sleep, unique, within } from "./support.js";
 
 /** An HTTP server answering every request with `answer`; counts them by path. */
 async function fakeServer(answer: (req: http.IncomingMessage, res: http.ServerResponse) => void): Promise<{ url: string; hits: string[]; close: () => Promise<void> }> {
@@ -41,10 +41,10 @@ describe("failover", { skip: SKIP }, () => {
 
   it("moves past a dead first endpoint and stays on the one that answered", async () => {
     const dead = `http://127.0.0.1:${await freePort()}`;
-    const c = new Client({ endpoints: [dead, server.url], requestTimeoutMs: 5000 });
+    const c = new Client({ endpoints: [dead, server.url], requestTimeoutMs: 20_000 });
     const started = performance.now();
     const lock = await c.tryLock(unique("dead-first"), { ttlMs: 2000 });
-    assert.ok(performance.now() - started < 2000, "a refused connection moves on at once");
+    assert.ok(performance.now() - started < 10_000, "a refused connection moves on, not at the end of the request time-out");
     assert.equal(c.endpoint, server.url);
     await c.store.put(unique("dead-first-key"), "v", { token: lock.token });
     await lock.release();
@@ -71,8 +71,10 @@ describe("failover", { skip: SKIP }, () => {
 
   it("leaves a silent member after the attempt time-out, and skips it afterwards", async () => {
     const held = new Set<net.Socket>();
+    let accepted = 0;
     const silent = net.createServer((s) => {
       s.on("error", () => {});
+      accepted += 1;
       held.add(s); // accepted, never answered
     });
     await new Promise<void>((ok) => silent.listen(0, "127.0.0.1", ok));
@@ -81,15 +83,16 @@ describe("failover", { skip: SKIP }, () => {
       return new Promise((ok) => silent.close(() => ok()));
     });
     const url = `http://127.0.0.1:${(silent.address() as net.AddressInfo).port}`;
-    const c = new Client({ endpoints: [url, server.url], attemptTimeoutMs: 200, requestTimeoutMs: 5000 });
+    const c = new Client({ endpoints: [url, server.url], attemptTimeoutMs: 200, requestTimeoutMs: 20_000 });
     const started = performance.now();
-    const lock = await within(5000, "the acquire", c.tryLock(unique("silent"), { ttlMs: 2000 }));
+    const lock = await within(PATIENCE_MS, "the acquire", c.tryLock(unique("silent"), { ttlMs: 2000 }));
     const took = performance.now() - started;
-    assert.ok(took >= 200 && took < 2000, `moved on after ${Math.round(took)} ms`);
+    assert.ok(took >= 200 && took < 10_000, `moved on after ${Math.round(took)} ms: after the attempt time-out, not the request time-out`);
+    assert.ok(accepted >= 2, "the request, then the probe, went to the silent member");
     assert.equal(c.endpoint, server.url);
-    const again = performance.now();
+    const before = accepted;
     await lock.release();
-    assert.ok(performance.now() - again < 200, "the next call went straight to the member that answered");
+    assert.equal(accepted, before, "the next calls went straight to the member that answered");
     c.close();
   });
 

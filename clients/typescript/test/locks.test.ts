@@ -123,11 +123,10 @@ describe("locks", { skip: SKIP }, () => {
     const name = unique("revoked");
     const lock = await client.tryLock(name, { ttlMs: 3000 });
     const signal = lock.signal;
-    const revokedAt = performance.now();
     await client.revokeLease(lock.leaseId);
-    await within(PATIENCE_MS, "the signal aborts", new Promise((r) => signal.addEventListener("abort", r, { once: true })));
-    // At the next keepalive (TTL/3), well before the deadline.
-    assert.ok(performance.now() - revokedAt < 1000 + 500, `aborted ${Math.round(performance.now() - revokedAt)} ms after the revoke`);
+    const at = await within(PATIENCE_MS, "the signal aborts", new Promise<number>((r) => signal.addEventListener("abort", () => r(performance.now()), { once: true })));
+    // By the next keepalive's refusal, not by the timer at the deadline.
+    assert.ok(at < lock.validUntil, "aborted before the deadline");
     assert.equal(signal.aborted, true);
     assert.equal(lock.lostReason, "lease_not_found");
     assert.ok(signal.reason instanceof LockLostError);

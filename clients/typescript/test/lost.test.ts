@@ -109,9 +109,9 @@ describe("the lost signal", { skip: SKIP }, () => {
     try {
       const name = unique("cut");
       const c = new Client({ endpoints: p.url, requestTimeoutMs: 5000 });
-      const ttlMs = 1500;
+      const ttlMs = 2000;
       const sent = performance.now();
-      const lock = await c.tryLock(name, { ttlMs, marginMs: 300 });
+      const lock = await c.tryLock(name, { ttlMs, marginMs: 500 });
       const deadline = lock.validUntil;
       p.holding = true; // a cut link: keepalives go nowhere
       const signal = lock.signal;

@@ -63,7 +63,7 @@ describe("https", { skip: NO_CERTS }, () => {
   });
 
   it("refuses a server whose certificate does not chain to a trusted root", async () => {
-    const c = new Client({ endpoints: server.url, requestTimeoutMs: 3000 });
+    const c = new Client({ endpoints: server.url, requestTimeoutMs: 20_000 });
     const started = performance.now();
     const e = await c.tryLock(unique("tls"), { ttlMs: 2000 }).then(
       () => assert.fail("trusted an unknown CA"),
@@ -72,6 +72,6 @@ describe("https", { skip: NO_CERTS }, () => {
     assert.ok(e instanceof UnavailableError, String(e));
     assert.equal(e.code, "tls_refused");
     assert.match(e.message, /certificate/i);
-    assert.ok(performance.now() - started < 2000, "refused at once, not retried until the time-out");
+    assert.ok(performance.now() - started < 10_000, "refused at once, not retried until the request time-out");
   });
 });

