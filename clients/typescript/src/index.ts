@@ -1,0 +1,36 @@
+// @fenced/client: locks whose every grant carries a strictly increasing fencing token,
+// with an honest lost-lock signal, and the fenced store that refuses stale tokens.
+
+export { Client, ENDPOINT_DEFAULT, Store, newLeaseId, parseDurationMs } from "./client.js";
+export type { ClientOptions, LockContext, LockOptions } from "./client.js";
+export { Lock, validUntil, defaultMargin } from "./lock.js";
+export type { GetResult, PutResult } from "./calls.js";
+export type { ServerApi } from "./compat.js";
+export { ATTEMPT_TIMEOUT_DEFAULT_MS, ATTEMPT_TIMEOUT_MIN_MS } from "./failover.js";
+export {
+  BadRequestError,
+  BadResponseError,
+  ERROR_CLASSES,
+  FencedError,
+  ForbiddenError,
+  IncompatibleServerError,
+  LeaseExistsError,
+  LeaseNotFoundError,
+  LimitExceededError,
+  LockHeldError,
+  LockLostError,
+  MembershipChangeError,
+  NotFoundError,
+  NotHolderError,
+  NotLeaderError,
+  RecoveringError,
+  ShuttingDownError,
+  StaleTokenError,
+  StorageFullError,
+  TokenNotIssuedError,
+  TokenRequiredError,
+  UnauthorizedError,
+  UnavailableError,
+  errorFromAnswer,
+} from "./errors.js";
+export type { Details, LostReason } from "./errors.js";
