@@ -38,7 +38,7 @@ procs = [None, None, None]
 def start(i):
     procs[i] = subprocess.Popen(
         [BIN, "server", "--listen", f"127.0.0.1:{ports[i]}", "--data-dir", f"{work}/m{i+1}",
-         "--node-id", str(i + 1), "--peers", peers],
+         "--node-id", str(i + 1), "--peers", peers, "--insecure-peers"],
         env={**os.environ, "FENCED_LOG": "error"}, stdout=subprocess.DEVNULL)
     for _ in range(400):
         if call(f"http://127.0.0.1:{ports[i]}/livez")[0] == 200:

@@ -67,6 +67,24 @@ impl LeaseId {
         }
         u128::from_str_radix(s, 16).ok().map(LeaseId)
     }
+
+    /// Fewest distinct hex digits an id a caller names may have (see [`Self::looks_random`]).
+    pub const DISTINCT_DIGITS_MIN: usize = 6;
+
+    /// Whether this id could have been drawn at random: at least
+    /// [`Self::DISTINCT_DIGITS_MIN`] of the 16 hex digits occur in its 32. An id a
+    /// caller names is the lease's capability, so `000…0`, `123…123` or a counter must
+    /// be refused; 128 random bits have fewer than six distinct digits with a
+    /// probability below 10^-9 (16 choose 5, times (5/16)^32).
+    pub fn looks_random(self) -> bool {
+        let mut seen = 0u16;
+        let mut v = self.0;
+        for _ in 0..32 {
+            seen |= 1 << (v & 0xf);
+            v >>= 4;
+        }
+        seen.count_ones() as usize >= Self::DISTINCT_DIGITS_MIN
+    }
 }
 
 impl fmt::Display for LeaseId {

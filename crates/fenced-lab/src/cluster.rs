@@ -78,7 +78,7 @@ impl Cluster {
                 .map(|(i, (addr, id, file))| {
                     drop(held[i].take());
                     let file = file.to_string_lossy().into_owned();
-                    let extra = ["--node-id", &id, "--peers", &peers2, "--config", &file];
+                    let extra = ["--node-id", &id, "--peers", &peers2, "--insecure-peers", "--config", &file];
                     Service::fenced_at(&bin, addr, &extra).map(|s| Arc::new(Mutex::new(s)))
                 })
                 .collect::<Result<Vec<_>>>()

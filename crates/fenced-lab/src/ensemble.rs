@@ -322,7 +322,7 @@ impl Ensemble {
                 let args = fenced_server_args(
                     &format!("127.0.0.1:{http}"),
                     &dir.path().join(format!("n{}", i + 1)),
-                    &["--wire-listen", &wire_listen, "--node-id", &id, "--peers", &peers],
+                    &["--wire-listen", &wire_listen, "--node-id", &id, "--peers", &peers, "--insecure-peers"],
                 );
                 Member {
                     client: SocketAddr::from(([127, 0, 0, 1], http)),

@@ -24,6 +24,7 @@ use std::io::Cursor;
 
 use fenced_core::{Command, RequestId};
 
+pub use network::Hello;
 pub use node::{ClusterStatus, Member, Node, NodeOptions, NotLeader, Refusals};
 pub use openraft;
 pub use state_machine::{Applied, SmState, StateDigest};

@@ -1,7 +1,10 @@
 //! openraft's RPCs between members: `POST {member URL}/raft/{append,vote,pre-vote,
 //! snapshot,transfer-leader}` with a JSON body, answered with openraft's
-//! `Result<Response, RaftError>` as JSON. The server side is the peer routes of
-//! `fenced-server`, which call [`crate::Raft`]'s handlers.
+//! `Result<Response, RaftError>` as JSON, and `GET {member URL}/raft/hello`, the
+//! handshake a leader makes before it adds a member. The server side is the peer routes
+//! of `fenced-server`, which call [`crate::Raft`]'s handlers. With a cluster CA the
+//! members dial each other over mutual TLS (`https://` member URLs), each presenting
+//! its own certificate.
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -11,6 +14,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use openraft::errors::{NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable};
@@ -29,10 +33,27 @@ use crate::{NodeId, Snapshot, TypeConfig, Vote};
 /// bounds what a confused or hostile peer can make us buffer).
 const RESPONSE_BYTES_MAX: usize = 16 << 20;
 
+/// The connector of every peer call: plain TCP for `http://` members, TLS with this
+/// member's certificate for `https://` ones.
+type Connector = HttpsConnector<HttpConnector>;
+
+/// What a member answers at `GET /raft/hello`: who it is, so that a leader about to add
+/// it can tell that the URL reaches the node it was told of, not another one, not a
+/// member of another cluster and not itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Hello {
+    /// Its node id.
+    pub node_id: NodeId,
+    /// Drawn at each start of a process: a node that reaches itself sees its own.
+    pub instance: u64,
+    /// Whether it already belongs to a cluster (its log or vote is not empty).
+    pub initialized: bool,
+}
+
 /// Makes one [`Peer`] per member; all share one connection pool.
 #[derive(Clone)]
 pub struct Network {
-    http: Client<HttpConnector, Full<Bytes>>,
+    http: Client<Connector, Full<Bytes>>,
     /// `Authorization: Bearer ...` for every RPC, when the members share a token.
     auth: Option<String>,
     /// Where this node dials a member instead of the address in the membership (a
@@ -42,21 +63,73 @@ pub struct Network {
 }
 
 impl Network {
-    /// A network whose RPCs carry `token` (the members' shared bearer token) and dial
-    /// the members in `routes` at the URL given there.
-    pub fn new(token: Option<String>, routes: BTreeMap<NodeId, String>) -> Network {
-        Network { auth: token.map(|t| format!("Bearer {t}")), routes, ..Network::default() }
+    /// A network whose RPCs carry `token` (the members' shared bearer token, only
+    /// without peer certificates), dial the members in `routes` at the URL given there,
+    /// and speak TLS with `tls` (this member's certificate, the cluster CA as the only
+    /// root) to `https://` members.
+    pub fn new(token: Option<String>, routes: BTreeMap<NodeId, String>, tls: Option<rustls::ClientConfig>) -> Network {
+        let mut tcp = HttpConnector::new();
+        tcp.set_nodelay(true);
+        tcp.set_connect_timeout(Some(Duration::from_millis(500)));
+        tcp.enforce_http(false);
+        let builder = hyper_rustls::HttpsConnectorBuilder::new();
+        let connector = match tls {
+            Some(config) => builder.with_tls_config(config).https_only().enable_http1().wrap_connector(tcp),
+            // Without a cluster CA there is nothing to trust a member's certificate by:
+            // `https://` members are refused by the configuration before this.
+            None => builder.with_tls_config(no_tls()).https_or_http().enable_http1().wrap_connector(tcp),
+        };
+        let http = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
+        Network { http, auth: token.map(|t| format!("Bearer {t}")), routes }
+    }
+
+    /// Asks the member at `url` who it is (`GET {url}/raft/hello`), within `timeout`.
+    pub async fn hello(&self, url: &str, timeout: Duration) -> Result<Hello, String> {
+        let url = format!("{}/raft/hello", url.trim_end_matches('/'));
+        let mut request = hyper::Request::get(&url);
+        if let Some(auth) = &self.auth {
+            request = request.header("authorization", auth);
+        }
+        let request = request.body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
+        let exchange = async {
+            let resp = self.http.request(request).await.map_err(|e| format!("{url}: {}", error_chain(&e)))?;
+            let status = resp.status();
+            let body = http_body_util::Limited::new(resp.into_body(), 4096)
+                .collect()
+                .await
+                .map_err(|e| format!("{url}: {e}"))?
+                .to_bytes();
+            if !status.is_success() {
+                let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+                return Err(format!("{url} answered HTTP {status}: {text}"));
+            }
+            serde_json::from_slice(&body).map_err(|e| format!("{url} did not answer as a Fenced member: {e}"))
+        };
+        tokio::time::timeout(timeout, exchange).await.unwrap_or_else(|_| Err(format!("{url} did not answer in time")))
     }
 }
 
-impl Default for Network {
-    fn default() -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_millis(500)));
-        let http = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
-        Network { http, auth: None, routes: BTreeMap::new() }
+/// A TLS configuration for a network that has no cluster CA: it trusts no root, so it
+/// can complete no handshake (it exists because the connector's type is one for both).
+fn no_tls() -> rustls::ClientConfig {
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default protocol versions")
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth()
+}
+
+/// An error with its causes, `: `-separated (a TLS refusal is a cause of a connect error).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
     }
+    out
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -72,7 +145,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 pub struct Peer {
     target: NodeId,
     base: String,
-    http: Client<HttpConnector, Full<Bytes>>,
+    http: Client<Connector, Full<Bytes>>,
     auth: Option<String>,
 }
 
@@ -95,7 +168,9 @@ impl Peer {
         let request = request.body(Full::new(Bytes::from(body))).map_err(|e| RPCError::Network(net_err(e)))?;
         let exchange = async {
             let resp = self.http.request(request).await.map_err(|e| {
-                if e.is_connect() {
+                let connect = e.is_connect();
+                let e = error_chain(&e);
+                if connect {
                     RPCError::Unreachable(Unreachable::from_string(format!("member {} at {url}: {e}", self.target)))
                 } else {
                     RPCError::Network(net_err(format!("member {} at {url}: {e}", self.target)))

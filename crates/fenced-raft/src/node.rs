@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use fenced_core::{Command, Error, Limits, LockTable, RequestId};
 use openraft::async_runtime::WatchReceiver;
 use openraft::impls::ProgressResponder;
-use openraft::{BasicNode, ReadPolicy, ServerState, SnapshotPolicy};
+use openraft::{BasicNode, Instant as _, ReadPolicy, ServerState, SnapshotPolicy};
 use tokio::sync::{mpsc, Notify};
 
 // Test-only faults (the `fault-injection` feature; see the file).
@@ -34,7 +34,7 @@ use tokio::sync::{mpsc, Notify};
 use crate::fault;
 
 use crate::log_store::{Db, LogStore};
-use crate::network::Network;
+use crate::network::{Hello, Network};
 use crate::state_machine::{Applied, StateMachine, NO_REQUEST};
 use crate::{Batch, NodeId, Raft};
 
@@ -44,6 +44,11 @@ const HEARTBEAT_MS: u64 = 100;
 const STALL_MS: u64 = 1_000;
 /// How long a member being added may take to catch up as a learner.
 const LEARNER_CATCH_UP: Duration = Duration::from_secs(10);
+/// How long a member being added may take to answer the handshake.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(3);
+/// A voter the leader has heard from within this long counts as reachable when a
+/// membership change asks whether the voters left could still elect a leader.
+const REACHABLE_WITHIN: Duration = Duration::from_secs(2);
 /// The most commands one batch carries.
 const BATCH_MAX: usize = 4_096;
 
@@ -66,8 +71,12 @@ pub struct NodeOptions {
     /// A snapshot every this many entries; the log keeps `snapshot_keep` entries before it.
     pub snapshot_every: u64,
     pub snapshot_keep: u64,
-    /// The bearer token peers present to each other (the server's own), if any.
+    /// The bearer token peers present to each other (the server's own), if any: only
+    /// for members without certificates (`insecure_peers`).
     pub peer_token: Option<String>,
+    /// This member's side of mutual TLS to `https://` members: its certificate and the
+    /// cluster CA as the only root. None: the members are `http://`.
+    pub peer_tls: Option<rustls::ClientConfig>,
     /// Members this node dials at another URL than the membership's (see
     /// [`Network::new`]); empty: the membership's addresses.
     pub peer_routes: BTreeMap<NodeId, String>,
@@ -87,6 +96,7 @@ impl NodeOptions {
             snapshot_every: 5_000,
             snapshot_keep: 1_000,
             peer_token: None,
+            peer_tls: None,
             peer_routes: BTreeMap::new(),
         }
     }
@@ -199,6 +209,11 @@ pub struct Node {
     stop: Notify,
     /// Set once the log's file is closed.
     db_closed: Arc<AtomicBool>,
+    /// The peer network, for the handshake with a member about to be added.
+    network: Network,
+    /// Drawn at start: the handshake's answer carries it, so a leader told to add a
+    /// URL that reaches itself finds out.
+    instance: u64,
 }
 
 fn raft_io(e: impl std::fmt::Display) -> io::Error {
@@ -261,8 +276,9 @@ impl Node {
         }
         .validate()
         .map_err(raft_io)?;
-        let network = Network::new(opts.peer_token.clone(), opts.peer_routes.clone());
-        let raft = Raft::new(opts.id, Arc::new(config), network, log.clone(), sm.clone()).await.map_err(raft_io)?;
+        let network = Network::new(opts.peer_token.clone(), opts.peer_routes.clone(), opts.peer_tls.clone());
+        let raft =
+            Raft::new(opts.id, Arc::new(config), network.clone(), log.clone(), sm.clone()).await.map_err(raft_io)?;
         let lowest = opts.members.keys().next().copied();
         if !raft.is_initialized().await.map_err(raft_io)? && lowest == Some(opts.id) {
             let members: BTreeMap<NodeId, BasicNode> =
@@ -291,6 +307,8 @@ impl Node {
             stopped: AtomicBool::new(false),
             stop: Notify::new(),
             db_closed,
+            network,
+            instance: random_u64(),
         });
         tokio::spawn(node.clone().propose_loop(rx));
         tokio::spawn(node.clone().leadership_loop());
@@ -595,6 +613,7 @@ impl Node {
     /// with this cluster's peers) is removed again and never becomes a voter: a voter
     /// that never answers would take the quorum of a single server with it.
     pub async fn add_member(&self, id: NodeId, url: String) -> Result<(), String> {
+        self.check_newcomer(id, &url).await?;
         let added =
             self.raft.add_learner(id, BasicNode { addr: url.clone() }, true).await.map_err(|e| e.to_string())?;
         let upto = added.log_id.index;
@@ -627,14 +646,80 @@ impl Node {
         Ok(())
     }
 
-    /// Removes a member from the voters and the cluster.
+    /// Refuses a member to be added unless it is new to the membership (id and URL), its
+    /// URL answers the handshake with that very node id, it is not this node, and it
+    /// belongs to no cluster yet. Over mutual TLS the handshake also proves that it
+    /// holds a certificate of the cluster CA.
+    async fn check_newcomer(&self, id: NodeId, url: &str) -> Result<(), String> {
+        let known: Vec<(NodeId, String)> = {
+            let m = self.raft.metrics();
+            let m = m.borrow_watched();
+            m.membership_config.membership().nodes().map(|(id, n)| (*id, n.addr.clone())).collect()
+        };
+        if let Some((_, at)) = known.iter().find(|(known_id, _)| *known_id == id) {
+            return Err(format!("member {id} is already in the membership (at {at})"));
+        }
+        if let Some((other, _)) = known.iter().find(|(_, at)| at.trim_end_matches('/') == url) {
+            return Err(format!("{url} is already the URL of member {other}: one process holds one vote"));
+        }
+        let hello =
+            self.network.hello(url, HELLO_TIMEOUT).await.map_err(|e| format!("no handshake with {url}: {e}"))?;
+        if hello.instance == self.instance {
+            return Err(format!("{url} reaches this node itself, not a new member"));
+        }
+        if hello.node_id != id {
+            return Err(format!("{url} is node {}, not node {id}", hello.node_id));
+        }
+        if hello.initialized {
+            return Err(format!(
+                "node {id} at {url} already belongs to a cluster (its log or vote is not empty): start it on an \
+                 empty data directory with this cluster's --peers"
+            ));
+        }
+        Ok(())
+    }
+
+    /// This node's answer to the handshake (`GET /raft/hello`).
+    pub async fn hello(&self) -> Hello {
+        let initialized = self.raft.is_initialized().await.unwrap_or(true);
+        Hello { node_id: self.id, instance: self.instance, initialized }
+    }
+
+    /// Removes a member from the voters and the cluster, unless the voters left would
+    /// be none, or fewer than a majority of them are reachable from here now (the
+    /// cluster could then elect no leader: its service would stop).
     pub async fn remove_member(&self, id: NodeId) -> Result<(), String> {
         let mut voters: BTreeSet<NodeId> = self.raft.voter_ids().collect();
         if !voters.remove(&id) {
             return Err(format!("member {id} is not a voter"));
         }
+        if voters.is_empty() {
+            return Err(format!("member {id} is the last voter: the cluster would have none"));
+        }
+        let reachable = self.reachable_voters(&voters);
+        if reachable * 2 <= voters.len() {
+            return Err(format!(
+                "without member {id}, only {reachable} of the {} voters left answer this leader: they could not \
+                 elect a leader (bring the others back first)",
+                voters.len()
+            ));
+        }
         self.raft.change_membership(voters, false).await.map_err(|e| e.to_string())?;
         Ok(())
+    }
+
+    /// How many of `voters` this leader heard from within `REACHABLE_WITHIN` (itself
+    /// included).
+    fn reachable_voters(&self, voters: &BTreeSet<NodeId>) -> usize {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        let heard = |id: &NodeId| {
+            m.heartbeat
+                .as_ref()
+                .and_then(|h| h.get(id).cloned().flatten())
+                .is_some_and(|at| at.elapsed() < REACHABLE_WITHIN)
+        };
+        voters.iter().filter(|id| **id == self.id || heard(id)).count()
     }
 
     /// True while the membership is this node alone (a cluster of one).
@@ -643,6 +728,16 @@ impl Node {
         let m = m.borrow_watched();
         let nodes: Vec<NodeId> = m.membership_config.membership().nodes().map(|(id, _)| *id).collect();
         nodes.is_empty() || nodes == [self.id]
+    }
+
+    /// True while this node is a cluster of one by its committed membership: it
+    /// takes no peer message (there is no peer to send one; a joining member's
+    /// membership is empty until the leader contacts it, so it is not alone).
+    pub fn is_alone(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        let nodes: Vec<NodeId> = m.membership_config.membership().nodes().map(|(id, _)| *id).collect();
+        nodes == [self.id]
     }
 
     /// The last index in the local log.
@@ -677,4 +772,10 @@ impl Node {
     pub fn db_handle(&self) -> Arc<AtomicBool> {
         self.db_closed.clone()
     }
+}
+
+/// 64 bits from the standard library's OS-seeded hasher keys (no dependency for it).
+fn random_u64() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::process::id())
 }

@@ -85,6 +85,12 @@ fn decode_table(bytes: &[u8], limits: &Limits) -> io::Result<LockTable> {
     Ok(table)
 }
 
+/// Whether `bytes` decode as a snapshot of the lock table: a peer's snapshot is checked
+/// before it is handed to openraft, whose install would stop the log on a bad one.
+pub fn check_snapshot(bytes: &[u8]) -> io::Result<()> {
+    decode_table(bytes, &Limits::default()).map(drop)
+}
+
 impl StateMachine {
     /// The state after the last snapshot in `db` (or the migrated base state, or a fresh
     /// table); openraft applies the log after it.

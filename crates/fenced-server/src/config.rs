@@ -18,10 +18,41 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// File holding the bearer token every `/v1` call must present; none: no auth.
     pub auth_token_file: Option<PathBuf>,
+    /// TOML file of identities, each found by a bearer token and granted operations
+    /// on name prefixes (docs/server.md, Security); reloaded on SIGHUP. None: the one
+    /// identity of `auth_token_file`, or, without it, no auth.
+    pub identities_file: Option<PathBuf>,
+    /// The audit log: one JSON line per decision worth keeping (docs/server.md,
+    /// Security); none: no audit log.
+    pub audit_log: Option<PathBuf>,
+    /// The audit log is rotated past this many bytes.
+    pub audit_log_bytes_max: u64,
+    /// Rotated audit logs kept (`PATH.1` ... `PATH.N`).
+    pub audit_log_files: u64,
+    /// Whether keepalives, checks and plain reads are audited too (off: only grants,
+    /// releases, revokes, leases created, store writes and fenced reads, membership
+    /// changes, and every refusal).
+    pub audit_all: bool,
     /// PEM certificate chain; with `tls_key`, serve HTTPS.
     pub tls_cert: Option<PathBuf>,
     /// PEM private key.
     pub tls_key: Option<PathBuf>,
+    /// Address of the peer listener, where this member serves the raft RPCs (`/raft/*`)
+    /// to the other members and nothing else; none: the peer routes are on `listen`.
+    /// The URLs in `peers` are where the peer routes are served.
+    pub peer_listen: Option<String>,
+    /// This member's certificate (PEM chain) for the peer listener and for dialling the
+    /// other members; with `peer_key` and `peer_ca`, the members authenticate each other
+    /// by mutual TLS and the member URLs are `https://`.
+    pub peer_cert: Option<PathBuf>,
+    /// The PEM private key of `peer_cert`.
+    pub peer_key: Option<PathBuf>,
+    /// The cluster CA (PEM): a peer is a member only with a certificate it signed.
+    pub peer_ca: Option<PathBuf>,
+    /// Lets a cluster of several members run without peer certificates: anyone who
+    /// reaches the peer routes (and holds the client token, when one is set) can speak
+    /// raft to them. For a laboratory on loopback; the server says so at start.
+    pub insecure_peers: bool,
     /// Longest lock name, in bytes (at most 256).
     pub lock_name_bytes_max: usize,
     /// Longest fenced-store key, in bytes.
@@ -117,8 +148,18 @@ impl Default for Config {
             wire_listen: None,
             data_dir: PathBuf::from("./fenced-data"),
             auth_token_file: None,
+            identities_file: None,
+            audit_log: None,
+            audit_log_bytes_max: 64 << 20,
+            audit_log_files: 3,
+            audit_all: false,
             tls_cert: None,
             tls_key: None,
+            peer_listen: None,
+            peer_cert: None,
+            peer_key: None,
+            peer_ca: None,
+            insecure_peers: false,
             lock_name_bytes_max: 256,
             store_key_bytes_max: 256,
             ttl_ms_min: 100,
@@ -207,7 +248,21 @@ impl Config {
         // Optional paths are absent from the serialized defaults; list them by hand.
         let mut keys: Vec<String> =
             toml::Table::try_from(Config::default()).expect("serializes").keys().cloned().collect();
-        keys.extend(["wire_listen", "auth_token_file", "tls_cert", "tls_key"].map(String::from));
+        keys.extend(
+            [
+                "wire_listen",
+                "auth_token_file",
+                "identities_file",
+                "audit_log",
+                "tls_cert",
+                "tls_key",
+                "peer_listen",
+                "peer_cert",
+                "peer_key",
+                "peer_ca",
+            ]
+            .map(String::from),
+        );
         keys
     }
 
@@ -244,26 +299,68 @@ impl Config {
         if self.worker_threads > 1024 {
             return bad("worker_threads must be at most 1024 (0: one fewer than the cores)");
         }
+        if self.audit_log_bytes_max < 4096 || self.audit_log_files > 1000 {
+            return bad("audit_log_bytes_max must be at least 4096 and audit_log_files at most 1000");
+        }
         if self.snapshot_entries < 10 {
             return bad("snapshot_entries must be at least 10");
         }
         if self.node_id == 0 {
             return bad("node_id must be at least 1");
         }
-        self.routes()?;
-        let members = self.members("http://self")?;
-        if !members.contains_key(&self.node_id) {
-            return bad("peers must list this node's own node_id");
-        }
-        if members.len() > 1 && self.tls_cert.is_some() {
-            return bad(
-                "a cluster's members talk plain HTTP to each other: peers cannot be combined with tls_cert yet",
-            );
-        }
+        self.validate_peers()?;
         if self.connections_max == 0 || self.store_key_bytes_max == 0 || self.list_locks_max == 0 {
             return bad("connections_max, store_key_bytes_max and list_locks_max must be positive");
         }
         Ok(())
+    }
+
+    /// The peer side: certificates all or none, on a listener of their own, member URLs
+    /// whose scheme says whether peers speak TLS, and no cluster of several members
+    /// without peer authentication unless `insecure_peers` says so.
+    fn validate_peers(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        let certs = [&self.peer_cert, &self.peer_key, &self.peer_ca].iter().filter(|p| p.is_some()).count();
+        if certs != 0 && certs != 3 {
+            return bad("peer_cert, peer_key and peer_ca go together".into());
+        }
+        if self.peer_tls() && self.peer_listen.is_none() {
+            return bad(
+                "peer_cert needs peer_listen: members authenticated by certificate are served on a listener of \
+                 their own, which takes no client"
+                    .into(),
+            );
+        }
+        let scheme = if self.peer_tls() { "https://" } else { "http://" };
+        let routes = self.routes()?;
+        let members = self.members(&format!("{scheme}self"))?;
+        if !members.contains_key(&self.node_id) {
+            return bad("peers must list this node's own node_id".into());
+        }
+        for (id, url) in members.iter().chain(routes.iter()) {
+            if !url.starts_with(scheme) {
+                let why = if self.peer_tls() { "with peer certificates" } else { "without peer certificates" };
+                return bad(format!("member {id} at {url}: {why} the member URLs are {scheme}HOST:PORT"));
+            }
+        }
+        if members.len() > 1 && !self.peer_tls() && self.identities_file.is_some() && self.auth_token_file.is_none() {
+            return bad(
+                "insecure_peers with identities_file needs auth_token_file: without peer certificates the members \
+                 present that token to each other"
+                    .into(),
+            );
+        }
+        if members.len() > 1 && !self.peer_tls() && !self.insecure_peers {
+            return bad("a cluster of several members needs peer authentication (peer_listen, peer_cert, peer_key, \
+                 peer_ca: see docs/server.md, Security) or, on a network you trust entirely, insecure_peers = true"
+                .into());
+        }
+        Ok(())
+    }
+
+    /// Whether the members authenticate each other by mutual TLS.
+    pub fn peer_tls(&self) -> bool {
+        self.peer_cert.is_some()
     }
 
     /// The members of a new cluster by id, with their peer URLs: `peers` parsed, or this
@@ -310,13 +407,14 @@ fn id_urls(what: &str, list: &str) -> Result<std::collections::BTreeMap<u64, Str
     let mut out = std::collections::BTreeMap::new();
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let bad = || {
-            ConfigError::Invalid(format!("{what}: '{part}' is not ID=http://HOST:PORT (like 2=http://127.0.0.1:7402)"))
+            ConfigError::Invalid(format!(
+                "{what}: '{part}' is not ID=http(s)://HOST:PORT (like 2=http://127.0.0.1:7402)"
+            ))
         };
         let (id, url) = part.split_once('=').ok_or_else(bad)?;
         let id: u64 = id.trim().parse().map_err(|_| bad())?;
         let url = url.trim();
-        // Peer RPCs are plain HTTP for now (no TLS between members).
-        if id == 0 || !url.starts_with("http://") {
+        if id == 0 || !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(bad());
         }
         if out.insert(id, url.trim_end_matches('/').to_string()).is_some() {
@@ -335,8 +433,14 @@ fn typed(key: &str, raw: &str) -> Result<toml::Value, ConfigError> {
             | "wire_listen"
             | "data_dir"
             | "auth_token_file"
+            | "identities_file"
+            | "audit_log"
             | "tls_cert"
             | "tls_key"
+            | "peer_listen"
+            | "peer_cert"
+            | "peer_key"
+            | "peer_ca"
             | "unfenced_prefix"
             | "peers"
             | "peer_routes"
@@ -345,7 +449,7 @@ fn typed(key: &str, raw: &str) -> Result<toml::Value, ConfigError> {
     if is_string {
         return Ok(toml::Value::String(raw.to_string()));
     }
-    if key == "lab_api" {
+    if key == "lab_api" || key == "insecure_peers" || key == "audit_all" {
         return match raw.trim() {
             "true" | "1" | "on" => Ok(toml::Value::Boolean(true)),
             "false" | "0" | "off" => Ok(toml::Value::Boolean(false)),

@@ -44,6 +44,17 @@ pub enum Event {
 }
 
 impl Event {
+    /// The lock or store key it is about, and the right an identity needs to see it.
+    pub fn subject(&self) -> (crate::identity::Op, &str) {
+        use crate::identity::Op;
+        match self {
+            Event::Granted { name, .. } | Event::Released { name, .. } | Event::Expired { name, .. } => {
+                (Op::Lock, name)
+            }
+            Event::StoreAccepted { key, .. } | Event::StoreRejected { key, .. } => (Op::StoreRead, key),
+        }
+    }
+
     /// The SSE `event:` field.
     pub fn kind(&self) -> &'static str {
         match self {

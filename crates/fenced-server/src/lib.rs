@@ -8,12 +8,15 @@
 pub mod config;
 
 mod api;
+mod audit;
 mod disk;
 mod events;
+mod identity;
 mod listener;
 mod locks;
 mod metrics;
 mod migrate;
+mod tls;
 mod wire;
 
 use std::future::Future;
@@ -74,23 +77,28 @@ pub async fn run_with_wire(
 ) -> Result<(), ServerError> {
     let auth_token = match &config.auth_token_file {
         None => None,
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| ServerError::Setup(format!("auth_token_file {}: {e}", path.display())))?;
-            let token = text.trim().as_bytes().to_vec();
-            if token.is_empty() {
-                return Err(ServerError::Setup(format!("auth_token_file {} is empty", path.display())));
-            }
-            Some(token)
-        }
+        Some(path) => Some(identity::read_token(path, "auth_token_file").map_err(ServerError::Setup)?),
     };
+    let identities = load_identities(&config).map_err(ServerError::Setup)?;
+
     let tls = match (&config.tls_cert, &config.tls_key) {
-        (Some(cert), Some(key)) => Some(listener::tls_acceptor(cert, key).map_err(ServerError::Setup)?),
+        (Some(cert), Some(key)) => Some(tls::acceptor(cert, key).map_err(ServerError::Setup)?),
         _ => None,
+    };
+    let peer_tls = tls::peer(&config).map_err(ServerError::Setup)?;
+    let peer_listener = match &config.peer_listen {
+        None => None,
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .map_err(|e| ServerError::Setup(format!("cannot listen on {addr} (peer_listen): {e}")))?,
+        ),
     };
 
     let mut old = migrate::read(&config)?;
-    let self_url = format!("http://{}", listener.local_addr()?);
+    let scheme = if config.peer_tls() { "https" } else { "http" };
+    let peer_addr = peer_listener.as_ref().map_or_else(|| listener.local_addr(), |l| l.local_addr())?;
+    let self_url = format!("{scheme}://{peer_addr}");
     let members = config.members(&self_url).map_err(|e| ServerError::Setup(e.to_string()))?;
     let single = members.len() == 1;
     if old.as_ref().is_some_and(|o| o.has_content) && !single {
@@ -107,7 +115,20 @@ pub async fn run_with_wire(
     opts.base = old.as_mut().and_then(|o| o.base.take());
     opts.snapshot_every = config.snapshot_entries;
     opts.peer_routes = config.routes().map_err(|e| ServerError::Setup(e.to_string()))?;
-    opts.peer_token = auth_token.as_ref().map(|t| String::from_utf8_lossy(t).into_owned());
+    if peer_tls.is_none() {
+        // Without certificates the members present the client token to each other
+        // (`insecure_peers`); with them the handshake is the proof, and no client
+        // credential opens a peer route.
+        opts.peer_token = auth_token.as_ref().map(|t| String::from_utf8_lossy(t).into_owned());
+        if !single {
+            tracing::warn!(
+                "insecure_peers: the members do not authenticate each other; anyone who reaches the peer routes \
+                 {}can rewrite this cluster's state (docs/server.md, Security)",
+                if auth_token.is_some() { "with the client token " } else { "" }
+            );
+        }
+    }
+    opts.peer_tls = peer_tls.as_ref().map(|(_, client)| client.clone());
     opts.snapshot_keep = config.snapshot_entries / 5;
     if single {
         // One voter elects itself: no reason to wait a network's election timeout.
@@ -115,6 +136,14 @@ pub async fn run_with_wire(
         opts.heartbeat_ms = 10;
     }
     let metrics = Arc::new(Metrics::default());
+    let audit = match &config.audit_log {
+        None => audit::Audit::default(),
+        Some(path) => {
+            let (bytes_max, files) = (config.audit_log_bytes_max, config.audit_log_files as usize);
+            audit::Audit::open(path, bytes_max, files, config.audit_all, metrics.audit_dropped.clone())
+                .map_err(ServerError::Setup)?
+        }
+    };
     let (router, gone) = locks::Router::new(metrics.clone());
     let node = fenced_raft::Node::start(opts, router.clone(), router.clone()).await.map_err(|e| {
         ServerError::Setup(format!("cannot start the replicated log in {}: {e}", config.data_dir.display()))
@@ -156,17 +185,52 @@ pub async fn run_with_wire(
         locks: locks.clone(),
         config: config.clone(),
         metrics: metrics.clone(),
-        auth_token,
+        identities: std::sync::RwLock::new(Arc::new(identities)),
+        identities_generation: std::sync::atomic::AtomicU64::new(0),
+        audit,
         body_budget: Arc::new(Semaphore::new(config.body_bytes_in_flight_max)),
+        peer_budget: Arc::new(Semaphore::new(api::PEER_BYTES_IN_FLIGHT_MAX)),
         shutdown: stop_rx.clone(),
         openapi: api::doc::document(&config),
         disk,
     });
     let router = api::router(app.clone());
+    // Registered here, before the server answers: a SIGHUP that comes once it serves
+    // reloads, never kills.
+    #[cfg(unix)]
+    let reload = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(hup) => Some(AbortOnDrop(tokio::spawn(reload_on_sighup(app.clone(), hup)))),
+        Err(e) => {
+            tracing::warn!(error = %e, "no SIGHUP handler: the identities cannot be reloaded");
+            None
+        }
+    };
     let conns = Arc::new(Semaphore::new(config.connections_max));
     if let Some(w) = &wire {
         tracing::info!(addr = %w.local_addr()?, "serving the wire protocol");
     }
+    let peer_serve = peer_listener.map(|tcp| {
+        let listener = listener::FencedListener {
+            tcp,
+            tls: peer_tls.map(|(acceptor, _)| acceptor),
+            conns: Arc::new(Semaphore::new(api::PEER_CONNECTIONS_MAX)),
+            metrics: metrics.clone(),
+            idle: (config.idle_timeout_ms > 0).then(|| Duration::from_millis(config.idle_timeout_ms)),
+            head: (config.head_timeout_ms > 0).then(|| Duration::from_millis(config.head_timeout_ms)),
+        };
+        let mut stop = stop_rx.clone();
+        let router = api::peer_router(app.clone());
+        tracing::info!(addr = ?listener.tcp.local_addr().ok(), tls = listener.tls.is_some(), "serving the peer routes");
+        AbortOnDrop(tokio::spawn(async move {
+            let serve = axum::serve(listener, router.into_make_service_with_connect_info::<listener::ConnMeta>())
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                });
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "the peer listener stopped");
+            }
+        }))
+    });
     let wire_serve = async {
         if let Some(w) = wire {
             wire::serve(w, app, conns.clone(), stop_rx.clone()).await;
@@ -214,6 +278,10 @@ pub async fn run_with_wire(
     }
     locks.close();
     node.shutdown().await;
+    // The tasks that hold the app (and so the log) end before the log's file is closed.
+    drop(peer_serve);
+    #[cfg(unix)]
+    drop(reload);
     let raft_db = node.db_handle();
     drop(locks);
     drop(node);
@@ -221,6 +289,36 @@ pub async fn run_with_wire(
         tracing::warn!("the raft log's file is still open at exit");
     }
     Ok(())
+}
+
+fn load_identities(config: &Config) -> Result<identity::Identities, String> {
+    identity::Identities::load(config.identities_file.as_deref(), config.auth_token_file.as_deref())
+}
+
+/// Reads the identities again on each SIGHUP; a file that does not load is refused
+/// with the reason, and the identities in force stay. Connections stay open: each
+/// request is decided with the identities of its moment.
+#[cfg(unix)]
+async fn reload_on_sighup(app: api::App, mut hup: tokio::signal::unix::Signal) {
+    while hup.recv().await.is_some() {
+        match load_identities(&app.config) {
+            Ok(ids) => {
+                *app.identities.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(ids);
+                app.identities_generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                tracing::info!("identities reloaded");
+            }
+            Err(e) => tracing::error!(error = %e, "identities not reloaded: the ones in force stay"),
+        }
+    }
+}
+
+/// A task that ends when its handle is dropped (the peer listener's, on every way out).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Wakes `fatal` when openraft stops on an error (a log write failed): answering on

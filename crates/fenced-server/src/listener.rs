@@ -26,7 +26,6 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -38,8 +37,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::{server::TlsStream, Accept, TlsAcceptor};
 
 use crate::metrics::{inc, Metrics};
@@ -169,26 +166,6 @@ impl axum::serve::Listener for FencedListener {
     fn local_addr(&self) -> io::Result<ConnMeta> {
         Ok(ConnMeta::new(self.tcp.local_addr()?))
     }
-}
-
-/// Builds a TLS acceptor (rustls, ring provider, HTTP/1.1) from PEM files.
-pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor, String> {
-    use tokio_rustls::rustls::{crypto::ring, ServerConfig};
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .and_then(|it| it.collect::<Result<_, _>>())
-        .map_err(|e| format!("tls_cert {}: {e}", cert.display()))?;
-    if certs.is_empty() {
-        return Err(format!("tls_cert {}: no certificate found", cert.display()));
-    }
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("tls_key {}: {e}", key.display()))?;
-    let mut config = ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| format!("tls: {e}"))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
 /// One accepted connection; holding it holds a connection permit.

@@ -31,6 +31,11 @@ pub struct Metrics {
     pub body_timeouts: AtomicU64,
     /// Connections closed because a request head did not arrive within `head_timeout_ms`.
     pub head_timeouts: AtomicU64,
+    /// Wire connections closed because a frame begun did not arrive whole in time.
+    pub wire_frame_timeouts: AtomicU64,
+    /// Audit lines dropped (queue full, disk full, file not writable); shared with the
+    /// audit log's writer.
+    pub audit_dropped: std::sync::Arc<AtomicU64>,
     /// Store writes refused because the disk was below `min_free_bytes`.
     pub store_writes_disk_low: AtomicU64,
     /// Connections that opened with HTTP/2's preface (h2c is not served).
@@ -65,7 +70,7 @@ impl Metrics {
 
     pub fn render(&self, g: &Gauges) -> String {
         let mut out = String::with_capacity(4096);
-        let counters: [(&str, &str, u64); 19] = [
+        let counters: [(&str, &str, u64); 21] = [
             ("fenced_grants_total", "Locks granted.", self.grants.load(Relaxed)),
             ("fenced_releases_total", "Locks released explicitly.", self.releases.load(Relaxed)),
             ("fenced_revoked_releases_total", "Locks released by a lease revoke.", self.revoked_releases.load(Relaxed)),
@@ -110,6 +115,11 @@ impl Metrics {
                 self.body_timeouts.load(Relaxed),
             ),
             (
+                "fenced_wire_frame_timeouts_total",
+                "Wire connections closed for a frame slower than head_timeout_ms (before AUTH) or body_timeout_ms.",
+                self.wire_frame_timeouts.load(Relaxed),
+            ),
+            (
                 "fenced_head_timeouts_total",
                 "Connections closed for a request head slower than head_timeout_ms.",
                 self.head_timeouts.load(Relaxed),
@@ -125,6 +135,11 @@ impl Metrics {
                 self.h2c_refused.load(Relaxed),
             ),
             ("fenced_wire_requests_total", "Requests on wire-protocol connections.", self.wire_requests.load(Relaxed)),
+            (
+                "fenced_audit_lines_dropped_total",
+                "Audit lines dropped: the queue was full or the file could not be written.",
+                self.audit_dropped.load(Relaxed),
+            ),
         ];
         for (name, help, v) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");

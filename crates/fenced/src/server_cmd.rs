@@ -28,6 +28,12 @@ pub struct ServerArgs {
     /// File holding the bearer token every /v1 call must present.
     #[arg(long)]
     pub auth_token_file: Option<String>,
+    /// TOML file of identities: a token each, rights on name prefixes (reloaded on SIGHUP).
+    #[arg(long)]
+    pub identities_file: Option<String>,
+    /// The audit log: one JSON line per decision [default: none].
+    #[arg(long)]
+    pub audit_log: Option<String>,
     /// PEM certificate chain; with --tls-key, serve HTTPS.
     #[arg(long)]
     pub tls_cert: Option<String>,
@@ -49,6 +55,24 @@ pub struct ServerArgs {
     /// id initialises an empty cluster [default: none: a cluster of one].
     #[arg(long)]
     pub peers: Option<String>,
+    /// Address of the peer listener: the raft routes, served to the cluster's members
+    /// only; the URLs in --peers point at it [default: the peer routes are on --listen].
+    #[arg(long)]
+    pub peer_listen: Option<String>,
+    /// This member's certificate (PEM) for mutual TLS between members; with --peer-key
+    /// and --peer-ca, the member URLs are https:// [default: none].
+    #[arg(long)]
+    pub peer_cert: Option<String>,
+    /// The PEM private key of --peer-cert.
+    #[arg(long)]
+    pub peer_key: Option<String>,
+    /// The cluster CA (PEM): only members with a certificate it signed are peers.
+    #[arg(long)]
+    pub peer_ca: Option<String>,
+    /// Run a cluster of several members without peer certificates (a trusted network
+    /// or a laboratory only: anyone reaching the peer routes can speak raft).
+    #[arg(long)]
+    pub insecure_peers: bool,
     /// Fenced-store keys starting with this take tokens minted by another lock service
     /// (etcd, ZooKeeper, Redis): the gate rule applies, not the issued check [default: none].
     #[arg(long)]
@@ -72,10 +96,16 @@ pub fn run(args: ServerArgs, global: &Global) -> anyhow::Result<ExitCode> {
         ("wire_listen", &args.wire_listen),
         ("data_dir", &args.data_dir),
         ("auth_token_file", &args.auth_token_file),
+        ("identities_file", &args.identities_file),
+        ("audit_log", &args.audit_log),
         ("tls_cert", &args.tls_cert),
         ("tls_key", &args.tls_key),
         ("unfenced_prefix", &args.unfenced_prefix),
         ("peers", &args.peers),
+        ("peer_listen", &args.peer_listen),
+        ("peer_cert", &args.peer_cert),
+        ("peer_key", &args.peer_key),
+        ("peer_ca", &args.peer_ca),
         ("foreign_token_prefix", &args.foreign_token_prefix),
     ];
     for (key, value) in strings {
@@ -85,6 +115,9 @@ pub fn run(args: ServerArgs, global: &Global) -> anyhow::Result<ExitCode> {
     }
     if let Some(n) = args.node_id {
         flags.push(("node_id", n.to_string()));
+    }
+    if args.insecure_peers {
+        flags.push(("insecure_peers", "true".into()));
     }
     if let Some(n) = args.connections_max {
         flags.push(("connections_max", n.to_string()));

@@ -101,6 +101,7 @@ impl Cluster {
                 (i + 1).to_string(),
                 "--peers".to_owned(),
                 peers.clone(),
+                "--insecure-peers".to_owned(),
                 "--wire-listen".to_owned(),
                 format!("127.0.0.1:{w}"),
             ];
@@ -263,7 +264,7 @@ fn post(base: &str, path: &str, body: &str) -> Option<(u16, serde_json::Value)> 
 async fn a_grant_lost_with_its_leader_is_the_grant_of_the_retry() {
     let c = Cluster::start().await;
     let l = c.leader().await;
-    let id = "5eed0000000000000000000000000001";
+    let id = "5eed00c0ffee00000000000000000001";
     let body = format!(r#"{{"lease_id":"{id}","ttl_ms":10000}}"#);
     // Right after its election the leader may still be taking office (503).
     let deadline = Instant::now() + ms(10_000);
@@ -291,7 +292,7 @@ async fn a_grant_lost_with_its_leader_is_the_grant_of_the_retry() {
     assert_eq!(st, 200, "the retry: {retry}");
     assert_eq!((&retry["token"], &retry["lease_id"]), (&first["token"], &first["lease_id"]), "{first} then {retry}");
     // A retry under a fresh id is what an orphan grant looks like.
-    let fresh = r#"{"lease_id":"5eed0000000000000000000000000002","ttl_ms":10000}"#;
+    let fresh = r#"{"lease_id":"5eed00c0ffee00000000000000000002","ttl_ms":10000}"#;
     let (st, other) = post(&leader, "/v1/locks/lost/acquire", fresh).expect("the new leader answers");
     assert_eq!(
         (st, &other["error"]["code"], &other["error"]["holder_token"]),

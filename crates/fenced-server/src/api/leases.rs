@@ -1,7 +1,7 @@
 //! Lease calls: create, keepalive, revoke.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use fenced_core::{Answer, Command, LeaseId, LeaseInfo};
@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::ErrorBody;
-use super::{new_lease_id, parse_lease_id, reply, ApiError, App, AppInner};
+use super::{new_lease_id, parse_lease_id, reply, ApiError, App, AppInner, Caller};
+use crate::identity::Op;
 use crate::locks::Reply;
 use crate::metrics::inc;
 
@@ -41,34 +42,62 @@ pub struct Lease {
         (status = 429, description = "too_many_leases", body = ErrorBody),
         (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
     ))]
-pub async fn create(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+pub async fn create(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let req: CreateLease = app.json_body(&headers, body).await?;
-    let (id, ttl_ms) = create_lease(&app, req.ttl_ms).await?;
+    let (id, ttl_ms) = create_lease(&app, &caller, req.ttl_ms).await?;
     Ok(reply(StatusCode::CREATED, &Lease { lease_id: id.to_hex(), ttl_ms }))
 }
 
-/// Creates a lease (HTTP and the wire protocol): its id and TTL.
-pub async fn create_lease(app: &AppInner, ttl_ms: u64) -> Result<(LeaseId, u64), ApiError> {
-    let id = new_lease_id()?;
-    let info = lease_answer(app.locks.apply(Command::GrantLease { lease: id, ttl_ms }).await)?;
-    inc(&app.metrics.leases_created);
-    Ok((id, info.ttl_ms))
+/// Creates a lease (HTTP and the wire protocol): its id, as the caller names it, and
+/// its TTL. Any right to lock some name is the right to hold a lease.
+pub async fn create_lease(app: &AppInner, caller: &Caller, ttl_ms: u64) -> Result<(LeaseId, u64), ApiError> {
+    let r = async {
+        caller.require_some(Op::Lock)?;
+        let id = new_lease_id()?;
+        let lease = caller.identity.lease(id);
+        let info = lease_answer(app.locks.apply(Command::GrantLease { lease, ttl_ms }).await)?;
+        inc(&app.metrics.leases_created);
+        Ok((id, info.ttl_ms))
+    }
+    .await;
+    app.audit(caller, "lease_create", None, None, &r);
+    r
 }
 
 /// Keeps a lease alive (HTTP and the wire protocol): its TTL.
-pub async fn keepalive_lease(app: &AppInner, id: LeaseId) -> Result<u64, ApiError> {
-    let info = lease_answer(app.locks.apply(Command::Keepalive { lease: id }).await)?;
-    inc(&app.metrics.keepalives);
-    Ok(info.ttl_ms)
+pub async fn keepalive_lease(app: &AppInner, caller: &Caller, id: LeaseId) -> Result<u64, ApiError> {
+    let r = async {
+        caller.require_some(Op::Lock)?;
+        let lease = caller.identity.lease(id);
+        let info = lease_answer(app.locks.apply(Command::Keepalive { lease }).await)?;
+        inc(&app.metrics.keepalives);
+        Ok(info.ttl_ms)
+    }
+    .await;
+    if app.audit.all || r.is_err() {
+        app.audit(caller, "keepalive", None, None, &r);
+    }
+    r
 }
 
 /// Revokes a lease and releases its locks (HTTP and the wire protocol).
-pub async fn revoke_lease(app: &AppInner, id: LeaseId) -> Result<(), ApiError> {
-    match app.locks.apply(Command::Revoke { lease: id }).await {
-        Reply::Now(Ok(_)) => Ok(()),
-        Reply::Now(Err(e)) => Err(e.into()),
-        Reply::Queued { .. } => unreachable!("a revoke does not queue"),
+pub async fn revoke_lease(app: &AppInner, caller: &Caller, id: LeaseId) -> Result<(), ApiError> {
+    let r = async {
+        caller.require_some(Op::Lock)?;
+        match app.locks.apply(Command::Revoke { lease: caller.identity.lease(id) }).await {
+            Reply::Now(Ok(_)) => Ok(()),
+            Reply::Now(Err(e)) => Err(e.into()),
+            Reply::Queued { .. } => unreachable!("a revoke does not queue"),
+        }
     }
+    .await;
+    app.audit(caller, "revoke", None, None, &r);
+    r
 }
 
 fn lease_answer(reply: Reply) -> Result<LeaseInfo, ApiError> {
@@ -89,13 +118,14 @@ fn lease_answer(reply: Reply) -> Result<LeaseInfo, ApiError> {
     ))]
 pub async fn keepalive(
     State(app): State<App>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let _: Empty = app.json_body(&headers, body).await?;
     let id = parse_lease_id(&id)?;
-    let ttl_ms = keepalive_lease(&app, id).await?;
+    let ttl_ms = keepalive_lease(&app, &caller, id).await?;
     Ok(reply(StatusCode::OK, &Lease { lease_id: id.to_hex(), ttl_ms }))
 }
 
@@ -106,7 +136,11 @@ pub async fn keepalive(
         (status = 404, description = "lease_not_found", body = ErrorBody),
         (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
     ))]
-pub async fn revoke(State(app): State<App>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
-    revoke_lease(&app, parse_lease_id(&id)?).await?;
+pub async fn revoke(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    revoke_lease(&app, &caller, parse_lease_id(&id)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }

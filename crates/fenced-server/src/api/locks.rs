@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use fenced_core::{Acquire, Answer, Command, Error, LeaseId, LeaseRef, LockInfo, LockName, RequestId, Token};
@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::ErrorBody;
-use super::{new_lease_id, parse_lease_id, reply, ApiError, App, AppInner};
+use super::{new_lease_id, parse_lease_id, reply, ApiError, App, AppInner, Caller};
+use crate::identity::Op;
 use crate::locks::{Locks, Reply};
 use crate::metrics::inc;
 
@@ -104,6 +105,7 @@ pub struct LockList {
 /// as `%2F` or not: the action is the last segment.
 pub async fn action(
     State(app): State<App>,
+    Extension(caller): Extension<Caller>,
     Path(rest): Path<String>,
     headers: HeaderMap,
     body: Body,
@@ -118,16 +120,16 @@ pub async fn action(
     match action {
         "acquire" => {
             let (name, req) = (lock_name(&app, name)?, app.json_body(&headers, body).await?);
-            acquire(app, name, req).await
+            acquire(app, caller, name, req).await
         }
         "release" => {
             let (name, req): (_, ReleaseBody) = (lock_name(&app, name)?, app.json_body(&headers, body).await?);
-            let token = release_lock(&app, &name, parse_lease_id(&req.lease_id)?).await?;
+            let token = release_lock(&app, &caller, &name, parse_lease_id(&req.lease_id)?).await?;
             Ok(reply(StatusCode::OK, &Released { name: name.as_str().into(), token: token.get(), released: true }))
         }
         "check" => {
             let (name, req): (_, CheckBody) = (lock_name(&app, name)?, app.json_body(&headers, body).await?);
-            let (current, holder) = check_token(&app, &name, req.token).await?;
+            let (current, holder) = check_token(&app, &caller, &name, req.token).await?;
             let token = holder.map(Token::get);
             Ok(reply(StatusCode::OK, &CheckResult { name: name.as_str().into(), current, token }))
         }
@@ -175,14 +177,14 @@ pub fn lock_name(app: &AppInner, name: &str) -> Result<LockName, ApiError> {
     })
 }
 
-async fn acquire(app: App, name: LockName, req: AcquireBody) -> Result<Response, ApiError> {
+async fn acquire(app: App, caller: Caller, name: LockName, req: AcquireBody) -> Result<Response, ApiError> {
     let lease = match (&req.lease_id, req.ttl_ms) {
         (Some(id), _) => Some(parse_lease_id(id)?),
         (None, Some(_)) => None,
         (None, None) => return Err(ApiError::bad_request("invalid_field", "give lease_id, ttl_ms, or both")),
     };
     let req = AcquireReq { lease, ttl_ms: req.ttl_ms, wait_ms: req.wait_ms, lock_delay_ms: req.lock_delay_ms };
-    acquire_grant(app, name, req).await.map(|g| grant_response(&g))
+    acquire_grant(app, &caller, name, req).await.map(|g| grant_response(&g))
 }
 
 /// An acquire as every transport asks for it: `lease` (an existing lease), `ttl_ms` (an
@@ -201,12 +203,45 @@ pub struct AcquireReq {
 /// Acquire (HTTP and the wire protocol): granted, or why not. Dropping the future
 /// while it waits withdraws the request (the table ends an implicit lease with it, and
 /// gives back a grant that raced the departure unless a twin request was told of it).
-pub async fn acquire_grant(app: App, name: LockName, req: AcquireReq) -> Result<fenced_core::Grant, ApiError> {
+pub async fn acquire_grant(
+    app: App,
+    caller: &Caller,
+    name: LockName,
+    req: AcquireReq,
+) -> Result<fenced_core::Grant, ApiError> {
+    let audit_name = app.audit.is_on().then(|| name.clone());
+    let r = acquire_unaudited(app.clone(), caller, name, req).await;
+    if let Some(name) = audit_name {
+        app.audit(caller, "acquire", Some(name.as_str()), r.as_ref().ok().map(|g| g.token.get()), &r);
+    }
+    r
+}
+
+async fn acquire_unaudited(
+    app: App,
+    caller: &Caller,
+    name: LockName,
+    req: AcquireReq,
+) -> Result<fenced_core::Grant, ApiError> {
+    caller.require(Op::Lock, name.as_str())?;
     let lease = match (req.lease, req.ttl_ms) {
         (Some(id), None) => LeaseRef::Existing(id),
         (None, Some(ttl_ms)) => LeaseRef::Implicit { id: new_lease_id()?, ttl_ms },
-        (Some(id), Some(ttl_ms)) => LeaseRef::Implicit { id, ttl_ms },
+        (Some(id), Some(ttl_ms)) if id.looks_random() => LeaseRef::Implicit { id, ttl_ms },
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "invalid_lease_id",
+                "an implicit lease's id is its capability: draw its 128 bits at random (this one has fewer than \
+                 six distinct hex digits)",
+            ))
+        }
         (None, None) => return Err(ApiError::bad_request("invalid_field", "give lease_id, ttl_ms, or both")),
+    };
+    // The caller's name for the lease, and the table's (an identity's leases are its own).
+    let external = lease.id();
+    let lease = match lease {
+        LeaseRef::Existing(id) => LeaseRef::Existing(caller.identity.lease(id)),
+        LeaseRef::Implicit { id, ttl_ms } => LeaseRef::Implicit { id: caller.identity.lease(id), ttl_ms },
     };
     let wait_ms = req.wait_ms;
     let cmd = Command::Acquire(Acquire { name, lease, wait_ms, lock_delay_ms: req.lock_delay_ms });
@@ -225,7 +260,7 @@ pub async fn acquire_grant(app: App, name: LockName, req: AcquireReq) -> Result<
     if let (Ok(_), LeaseRef::Implicit { .. }) = (&answer, lease) {
         inc(&app.metrics.leases_created);
     }
-    answer.map_err(|e| match e {
+    answer.map(|g| fenced_core::Grant { lease: external, ..g }).map_err(|e| match e {
         Error::LockHeld { holder } => lock_held(holder, wait_ms),
         e => e.into(),
     })
@@ -262,19 +297,39 @@ fn grant_response(g: &fenced_core::Grant) -> Response {
 }
 
 /// Release (HTTP and the wire protocol): the released grant's token.
-pub async fn release_lock(app: &AppInner, name: &LockName, lease: LeaseId) -> Result<Token, ApiError> {
-    match app.locks.apply(Command::Release { name: name.clone(), lease }).await {
-        Reply::Now(Ok(Answer::Released(token))) => Ok(token),
-        Reply::Now(Err(e)) => Err(e.into()),
-        _ => unreachable!("a release answers at once"),
+pub async fn release_lock(app: &AppInner, caller: &Caller, name: &LockName, lease: LeaseId) -> Result<Token, ApiError> {
+    let r = async {
+        caller.require(Op::Lock, name.as_str())?;
+        let lease = caller.identity.lease(lease);
+        match app.locks.apply(Command::Release { name: name.clone(), lease }).await {
+            Reply::Now(Ok(Answer::Released(token))) => Ok(token),
+            Reply::Now(Err(e)) => Err(e.into()),
+            _ => unreachable!("a release answers at once"),
+        }
     }
+    .await;
+    app.audit(caller, "release", Some(name.as_str()), r.as_ref().ok().map(|t| t.get()), &r);
+    r
 }
 
 /// CheckSequencer (HTTP and the wire protocol): whether `raw` is the current grant,
 /// and the holder's token.
-pub async fn check_token(app: &AppInner, name: &LockName, raw: u64) -> Result<(bool, Option<Token>), ApiError> {
-    let token = Token::new(raw).ok_or_else(|| ApiError::bad_request("invalid_token", "a token is at least 1"))?;
-    Ok(app.locks.read(|t, _| t.check(name, token)).await?)
+pub async fn check_token(
+    app: &AppInner,
+    caller: &Caller,
+    name: &LockName,
+    raw: u64,
+) -> Result<(bool, Option<Token>), ApiError> {
+    let r = async {
+        caller.require(Op::Lock, name.as_str())?;
+        let token = Token::new(raw).ok_or_else(|| ApiError::bad_request("invalid_token", "a token is at least 1"))?;
+        Ok(app.locks.read(|t, _| t.check(name, token)).await?)
+    }
+    .await;
+    if app.audit.all || r.is_err() {
+        app.audit(caller, "check", Some(name.as_str()), Some(raw), &r);
+    }
+    r
 }
 
 /// `GET /v1/locks/{name}`.
@@ -284,8 +339,17 @@ pub async fn check_token(app: &AppInner, name: &LockName, raw: u64) -> Result<(b
         (status = 400, description = "invalid_name", body = ErrorBody),
         (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
     ))]
-pub async fn get_one(State(app): State<App>, Path(name): Path<String>) -> Result<Response, ApiError> {
+pub async fn get_one(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
     let name = lock_name(&app, &name)?;
+    let allowed = caller.require(Op::Lock, name.as_str());
+    if allowed.is_err() {
+        app.audit(&caller, "view", Some(name.as_str()), None, &allowed);
+    }
+    allowed?;
     let (info, now) = app.locks.read(|t, now| (t.lock(&name), now)).await?;
     let v = match info {
         Some(info) => lock_view(&info, now),
@@ -314,11 +378,14 @@ pub async fn get_one(State(app): State<App>, Path(name): Path<String>) -> Result
     ))]
 pub async fn list(
     State(app): State<App>,
+    Extension(caller): Extension<Caller>,
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let (prefix, limit) = list_params(query, app.config.list_locks_max, app.config.lock_name_bytes_max, "lock name")?;
     let (locks, now) = app.locks.read(|t, now| (t.locks_with_prefix(&prefix, limit), now)).await?;
-    let locks = locks.iter().map(|l| lock_view(l, now)).collect();
+    // An identity sees the locks it may lock, and no other (the page may come out short).
+    let id = &caller.identity;
+    let locks = locks.iter().filter(|l| id.allows(Op::Lock, l.name.as_str())).map(|l| lock_view(l, now)).collect();
     Ok(reply(StatusCode::OK, &LockList { locks }))
 }
 

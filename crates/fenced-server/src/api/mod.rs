@@ -30,6 +30,7 @@ pub use locks::{acquire_grant, check_token, lock_name, release_lock, AcquireReq}
 pub use store::{read_value, store_key, write_value};
 
 use crate::config::Config;
+use crate::identity::{Identities, Identity, Op};
 use crate::locks::Locks;
 use crate::metrics::Metrics;
 
@@ -66,10 +67,17 @@ pub struct AppInner {
     pub locks: Arc<Locks>,
     pub config: Config,
     pub metrics: Arc<Metrics>,
-    /// The bearer token `/v1` calls must present.
-    pub auth_token: Option<Vec<u8>>,
+    /// Who may call, and what each may do; replaced whole on SIGHUP.
+    pub identities: std::sync::RwLock<Arc<Identities>>,
+    /// Counts the reloads of `identities`: a wire connection looks its caller up again
+    /// when it changed.
+    pub identities_generation: std::sync::atomic::AtomicU64,
+    /// The audit log (a no-op without `audit_log`).
+    pub audit: crate::audit::Audit,
     /// Bytes of request bodies being read now (`body_bytes_in_flight_max` permits).
     pub body_budget: Arc<tokio::sync::Semaphore>,
+    /// Bytes of peer messages being read now ([`raft::PEER_BYTES_IN_FLIGHT_MAX`]).
+    pub peer_budget: Arc<tokio::sync::Semaphore>,
     /// Flips to true when shutdown begins.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     /// The OpenAPI document, generated at start for this configuration's limits.
@@ -79,6 +87,8 @@ pub struct AppInner {
 }
 
 pub type App = Arc<AppInner>;
+
+pub use raft::{PEER_BYTES_IN_FLIGHT_MAX, PEER_CONNECTIONS_MAX};
 
 pub fn router(app: App) -> Router {
     let lab = if app.config.lab_api { fenced_console::api() } else { Router::new() };
@@ -97,14 +107,12 @@ pub fn router(app: App) -> Router {
         .merge(lab)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(app.clone(), auth));
-    let peers = Router::new()
-        .route("/raft/append", post(raft::append))
-        .route("/raft/vote", post(raft::vote))
-        .route("/raft/pre-vote", post(raft::pre_vote))
-        .route("/raft/snapshot", post(raft::snapshot))
-        .route("/raft/transfer-leader", post(raft::transfer_leader))
-        .layer(axum::extract::DefaultBodyLimit::max(raft::PEER_BODY_BYTES_MAX))
-        .layer(middleware::from_fn_with_state(app.clone(), auth));
+    // With a peer listener of its own, the client listener serves no peer route: no
+    // client credential of any kind reaches one.
+    let peers = match app.config.peer_listen {
+        None => raft::routes(app.clone()).layer(middleware::from_fn_with_state(app.clone(), auth)),
+        Some(_) => Router::new().route("/raft/{*rest}", axum::routing::any(raft::elsewhere)),
+    };
     Router::new()
         .merge(peers)
         .merge(fenced_console::pages())
@@ -113,6 +121,21 @@ pub fn router(app: App) -> Router {
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(ops::openapi))
         .merge(v1)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(app.clone(), observe))
+        .with_state(app)
+}
+
+/// The peer listener's routes: the raft RPCs and nothing else. Its connections are
+/// authenticated at the TLS handshake (a certificate of the cluster CA) when the
+/// members have certificates; without them (`insecure_peers`), by the client token
+/// when one is set.
+pub fn peer_router(app: App) -> Router {
+    let routes = raft::routes(app.clone());
+    let routes =
+        if app.config.peer_tls() { routes } else { routes.layer(middleware::from_fn_with_state(app.clone(), auth)) };
+    routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(app.clone(), observe))
@@ -177,32 +200,86 @@ fn redact(path: &str) -> String {
         .join("/")
 }
 
-async fn auth(State(app): State<App>, req: Request, next: Next) -> Response {
-    if let Some(expected) = &app.auth_token {
-        let presented = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-            .unwrap_or_default();
-        if !constant_time_eq(presented, expected) {
-            return unauthorized().into_response();
+/// Finds the caller by its bearer token (401 `unauthorized` when none matches) and
+/// hands it to the handler as a [`Caller`]. The laboratory's simulations need `admin`.
+async fn auth(State(app): State<App>, mut req: Request, next: Next) -> Response {
+    let presented = req.headers().get(header::AUTHORIZATION).and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+    let remote = req.extensions().get::<axum::extract::ConnectInfo<crate::listener::ConnMeta>>().map(|i| i.0.remote);
+    let Some(identity) = app.identity(presented) else {
+        if app.audit.is_on() {
+            let path = redact(req.uri().path());
+            let line = crate::audit::Line {
+                at: crate::audit::now_rfc3339(),
+                identity: "-",
+                remote,
+                op: "authenticate",
+                name: Some(&path),
+                token: None,
+                result: "unauthorized",
+            };
+            app.audit.write(&line);
+        }
+        return unauthorized().into_response();
+    };
+    let caller = Caller { identity, remote };
+    if req.uri().path().starts_with("/v1/sim/") {
+        if let Err(e) = caller.require_admin() {
+            return e.into_response();
         }
     }
+    req.extensions_mut().insert(caller);
     next.run(req).await
 }
 
-/// 401 for a call without the bearer token (HTTP and the wire protocol).
+/// 401 for a call without a known bearer token (HTTP and the wire protocol).
 pub fn unauthorized() -> ApiError {
     ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "this call needs 'Authorization: Bearer <token>'")
 }
 
-/// Compares without an early exit, so the time taken does not reveal how many leading
-/// bytes matched. The length is not secret.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+/// Who makes a request, and from where: what every shared handler is given to decide
+/// whether the call is allowed and whose leases it names.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    pub identity: Arc<Identity>,
+    pub remote: Option<std::net::SocketAddr>,
+}
+
+impl Caller {
+    /// 403 `forbidden` unless `op` is allowed on `name`; nothing changes.
+    pub fn require(&self, op: Op, name: &str) -> Result<(), ApiError> {
+        if self.identity.allows(op, name) {
+            return Ok(());
+        }
+        Err(forbidden(&self.identity, op, Some(name)))
     }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+
+    /// 403 `forbidden` unless `op` is allowed on some name (leases name no lock).
+    pub fn require_some(&self, op: Op) -> Result<(), ApiError> {
+        if self.identity.allows_some(op) {
+            return Ok(());
+        }
+        Err(forbidden(&self.identity, op, None))
+    }
+
+    /// 403 `forbidden` unless `admin` is granted on every name (the prefix "").
+    pub fn require_admin(&self) -> Result<(), ApiError> {
+        self.require(Op::Admin, "")
+    }
+}
+
+fn forbidden(identity: &Identity, op: Op, name: Option<&str>) -> ApiError {
+    let on = name.map_or_else(|| "any name".to_string(), |n| format!("'{n}'"));
+    let e = ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!("identity '{}' may not {} on {on}", identity.name, op.as_str()),
+    )
+    .with("operation", op.as_str())
+    .with("identity", identity.name.as_str());
+    match name {
+        Some(n) => e.with("name", n),
+        None => e,
+    }
 }
 
 /// A JSON response.
@@ -228,13 +305,25 @@ pub async fn read_body(
     max: usize,
     what: &str,
 ) -> Result<Bytes, ApiError> {
+    read_body_within(app, &app.body_budget, headers, body, max, what).await
+}
+
+/// [`read_body`] against another budget (the peer messages have their own).
+pub async fn read_body_within(
+    app: &AppInner,
+    budget: &Arc<tokio::sync::Semaphore>,
+    headers: &HeaderMap,
+    body: Body,
+    max: usize,
+    what: &str,
+) -> Result<Bytes, ApiError> {
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max as u64) {
         return Err(ApiError::too_large(what, max));
     }
     let reserve = declared.map_or(max, |n| n as usize).max(1) as u32;
-    let Ok(_permit) = app.body_budget.clone().try_acquire_many_owned(reserve) else {
+    let Ok(_permit) = budget.clone().try_acquire_many_owned(reserve) else {
         crate::metrics::inc(&app.metrics.bodies_refused);
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -299,6 +388,32 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 }
 
 impl AppInner {
+    /// Writes the decision on `op` (on `name`, with `token`) to the audit log, when one
+    /// is kept: `ok`, or the code the caller was answered.
+    pub fn audit<T>(&self, caller: &Caller, op: &str, name: Option<&str>, token: Option<u64>, r: &Result<T, ApiError>) {
+        if !self.audit.is_on() {
+            return;
+        }
+        let result = match r {
+            Ok(_) => "ok",
+            Err(e) => e.code,
+        };
+        self.audit.write(&crate::audit::Line {
+            at: crate::audit::now_rfc3339(),
+            identity: &caller.identity.name,
+            remote: caller.remote,
+            op,
+            name,
+            token,
+            result,
+        });
+    }
+
+    /// The identity presenting `bearer`, as the identities are now.
+    pub fn identity(&self, bearer: Option<&[u8]>) -> Option<Arc<Identity>> {
+        self.identities.read().unwrap_or_else(|p| p.into_inner()).find(bearer)
+    }
+
     /// Reads and parses a JSON body under the body limit.
     pub async fn json_body<T: DeserializeOwned>(&self, headers: &HeaderMap, body: Body) -> Result<T, ApiError> {
         let bytes = read_body(self, headers, body, self.config.body_bytes_max, "body").await?;

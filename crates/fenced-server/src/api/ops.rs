@@ -138,14 +138,31 @@ pub struct AddMember {
     ))]
 pub async fn add_member(
     State(app): State<App>,
+    axum::extract::Extension(caller): axum::extract::Extension<super::Caller>,
     headers: axum::http::HeaderMap,
     body: axum::body::Body,
 ) -> Result<Response, super::ApiError> {
+    let r = add(&app, &caller, headers, body).await;
+    app.audit(&caller, "member_add", None, None, &r);
+    r
+}
+
+async fn add(
+    app: &App,
+    caller: &super::Caller,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Body,
+) -> Result<Response, super::ApiError> {
+    caller.require_admin()?;
     let req: AddMember = app.json_body(&headers, body).await?;
-    if req.id == 0 || !(req.url.starts_with("http://") || req.url.starts_with("https://")) {
+    let scheme = if app.config.peer_tls() { "https://" } else { "http://" };
+    if req.id == 0 || !req.url.starts_with(scheme) {
         return Err(super::ApiError::bad_request(
             "invalid_field",
-            "a member needs an id of at least 1 and an http(s) URL",
+            format!(
+                "a member needs an id of at least 1 and a {scheme} URL (the members {} certificates)",
+                if app.config.peer_tls() { "authenticate each other by" } else { "have no" }
+            ),
         ));
     }
     let node = &app.locks.node;
@@ -155,7 +172,7 @@ pub async fn add_member(
     node.add_member(req.id, req.url.trim_end_matches('/').to_string())
         .await
         .map_err(|e| super::ApiError::new(StatusCode::CONFLICT, "membership_change_failed", e))?;
-    Ok(status(&app))
+    Ok(status(app))
 }
 
 /// `DELETE /v1/cluster/members/{id}`: the member leaves the voters. Leader only.
@@ -169,8 +186,16 @@ pub async fn add_member(
     ))]
 pub async fn remove_member(
     State(app): State<App>,
+    axum::extract::Extension(caller): axum::extract::Extension<super::Caller>,
     axum::extract::Path(id): axum::extract::Path<u64>,
 ) -> Result<Response, super::ApiError> {
+    let r = remove(&app, &caller, id).await;
+    app.audit(&caller, "member_remove", Some(&id.to_string()), None, &r);
+    r
+}
+
+async fn remove(app: &App, caller: &super::Caller, id: u64) -> Result<Response, super::ApiError> {
+    caller.require_admin()?;
     let node = &app.locks.node;
     if !node.is_leading() {
         return Err(fenced_core::Error::from(node.not_leader()).into());
@@ -178,7 +203,7 @@ pub async fn remove_member(
     node.remove_member(id)
         .await
         .map_err(|e| super::ApiError::new(StatusCode::CONFLICT, "membership_change_failed", e))?;
-    Ok(status(&app))
+    Ok(status(app))
 }
 
 fn status(app: &App) -> Response {
@@ -262,16 +287,27 @@ pub async fn openapi(State(app): State<App>) -> Response {
     responses((status = 200, content_type = "text/event-stream", body = EventData,
         description = "server-sent events: each event's `event:` is its type (granted, released, expired, \
             store_accepted, store_rejected, lagged) and its `data:` one JSON object of this schema")))]
-pub async fn events(State(app): State<App>) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+pub async fn events(
+    State(app): State<App>,
+    axum::extract::Extension(caller): axum::extract::Extension<super::Caller>,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let rx = app.locks.events.subscribe();
     let shutdown = app.shutdown.clone();
-    let s = stream::unfold((rx, shutdown), |(mut rx, mut shutdown)| async move {
-        if *shutdown.borrow() {
-            return None;
-        }
-        let got = tokio::select! {
-            r = rx.recv() => r,
-            _ = shutdown.changed() => return None,
+    let identity = caller.identity;
+    let s = stream::unfold((rx, shutdown, identity), |(mut rx, mut shutdown, identity)| async move {
+        // An identity sees the events of the names it may lock or read, and no other.
+        let got = loop {
+            if *shutdown.borrow() {
+                return None;
+            }
+            let got = tokio::select! {
+                r = rx.recv() => r,
+                _ = shutdown.changed() => return None,
+            };
+            match &got {
+                Ok(e) if !identity.allows(e.subject().0, e.subject().1) => continue,
+                _ => break got,
+            }
         };
         let ev = match got {
             Ok(e) => SseEvent::default().event(e.kind()).data(data(EventData::Event(e))),
@@ -280,7 +316,7 @@ pub async fn events(State(app): State<App>) -> Sse<impl Stream<Item = Result<Sse
             }
             Err(RecvError::Closed) => return None,
         };
-        Some((Ok(ev), (rx, shutdown)))
+        Some((Ok(ev), (rx, shutdown, identity)))
     });
     // Comments keep the stream from looking idle to the connection's idle timeout.
     let idle_ms = app.config.idle_timeout_ms;

@@ -1,13 +1,23 @@
 //! The peer routes: openraft's RPCs from the other members (`POST /raft/...`), each
-//! answering openraft's `Result<Response, RaftError>` as JSON. Behind the same bearer
-//! token as `/v1` when one is configured.
+//! answering openraft's `Result<Response, RaftError>` as JSON, and the handshake
+//! (`GET /raft/hello`) a leader makes before it adds a member.
+//!
+//! Who may call them is decided before a handler runs: on a peer listener with
+//! certificates, only a member of the cluster CA completes the TLS handshake; without
+//! certificates (`insecure_peers`), the client token when one is set. Here, every
+//! message is held to the peer budget and the body deadline like a client's body, a
+//! snapshot that does not decode is refused before openraft sees it (it would stop the
+//! log), and a server that is a cluster of one takes no raft message at all: no member
+//! exists who could send one.
 
 use std::io::Cursor;
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -15,6 +25,54 @@ use super::{ApiError, App};
 
 /// The largest peer message taken: a snapshot of a large table travels whole.
 pub const PEER_BODY_BYTES_MAX: usize = 512 << 20;
+/// Bytes of peer messages read at once: one snapshot and the appends beside it.
+pub const PEER_BYTES_IN_FLIGHT_MAX: usize = PEER_BODY_BYTES_MAX + (64 << 20);
+/// Connections the peer listener takes at once (the members need a few each).
+pub const PEER_CONNECTIONS_MAX: usize = 64;
+
+/// The raft routes, without the guard that decides who may call them.
+pub fn routes(app: App) -> Router<App> {
+    Router::new()
+        .route("/raft/append", post(append))
+        .route("/raft/vote", post(vote))
+        .route("/raft/pre-vote", post(pre_vote))
+        .route("/raft/snapshot", post(snapshot))
+        .route("/raft/transfer-leader", post(transfer_leader))
+        .layer(axum::middleware::from_fn_with_state(app, only_in_a_cluster))
+        .route("/raft/hello", get(hello))
+        .layer(axum::extract::DefaultBodyLimit::disable())
+}
+
+/// A peer route asked on the client listener while the peer routes have their own.
+pub async fn elsewhere() -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        "the peer routes are served on this member's peer listener only, to members of the cluster",
+    )
+}
+
+async fn only_in_a_cluster(
+    State(app): State<App>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if app.locks.node.is_alone() {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "not_a_cluster",
+            "this server is a cluster of one: it takes no message from a peer",
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+async fn read<T: DeserializeOwned>(app: &App, headers: &HeaderMap, body: Body) -> Result<T, ApiError> {
+    let bytes =
+        super::read_body_within(app, &app.peer_budget, headers, body, PEER_BODY_BYTES_MAX, "peer message").await?;
+    decode(&bytes)
+}
 
 fn decode<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError::bad_request("invalid_json", format!("a peer message: {e}")))
@@ -27,27 +85,38 @@ fn answer<T: Serialize>(r: &T) -> Response {
     }
 }
 
-pub async fn append(State(app): State<App>, body: Bytes) -> Result<Response, ApiError> {
-    Ok(answer(&app.locks.node.raft.append_entries(decode(&body)?).await))
+async fn hello(State(app): State<App>) -> Response {
+    answer(&app.locks.node.hello().await)
 }
 
-pub async fn vote(State(app): State<App>, body: Bytes) -> Result<Response, ApiError> {
-    Ok(answer(&app.locks.node.raft.vote(decode(&body)?).await))
+async fn append(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let req = read(&app, &headers, body).await?;
+    Ok(answer(&app.locks.node.raft.append_entries(req).await))
 }
 
-pub async fn pre_vote(State(app): State<App>, body: Bytes) -> Result<Response, ApiError> {
-    Ok(answer(&app.locks.node.raft.pre_vote(decode(&body)?).await))
+async fn vote(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let req = read(&app, &headers, body).await?;
+    Ok(answer(&app.locks.node.raft.vote(req).await))
 }
 
-pub async fn snapshot(State(app): State<App>, body: Bytes) -> Result<Response, ApiError> {
-    let (vote, meta, data): (fenced_raft::Vote, fenced_raft::SnapshotMeta, Vec<u8>) = decode(&body)?;
+async fn pre_vote(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let req = read(&app, &headers, body).await?;
+    Ok(answer(&app.locks.node.raft.pre_vote(req).await))
+}
+
+async fn snapshot(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let (vote, meta, data): (fenced_raft::Vote, fenced_raft::SnapshotMeta, Vec<u8>) =
+        read(&app, &headers, body).await?;
+    fenced_raft::state_machine::check_snapshot(&data)
+        .map_err(|e| ApiError::bad_request("invalid_snapshot", e.to_string()))?;
     let snapshot = fenced_raft::Snapshot { meta, snapshot: Cursor::new(data) };
     let r = app.locks.node.raft.install_full_snapshot(vote, snapshot).await;
     Ok(answer(&r.map_err(openraft_fatal)))
 }
 
-pub async fn transfer_leader(State(app): State<App>, body: Bytes) -> Result<Response, ApiError> {
-    let r = app.locks.node.raft.handle_transfer_leader(decode(&body)?).await;
+async fn transfer_leader(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let req = read(&app, &headers, body).await?;
+    let r = app.locks.node.raft.handle_transfer_leader(req).await;
     Ok(answer(&r.map_err(openraft_fatal)))
 }
 

@@ -3,7 +3,7 @@
 use axum::body::Body;
 use std::collections::HashMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use fenced_core::{Answer, Command, Quotas, StoreAnswer, StoreCommand, Token};
@@ -11,8 +11,9 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::error::ErrorBody;
-use super::{read_body, reply, ApiError, App, AppInner};
+use super::{read_body, reply, ApiError, App, AppInner, Caller};
 use crate::events::Event;
+use crate::identity::Op;
 use crate::locks::Reply;
 use crate::metrics::inc;
 
@@ -58,13 +59,16 @@ pub enum StoreWrite {
     ))]
 pub async fn list(
     State(app): State<App>,
+    Extension(caller): Extension<Caller>,
     query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let max = app.config.list_locks_max;
     let (prefix, limit) = super::locks::list_params(query, max, app.config.store_key_bytes_max, "key")?;
     let keys = app.locks.read(|t, _| t.store().list(&prefix, limit)).await?;
+    // An identity sees the keys it may read, and no other (the page may come out short).
     let keys = keys
         .iter()
+        .filter(|k| caller.identity.allows(Op::StoreRead, &k.key))
         .map(|k| StoreKey {
             key: k.key.clone(),
             highest_seen: k.highest_seen.map(Token::get),
@@ -89,28 +93,67 @@ pub async fn list(
     ))]
 pub async fn write(
     State(app): State<App>,
+    Extension(caller): Extension<Caller>,
     Path(key): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let key = store_key(&app, key)?;
     let token = fencing_token(&headers)?;
-    let value = read_body(&app, &headers, body, app.config.value_bytes_max, "value").await?;
     if token.is_none() && app.config.is_unfenced(&key) {
-        disk_room(&app, value.len())?;
-        let cmd = StoreCommand::WriteUnfenced { key: key.clone(), value: value.to_vec(), quotas: quotas(&app) };
-        run(&app, cmd).await?;
+        let r = write_unfenced(&app, &caller, &headers, body, &key).await;
+        app.audit(&caller, "store_write_unfenced", Some(&key), None, &r);
+        r?;
         return Ok(reply(StatusCode::OK, &StoreWrite::Unfenced { key, unfenced: true }));
     }
-    let highest_seen = write_value(&app, key.clone(), token, value.to_vec()).await?;
+    let value = read_body(&app, &headers, body, app.config.value_bytes_max, "value").await?;
+    let highest_seen = write_value(&app, &caller, key.clone(), token, value.to_vec()).await?;
     let t = highest_seen.get();
     Ok(reply(StatusCode::OK, &StoreWrite::Fenced { key, token: t, highest_seen: t }))
+}
+
+/// A write without a token to a key under `unfenced_prefix` (HTTP only).
+async fn write_unfenced(
+    app: &AppInner,
+    caller: &Caller,
+    headers: &HeaderMap,
+    body: Body,
+    key: &str,
+) -> Result<(), ApiError> {
+    caller.require(Op::StoreWrite, key)?;
+    let value = read_body(app, headers, body, app.config.value_bytes_max, "value").await?;
+    disk_room(app, value.len())?;
+    let cmd = StoreCommand::WriteUnfenced { key: key.to_string(), value: value.to_vec(), quotas: quotas(app) };
+    run(app, cmd).await?;
+    Ok(())
 }
 
 /// A fenced write (HTTP and the wire protocol) of a checked key: the new mark when
 /// accepted. No token is 428 `token_required`; a stale one is 409 `stale_token`.
 /// Answered once the write is committed and applied: every member holds it.
-pub async fn write_value(app: &AppInner, key: String, token: Option<Token>, value: Vec<u8>) -> Result<Token, ApiError> {
+pub async fn write_value(
+    app: &AppInner,
+    caller: &Caller,
+    key: String,
+    token: Option<Token>,
+    value: Vec<u8>,
+) -> Result<Token, ApiError> {
+    let audit_key = app.audit.is_on().then(|| key.clone());
+    let r = write_unaudited(app, caller, key, token, value).await;
+    if let Some(key) = audit_key {
+        app.audit(caller, "store_write", Some(&key), token.map(Token::get), &r);
+    }
+    r
+}
+
+async fn write_unaudited(
+    app: &AppInner,
+    caller: &Caller,
+    key: String,
+    token: Option<Token>,
+    value: Vec<u8>,
+) -> Result<Token, ApiError> {
+    caller.require(Op::StoreWrite, &key)?;
     if value.len() > app.config.value_bytes_max {
         return Err(ApiError::too_large("value", app.config.value_bytes_max));
     }
@@ -150,10 +193,15 @@ pub async fn write_value(app: &AppInner, key: String, token: Option<Token>, valu
         (status = 503, description = "not_leader (with leader_id when known)", body = ErrorBody),
         (status = 507, description = "store_full (a fenced read that needs a new key past store_keys_max), insufficient_storage (a fenced read of a new key with the disk below min_free_bytes, with free_bytes and min_free_bytes)", body = ErrorBody),
     ))]
-pub async fn read(State(app): State<App>, Path(key): Path<String>, headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn read(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Path(key): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let key = store_key(&app, key)?;
     let token = fencing_token(&headers)?;
-    let (mark, value) = read_value(&app, key, token).await?;
+    let (mark, value) = read_value(&app, &caller, key, token).await?;
     let mut resp = (StatusCode::OK, [(header::CONTENT_TYPE, "application/octet-stream")], value).into_response();
     if let Some(m) = mark {
         resp.headers_mut().insert(HIGHEST_SEEN, HeaderValue::from(m.get()));
@@ -167,9 +215,29 @@ pub async fn read(State(app): State<App>, Path(key): Path<String>, headers: Head
 /// a ReadIndex read.
 pub async fn read_value(
     app: &AppInner,
+    caller: &Caller,
     key: String,
     token: Option<Token>,
 ) -> Result<(Option<Token>, Vec<u8>), ApiError> {
+    let audit_key = app.audit.is_on().then(|| key.clone());
+    let r = read_unaudited(app, caller, key, token).await;
+    // A fenced read moves the key's mark: a decision like a write. A plain read that
+    // found nothing is no refusal.
+    let refused = r.as_ref().is_err_and(|e| e.code != "not_found");
+    if let Some(key) = audit_key.filter(|_| token.is_some() || refused || app.audit.all) {
+        let op = if token.is_some() { "store_read_fenced" } else { "store_read" };
+        app.audit(caller, op, Some(&key), token.map(Token::get), &r);
+    }
+    r
+}
+
+async fn read_unaudited(
+    app: &AppInner,
+    caller: &Caller,
+    key: String,
+    token: Option<Token>,
+) -> Result<(Option<Token>, Vec<u8>), ApiError> {
+    caller.require(Op::StoreRead, &key)?;
     if token.is_some() && app.config.is_unfenced(&key) {
         return Err(token_on_unfenced(app, &key));
     }

@@ -24,7 +24,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
-use crate::api::{self, ApiError, App};
+use crate::api::{self, ApiError, App, Caller};
 use crate::metrics::inc;
 
 /// Requests of one connection that may wait at once; past it the connection stops
@@ -33,6 +33,11 @@ pub const IN_FLIGHT_MAX: usize = 1024;
 
 /// Bytes kept free in the read buffer before each read.
 const READ_CHUNK_BYTES: usize = 16 << 10;
+
+/// The largest frame a connection may send before it is authenticated (an AUTH frame
+/// with a token of up to 4 KiB): an unauthenticated peer cannot make the server
+/// buffer a large frame.
+const PREAUTH_FRAME_BYTES_MAX: usize = 4096 + w::FRAME_OVERHEAD_BYTES;
 
 /// A request's outcome, owned, ready to encode.
 enum Answer {
@@ -55,6 +60,15 @@ struct Session {
     out: Vec<u8>,
     /// Whether the bearer token was presented (always, without auth).
     authed: bool,
+    /// Who authenticated (with every right on an open server); None before AUTH.
+    caller: Option<Caller>,
+    /// The token AUTH presented, to find the caller again after a reload of the
+    /// identities (SIGHUP), so that a revoked identity loses its open connections too.
+    token: Option<Vec<u8>>,
+    /// The identities' generation `caller` was found in.
+    generation: u64,
+    /// The client's address, for the audit log.
+    remote: Option<std::net::SocketAddr>,
     /// Requests that must wait.
     pending: FuturesUnordered<Pending>,
     /// Waiting acquires, by request id, for CANCEL.
@@ -69,8 +83,14 @@ pub async fn serve_conn(
 ) {
     let idle = (app.config.idle_timeout_ms > 0).then(|| Duration::from_millis(app.config.idle_timeout_ms));
     let frame_max = app.config.body_bytes_max + w::FRAME_OVERHEAD_BYTES;
+    let open = app.identity(None);
+    let remote = stream.peer_addr().ok();
     let mut s = Session {
-        authed: app.auth_token.is_none(),
+        authed: open.is_some(),
+        caller: open.map(|identity| Caller { identity, remote }),
+        remote,
+        token: None,
+        generation: app.identities_generation.load(std::sync::atomic::Ordering::Acquire),
         app,
         out: Vec::with_capacity(4096),
         pending: FuturesUnordered::new(),
@@ -83,6 +103,14 @@ pub async fn serve_conn(
     let mut closing = *stop.borrow();
     let mut last_io = Instant::now();
     let mut idle_sleep = Box::pin(tokio::time::sleep(idle.unwrap_or(Duration::MAX / 4)));
+    // A frame begun must arrive whole within this long (the head deadline before
+    // AUTH, the body deadline after): a trickled frame closes its connection only.
+    let frame_deadline = |authed: bool, app: &App| {
+        let ms = if authed { app.config.body_timeout_ms } else { app.config.head_timeout_ms };
+        (ms > 0).then(|| Duration::from_millis(ms))
+    };
+    let mut partial_since: Option<Instant> = None;
+    let mut frame_sleep = Box::pin(tokio::time::sleep(Duration::MAX / 4));
     loop {
         if !greeted && inbuf.len() - start >= w::PREAMBLE.len() {
             if inbuf[start..start + w::PREAMBLE.len()] == w::PREAMBLE {
@@ -97,13 +125,18 @@ pub async fn serve_conn(
                 fatal = true;
             }
         }
+        let mut incomplete = !greeted && inbuf.len() > start;
         while greeted && !fatal && s.pending.len() < IN_FLIGHT_MAX {
-            match w::split_frame(&inbuf[start..], frame_max) {
+            let limit = if s.authed { frame_max } else { PREAUTH_FRAME_BYTES_MAX };
+            match w::split_frame(&inbuf[start..], limit) {
                 Ok(Some((id, op, payload, used))) => {
                     s.on_frame(id, op, payload);
                     start += used;
                 }
-                Ok(None) => break,
+                Ok(None) => {
+                    incomplete = inbuf.len() > start;
+                    break;
+                }
                 Err(e) => {
                     // Only a length that cannot be trusted gets here: the stream is lost.
                     s.frame_error(e);
@@ -132,6 +165,16 @@ pub async fn serve_conn(
             let _ = stream.shutdown().await;
             return;
         }
+        match (incomplete, partial_since) {
+            (false, _) => partial_since = None,
+            (true, None) => {
+                partial_since = Some(Instant::now());
+                if let Some(d) = frame_deadline(s.authed, &s.app) {
+                    frame_sleep.as_mut().reset(Instant::now() + d);
+                }
+            }
+            (true, Some(_)) => {}
+        }
         let can_read = !closing && s.pending.len() < IN_FLIGHT_MAX;
         if inbuf.capacity() - inbuf.len() < READ_CHUNK_BYTES / 4 {
             inbuf.reserve(READ_CHUNK_BYTES);
@@ -149,6 +192,10 @@ pub async fn serve_conn(
                 }
                 idle_sleep.as_mut().reset(deadline);
             }
+            _ = &mut frame_sleep, if partial_since.is_some() && frame_deadline(s.authed, &s.app).is_some() => {
+                inc(&s.app.metrics.wire_frame_timeouts);
+                return;
+            }
             _ = stop.changed(), if !closing => closing = true,
         }
     }
@@ -163,10 +210,8 @@ impl Session {
         };
         match req {
             Request::Auth { token } => {
-                self.authed = match &self.app.auth_token {
-                    None => true,
-                    Some(expected) => api::constant_time_eq(token, expected),
-                };
+                self.token = Some(token.to_vec());
+                self.find_caller();
                 let answer = if self.authed { Answer::Done(op::AUTH) } else { Answer::Error(api::unauthorized()) };
                 return self.reply(id, answer);
             }
@@ -176,28 +221,35 @@ impl Session {
                 }
                 return;
             }
-            _ if !self.authed => return self.reply(id, Answer::Error(api::unauthorized())),
             _ => {}
         }
+        if self.generation != self.app.identities_generation.load(std::sync::atomic::Ordering::Acquire) {
+            self.find_caller();
+        }
+        let Some(caller) = self.caller.clone().filter(|_| self.authed) else {
+            return self.reply(id, Answer::Error(api::unauthorized()));
+        };
         let app = &self.app;
         let answer = match req {
             Request::Auth { .. } | Request::Cancel { .. } => unreachable!("answered above"),
             Request::CreateLease { ttl_ms } => {
                 let app = app.clone();
                 return self.start(id, false, async move {
-                    answer(api::create_lease(&app, ttl_ms).await, |(l, t)| Answer::Lease(op::CREATE_LEASE, l, t))
+                    let created = api::create_lease(&app, &caller, ttl_ms).await;
+                    answer(created, |(l, t)| Answer::Lease(op::CREATE_LEASE, l, t))
                 });
             }
             Request::Keepalive { lease } => {
                 let app = app.clone();
                 return self.start(id, false, async move {
-                    answer(api::keepalive_lease(&app, lease).await, |ttl| Answer::Lease(op::KEEPALIVE, lease, ttl))
+                    let kept = api::keepalive_lease(&app, &caller, lease).await;
+                    answer(kept, |ttl| Answer::Lease(op::KEEPALIVE, lease, ttl))
                 });
             }
             Request::Revoke { lease } => {
                 let app = app.clone();
                 return self.start(id, false, async move {
-                    answer(api::revoke_lease(&app, lease).await, |()| Answer::Done(op::REVOKE))
+                    answer(api::revoke_lease(&app, &caller, lease).await, |()| Answer::Done(op::REVOKE))
                 });
             }
             Request::Acquire { name, lease, ttl_ms, wait_ms, lock_delay_ms } => match api::lock_name(app, name) {
@@ -206,7 +258,7 @@ impl Session {
                     let app = app.clone();
                     let req = api::AcquireReq { lease, ttl_ms, wait_ms, lock_delay_ms };
                     return self.start(id, true, async move {
-                        answer(api::acquire_grant(app, name, req).await, Answer::Granted)
+                        answer(api::acquire_grant(app, &caller, name, req).await, Answer::Granted)
                     });
                 }
             },
@@ -215,7 +267,7 @@ impl Session {
                 Ok(name) => {
                     let app = app.clone();
                     return self.start(id, false, async move {
-                        answer(api::release_lock(&app, &name, lease).await, Answer::Released)
+                        answer(api::release_lock(&app, &caller, &name, lease).await, Answer::Released)
                     });
                 }
             },
@@ -224,7 +276,7 @@ impl Session {
                 Ok(name) => {
                     let app = app.clone();
                     return self.start(id, false, async move {
-                        answer(api::check_token(&app, &name, token).await, |(current, holder)| {
+                        answer(api::check_token(&app, &caller, &name, token).await, |(current, holder)| {
                             Answer::Checked(current, holder)
                         })
                     });
@@ -235,7 +287,7 @@ impl Session {
                 Ok(key) => {
                     let (app, value) = (app.clone(), value.to_vec());
                     return self.start(id, false, async move {
-                        answer(api::write_value(&app, key, token, value).await, Answer::Written)
+                        answer(api::write_value(&app, &caller, key, token, value).await, Answer::Written)
                     });
                 }
             },
@@ -244,12 +296,20 @@ impl Session {
                 Ok(key) => {
                     let app = app.clone();
                     return self.start(id, false, async move {
-                        answer(api::read_value(&app, key, token).await, |(m, v)| Answer::Read(m, v))
+                        answer(api::read_value(&app, &caller, key, token).await, |(m, v)| Answer::Read(m, v))
                     });
                 }
             },
         };
         self.reply(id, answer.unwrap_or_else(Answer::Error));
+    }
+
+    /// Finds the caller by the token AUTH presented, as the identities are now.
+    fn find_caller(&mut self) {
+        self.generation = self.app.identities_generation.load(std::sync::atomic::Ordering::Acquire);
+        let identity = self.app.identity(self.token.as_deref());
+        self.authed = identity.is_some();
+        self.caller = identity.map(|identity| Caller { identity, remote: self.remote });
     }
 
     /// Runs a call that may have to wait: polled once here, and only if it does not

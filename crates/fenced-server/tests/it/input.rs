@@ -35,6 +35,11 @@ fn malformed_json_wrong_types_unknown_fields() {
     bad(&s, "POST", acquire, &format!("{{\"lease_id\":\"{lease}\",\"wait_ms\":\"5\"}}"), "invalid_field");
     bad(&s, "POST", acquire, "{}", "invalid_field");
     bad(&s, "POST", acquire, "{\"lease_id\":\"nothex\",\"ttl_ms\":1000}", "invalid_lease_id");
+    // A caller-named implicit lease is a capability: an id plainly not drawn at random
+    // (one digit, a short cycle) is refused, so two callers cannot share it by accident.
+    for weak in ["00000000000000000000000000000000", "12341234123412341234123412341234"] {
+        bad(&s, "POST", acquire, &format!("{{\"lease_id\":\"{weak}\",\"ttl_ms\":1000}}"), "invalid_lease_id");
+    }
     // Both name an implicit lease; a live explicit lease's id is refused, changing nothing.
     let (st, e) = s.call("POST", acquire, &format!("{{\"lease_id\":\"{lease}\",\"ttl_ms\":1000}}"));
     assert_eq!((st, e["error"]["code"].as_str()), (409, Some("lease_exists")), "{e}");

@@ -4,6 +4,7 @@
 mod api;
 mod edge;
 mod harness;
+mod identities;
 mod input;
 mod limits;
 mod openapi;

@@ -336,3 +336,44 @@ fn a_cancelled_twin_never_revokes_the_grant_its_original_was_told() {
     // Both orders happened: the cancel caught B queued, or after its grant.
     println!("B cancelled while still queued in {twins_cancelled_while_queued} of 300");
 }
+
+/// The edge before AUTH and after: a frame larger than an AUTH frame can be, sent
+/// before authenticating, closes that connection at once; a frame trickled slower than
+/// the deadline closes its connection; others are served throughout.
+#[test]
+fn oversized_or_trickled_frames_close_only_their_own_connection() {
+    let dir = crate::harness::scratch_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("token");
+    std::fs::write(&file, "s3cret\n").unwrap();
+    let server = TestServer::with(|c| {
+        c.auth_token_file = Some(file.clone());
+        c.head_timeout_ms = 500;
+    });
+    // Before AUTH: a header announcing a 512 KiB frame (an authenticated client may
+    // send that much): refused, closed, nothing buffered.
+    let mut big = Wire::open(server.wire);
+    let mut header = Vec::new();
+    header.extend_from_slice(&(512u32 << 10).to_be_bytes());
+    header.extend_from_slice(&1u32.to_be_bytes());
+    header.push(op::AUTH);
+    big.s.write_all(&header).unwrap();
+    let f = big.try_recv().expect("an answer before the close");
+    assert_eq!(f.code(), "too_large", "{:?}", f.error());
+    assert!(big.try_recv().is_none(), "the connection is closed");
+    // A frame begun and never finished: closed after the head deadline.
+    let mut slow = Wire::open(server.wire);
+    let mut auth = Vec::new();
+    encode_request(&mut auth, 1, &Request::Auth { token: b"s3cret" });
+    slow.s.write_all(&auth[..auth.len() - 2]).unwrap();
+    let started = std::time::Instant::now();
+    assert!(slow.try_recv().is_none(), "a trickled frame closes its connection");
+    assert!(started.elapsed() < Duration::from_secs(5), "closed by the frame deadline, not the read timeout");
+    // Meanwhile a well-behaved client is served.
+    let mut good = Wire::open(server.wire);
+    assert_eq!(good.call(1, &Request::Auth { token: b"s3cret" }).decode(), Response::Done { op: op::AUTH });
+    good.lease(1000);
+    let metrics = server.get("/metrics").text();
+    assert!(metrics.contains("fenced_wire_frame_timeouts_total 1"), "{metrics}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -51,7 +51,16 @@ impl Cluster {
     fn spawn(&mut self, i: usize) {
         let m = &mut self.members[i];
         let child = Command::new(BIN)
-            .args(["server", "--listen", &m.addr.to_string(), "--node-id", &m.id.to_string(), "--peers", &self.peers])
+            .args([
+                "server",
+                "--listen",
+                &m.addr.to_string(),
+                "--node-id",
+                &m.id.to_string(),
+                "--peers",
+                &self.peers,
+                "--insecure-peers",
+            ])
             .arg("--data-dir")
             .arg(&m.dir)
             .env("FENCED_LOG", "warn")

@@ -10,6 +10,7 @@ mod exec_foreign;
 mod nemesis;
 mod openapi;
 mod peer_clusters;
+mod security;
 mod server;
 mod sim;
 mod torture;

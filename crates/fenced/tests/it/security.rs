@@ -1,0 +1,514 @@
+//! The cluster across a network, attacked as an outsider would: three members that
+//! authenticate each other by mutual TLS (certificates from a cluster CA made here with
+//! the `openssl` commands of docs/server.md, *Security*), clients on `https://`, and the
+//! forgeries of the peer side: raft messages from a client, with its token or without,
+//! from a process holding another CA's certificate, a member that cannot prove who it
+//! is, and the two requests that used to destroy a single server.
+//!
+//! Every HTTPS call goes through `curl` (a real client, the one the docs use): `.ci/run`
+//! installs it, as it installs `openssl`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+
+use crate::server::{call, free_addr, scratch, until, BIN};
+
+/// A certificate authority in a directory, and the certificates it issues.
+struct Pki {
+    dir: PathBuf,
+    name: String,
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl").args(args).current_dir(dir).output().expect("openssl is installed");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+impl Pki {
+    /// A new CA, `NAME-ca.pem` and `NAME-ca.key` in `dir`.
+    fn new(dir: &Path, name: &str) -> Pki {
+        std::fs::create_dir_all(dir).unwrap();
+        let (pem, key, subj) = (format!("{name}-ca.pem"), format!("{name}-ca.key"), format!("/CN={name} CA"));
+        openssl(
+            dir,
+            &[
+                "req",
+                "-x509",
+                "-new",
+                "-nodes",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-keyout",
+                &key,
+                "-out",
+                &pem,
+                "-days",
+                "30",
+                "-subj",
+                &subj,
+            ],
+        );
+        Pki { dir: dir.to_path_buf(), name: name.to_string() }
+    }
+
+    fn ca(&self) -> PathBuf {
+        self.dir.join(format!("{}-ca.pem", self.name))
+    }
+
+    /// A certificate for 127.0.0.1, good for a server and a client (`who.pem`, `who.key`).
+    fn issue(&self, who: &str) -> (PathBuf, PathBuf) {
+        let ext = format!("{who}.ext");
+        std::fs::write(
+            self.dir.join(&ext),
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\nbasicConstraints=CA:FALSE\n",
+        )
+        .unwrap();
+        let (csr, pem, key, subj) =
+            (format!("{who}.csr"), format!("{who}.pem"), format!("{who}.key"), format!("/CN={who}"));
+        let (ca_pem, ca_key) = (format!("{}-ca.pem", self.name), format!("{}-ca.key", self.name));
+        openssl(
+            &self.dir,
+            &[
+                "req",
+                "-new",
+                "-nodes",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-keyout",
+                &key,
+                "-out",
+                &csr,
+                "-subj",
+                &subj,
+            ],
+        );
+        openssl(
+            &self.dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                &ca_pem,
+                "-CAkey",
+                &ca_key,
+                "-CAcreateserial",
+                "-out",
+                &pem,
+                "-days",
+                "30",
+                "-extfile",
+                &ext,
+            ],
+        );
+        (self.dir.join(pem), self.dir.join(key))
+    }
+}
+
+/// What `curl` got: the HTTP status and the JSON body, or None when no HTTP exchange
+/// happened (the TLS handshake was refused, the connection closed).
+fn curl(url: &str, method: &str, body: &str, extra: &[&str]) -> Option<(u16, Value)> {
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "10", "-X", method, "-H", "content-type: application/json", "--data-binary", body])
+        .args(["-w", "\n%{http_code}"])
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("curl is installed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (body, code) = text.rsplit_once('\n')?;
+    let code: u16 = code.trim().parse().ok().filter(|c| *c != 0)?;
+    let v = serde_json::from_str(body).unwrap_or_else(|_| Value::String(body.to_string()));
+    Some((code, v))
+}
+
+/// A member: its client listener (https), its peer listener, and its certificate.
+struct Member {
+    id: u64,
+    client: SocketAddr,
+    peer: SocketAddr,
+    cert: (PathBuf, PathBuf),
+    ca: PathBuf,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+struct TlsCluster {
+    members: Vec<Member>,
+    peers: String,
+    token_file: PathBuf,
+}
+
+const TOKEN: &str = "client-secret-of-the-tls-cluster";
+
+impl TlsCluster {
+    fn start(name: &str, pki: &Pki, n: u64) -> TlsCluster {
+        let token_file = pki.dir.join("client.token");
+        std::fs::write(&token_file, TOKEN).unwrap();
+        let members: Vec<Member> = (1..=n)
+            .map(|id| Member {
+                id,
+                client: free_addr(),
+                peer: free_addr(),
+                cert: pki.issue(&format!("{name}-member-{id}")),
+                ca: pki.ca(),
+                dir: scratch(&format!("{name}-{id}")),
+                child: None,
+            })
+            .collect();
+        let peers = members.iter().map(|m| format!("{}=https://{}", m.id, m.peer)).collect::<Vec<_>>().join(",");
+        let mut c = TlsCluster { members, peers, token_file };
+        for i in 0..c.members.len() {
+            c.spawn(i);
+        }
+        c.leader();
+        c
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let m = &mut self.members[i];
+        let child = Command::new(BIN)
+            .args(["server", "--listen", &m.client.to_string(), "--peer-listen", &m.peer.to_string()])
+            .args(["--node-id", &m.id.to_string(), "--peers", &self.peers])
+            .arg("--peer-cert")
+            .arg(&m.cert.0)
+            .arg("--peer-key")
+            .arg(&m.cert.1)
+            .arg("--peer-ca")
+            .arg(&m.ca)
+            .arg("--tls-cert")
+            .arg(&m.cert.0)
+            .arg("--tls-key")
+            .arg(&m.cert.1)
+            .arg("--auth-token-file")
+            .arg(&self.token_file)
+            .arg("--data-dir")
+            .arg(&m.dir)
+            .env("FENCED_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        m.child = Some(child);
+        let url = self.url(i, "/livez");
+        let ca = self.members[i].ca.clone();
+        until(20, || matches!(curl(&url, "GET", "", &["--cacert", ca.to_str().unwrap()]), Some((200, _))));
+    }
+
+    fn url(&self, i: usize, path: &str) -> String {
+        format!("https://{}{path}", self.members[i].client)
+    }
+
+    /// A client call to member `i` over https, with the client token.
+    fn call(&self, i: usize, method: &str, path: &str, body: &str) -> Option<(u16, Value)> {
+        let auth = format!("authorization: Bearer {TOKEN}");
+        curl(&self.url(i, path), method, body, &["--cacert", self.members[i].ca.to_str().unwrap(), "-H", &auth])
+    }
+
+    fn status(&self, i: usize) -> Option<Value> {
+        self.call(i, "GET", "/v1/cluster", "").filter(|(st, _)| *st == 200).map(|(_, v)| v)
+    }
+
+    fn term(&self, i: usize) -> u64 {
+        self.status(i).and_then(|s| s["term"].as_u64()).expect("a live member answers its status")
+    }
+
+    /// The index of the member that leads, once one does (within 20 s).
+    fn leader(&self) -> usize {
+        let mut found = None;
+        until(20, || {
+            found = (0..self.members.len())
+                .filter(|i| self.members[*i].child.is_some())
+                .find(|i| self.status(*i).is_some_and(|s| s["leader_id"].as_u64() == Some(self.members[*i].id)));
+            found.is_some()
+        });
+        found.unwrap()
+    }
+
+    fn kill9(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+}
+
+impl Drop for TlsCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill9(i);
+            let _ = std::fs::remove_dir_all(&self.members[i].dir);
+        }
+    }
+}
+
+/// A child process killed (SIGKILL) when dropped, also when a test panics.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A vote request as openraft 0.10 sends it, from a candidate `node` in `term` whose
+/// log looks longer than anyone's: a follower that takes it steps into that term.
+fn forged_vote(term: u64, node: u64) -> String {
+    format!(
+        r#"{{"vote":{{"leader_id":{{"term":{term},"node_id":{node}}},"committed":false}},"last_log_id":{{"leader_id":{{"term":{term},"node_id":{node}}},"index":1000000000}}}}"#
+    )
+}
+
+/// An append from a "leader" `node` of `term`: a follower that takes it steps into that
+/// term (and the real leader, answered with a higher vote, steps down).
+fn forged_append(term: u64, node: u64) -> String {
+    format!(
+        r#"{{"vote":{{"leader_id":{{"term":{term},"node_id":{node}}},"committed":true}},"prev_log_id":null,"entries":[],"leader_commit":null}}"#
+    )
+}
+
+const PEER_ROUTES: [&str; 5] = ["append", "vote", "pre-vote", "snapshot", "transfer-leader"];
+
+/// The forgery sent to `route`.
+fn forged(route: &str, term: u64) -> String {
+    if route == "append" {
+        forged_append(term, 9)
+    } else {
+        forged_vote(term, 9)
+    }
+}
+
+#[test]
+fn three_members_over_mutual_tls_serve_https_and_lose_nothing_when_the_leader_is_killed() {
+    let dir = scratch("tls-cluster-pki");
+    let pki = Pki::new(&dir, "cluster");
+    let mut c = TlsCluster::start("tls", &pki, 3);
+    let l = c.leader();
+    let (st, g) = c.call(l, "POST", "/v1/locks/held/acquire", r#"{"ttl_ms":60000}"#).unwrap();
+    assert_eq!(st, 200, "{g}");
+    let token = g["token"].as_u64().unwrap();
+    let auth = format!("authorization: Bearer {TOKEN}");
+    let put = curl(
+        &c.url(l, "/v1/store/acct"),
+        "PUT",
+        "balance=1000",
+        &["--cacert", c.members[l].ca.to_str().unwrap(), "-H", &auth, "-H", &format!("fencing-token: {token}")],
+    );
+    assert_eq!(put.as_ref().map(|p| p.0), Some(200), "{put:?}");
+    c.kill9(l);
+    let l2 = c.leader();
+    assert_ne!(l, l2);
+    // The held lock kept its holder and token; the store write is there; tokens go on.
+    let (st, v) = c.call(l2, "GET", "/v1/locks/held", "").unwrap();
+    assert_eq!((st, v["held"].as_bool(), v["token"].as_u64()), (200, Some(true), Some(token)), "{v}");
+    let (st, v) = c.call(l2, "GET", "/v1/store/acct", "").unwrap();
+    assert_eq!((st, v.as_str()), (200, Some("balance=1000")), "{v}");
+    let (st, g) = c.call(l2, "POST", "/v1/locks/next/acquire", r#"{"ttl_ms":5000}"#).unwrap();
+    assert_eq!(st, 200, "{g}");
+    assert!(g["token"].as_u64().unwrap() > token, "{g}");
+    // The killed member comes back over TLS and catches up.
+    c.spawn(l);
+    until(20, || {
+        c.status(l).and_then(|s| s["last_applied_index"].as_u64())
+            >= c.status(l2).and_then(|s| s["commit_index"].as_u64())
+    });
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn no_client_credential_and_no_foreign_certificate_opens_a_peer_route() {
+    let dir = scratch("tls-attack-pki");
+    let pki = Pki::new(&dir, "cluster");
+    let rogue_ca = Pki::new(&dir, "rogue");
+    let rogue = rogue_ca.issue("rogue-member");
+    let c = TlsCluster::start("tls-attack", &pki, 3);
+    let terms: Vec<u64> = (0..3).map(|i| c.term(i)).collect();
+    let ca = pki.ca();
+    let ca = ca.to_str().unwrap();
+    let auth = format!("authorization: Bearer {TOKEN}");
+    for (i, term) in terms.iter().enumerate() {
+        for route in PEER_ROUTES {
+            let body = forged(route, term + 100);
+            // On the client listener, with the client token or without: refused.
+            for extra in [vec!["--cacert", ca, "-H", &auth], vec!["--cacert", ca]] {
+                let r = curl(&c.url(i, &format!("/raft/{route}")), "POST", &body, &extra);
+                let (st, v) = r.expect("the client listener answers");
+                assert_eq!((st, v["error"]["code"].as_str()), (403, Some("forbidden")), "{route} on member {i}: {v}");
+            }
+            // On the peer listener: no TLS handshake without a certificate of the cluster
+            // CA, with the client token, with none, or with another CA's certificate.
+            let peer_url = format!("https://{}/raft/{route}", c.members[i].peer);
+            let (rogue_cert, rogue_key) = (rogue.0.to_str().unwrap(), rogue.1.to_str().unwrap());
+            for extra in
+                [vec!["--cacert", ca, "-H", &auth], vec!["--cacert", ca, "--cert", rogue_cert, "--key", rogue_key]]
+            {
+                let r = curl(&peer_url, "POST", &body, &extra);
+                assert!(r.is_none(), "{route} on member {i}'s peer listener with {extra:?}: {r:?}");
+            }
+        }
+    }
+    // The control: a member's own certificate does reach the peer listener.
+    let (m_cert, m_key) = (c.members[0].cert.0.to_str().unwrap(), c.members[0].cert.1.to_str().unwrap());
+    let hello = curl(
+        &format!("https://{}/raft/hello", c.members[1].peer),
+        "GET",
+        "",
+        &["--cacert", ca, "--cert", m_cert, "--key", m_key],
+    );
+    assert_eq!(hello.as_ref().map(|h| (h.0, h.1["node_id"].as_u64())), Some((200, Some(2))), "{hello:?}");
+    // No forgery moved a term.
+    let after: Vec<u64> = (0..3).map(|i| c.term(i)).collect();
+    assert_eq!(after, terms, "a forged vote changed a member's term");
+    // A process with another CA's certificate cannot join: the handshake fails.
+    let l = c.leader();
+    let rogue_url = format!("https://{}", free_addr());
+    let (st, v) = c.call(l, "POST", "/v1/cluster/members", &format!(r#"{{"id":4,"url":"{rogue_url}"}}"#)).unwrap();
+    assert_eq!((st, v["error"]["code"].as_str()), (409, Some("membership_change_failed")), "{v}");
+    let ids: Vec<u64> =
+        c.status(l).unwrap()["members"].as_array().unwrap().iter().map(|m| m["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, [1, 2, 3]);
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A member started with a certificate of another CA, listed in the cluster's peers:
+/// the leader cannot complete the handshake with it, so it is never added (its forged
+/// votes are refused at the TLS handshake in the test above).
+#[test]
+fn a_member_with_another_cas_certificate_cannot_join_or_vote() {
+    let dir = scratch("tls-rogue-pki");
+    let pki = Pki::new(&dir, "cluster");
+    let rogue_ca = Pki::new(&dir, "rogue");
+    let mut c = TlsCluster::start("tls-rogue", &pki, 3);
+    let terms: Vec<u64> = (0..3).map(|i| c.term(i)).collect();
+    let rogue = Member {
+        id: 4,
+        client: free_addr(),
+        peer: free_addr(),
+        cert: rogue_ca.issue("rogue-4"),
+        ca: rogue_ca.ca(),
+        dir: scratch("tls-rogue-4"),
+        child: None,
+    };
+    let url = format!("https://{}", rogue.peer);
+    c.peers = format!("{},4={url}", c.peers);
+    c.members.push(rogue);
+    c.spawn(3);
+    let l = c.leader();
+    let (st, v) = c.call(l, "POST", "/v1/cluster/members", &format!(r#"{{"id":4,"url":"{url}"}}"#)).unwrap();
+    assert_eq!((st, v["error"]["code"].as_str()), (409, Some("membership_change_failed")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("handshake"), "{v}");
+    let ids: Vec<u64> =
+        c.status(l).unwrap()["members"].as_array().unwrap().iter().map(|m| m["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, [1, 2, 3]);
+    let after: Vec<u64> = (0..3).map(|i| c.term(i)).collect();
+    assert_eq!(after, terms, "the attempt moved a member's term");
+    drop(c);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The negative control of the tests above: the same forged append on a cluster that
+/// runs without peer authentication (`--insecure-peers`) is taken, and moves the
+/// follower's term. What refuses it above is the peer authentication, not the message.
+#[test]
+fn without_peer_authentication_the_same_forged_append_is_taken() {
+    let members: Vec<(u64, SocketAddr, PathBuf)> =
+        (1..=3).map(|id| (id, free_addr(), scratch(&format!("insecure-vote-{id}")))).collect();
+    let peers = members.iter().map(|(id, a, _)| format!("{id}=http://{a}")).collect::<Vec<_>>().join(",");
+    let children: Vec<Killed> = members
+        .iter()
+        .map(|(id, addr, dir)| {
+            Command::new(BIN)
+                .args(["server", "--listen", &addr.to_string(), "--node-id", &id.to_string(), "--peers", &peers])
+                .arg("--insecure-peers")
+                .arg("--data-dir")
+                .arg(dir)
+                .env("FENCED_LOG", "error")
+                .stdout(Stdio::null())
+                .spawn()
+                .map(Killed)
+                .unwrap()
+        })
+        .collect();
+    let status = |a: SocketAddr| call(a, "GET", "/v1/cluster", "", &[]).ok().map(|(_, v)| v);
+    let mut follower = None;
+    until(20, || {
+        let leader = members.iter().find_map(|(_, a, _)| status(*a).and_then(|s| s["leader_id"].as_u64()));
+        follower = leader.and_then(|l| members.iter().find(|(id, _, _)| *id != l)).map(|(_, a, _)| *a);
+        follower.is_some()
+    });
+    let f = follower.unwrap();
+    let term = status(f).unwrap()["term"].as_u64().unwrap();
+    let (st, v) = call(f, "POST", "/raft/append", &forged("append", term + 100), &[]).unwrap();
+    assert_eq!((st, &v["Ok"]), (200, &Value::from("Success")), "{v}");
+    let after = status(f).unwrap()["term"].as_u64().unwrap();
+    assert!(after >= term + 100, "the forged append was not taken (term {term} -> {after}): {v}");
+    // A snapshot that does not decode is refused before openraft sees it (its install
+    // would stop the log, and the server with it): the member serves on.
+    let meta = r#"{"last_log_id":null,"last_membership":{"log_id":null,"membership":{"configs":[],"nodes":{}}},"snapshot_id":"forged"}"#;
+    let vote = r#"{"leader_id":{"term":100000,"node_id":9},"committed":true}"#;
+    let (st, v) = call(f, "POST", "/raft/snapshot", &format!("[{vote},{meta},[1,2,3]]"), &[]).unwrap();
+    assert_eq!((st, v["error"]["code"].as_str()), (400, Some("invalid_snapshot")), "{v}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(matches!(call(f, "GET", "/livez", "", &[]), Ok((200, _))), "the member serves on");
+    drop(children);
+    for (_, _, dir) in &members {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// The two requests that used to destroy a single server for good (its own URL added
+/// as a second voter, then the real member removed), and the raft routes of a server
+/// that is a cluster of one: all refused, and the server serves on, also after kill -9.
+#[test]
+fn a_server_alone_takes_no_peer_message_and_cannot_be_talked_out_of_its_quorum() {
+    let dir = scratch("alone");
+    let addr = free_addr();
+    let start = || {
+        Command::new(BIN)
+            .args(["server", "--listen", &addr.to_string(), "--data-dir"])
+            .arg(&dir)
+            .env("FENCED_LOG", "error")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let child = Killed(start());
+    until(20, || matches!(call(addr, "GET", "/livez", "", &[]), Ok((200, _))));
+    let (st, g) = call(addr, "POST", "/v1/locks/a/acquire", r#"{"ttl_ms":60000}"#, &[]).unwrap();
+    assert_eq!(st, 200, "{g}");
+    for route in PEER_ROUTES {
+        let (st, v) = call(addr, "POST", &format!("/raft/{route}"), &forged(route, 100), &[]).unwrap();
+        assert_eq!((st, v["error"]["code"].as_str()), (403, Some("not_a_cluster")), "{route}: {v}");
+    }
+    // Its own URL, and another spelling of it that only the handshake can tell apart.
+    for (url, why) in [
+        (format!("http://{addr}"), "one process holds one vote"),
+        (format!("http://localhost:{}", addr.port()), "this node itself"),
+    ] {
+        let own = format!(r#"{{"id":17861812,"url":"{url}"}}"#);
+        let (st, v) = call(addr, "POST", "/v1/cluster/members", &own, &[]).unwrap();
+        assert_eq!((st, v["error"]["code"].as_str()), (409, Some("membership_change_failed")), "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains(why), "{url}: {v}");
+    }
+    let (st, v) = call(addr, "DELETE", "/v1/cluster/members/1", "", &[]).unwrap();
+    assert_eq!((st, v["error"]["code"].as_str()), (409, Some("membership_change_failed")), "{v}");
+    let (_, s) = call(addr, "GET", "/v1/cluster", "", &[]).unwrap();
+    assert_eq!(s["members"].as_array().map(Vec::len), Some(1), "{s}");
+    drop(child);
+    let _child = Killed(start());
+    until(20, || matches!(call(addr, "GET", "/v1/locks/a", "", &[]), Ok((200, _))));
+    let (_, v) = call(addr, "GET", "/v1/locks/a", "", &[]).unwrap();
+    assert_eq!((v["held"].as_bool(), v["token"].as_u64()), (Some(true), g["token"].as_u64()), "{v}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
