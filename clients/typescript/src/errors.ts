@@ -189,6 +189,9 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = {
   // 401, 403
   unauthorized: UnauthorizedError,
   forbidden: ForbiddenError,
+  // peer routes refused: not a client's business, typed all the same
+  not_a_cluster: ForbiddenError,
+  invalid_snapshot: BadRequestError,
   // 404
   lease_not_found: LeaseNotFoundError,
   not_found: NotFoundError,

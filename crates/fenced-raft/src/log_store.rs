@@ -94,6 +94,47 @@ impl Db {
         txn.commit().map_err(io_err)
     }
 
+    /// `--force-new-cluster`: makes this member the only voter, keeping its log and
+    /// state. Appends a membership entry naming only `id` (at `addr`) after the last
+    /// entry (or the snapshot), in a term above every term seen, with this node's vote
+    /// for itself in that term, in one durable transaction. Started alone, the member
+    /// elects itself and commits everything its log holds, the new membership
+    /// included. Returns the new entry's index.
+    pub fn force_single_member(&self, id: NodeId, addr: String) -> io::Result<u64> {
+        use openraft::vote::RaftLeaderIdExt;
+        let last_entry: Option<Entry> = {
+            let txn = self.db.begin_read().map_err(io_err)?;
+            let log = txn.open_table(LOG).map_err(io_err)?;
+            let last = log.last().map_err(io_err)?;
+            last.map(|(_, v)| decode(v.value(), "log entry")).transpose()?
+        };
+        let last_id: Option<LogId> = match last_entry {
+            Some(e) => Some(e.log_id),
+            None => match self.snapshot()? {
+                Some((meta, _)) => decode::<SnapshotMeta>(&meta, "snapshot meta")?.last_log_id,
+                None => None,
+            },
+        };
+        let vote: Option<Vote> = self.meta(VOTE)?.map(|b| decode(&b, "vote")).transpose()?;
+        let term = vote.map_or(0, |v| v.leader_id.term).max(last_id.map_or(0, |l| l.leader_id.term)) + 1;
+        let index = last_id.map_or(0, |l| l.index + 1);
+        let log_id = LogId::new(openraft::alias::LeaderIdOf::<TypeConfig>::new_committed(term, id), index);
+        let membership =
+            openraft::Membership::new(vec![BTreeSet::from([id])], BTreeMap::from([(id, openraft::BasicNode { addr })]))
+                .map_err(io_err)?;
+        let entry = Entry::new_membership(log_id, membership);
+        let vote = Vote::new(term, id);
+        let txn = self.db.begin_write().map_err(io_err)?;
+        {
+            let mut log = txn.open_table(LOG).map_err(io_err)?;
+            log.insert(index, encode(&entry)?.as_slice()).map_err(io_err)?;
+            let mut meta = txn.open_table(META).map_err(io_err)?;
+            meta.insert(VOTE, encode(&vote)?.as_slice()).map_err(io_err)?;
+        }
+        txn.commit().map_err(io_err)?;
+        Ok(index)
+    }
+
     /// True when the log has never been written: no vote, no entry, no snapshot.
     pub fn is_empty(&self) -> io::Result<bool> {
         let txn = self.db.begin_read().map_err(io_err)?;

@@ -77,6 +77,9 @@ pub struct NodeOptions {
     /// This member's side of mutual TLS to `https://` members: its certificate and the
     /// cluster CA as the only root. None: the members are `http://`.
     pub peer_tls: Option<rustls::ClientConfig>,
+    /// `--force-new-cluster`: before starting, make this member the only voter (see
+    /// [`Db::force_single_member`]), at the URL `members` gives it.
+    pub force_new_cluster: bool,
     /// Members this node dials at another URL than the membership's (see
     /// [`Network::new`]); empty: the membership's addresses.
     pub peer_routes: BTreeMap<NodeId, String>,
@@ -97,6 +100,7 @@ impl NodeOptions {
             snapshot_keep: 1_000,
             peer_token: None,
             peer_tls: None,
+            force_new_cluster: false,
             peer_routes: BTreeMap::new(),
         }
     }
@@ -229,6 +233,17 @@ impl Node {
         refusals: Arc<dyn Refusals>,
     ) -> io::Result<Arc<Node>> {
         let db = Db::open(&opts.dir)?;
+        if opts.force_new_cluster {
+            if db.is_empty()? {
+                return Err(io::Error::other(format!(
+                    "force_new_cluster: {} holds no log to keep (start a new member without it)",
+                    opts.dir.display()
+                )));
+            }
+            let url = opts.members.get(&opts.id).cloned().unwrap_or_default();
+            let index = db.force_single_member(opts.id, url)?;
+            tracing::warn!(index, id = opts.id, "force_new_cluster: this member is now the only voter");
+        }
         if let Some(base) = &opts.base {
             if db.is_empty()? && db.base()?.is_none() {
                 StateMachine::write_base(&db, base)?;

@@ -53,6 +53,11 @@ pub struct Config {
     /// reaches the peer routes (and holds the client token, when one is set) can speak
     /// raft to them. For a laboratory on loopback; the server says so at start.
     pub insecure_peers: bool,
+    /// At this start, make this member the only voter of its cluster, keeping its log
+    /// and state: the way back for a member whose quorum is gone for good (etcd's
+    /// `--force-new-cluster`). A flag for one start; the other members must be started
+    /// on empty data directories and added again.
+    pub force_new_cluster: bool,
     /// Longest lock name, in bytes (at most 256).
     pub lock_name_bytes_max: usize,
     /// Longest fenced-store key, in bytes.
@@ -160,6 +165,7 @@ impl Default for Config {
             peer_key: None,
             peer_ca: None,
             insecure_peers: false,
+            force_new_cluster: false,
             lock_name_bytes_max: 256,
             store_key_bytes_max: 256,
             ttl_ms_min: 100,
@@ -449,7 +455,7 @@ fn typed(key: &str, raw: &str) -> Result<toml::Value, ConfigError> {
     if is_string {
         return Ok(toml::Value::String(raw.to_string()));
     }
-    if key == "lab_api" || key == "insecure_peers" || key == "audit_all" {
+    if matches!(key, "lab_api" | "insecure_peers" | "audit_all" | "force_new_cluster") {
         return match raw.trim() {
             "true" | "1" | "on" => Ok(toml::Value::Boolean(true)),
             "false" | "0" | "off" => Ok(toml::Value::Boolean(false)),

@@ -129,6 +129,7 @@ pub async fn run_with_wire(
         }
     }
     opts.peer_tls = peer_tls.as_ref().map(|(_, client)| client.clone());
+    opts.force_new_cluster = config.force_new_cluster;
     opts.snapshot_keep = config.snapshot_entries / 5;
     if single {
         // One voter elects itself: no reason to wait a network's election timeout.
@@ -148,7 +149,7 @@ pub async fn run_with_wire(
     let node = fenced_raft::Node::start(opts, router.clone(), router.clone()).await.map_err(|e| {
         ServerError::Setup(format!("cannot start the replicated log in {}: {e}", config.data_dir.display()))
     })?;
-    if single && !node.wait_leading(Duration::from_secs(10)).await {
+    if (single || config.force_new_cluster) && !node.wait_leading(Duration::from_secs(10)).await {
         return Err(ServerError::Setup("a single server did not become its own leader within 10 s".into()));
     }
     tracing::info!(

@@ -69,6 +69,10 @@ pub struct ServerArgs {
     /// The cluster CA (PEM): only members with a certificate it signed are peers.
     #[arg(long)]
     pub peer_ca: Option<String>,
+    /// Make this member the only voter of its cluster at this start, keeping its log and
+    /// state: the way back when its quorum is gone for good (use once, then drop it).
+    #[arg(long)]
+    pub force_new_cluster: bool,
     /// Run a cluster of several members without peer certificates (a trusted network
     /// or a laboratory only: anyone reaching the peer routes can speak raft).
     #[arg(long)]
@@ -118,6 +122,9 @@ pub fn run(args: ServerArgs, global: &Global) -> anyhow::Result<ExitCode> {
     }
     if args.insecure_peers {
         flags.push(("insecure_peers", "true".into()));
+    }
+    if args.force_new_cluster {
+        flags.push(("force_new_cluster", "true".into()));
     }
     if let Some(n) = args.connections_max {
         flags.push(("connections_max", n.to_string()));

@@ -394,6 +394,9 @@ ERROR_CODES: Dict[str, Type[FencedError]] = {
     # credentials
     "unauthorized": Unauthorized,
     "forbidden": Forbidden,
+    # the peer routes, refused to a client: typed all the same
+    "not_a_cluster": Forbidden,
+    "invalid_snapshot": BadRequest,
     # the server itself
     "internal": ServerError,
 }

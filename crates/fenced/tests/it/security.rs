@@ -512,3 +512,68 @@ fn a_server_alone_takes_no_peer_message_and_cannot_be_talked_out_of_its_quorum()
     assert_eq!((v["held"].as_bool(), v["token"].as_u64()), (Some(true), g["token"].as_u64()), "{v}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A member whose quorum is gone for good (the other two data directories lost):
+/// restarted with `--force-new-cluster` it becomes the only voter, keeping every
+/// acknowledged lock and write, and tokens go on above them; restarted again without
+/// the flag it stays a cluster of one.
+#[test]
+fn force_new_cluster_brings_back_a_member_whose_quorum_is_gone_keeping_everything() {
+    let members: Vec<(u64, SocketAddr, PathBuf)> =
+        (1..=3).map(|id| (id, free_addr(), scratch(&format!("force-{id}")))).collect();
+    let peers = members.iter().map(|(id, a, _)| format!("{id}=http://{a}")).collect::<Vec<_>>().join(",");
+    let start = |(id, addr, dir): &(u64, SocketAddr, PathBuf), extra: &[&str]| {
+        Command::new(BIN)
+            .args(["server", "--listen", &addr.to_string(), "--node-id", &id.to_string(), "--peers", &peers])
+            .arg("--insecure-peers")
+            .args(extra)
+            .arg("--data-dir")
+            .arg(dir)
+            .env("FENCED_LOG", "error")
+            .stdout(Stdio::null())
+            .spawn()
+            .map(Killed)
+            .unwrap()
+    };
+    let children: Vec<Killed> = members.iter().map(|m| start(m, &[])).collect();
+    let status = |a: SocketAddr| call(a, "GET", "/v1/cluster", "", &[]).ok().map(|(_, v)| v);
+    let mut leader = None;
+    until(20, || {
+        leader = members.iter().find(|(id, a, _)| status(*a).is_some_and(|s| s["leader_id"].as_u64() == Some(*id)));
+        leader.is_some()
+    });
+    let l = leader.unwrap().1;
+    let (st, g) = call(l, "POST", "/v1/locks/kept/acquire", r#"{"ttl_ms":60000}"#, &[]).unwrap();
+    assert_eq!(st, 200, "{g}");
+    let token = g["token"].as_u64().unwrap();
+    let t = token.to_string();
+    let (st, w) = call(l, "PUT", "/v1/store/acct", "balance=1000", &[("fencing-token", t)]).unwrap();
+    assert_eq!(st, 200, "{w}");
+    // Member 1 alone survives; the others' data is gone for good.
+    drop(children);
+    for (_, _, dir) in &members[1..] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    let one = members[0].1;
+    let child = start(&members[0], &["--force-new-cluster"]);
+    until(20, || status(one).is_some_and(|s| s["leader_id"].as_u64() == Some(1)));
+    let s = status(one).unwrap();
+    let ids: Vec<u64> = s["members"].as_array().unwrap().iter().map(|m| m["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, [1], "{s}");
+    let (_, v) = call(one, "GET", "/v1/locks/kept", "", &[]).unwrap();
+    assert_eq!((v["held"].as_bool(), v["token"].as_u64()), (Some(true), Some(token)), "{v}");
+    let (st, v) = call(one, "GET", "/v1/store/acct", "", &[]).unwrap();
+    assert_eq!((st, v.as_str()), (200, Some("balance=1000")), "{v}");
+    let (st, g) = call(one, "POST", "/v1/locks/after/acquire", r#"{"ttl_ms":5000}"#, &[]).unwrap();
+    assert_eq!(st, 200, "{g}");
+    assert!(g["token"].as_u64().unwrap() > token, "{g}");
+    // Without the flag it stays a cluster of one.
+    drop(child);
+    let _child = start(&members[0], &[]);
+    until(20, || status(one).is_some_and(|s| s["leader_id"].as_u64() == Some(1)));
+    let (_, v) = call(one, "GET", "/v1/locks/kept", "", &[]).unwrap();
+    assert_eq!((v["held"].as_bool(), v["token"].as_u64()), (Some(true), Some(token)), "{v}");
+    for (_, _, dir) in &members {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
