@@ -46,8 +46,8 @@ impl Endpoint {
         ca_pem: Option<&[u8]>,
         connect_attempts: u32,
     ) -> Result<Endpoint, Error> {
-        if endpoint.starts_with("fenced://") {
-            let mux = Mux::new(endpoint, auth, connect_timeout, request_timeout, connect_attempts)?;
+        if endpoint.starts_with("fenced://") || endpoint.starts_with("fenceds://") {
+            let mux = Mux::new(endpoint, auth, connect_timeout, request_timeout, ca_pem, connect_attempts)?;
             return Ok(Endpoint::Wire(Arc::new(mux)));
         }
         Ok(Endpoint::Http(Transport::new(endpoint, auth, connect_timeout, request_timeout, ca_pem, connect_attempts)?))

@@ -202,6 +202,20 @@ impl Transport {
 
 #[cfg(feature = "tls")]
 pub(crate) fn wrap_tls(http: HttpConnector, _https: bool, ca_pem: Option<&[u8]>) -> Result<Connector, Error> {
+    let config = tls_client_config(ca_pem)?;
+    let mut http = http;
+    http.enforce_http(false);
+    Ok(hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http))
+}
+
+/// The TLS configuration of `https://` and `fenceds://` endpoints: the PEM certificates
+/// of `ca_pem` as the only roots, else the public web roots.
+#[cfg(feature = "tls")]
+pub(crate) fn tls_client_config(ca_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, Error> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
 
@@ -222,18 +236,11 @@ pub(crate) fn wrap_tls(http: HttpConnector, _https: bool, ca_pem: Option<&[u8]>)
     }
     // ring, not the default aws-lc-rs: no cmake, and the server uses ring too.
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::BadRequest(format!("TLS set-up: {e}")))?
         .with_root_certificates(roots)
-        .with_no_client_auth();
-    let mut http = http;
-    http.enforce_http(false);
-    Ok(hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http))
+        .with_no_client_auth())
 }
 
 #[cfg(not(feature = "tls"))]

@@ -20,8 +20,7 @@ use std::time::Duration;
 
 use fenced_core::{LeaseId, Token};
 use fenced_wire::{self as w, Request, Response};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
 
@@ -50,6 +49,9 @@ pub(crate) struct Mux {
     pub endpoint: String,
     /// `host:port`.
     addr: String,
+    /// For `fenceds://`: the TLS handshake's configuration and the server's name.
+    #[cfg(feature = "tls")]
+    tls: Option<(Arc<rustls::ClientConfig>, rustls::pki_types::ServerName<'static>)>,
     /// The bearer token, sent first on every connection.
     auth: Option<Vec<u8>>,
     /// Bound on opening a connection.
@@ -94,20 +96,45 @@ enum Slot {
 }
 
 impl Mux {
-    /// `endpoint` is `fenced://host:port`.
+    /// `endpoint` is `fenced://host:port`, or `fenceds://host:port` over TLS (the
+    /// server's certificate checked against `ca_pem`, else the public web roots).
     pub fn new(
         endpoint: &str,
         auth: Option<&str>,
         connect_timeout: Duration,
         request_timeout: Duration,
+        ca_pem: Option<&[u8]>,
         connect_attempts: u32,
     ) -> Result<Mux, Error> {
         let endpoint = endpoint.trim_end_matches('/').to_owned();
-        let addr = endpoint.strip_prefix("fenced://").unwrap_or_default();
+        let (addr, tls) = match endpoint.strip_prefix("fenceds://") {
+            Some(addr) => (addr, true),
+            None => (endpoint.strip_prefix("fenced://").unwrap_or_default(), false),
+        };
         if addr.is_empty() || addr.contains('/') || !addr.contains(':') {
-            return Err(Error::BadRequest(format!("endpoint '{endpoint}' must be fenced://HOST:PORT with no path")));
+            return Err(Error::BadRequest(format!(
+                "endpoint '{endpoint}' must be fenced://HOST:PORT or fenceds://HOST:PORT with no path"
+            )));
         }
+        #[cfg(not(feature = "tls"))]
+        if tls {
+            let _ = ca_pem;
+            return Err(Error::BadRequest("fenceds:// endpoints need fenced-client's `tls` feature".into()));
+        }
+        #[cfg(feature = "tls")]
+        let tls = match tls {
+            false => None,
+            true => {
+                let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
+                let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+                    .map_err(|e| Error::BadRequest(format!("endpoint '{endpoint}': {e}")))?;
+                let config = crate::http::tls_client_config(ca_pem)?;
+                Some((Arc::new(config), name))
+            }
+        };
         Ok(Mux {
+            #[cfg(feature = "tls")]
+            tls,
             addr: addr.to_owned(),
             endpoint: endpoint.clone(),
             auth: auth.map(|t| t.as_bytes().to_vec()),
@@ -193,7 +220,22 @@ impl Mux {
             Err(_) => return Err(Error::unavailable(format!("{}: connect timed out", self.endpoint))),
         };
         let _ = stream.set_nodelay(true);
-        let link = Link::start(stream, self.auth.as_deref());
+        #[cfg(feature = "tls")]
+        if let Some((config, name)) = &self.tls {
+            let handshake = tokio_rustls::TlsConnector::from(config.clone()).connect(name.clone(), stream);
+            let stream = match tokio::time::timeout(self.connect_timeout, handshake).await {
+                Ok(Ok(s)) => s,
+                // A certificate that does not verify is no transient failure: say so.
+                Ok(Err(e)) => return Err(Error::BadRequest(format!("{}: TLS handshake failed: {e}", self.endpoint))),
+                Err(_) => return Err(Error::unavailable(format!("{}: TLS handshake timed out", self.endpoint))),
+            };
+            let (rd, wr) = tokio::io::split(stream);
+            let link = Link::start(rd, wr, self.auth.as_deref());
+            *self.current.lock().expect("link lock") = Some(link.clone());
+            return Ok(link);
+        }
+        let (rd, wr) = stream.into_split();
+        let link = Link::start(rd, wr, self.auth.as_deref());
         *self.current.lock().expect("link lock") = Some(link.clone());
         Ok(link)
     }
@@ -213,7 +255,11 @@ impl Drop for Mux {
 }
 
 impl Link {
-    fn start(stream: TcpStream, auth: Option<&[u8]>) -> Arc<Link> {
+    fn start<R, W>(rd: R, wr: W, auth: Option<&[u8]>) -> Arc<Link>
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
         let mut out = w::PREAMBLE.to_vec();
         if let Some(token) = auth {
             // Id 0 is never a caller's: the answer is dropped. A refused token makes
@@ -227,7 +273,6 @@ impl Link {
             next_id: AtomicU32::new(1),
             dead: AtomicBool::new(false),
         });
-        let (rd, wr) = stream.into_split();
         tokio::spawn(read_loop(link.clone(), rd));
         tokio::spawn(write_loop(link.clone(), wr));
         link.wake.notify_one();
@@ -342,7 +387,7 @@ fn owned(r: Response<'_>) -> Reply {
     }
 }
 
-async fn read_loop(link: Arc<Link>, mut rd: OwnedReadHalf) {
+async fn read_loop(link: Arc<Link>, mut rd: impl AsyncRead + Unpin) {
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut start = 0;
     'read: loop {
@@ -377,7 +422,7 @@ async fn read_loop(link: Arc<Link>, mut rd: OwnedReadHalf) {
     link.die();
 }
 
-async fn write_loop(link: Arc<Link>, mut wr: OwnedWriteHalf) {
+async fn write_loop(link: Arc<Link>, mut wr: impl AsyncWrite + Unpin) {
     let mut buf = Vec::with_capacity(4096);
     loop {
         std::mem::swap(&mut *link.out.lock().expect("out lock"), &mut buf);

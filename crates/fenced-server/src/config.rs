@@ -277,10 +277,6 @@ impl Config {
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return bad("tls_cert and tls_key go together");
         }
-        if self.wire_listen.is_some() && self.tls_cert.is_some() {
-            // The wire protocol has no TLS yet: it must not serve in clear beside HTTPS.
-            return bad("wire_listen serves plain TCP and cannot be combined with tls_cert");
-        }
         if self.ttl_ms_min == 0 || self.ttl_ms_min > self.ttl_ms_max {
             return bad("need 0 < ttl_ms_min <= ttl_ms_max");
         }

@@ -86,6 +86,8 @@ pub async fn run_with_wire(
         _ => None,
     };
     let peer_tls = tls::peer(&config).map_err(ServerError::Setup)?;
+    // The wire protocol speaks TLS whenever the HTTP listener does (fenceds://).
+    let wire_tls = tls.clone();
     let peer_listener = match &config.peer_listen {
         None => None,
         Some(addr) => Some(
@@ -234,7 +236,7 @@ pub async fn run_with_wire(
     });
     let wire_serve = async {
         if let Some(w) = wire {
-            wire::serve(w, app, conns.clone(), stop_rx.clone()).await;
+            wire::serve(w, wire_tls, app, conns.clone(), stop_rx.clone()).await;
         }
     };
     let listener = listener::FencedListener {

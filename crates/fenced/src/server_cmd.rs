@@ -16,7 +16,8 @@ pub struct ServerArgs {
     /// Address to listen on [default: 127.0.0.1:7400].
     #[arg(long)]
     pub listen: Option<String>,
-    /// Address of the binary wire protocol (plain TCP; clients use fenced://HOST:PORT) [default: off].
+    /// Address of the binary wire protocol (clients use fenced://HOST:PORT, or
+    /// fenceds://HOST:PORT when --tls-cert is set: TLS) [default: off].
     #[arg(long)]
     pub wire_listen: Option<String>,
     /// Directory of the embedded database [default: ./fenced-data].

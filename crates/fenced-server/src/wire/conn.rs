@@ -20,7 +20,6 @@ use fenced_wire::{self as w, op, FrameError, Request, Response};
 use futures_util::future::{AbortHandle, Abortable, FutureExt};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio::time::Instant;
 
@@ -75,8 +74,9 @@ struct Session {
     cancels: HashMap<u32, AbortHandle>,
 }
 
-pub async fn serve_conn(
-    mut stream: TcpStream,
+pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut stream: S,
+    remote: Option<std::net::SocketAddr>,
     app: App,
     _permit: OwnedSemaphorePermit,
     mut stop: watch::Receiver<bool>,
@@ -84,7 +84,6 @@ pub async fn serve_conn(
     let idle = (app.config.idle_timeout_ms > 0).then(|| Duration::from_millis(app.config.idle_timeout_ms));
     let frame_max = app.config.body_bytes_max + w::FRAME_OVERHEAD_BYTES;
     let open = app.identity(None);
-    let remote = stream.peer_addr().ok();
     let mut s = Session {
         authed: open.is_some(),
         caller: open.map(|identity| Caller { identity, remote }),

@@ -19,18 +19,36 @@ use crate::metrics::inc;
 
 /// Accepts wire connections until `stop` flips, then waits for the open ones to
 /// finish what they have in flight. `conns` is the HTTP listener's permit pool:
-/// `connections_max` counts both.
-pub async fn serve(listener: TcpListener, app: App, conns: Arc<Semaphore>, stop: watch::Receiver<bool>) {
+/// `connections_max` counts both. With `tls` (the server's `tls_cert`), every
+/// connection is TLS (`fenceds://`): the handshake runs on the connection's own task
+/// and must finish within `head_timeout_ms`.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    app: App,
+    conns: Arc<Semaphore>,
+    stop: watch::Receiver<bool>,
+) {
     let mut tasks = JoinSet::new();
     let mut stopped = stop.clone();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+                Ok((stream, remote)) => {
                     let _ = stream.set_nodelay(true);
                     match conns.clone().try_acquire_owned() {
                         Ok(permit) => {
-                            tasks.spawn(conn::serve_conn(stream, app.clone(), permit, stop.clone()));
+                            let (app, stop) = (app.clone(), stop.clone());
+                            match tls.clone() {
+                                None => tasks.spawn(conn::serve_conn(stream, Some(remote), app, permit, stop)),
+                                Some(acceptor) => tasks.spawn(async move {
+                                    let ms = app.config.head_timeout_ms.max(1);
+                                    let handshake = acceptor.accept(stream);
+                                    if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(ms), handshake).await {
+                                        conn::serve_conn(s, Some(remote), app, permit, stop).await;
+                                    }
+                                }),
+                            };
                         }
                         Err(_) => {
                             inc(&app.metrics.connections_refused);
