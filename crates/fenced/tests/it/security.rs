@@ -213,6 +213,17 @@ impl TlsCluster {
         curl(&self.url(i, path), method, body, &["--cacert", self.members[i].ca.to_str().unwrap(), "-H", &auth])
     }
 
+    /// [`Self::call`], asked again while the member answers 503 (a new leader still
+    /// taking office) or not at all, for up to 10 s.
+    fn settled(&self, i: usize, method: &str, path: &str, body: &str) -> (u16, Value) {
+        let mut last = None;
+        until(10, || {
+            last = self.call(i, method, path, body);
+            last.as_ref().is_some_and(|r| r.0 != 503)
+        });
+        last.unwrap()
+    }
+
     fn status(&self, i: usize) -> Option<Value> {
         self.call(i, "GET", "/v1/cluster", "").filter(|(st, _)| *st == 200).map(|(_, v)| v)
     }
@@ -293,7 +304,7 @@ fn three_members_over_mutual_tls_serve_https_and_lose_nothing_when_the_leader_is
     let pki = Pki::new(&dir, "cluster");
     let mut c = TlsCluster::start("tls", &pki, 3);
     let l = c.leader();
-    let (st, g) = c.call(l, "POST", "/v1/locks/held/acquire", r#"{"ttl_ms":60000}"#).unwrap();
+    let (st, g) = c.settled(l, "POST", "/v1/locks/held/acquire", r#"{"ttl_ms":60000}"#);
     assert_eq!(st, 200, "{g}");
     let token = g["token"].as_u64().unwrap();
     let auth = format!("authorization: Bearer {TOKEN}");
@@ -308,7 +319,7 @@ fn three_members_over_mutual_tls_serve_https_and_lose_nothing_when_the_leader_is
     let l2 = c.leader();
     assert_ne!(l, l2);
     // The held lock kept its holder and token; the store write is there; tokens go on.
-    let (st, v) = c.call(l2, "GET", "/v1/locks/held", "").unwrap();
+    let (st, v) = c.settled(l2, "GET", "/v1/locks/held", "");
     assert_eq!((st, v["held"].as_bool(), v["token"].as_u64()), (200, Some(true), Some(token)), "{v}");
     let (st, v) = c.call(l2, "GET", "/v1/store/acct", "").unwrap();
     assert_eq!((st, v.as_str()), (200, Some("balance=1000")), "{v}");
@@ -316,11 +327,9 @@ fn three_members_over_mutual_tls_serve_https_and_lose_nothing_when_the_leader_is
     assert_eq!(st, 200, "{g}");
     assert!(g["token"].as_u64().unwrap() > token, "{g}");
     // The killed member comes back over TLS and catches up.
+    let target = c.status(l2).and_then(|s| s["commit_index"].as_u64()).expect("the new leader's commit index");
     c.spawn(l);
-    until(20, || {
-        c.status(l).and_then(|s| s["last_applied_index"].as_u64())
-            >= c.status(l2).and_then(|s| s["commit_index"].as_u64())
-    });
+    until(20, || c.status(l).and_then(|s| s["last_applied_index"].as_u64()) >= Some(target));
     drop(c);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -417,41 +426,79 @@ fn a_member_with_another_cas_certificate_cannot_join_or_vote() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Three members on loopback without peer authentication (`--insecure-peers`): their
+/// ids, client addresses and data directories, and the `--peers` they share.
+struct Insecure {
+    members: Vec<(u64, SocketAddr, PathBuf)>,
+    peers: String,
+}
+
+impl Insecure {
+    fn new(name: &str) -> Insecure {
+        let members: Vec<(u64, SocketAddr, PathBuf)> =
+            (1..=3).map(|id| (id, free_addr(), scratch(&format!("{name}-{id}")))).collect();
+        let peers = members.iter().map(|(id, a, _)| format!("{id}=http://{a}")).collect::<Vec<_>>().join(",");
+        Insecure { members, peers }
+    }
+
+    /// Starts member `i` (0-based) with `extra` flags.
+    fn start(&self, i: usize, extra: &[&str]) -> Killed {
+        let (id, addr, dir) = &self.members[i];
+        Command::new(BIN)
+            .args(["server", "--listen", &addr.to_string(), "--node-id", &id.to_string(), "--peers", &self.peers])
+            .arg("--insecure-peers")
+            .args(extra)
+            .arg("--data-dir")
+            .arg(dir)
+            .env("FENCED_LOG", "error")
+            .stdout(Stdio::null())
+            .spawn()
+            .map(Killed)
+            .unwrap()
+    }
+
+    fn start_all(&self) -> Vec<Killed> {
+        (0..self.members.len()).map(|i| self.start(i, &[])).collect()
+    }
+
+    fn status(&self, i: usize) -> Option<Value> {
+        call(self.members[i].1, "GET", "/v1/cluster", "", &[]).ok().map(|(_, v)| v)
+    }
+
+    /// The index of the member that leads, once one does (within 20 s).
+    fn leader(&self) -> usize {
+        let mut found = None;
+        until(20, || {
+            found = (0..self.members.len())
+                .find(|i| self.status(*i).is_some_and(|s| s["leader_id"].as_u64() == Some(self.members[*i].0)));
+            found.is_some()
+        });
+        found.unwrap()
+    }
+}
+
+impl Drop for Insecure {
+    fn drop(&mut self) {
+        for (_, _, dir) in &self.members {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 /// The negative control of the tests above: the same forged append on a cluster that
 /// runs without peer authentication (`--insecure-peers`) is taken, and moves the
 /// follower's term. What refuses it above is the peer authentication, not the message.
 #[test]
 fn without_peer_authentication_the_same_forged_append_is_taken() {
-    let members: Vec<(u64, SocketAddr, PathBuf)> =
-        (1..=3).map(|id| (id, free_addr(), scratch(&format!("insecure-vote-{id}")))).collect();
-    let peers = members.iter().map(|(id, a, _)| format!("{id}=http://{a}")).collect::<Vec<_>>().join(",");
-    let children: Vec<Killed> = members
-        .iter()
-        .map(|(id, addr, dir)| {
-            Command::new(BIN)
-                .args(["server", "--listen", &addr.to_string(), "--node-id", &id.to_string(), "--peers", &peers])
-                .arg("--insecure-peers")
-                .arg("--data-dir")
-                .arg(dir)
-                .env("FENCED_LOG", "error")
-                .stdout(Stdio::null())
-                .spawn()
-                .map(Killed)
-                .unwrap()
-        })
-        .collect();
-    let status = |a: SocketAddr| call(a, "GET", "/v1/cluster", "", &[]).ok().map(|(_, v)| v);
-    let mut follower = None;
-    until(20, || {
-        let leader = members.iter().find_map(|(_, a, _)| status(*a).and_then(|s| s["leader_id"].as_u64()));
-        follower = leader.and_then(|l| members.iter().find(|(id, _, _)| *id != l)).map(|(_, a, _)| *a);
-        follower.is_some()
-    });
-    let f = follower.unwrap();
-    let term = status(f).unwrap()["term"].as_u64().unwrap();
+    let c = Insecure::new("insecure-append");
+    let _children = c.start_all();
+    let l = c.leader();
+    let fi = (l + 1) % 3;
+    let f = c.members[fi].1;
+    let term = c.status(fi).unwrap()["term"].as_u64().unwrap();
     let (st, v) = call(f, "POST", "/raft/append", &forged("append", term + 100), &[]).unwrap();
     assert_eq!((st, &v["Ok"]), (200, &Value::from("Success")), "{v}");
-    let after = status(f).unwrap()["term"].as_u64().unwrap();
+    let after = c.status(fi).unwrap()["term"].as_u64().unwrap();
     assert!(after >= term + 100, "the forged append was not taken (term {term} -> {after}): {v}");
     // A snapshot that does not decode is refused before openraft sees it (its install
     // would stop the log, and the server with it): the member serves on.
@@ -461,10 +508,6 @@ fn without_peer_authentication_the_same_forged_append_is_taken() {
     assert_eq!((st, v["error"]["code"].as_str()), (400, Some("invalid_snapshot")), "{v}");
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(matches!(call(f, "GET", "/livez", "", &[]), Ok((200, _))), "the member serves on");
-    drop(children);
-    for (_, _, dir) in &members {
-        let _ = std::fs::remove_dir_all(dir);
-    }
 }
 
 /// The two requests that used to destroy a single server for good (its own URL added
@@ -519,47 +562,33 @@ fn a_server_alone_takes_no_peer_message_and_cannot_be_talked_out_of_its_quorum()
 /// the flag it stays a cluster of one.
 #[test]
 fn force_new_cluster_brings_back_a_member_whose_quorum_is_gone_keeping_everything() {
-    let members: Vec<(u64, SocketAddr, PathBuf)> =
-        (1..=3).map(|id| (id, free_addr(), scratch(&format!("force-{id}")))).collect();
-    let peers = members.iter().map(|(id, a, _)| format!("{id}=http://{a}")).collect::<Vec<_>>().join(",");
-    let start = |(id, addr, dir): &(u64, SocketAddr, PathBuf), extra: &[&str]| {
-        Command::new(BIN)
-            .args(["server", "--listen", &addr.to_string(), "--node-id", &id.to_string(), "--peers", &peers])
-            .arg("--insecure-peers")
-            .args(extra)
-            .arg("--data-dir")
-            .arg(dir)
-            .env("FENCED_LOG", "error")
-            .stdout(Stdio::null())
-            .spawn()
-            .map(Killed)
-            .unwrap()
-    };
-    let children: Vec<Killed> = members.iter().map(|m| start(m, &[])).collect();
-    let status = |a: SocketAddr| call(a, "GET", "/v1/cluster", "", &[]).ok().map(|(_, v)| v);
-    let mut leader = None;
-    until(20, || {
-        leader = members.iter().find(|(id, a, _)| status(*a).is_some_and(|s| s["leader_id"].as_u64() == Some(*id)));
-        leader.is_some()
+    let c = Insecure::new("force");
+    let children = c.start_all();
+    // The survivor is the leader: it holds everything acknowledged (a follower may not
+    // yet, when the other follower made the majority).
+    let k = c.leader();
+    let (id, one) = (c.members[k].0, c.members[k].1);
+    // Right after its election a leader may still be taking office (503): ask again.
+    let mut g = Value::Null;
+    until(10, || {
+        let (st, v) = call(one, "POST", "/v1/locks/kept/acquire", r#"{"ttl_ms":60000}"#, &[]).unwrap();
+        g = v;
+        st == 200
     });
-    let l = leader.unwrap().1;
-    let (st, g) = call(l, "POST", "/v1/locks/kept/acquire", r#"{"ttl_ms":60000}"#, &[]).unwrap();
-    assert_eq!(st, 200, "{g}");
     let token = g["token"].as_u64().unwrap();
     let t = token.to_string();
-    let (st, w) = call(l, "PUT", "/v1/store/acct", "balance=1000", &[("fencing-token", t)]).unwrap();
+    let (st, w) = call(one, "PUT", "/v1/store/acct", "balance=1000", &[("fencing-token", t)]).unwrap();
     assert_eq!(st, 200, "{w}");
-    // Member 1 alone survives; the others' data is gone for good.
+    // The survivor alone is left; the others' data is gone for good.
     drop(children);
-    for (_, _, dir) in &members[1..] {
+    for (_, _, dir) in c.members.iter().filter(|m| m.0 != id) {
         let _ = std::fs::remove_dir_all(dir);
     }
-    let one = members[0].1;
-    let child = start(&members[0], &["--force-new-cluster"]);
-    until(20, || status(one).is_some_and(|s| s["leader_id"].as_u64() == Some(1)));
-    let s = status(one).unwrap();
+    let child = c.start(k, &["--force-new-cluster"]);
+    until(20, || c.status(k).is_some_and(|s| s["leader_id"].as_u64() == Some(id)));
+    let s = c.status(k).unwrap();
     let ids: Vec<u64> = s["members"].as_array().unwrap().iter().map(|m| m["id"].as_u64().unwrap()).collect();
-    assert_eq!(ids, [1], "{s}");
+    assert_eq!(ids, [id], "{s}");
     let (_, v) = call(one, "GET", "/v1/locks/kept", "", &[]).unwrap();
     assert_eq!((v["held"].as_bool(), v["token"].as_u64()), (Some(true), Some(token)), "{v}");
     let (st, v) = call(one, "GET", "/v1/store/acct", "", &[]).unwrap();
@@ -569,11 +598,8 @@ fn force_new_cluster_brings_back_a_member_whose_quorum_is_gone_keeping_everythin
     assert!(g["token"].as_u64().unwrap() > token, "{g}");
     // Without the flag it stays a cluster of one.
     drop(child);
-    let _child = start(&members[0], &[]);
-    until(20, || status(one).is_some_and(|s| s["leader_id"].as_u64() == Some(1)));
+    let _child = c.start(k, &[]);
+    until(20, || c.status(k).is_some_and(|s| s["leader_id"].as_u64() == Some(id)));
     let (_, v) = call(one, "GET", "/v1/locks/kept", "", &[]).unwrap();
     assert_eq!((v["held"].as_bool(), v["token"].as_u64()), (Some(true), Some(token)), "{v}");
-    for (_, _, dir) in &members {
-        let _ = std::fs::remove_dir_all(dir);
-    }
 }
