@@ -91,7 +91,12 @@ pub type App = Arc<AppInner>;
 pub use raft::{PEER_BYTES_IN_FLIGHT_MAX, PEER_CONNECTIONS_MAX};
 
 pub fn router(app: App) -> Router {
-    let lab = if app.config.lab_api { fenced_console::api() } else { Router::new() };
+    // The laboratory's simulations run on the server's own cores: an admin's call.
+    let lab = if app.config.lab_api {
+        fenced_console::api().route_layer(middleware::from_fn(admin_only))
+    } else {
+        Router::new()
+    };
     let v1 = Router::new()
         .route("/v1/leases", post(leases::create))
         .route("/v1/leases/{id}", axum::routing::delete(leases::revoke))
@@ -110,7 +115,9 @@ pub fn router(app: App) -> Router {
     // With a peer listener of its own, the client listener serves no peer route: no
     // client credential of any kind reaches one.
     let peers = match app.config.peer_listen {
-        None => raft::routes(app.clone()).layer(middleware::from_fn_with_state(app.clone(), auth)),
+        None => raft::routes(app.clone())
+            .layer(middleware::from_fn(admin_only))
+            .layer(middleware::from_fn_with_state(app.clone(), auth)),
         Some(_) => Router::new().route("/raft/{*rest}", axum::routing::any(raft::elsewhere)),
     };
     Router::new()
@@ -133,8 +140,11 @@ pub fn router(app: App) -> Router {
 /// when one is set.
 pub fn peer_router(app: App) -> Router {
     let routes = raft::routes(app.clone());
-    let routes =
-        if app.config.peer_tls() { routes } else { routes.layer(middleware::from_fn_with_state(app.clone(), auth)) };
+    let routes = if app.config.peer_tls() {
+        routes
+    } else {
+        routes.layer(middleware::from_fn(admin_only)).layer(middleware::from_fn_with_state(app.clone(), auth))
+    };
     routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -208,27 +218,23 @@ async fn auth(State(app): State<App>, mut req: Request, next: Next) -> Response 
     let Some(identity) = app.identity(presented) else {
         if app.audit.is_on() {
             let path = redact(req.uri().path());
-            let line = crate::audit::Line {
-                at: crate::audit::now_rfc3339(),
-                identity: "-",
-                remote,
-                op: "authenticate",
-                name: Some(&path),
-                token: None,
-                result: "unauthorized",
-            };
-            app.audit.write(&line);
+            app.audit_line("-", remote, "authenticate", Some(&path), None, "unauthorized");
         }
         return unauthorized().into_response();
     };
-    let caller = Caller { identity, remote };
-    if req.uri().path().starts_with("/v1/sim/") {
-        if let Err(e) = caller.require_admin() {
-            return e.into_response();
-        }
-    }
-    req.extensions_mut().insert(caller);
+    req.extensions_mut().insert(Caller { identity, remote });
     next.run(req).await
+}
+
+/// Behind [`auth`]: only an identity with `admin` on every name (the laboratory's
+/// simulations; the raft routes of members without certificates, whose token is
+/// `auth_token_file`'s, every right).
+async fn admin_only(req: Request, next: Next) -> Response {
+    match req.extensions().get::<Caller>().map(Caller::require_admin) {
+        Some(Ok(())) => next.run(req).await,
+        Some(Err(e)) => e.into_response(),
+        None => unauthorized().into_response(),
+    }
 }
 
 /// 401 for a call without a known bearer token (HTTP and the wire protocol).
@@ -398,15 +404,21 @@ impl AppInner {
             Ok(_) => "ok",
             Err(e) => e.code,
         };
-        self.audit.write(&crate::audit::Line {
-            at: crate::audit::now_rfc3339(),
-            identity: &caller.identity.name,
-            remote: caller.remote,
-            op,
-            name,
-            token,
-            result,
-        });
+        self.audit_line(&caller.identity.name, caller.remote, op, name, token, result);
+    }
+
+    /// One audit line, stamped now.
+    fn audit_line(
+        &self,
+        identity: &str,
+        remote: Option<std::net::SocketAddr>,
+        op: &str,
+        name: Option<&str>,
+        token: Option<u64>,
+        result: &str,
+    ) {
+        let at = crate::audit::now_rfc3339();
+        self.audit.write(&crate::audit::Line { at, identity, remote, op, name, token, result });
     }
 
     /// The identity presenting `bearer`, as the identities are now.
