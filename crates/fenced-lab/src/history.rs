@@ -65,6 +65,16 @@ pub struct Op {
     pub value: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// On a write: until when the client library promised the holder its lock as the
+    /// write started (the send time of its last acknowledged keepalive plus the TTL
+    /// less its margin), Unix microseconds; for the targets whose client keeps one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promised_until_us: Option<u64>,
+    /// On a write: whether the client library had signalled the lock lost as the write
+    /// started (the worker writes anyway: the resource must refuse it); for the
+    /// targets whose client has the signal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_signalled: Option<bool>,
 }
 
 /// A fault the nemesis injected.
@@ -290,25 +300,35 @@ fn regressions(grants: &[&Op]) -> (u64, u64, Vec<String>) {
 /// Two holders of the lock at once, as the service promised them: each grant is
 /// certainly held from its acknowledgement until the earlier of the holder's release
 /// request and the client-side deadline the service's promise gives it: the send time
-/// of the acquire plus the TTL less the client's default margin (a tenth). Keepalives
-/// would only extend that, so leaving them out can only miss an overlap, never invent
-/// one. Two such windows that intersect are two holders at one instant, whatever order
-/// the grants took effect in: a violation of mutual exclusion. Returns the number of
-/// grants whose window opened inside an earlier one, and proofs.
+/// of the acquire plus the TTL less the client's default margin (a tenth), or later
+/// where a write recorded a later promise (the library's deadline from its last
+/// acknowledged keepalive). Keepalives not recorded would only extend that, so leaving
+/// them out can only miss an overlap, never invent one. Two such windows that intersect
+/// are two holders at one instant, whatever order the grants took effect in: a
+/// violation of mutual exclusion. Returns the number of grants whose window opened
+/// inside an earlier one, and proofs.
 pub fn overlapping_holders(ops: &[Op], ttl_ms: u64) -> (u64, Vec<String>) {
     let promised_us = (ttl_ms - ttl_ms / 10) * 1000;
     let mut released: HashMap<(u32, u64), u64> = HashMap::new();
-    for o in ops.iter().filter(|o| o.kind == OpKind::Release) {
-        let t = released.entry((o.worker, o.cycle)).or_insert(o.start_us);
-        *t = (*t).min(o.start_us);
+    let mut promised: HashMap<(u32, u64), u64> = HashMap::new();
+    for o in ops {
+        if o.kind == OpKind::Release {
+            let t = released.entry((o.worker, o.cycle)).or_insert(o.start_us);
+            *t = (*t).min(o.start_us);
+        }
+        if let Some(p) = o.promised_until_us {
+            let t = promised.entry((o.worker, o.cycle)).or_insert(p);
+            *t = (*t).max(p);
+        }
     }
     // (from, until, grant) for every acknowledged grant.
     let mut windows: Vec<(u64, u64, &Op)> = ops
         .iter()
         .filter(|o| o.kind == OpKind::Acquire && o.result == OpResult::Ok)
         .map(|g| {
-            let deadline = g.start_us + promised_us;
-            let until = released.get(&(g.worker, g.cycle)).map_or(deadline, |r| (*r).min(deadline));
+            let key = (g.worker, g.cycle);
+            let deadline = promised.get(&key).map_or(0, |p| *p).max(g.start_us + promised_us);
+            let until = released.get(&key).map_or(deadline, |r| (*r).min(deadline));
             (g.end_us, until, g)
         })
         .filter(|(from, until, _)| from < until)
@@ -338,6 +358,44 @@ pub fn overlapping_holders(ops: &[Op], ttl_ms: u64) -> (u64, Vec<String>) {
         }
     }
     (n, proofs)
+}
+
+/// Writes begun after another worker had been granted the lock by a holder whose client
+/// library had not signalled the loss yet: the lost signal came late. A service grants
+/// the lock again only once the holder's lease has expired, which is after the
+/// library's own deadline (the send time of the last acknowledged keepalive plus the
+/// TTL less a margin), so an honest library has signalled by then, even in a process
+/// frozen across that moment: its signal reads the clock. Only writes that recorded
+/// the signal count (`None` when none did). Returns the count, and proofs.
+pub fn late_lost_signals(ops: &[Op]) -> (Option<u64>, Vec<String>) {
+    if !ops.iter().any(|o| o.lost_signalled.is_some()) {
+        return (None, Vec::new());
+    }
+    let mut grants: Vec<&Op> = ops.iter().filter(|o| o.kind == OpKind::Acquire && o.result == OpResult::Ok).collect();
+    grants.sort_by_key(|g| g.end_us);
+    let own: HashMap<(u32, u64), u64> = grants.iter().map(|g| ((g.worker, g.cycle), g.end_us)).collect();
+    let (mut n, mut proofs) = (0u64, Vec::new());
+    for w in ops.iter().filter(|o| o.kind == OpKind::Write && o.lost_signalled == Some(false)) {
+        let Some(&granted_us) = own.get(&(w.worker, w.cycle)) else { continue };
+        let first = grants.partition_point(|g| g.end_us <= granted_us);
+        let next = grants[first..].iter().take_while(|g| g.end_us < w.start_us).find(|g| g.worker != w.worker);
+        if let Some(g) = next {
+            n += 1;
+            if proofs.len() < PROOFS_MAX {
+                proofs.push(format!(
+                    "late lost signal: worker {} (token {}) began a write at {} with its lock not signalled lost, \
+                     after worker {} had been granted token {} at {}",
+                    w.worker,
+                    w.token.map_or_else(|| "-".into(), |t| t.to_string()),
+                    us(w.start_us),
+                    g.worker,
+                    g.token.map_or_else(|| "-".into(), |t| t.to_string()),
+                    us(g.end_us)
+                ));
+            }
+        }
+    }
+    (Some(n), proofs)
 }
 
 /// Whether the counter's history in the Fenced store (its fenced reads and writes, and
@@ -398,7 +456,19 @@ mod tests {
     use super::*;
 
     fn op(worker: u32, cycle: u64, kind: OpKind, start_us: u64, end_us: u64, token: u64, value: Option<u64>) -> Op {
-        Op { worker, cycle, kind, start_us, end_us, result: OpResult::Ok, token: Some(token), value, error: None }
+        Op {
+            worker,
+            cycle,
+            kind,
+            start_us,
+            end_us,
+            result: OpResult::Ok,
+            token: Some(token),
+            value,
+            error: None,
+            promised_until_us: None,
+            lost_signalled: None,
+        }
     }
 
     /// Worker 0 reads 0 under token 1, pauses; worker 1 takes token 2, reads 0, writes 1;
@@ -531,6 +601,34 @@ mod tests {
         h
     }
 
+    /// Worker 0 granted at 10 ms, frozen; worker 1 granted at 500 ms; worker 0 writes
+    /// at 700 ms with its library's signal `lost` as recorded.
+    fn zombie_write(lost: Option<bool>) -> Vec<Op> {
+        let mut w = op(0, 1, OpKind::Write, 700_000, 710_000, 1, Some(1));
+        w.lost_signalled = lost;
+        vec![op(0, 1, OpKind::Acquire, 0, 10_000, 1, None), op(1, 1, OpKind::Acquire, 5_000, 500_000, 2, None), w]
+    }
+
+    #[test]
+    fn a_write_after_the_next_grant_without_the_lost_signal_is_caught() {
+        let (n, proofs) = late_lost_signals(&zombie_write(Some(false)));
+        assert_eq!(n, Some(1));
+        assert!(proofs[0].contains("worker 0 (token 1) began a write"), "{proofs:?}");
+        // Signalled before the write: what an honest library does.
+        assert_eq!(late_lost_signals(&zombie_write(Some(true))).0, Some(0));
+        // Not recorded (a client without the signal): no verdict at all.
+        assert_eq!(late_lost_signals(&zombie_write(None)).0, None);
+        // The write before the next grant: the lock may well have been held.
+        let mut h = zombie_write(Some(false));
+        h[2].start_us = 400_000;
+        assert_eq!(late_lost_signals(&h).0, Some(0));
+        // Its own later grant (a retried acquire) is not another holder's.
+        h[1].worker = 0;
+        h[1].cycle = 2;
+        h[2].start_us = 700_000;
+        assert_eq!(late_lost_signals(&h).0, Some(0));
+    }
+
     #[test]
     fn a_grant_inside_anothers_promised_lease_is_an_overlap() {
         // Granted at 500 ms while worker 0 holds (no release, no expiry before 900 ms).
@@ -541,6 +639,19 @@ mod tests {
         assert_eq!(overlapping_holders(&two_holders(500_000, Some(400_000)), 1_000).0, 0);
         // After the promised deadline (send + TTL - margin): the lease may have expired.
         assert_eq!(overlapping_holders(&two_holders(950_000, None), 1_000).0, 0);
+        // A write that recorded the library's later promise (a keepalive acknowledged)
+        // holds the lock until then: the same late grant is now an overlap, and one
+        // after that promise is not.
+        let mut h = two_holders(950_000, None);
+        h[1].start_us = 900_000;
+        assert_eq!(overlapping_holders(&h, 1_000).0, 0);
+        let mut write = op(0, 1, OpKind::Write, 600_000, 610_000, 1, Some(1));
+        write.promised_until_us = Some(1_400_000);
+        h.push(write);
+        assert_eq!(overlapping_holders(&h, 1_000).0, 1);
+        h[1].end_us = 1_450_000;
+        h[2].start_us = 1_460_000;
+        assert_eq!(overlapping_holders(&h, 1_000).0, 0);
         // An acquire request that failed holds nothing.
         let mut h = two_holders(500_000, None);
         h[0].result = OpResult::Unknown;

@@ -495,6 +495,8 @@ mod tests {
             token: Some(1),
             value: None,
             error: None,
+            promised_until_us: None,
+            lost_signalled: None,
         }
     }
 

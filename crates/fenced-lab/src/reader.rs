@@ -55,6 +55,8 @@ pub fn spawn(
                     token: None,
                     value,
                     error,
+                    promised_until_us: None,
+                    lost_signalled: None,
                 };
                 if tx.send(op).is_err() {
                     return;

@@ -66,10 +66,18 @@ pub enum Target {
     Dynamodb,
     EtcdCluster,
     ZookeeperEnsemble,
+    /// Fenced's lock and store, the workers written with the Python client.
+    Python,
+    /// The same without the token on the counter's writes: the control.
+    PythonUnfenced,
+    /// Fenced's lock and store, the workers written with the TypeScript client on Node.
+    Node,
+    /// The same without the token on the counter's writes: the control.
+    NodeUnfenced,
 }
 
 impl Target {
-    pub const ALL: [Target; 14] = [
+    pub const ALL: [Target; 18] = [
         Target::Fenced,
         Target::FencedCluster,
         Target::FencedUnfenced,
@@ -84,6 +92,10 @@ impl Target {
         Target::Dynamodb,
         Target::EtcdCluster,
         Target::ZookeeperEnsemble,
+        Target::Python,
+        Target::PythonUnfenced,
+        Target::Node,
+        Target::NodeUnfenced,
     ];
 
     pub fn name(self) -> &'static str {
@@ -102,6 +114,10 @@ impl Target {
             Target::Dynamodb => "dynamodb",
             Target::EtcdCluster => "etcd-cluster",
             Target::ZookeeperEnsemble => "zookeeper-ensemble",
+            Target::Python => "python",
+            Target::PythonUnfenced => "python-unfenced",
+            Target::Node => "node",
+            Target::NodeUnfenced => "node-unfenced",
         }
     }
 
@@ -119,6 +135,8 @@ impl Target {
                 | Target::Dynamodb
                 | Target::EtcdCluster
                 | Target::ZookeeperEnsemble
+                | Target::Python
+                | Target::Node
         )
     }
 
@@ -137,7 +155,22 @@ impl Target {
                 | Target::Postgres
                 | Target::S3
                 | Target::Dynamodb
+                | Target::Python
+                | Target::PythonUnfenced
+                | Target::Node
+                | Target::NodeUnfenced
         )
+    }
+
+    /// The language of the client library the workers are written with, for the
+    /// targets whose workers are not this binary: the proof that that client is as
+    /// honest as the Rust one.
+    pub fn client_language(self) -> Option<ClientLanguage> {
+        match self {
+            Target::Python | Target::PythonUnfenced => Some(ClientLanguage::Python),
+            Target::Node | Target::NodeUnfenced => Some(ClientLanguage::Node),
+            _ => None,
+        }
     }
 
     /// Whether the counter lives in a second Fenced server (the gate), apart from the
@@ -170,6 +203,34 @@ impl Target {
         matches!(self, Target::Etcd | Target::EtcdGated | Target::EtcdCluster)
     }
 
+    /// The key of the workload's counter on this target.
+    pub fn counter_key(self) -> String {
+        match self {
+            Target::FencedUnfenced | Target::Redlock | Target::PythonUnfenced | Target::NodeUnfenced => {
+                format!("{UNFENCED_PREFIX}{LOCK}/counter")
+            }
+            Target::Redis => format!("{LOCK}:counter"),
+            // Not under the lock's prefix: etcd's lock waits for every older key there.
+            Target::Etcd => format!("counter/{LOCK}"),
+            Target::EtcdGated
+            | Target::ZookeeperGated
+            | Target::RedisToken
+            | Target::EtcdCluster
+            | Target::ZookeeperEnsemble => {
+                format!("{FOREIGN_PREFIX}{LOCK}/counter")
+            }
+            Target::Fenced
+            | Target::FencedCluster
+            | Target::Postgres
+            | Target::S3
+            | Target::Dynamodb
+            | Target::Python
+            | Target::Node => {
+                format!("{LOCK}/counter")
+            }
+        }
+    }
+
     /// The shortest lease the target can keep (etcd grants whole seconds, at least 2 s
     /// with its default election timeout; ZooKeeper's sessions expire on its 2 s tick,
     /// so shorter ones would be rounded up anyway).
@@ -183,6 +244,15 @@ impl Target {
             _ => Duration::from_millis(100),
         }
     }
+}
+
+/// The other languages Fenced has a client in (`clients/`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ClientLanguage {
+    /// `clients/python`, run as `python -m fenced._torture_worker`.
+    Python,
+    /// `clients/typescript`, run as `node dist/src/torture-worker.js`.
+    Node,
 }
 
 impl fmt::Display for Target {
@@ -237,6 +307,28 @@ pub struct Grant {
     /// The lock service's token, when it mints one.
     pub token: Option<u64>,
     held: Held,
+}
+
+impl Grant {
+    /// Until when the client library promises the lock right now (its deadline from the
+    /// send time of the last acknowledged keepalive), Unix microseconds; `None` for the
+    /// targets whose recipe keeps no such deadline here.
+    pub fn promised_until_us(&self) -> Option<u64> {
+        let Held::Fenced(guard) = &self.held else { return None };
+        let (now, until) = (tokio::time::Instant::now(), guard.valid_until());
+        let now_us = crate::worker::now_us();
+        Some(match until.checked_duration_since(now) {
+            Some(ahead) => now_us + ahead.as_micros() as u64,
+            None => now_us.saturating_sub(now.duration_since(until).as_micros() as u64),
+        })
+    }
+
+    /// Whether the client library signals the lock lost right now (its deadline passed,
+    /// or the server said the lease is gone); `None` for the recipes without the signal.
+    pub fn lost_signalled(&self) -> Option<bool> {
+        let Held::Fenced(guard) = &self.held else { return None };
+        Some(!guard.is_valid())
+    }
 }
 
 enum Held {
@@ -346,7 +438,11 @@ impl Driver {
             | Target::FencedUnfenced
             | Target::Postgres
             | Target::S3
-            | Target::Dynamodb => {
+            | Target::Dynamodb
+            | Target::Python
+            | Target::PythonUnfenced
+            | Target::Node
+            | Target::NodeUnfenced => {
                 let client = fenced_client(&ep.lock, op_timeout)?;
                 let counter = match target {
                     Target::Postgres => {
@@ -373,7 +469,7 @@ impl Driver {
                         let endpoint = ep.dynamodb.as_deref().context("the dynamodb target needs an endpoint")?;
                         Counter::Dynamo(dynamo_gate(endpoint)?)
                     }
-                    Target::FencedUnfenced => Counter::Unfenced,
+                    Target::FencedUnfenced | Target::PythonUnfenced | Target::NodeUnfenced => Counter::Unfenced,
                     _ => Counter::Store,
                 };
                 Conn::Fenced { client, counter }
@@ -407,22 +503,7 @@ impl Driver {
 
     /// The counter's key on this target.
     fn counter_key(&self) -> String {
-        match self.target {
-            Target::FencedUnfenced | Target::Redlock => format!("{UNFENCED_PREFIX}{LOCK}/counter"),
-            Target::Redis => format!("{LOCK}:counter"),
-            // Not under the lock's prefix: etcd's lock waits for every older key there.
-            Target::Etcd => format!("counter/{LOCK}"),
-            Target::EtcdGated
-            | Target::ZookeeperGated
-            | Target::RedisToken
-            | Target::EtcdCluster
-            | Target::ZookeeperEnsemble => {
-                format!("{FOREIGN_PREFIX}{LOCK}/counter")
-            }
-            Target::Fenced | Target::FencedCluster | Target::Postgres | Target::S3 | Target::Dynamodb => {
-                format!("{LOCK}/counter")
-            }
-        }
+        self.target.counter_key()
     }
 
     /// Takes the lock, waiting at most `wait`; the lease lives `ttl` without renewal.

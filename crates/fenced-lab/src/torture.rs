@@ -21,11 +21,13 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, watch};
 use tokio::time::{sleep, timeout, Instant};
 
-use crate::history::{analyse, overlapping_holders, store_linearizable, Fault, Op, OpKind, OpResult};
+use crate::history::{
+    analyse, late_lost_signals, overlapping_holders, store_linearizable, Fault, Op, OpKind, OpResult,
+};
 pub use crate::nemesis::{ClusterFigures, Nemesis};
 use crate::peers::{signal, Service};
 use crate::proxy::DelayProxy;
-use crate::target::{Driver, Endpoints, Target, REDLOCK_INSTANCES, S3_BUCKET};
+use crate::target::{ClientLanguage, Driver, Endpoints, Target, LOCK, REDLOCK_INSTANCES, S3_BUCKET};
 use crate::worker::{now_us, WorkerSpec};
 
 /// The faults the nemesis may inject.
@@ -63,6 +65,11 @@ pub struct TortureConfig {
     pub nemesis: Nemesis,
     /// The `fenced` executable: the server, and the workers (`fenced torture-worker`).
     pub fenced_bin: PathBuf,
+    /// The workers written in other languages: the Python interpreter that imports
+    /// `fenced` (`python` targets), the TypeScript client's package directory with its
+    /// build in `dist/` (`node` targets).
+    pub python: PathBuf,
+    pub node_client: PathBuf,
 }
 
 impl TortureConfig {
@@ -149,6 +156,10 @@ pub struct TortureReport {
     /// promise ([`crate::history::overlapping_holders`]); `null` where the lock service
     /// is not Fenced (the window is Fenced's promise, not theirs).
     pub overlapping_holders: Option<u64>,
+    /// Writes a holder began after another worker's grant with its client library's
+    /// lost signal not yet set ([`crate::history::late_lost_signals`]); `null` where the
+    /// client has no such signal.
+    pub late_lost_signals: Option<u64>,
     /// Lock servers: 1, or the members of a cluster.
     pub nodes: u32,
     /// Cluster runs: the nemesis, the leaders seen and how long the service took to
@@ -176,6 +187,78 @@ pub struct Progress {
     pub elapsed_ms: u64,
     pub ops: u64,
     pub faults: u64,
+}
+
+/// The command of one worker process, its spec to follow as the last argument: this
+/// binary's `torture-worker`, or the worker written with the target's client library.
+fn worker_command(cfg: &TortureConfig) -> Command {
+    match cfg.target.client_language() {
+        None => {
+            let mut c = Command::new(&cfg.fenced_bin);
+            c.arg("torture-worker");
+            c
+        }
+        Some(ClientLanguage::Python) => {
+            let mut c = Command::new(&cfg.python);
+            c.args(["-u", "-m", "fenced._torture_worker"]);
+            c
+        }
+        Some(ClientLanguage::Node) => {
+            let mut c = Command::new("node");
+            c.arg(node_worker(&cfg.node_client));
+            c
+        }
+    }
+}
+
+/// The TypeScript client's built worker under its package directory.
+fn node_worker(package: &std::path::Path) -> PathBuf {
+    package.join("dist/src/torture-worker.js")
+}
+
+/// Before anything starts: whether the target's client library can run its workers,
+/// with what to do when it cannot.
+async fn check_client(cfg: &TortureConfig) -> Result<()> {
+    let (mut probe, what) = match cfg.target.client_language() {
+        None => return Ok(()),
+        Some(ClientLanguage::Python) => {
+            let mut c = Command::new(&cfg.python);
+            c.args(["-c", "import fenced._torture_worker"]);
+            (
+                c,
+                format!(
+                    "the {} target needs a Python that imports the client: `{}` could not \
+                     (pip install ./clients/python, then --python or FENCED_PYTHON names that interpreter)",
+                    cfg.target,
+                    cfg.python.display()
+                ),
+            )
+        }
+        Some(ClientLanguage::Node) => {
+            let worker = node_worker(&cfg.node_client);
+            if !worker.is_file() {
+                bail!(
+                    "the {} target needs the TypeScript client built: no {} (npm ci && npm run build in \
+                     clients/typescript, then --node-client or FENCED_NODE_CLIENT names that directory)",
+                    cfg.target,
+                    worker.display()
+                );
+            }
+            let mut c = Command::new("node");
+            c.args(["-e", "if (+process.versions.node.split('.')[0] < 20) process.exit(3)"]);
+            (c, format!("the {} target needs Node 20 or later on the PATH", cfg.target))
+        }
+    };
+    let ok = timeout(
+        Duration::from_secs(20),
+        probe.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status(),
+    )
+    .await
+    .is_ok_and(|s| s.is_ok_and(|s| s.success()));
+    if !ok {
+        bail!("{what}");
+    }
+    Ok(())
 }
 
 /// A worker process; killed when dropped.
@@ -219,16 +302,17 @@ impl Workers {
                 ttl_ms: cfg.ttl.as_millis() as u64,
                 work_ms: cfg.work.as_millis() as u64,
                 op_timeout_ms: cfg.op_timeout().as_millis() as u64,
+                lock: LOCK.to_owned(),
+                counter_key: cfg.target.counter_key(),
             };
-            let mut child = Command::new(&cfg.fenced_bin)
-                .arg("torture-worker")
+            let mut child = worker_command(cfg)
                 .arg(serde_json::to_string(&spec)?)
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .kill_on_drop(true)
                 .spawn()
-                .with_context(|| format!("start worker {w} ({})", cfg.fenced_bin.display()))?;
+                .with_context(|| format!("start worker {w} of {}", cfg.target))?;
             let pid = child.id().context("a worker without a pid")?;
             let stdout = child.stdout.take().context("worker stdout")?;
             let mut stderr = child.stderr.take().context("worker stderr")?;
@@ -355,6 +439,7 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     if cfg.target.cluster() {
         return crate::peer_nemesis::run(cfg, progress).await;
     }
+    check_client(cfg).await?;
     let bin = cfg.fenced_bin.clone();
     let target = cfg.target;
     let Services { locks, gate, pg, s3, ddb } =
@@ -409,6 +494,10 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
                 w.pause_one(cfg.ttl, &mut rng).await;
             }
             1 => {
+                // Aimed at a holder: just after a worker's read (a lock held, its lease
+                // to outlive the restart), so the restart is judged on the lease it
+                // must keep, not on an idle moment; within a TTL, before recovery.
+                w.next_read(cfg.ttl.min(faults_until.saturating_duration_since(Instant::now()))).await;
                 let from = now_us();
                 let down = Duration::from_millis(100 + rng.next_u64() % 500);
                 // Redlock's five instances: one crashes at a time (a draw only then, so
@@ -476,11 +565,14 @@ pub(crate) fn report(
         a.proofs.extend(proofs);
         n
     });
-    let (linearizable, proof) = if matches!(target, Target::Fenced | Target::FencedCluster) {
-        store_linearizable(&history)
-    } else {
-        (None, None)
-    };
+    let (late_lost, proofs) = late_lost_signals(&history);
+    a.proofs.extend(proofs);
+    let (linearizable, proof) =
+        if matches!(target, Target::Fenced | Target::FencedCluster | Target::Python | Target::Node) {
+            store_linearizable(&history)
+        } else {
+            (None, None)
+        };
     a.proofs.extend(proof);
     a.proofs.extend(extra_proofs.unwrap_or_default());
     let count = |f: fn(&Fault) -> bool| faults.iter().filter(|x| f(x)).count() as u64;
@@ -510,11 +602,13 @@ pub(crate) fn report(
         token_regressions: a.token_regressions,
         duplicate_tokens: a.duplicate_tokens,
         overlapping_holders: overlapping,
+        late_lost_signals: late_lost,
         nodes: cfg.nodes,
         safe: a.lost_updates == 0
             && a.zombie_writes == 0
             && a.token_regressions.unwrap_or(0) == 0
             && overlapping.unwrap_or(0) == 0
+            && late_lost.unwrap_or(0) == 0
             && linearizable != Some(false)
             && !replicas_disagree,
         cluster,
@@ -545,9 +639,15 @@ fn start_services(target: Target, bin: &std::path::Path) -> Result<Services> {
         Target::Redlock => (0..REDLOCK_INSTANCES).map(|_| Service::redis(true)).collect::<Result<_>>()?,
         Target::Etcd | Target::EtcdGated => vec![Service::etcd()?],
         Target::ZookeeperGated => vec![Service::zookeeper()?],
-        Target::Fenced | Target::FencedUnfenced | Target::Postgres | Target::S3 | Target::Dynamodb => {
-            vec![Service::fenced(bin, &[])?]
-        }
+        Target::Fenced
+        | Target::FencedUnfenced
+        | Target::Postgres
+        | Target::S3
+        | Target::Dynamodb
+        | Target::Python
+        | Target::PythonUnfenced
+        | Target::Node
+        | Target::NodeUnfenced => vec![Service::fenced(bin, &[])?],
         Target::FencedCluster | Target::EtcdCluster | Target::ZookeeperEnsemble => {
             bail!("a cluster is started by its nemesis")
         }

@@ -36,6 +36,12 @@ pub struct WorkerSpec {
     /// Upper bound of the work between read and write.
     pub work_ms: u64,
     pub op_timeout_ms: u64,
+    /// The lock's name and the counter's key, for the workers written in another
+    /// language (this binary's own know them from `target`).
+    #[serde(default)]
+    pub lock: String,
+    #[serde(default)]
+    pub counter_key: String,
 }
 
 /// Runs the workload until the deadline, writing each operation to `out` as it ends.
@@ -58,7 +64,8 @@ pub async fn run(spec: WorkerSpec, out: &mut impl Write) -> Result<()> {
                 }
             },
         };
-        let mut rec = Recorder { out, worker: spec.worker, cycle, token: None };
+        let mut rec =
+            Recorder { out, worker: spec.worker, cycle, token: None, promised_until_us: None, lost_signalled: None };
         let remaining = Duration::from_micros(spec.until_us.saturating_sub(now_us()));
         let start = now_us();
         let grant = match d.acquire(ttl, remaining.min(ttl * 5), cycle).await {
@@ -93,12 +100,16 @@ pub async fn run(spec: WorkerSpec, out: &mut impl Write) -> Result<()> {
         if let Some(v) = value {
             tokio::time::sleep(Duration::from_millis(rng.next_u64() % (spec.work_ms + 1))).await;
             let start = now_us();
+            rec.promised_until_us = grant.promised_until_us();
+            rec.lost_signalled = grant.lost_signalled();
             let (result, error) = match d.write(&grant, v + 1).await {
                 Ok(Outcome::Ok(())) => (OpResult::Ok, None),
                 Ok(Outcome::Rejected) => (OpResult::Rejected, None),
                 Err(e) => (OpResult::Unknown, Some(e.to_string())),
             };
             rec.emit(OpKind::Write, start, result, Some(v + 1), error)?;
+            rec.promised_until_us = None;
+            rec.lost_signalled = None;
         }
         let start = now_us();
         match d.release(grant).await {
@@ -114,6 +125,8 @@ struct Recorder<'a, W: Write> {
     worker: u32,
     cycle: u64,
     token: Option<u64>,
+    promised_until_us: Option<u64>,
+    lost_signalled: Option<bool>,
 }
 
 impl<W: Write> Recorder<'_, W> {
@@ -135,6 +148,8 @@ impl<W: Write> Recorder<'_, W> {
             token: self.token,
             value,
             error,
+            promised_until_us: self.promised_until_us,
+            lost_signalled: self.lost_signalled,
         };
         serde_json::to_writer(&mut *self.out, &op)?;
         self.out.write_all(b"\n")?;

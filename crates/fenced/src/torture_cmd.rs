@@ -25,7 +25,9 @@ pub struct TortureArgs {
     /// of other services with Fenced's store as their gate: etcd-gated,
     /// zookeeper-gated, redis-token; or redlock (five Redis instances, no token); and
     /// as clusters, gated too: etcd-cluster (three etcd members), zookeeper-ensemble
-    /// (three ZooKeeper servers).
+    /// (three ZooKeeper servers); and Fenced with its workers written with the other
+    /// clients: python and node (python-unfenced and node-unfenced without the token,
+    /// the controls; see --python and --node-client).
     #[arg(long, default_value = "fenced")]
     target: String,
     /// Run several targets in turn with the same seed and print one table: a
@@ -66,6 +68,14 @@ pub struct TortureArgs {
     /// out of faketime's reach, and ZooKeeper's is not built.
     #[arg(long)]
     nemesis: Option<String>,
+    /// The Python interpreter the python targets' workers run with: one that imports
+    /// the client (`pip install ./clients/python`).
+    #[arg(long, env = "FENCED_PYTHON", default_value = "python3", value_name = "PATH")]
+    python: PathBuf,
+    /// The TypeScript client's package directory, built (`npm ci && npm run build`),
+    /// whose worker the node targets run.
+    #[arg(long, env = "FENCED_NODE_CLIENT", default_value = "clients/typescript", value_name = "DIR")]
+    node_client: PathBuf,
     /// Write every operation and fault as JSON lines to this file.
     #[arg(long, value_name = "FILE")]
     history: Option<PathBuf>,
@@ -89,10 +99,12 @@ pub fn run_worker(a: WorkerArgs) -> anyhow::Result<ExitCode> {
 
 pub fn run(a: TortureArgs, g: &Global) -> anyhow::Result<ExitCode> {
     let targets: Vec<Target> = match &a.compare {
-        // `all`: the one-server rows; a cluster is asked for by name.
-        Some(list) if list == "all" => {
-            Ok(Target::ALL.into_iter().filter(|t| !t.fenced_cluster() && !t.cluster()).collect())
-        }
+        // `all`: the one-server rows; a cluster and the other clients' rows are asked
+        // for by name.
+        Some(list) if list == "all" => Ok(Target::ALL
+            .into_iter()
+            .filter(|t| !t.fenced_cluster() && !t.cluster() && t.client_language().is_none())
+            .collect()),
         Some(list) => list.split(',').map(|t| t.trim().parse()).collect::<Result<_, _>>(),
         None => a.target.parse().map(|t| vec![t]),
     }
@@ -148,6 +160,8 @@ pub fn run(a: TortureArgs, g: &Global) -> anyhow::Result<ExitCode> {
             nodes: if target.fenced_cluster() || target.cluster() { a.nodes.unwrap_or(3) } else { 1 },
             nemesis: nemesis_of(target),
             fenced_bin: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("fenced")),
+            python: a.python.clone(),
+            node_client: a.node_client.clone(),
         })
         .collect();
     for c in &configs {
@@ -294,9 +308,10 @@ fn text(r: &TortureReport) -> String {
         s += &format!("  replicas: {}; {} plain reads answered\n", c.replicas, c.plain_reads);
     }
     s += &format!(
-        "  overlapping holders {}, duplicate tokens {}\n",
+        "  overlapping holders {}, duplicate tokens {}, late lost signals {}\n",
         r.overlapping_holders.map_or_else(|| "n/a".into(), |n| n.to_string()),
-        r.duplicate_tokens.map_or_else(|| "n/a".into(), |n| n.to_string())
+        r.duplicate_tokens.map_or_else(|| "n/a".into(), |n| n.to_string()),
+        r.late_lost_signals.map_or_else(|| "n/a".into(), |n| n.to_string())
     );
     s += &format!("  verdict: {}\n", verdict(r));
     for p in r.proofs.iter().take(5) {

@@ -28,7 +28,14 @@ fn num(v: &serde_json::Value, field: &str) -> u64 {
 /// The run's safety figures, all zero.
 #[cfg(feature = "fault-injection")]
 fn assert_safe(r: &serde_json::Value) {
-    for field in ["lost_updates", "zombie_writes", "token_regressions", "duplicate_tokens", "overlapping_holders"] {
+    for field in [
+        "lost_updates",
+        "zombie_writes",
+        "token_regressions",
+        "duplicate_tokens",
+        "overlapping_holders",
+        "late_lost_signals",
+    ] {
         assert_eq!(num(r, field), 0, "{field}: {r}");
     }
     assert_ne!(r["replicas_agree"], false, "the replicas disagree: {r}");

@@ -249,3 +249,18 @@ fn bad_arguments_exit_2_with_one_line() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
     }
 }
+
+/// The other clients' rows say what is missing, in one line, before anything starts.
+#[test]
+fn the_other_clients_rows_say_what_they_need() {
+    for (args, needs) in [
+        (&["torture", "--target", "python", "--python", "/nonexistent/python3"][..], "pip install ./clients/python"),
+        (&["torture", "--target", "node-unfenced", "--node-client", "/nonexistent"], "npm ci && npm run build"),
+    ] {
+        let out = fenced(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(needs), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+}
