@@ -49,7 +49,13 @@ pub struct ClientBuilder {
     /// PEM certificates a `https://` server must chain to; `FENCED_CA_FILE` by default,
     /// else the public web roots.
     tls_ca_pem: Option<Vec<u8>>,
+    /// This client's certificate chain and key (PEM) for a server with `client_ca`;
+    /// `FENCED_CLIENT_CERT` and `FENCED_CLIENT_KEY` by default.
+    tls_client_pem: Option<ClientPem>,
 }
+
+/// A client certificate chain and its private key, PEM.
+type ClientPem = (Vec<u8>, Vec<u8>);
 
 impl Default for ClientBuilder {
     fn default() -> Self {
@@ -60,6 +66,7 @@ impl Default for ClientBuilder {
             request_timeout: Duration::from_secs(10),
             attempt_timeout: None,
             tls_ca_pem: None,
+            tls_client_pem: None,
         }
     }
 }
@@ -104,9 +111,17 @@ impl ClientBuilder {
         self
     }
 
+    /// Presents this certificate chain, with its private key (both PEM), to a server
+    /// that takes client certificates (its `client_ca`): the identity of its subject.
+    pub fn tls_client_pem(mut self, cert: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Self {
+        self.tls_client_pem = Some((cert.into(), key.into()));
+        self
+    }
+
     /// Builds the client; reads `FENCED_ENDPOINT`, `FENCED_AUTH_TOKEN`,
-    /// `FENCED_ATTEMPT_TIMEOUT` and `FENCED_CA_FILE` for what was not given, and does no
-    /// network IO (the first request connects).
+    /// `FENCED_ATTEMPT_TIMEOUT`, `FENCED_CA_FILE`, `FENCED_CLIENT_CERT` and
+    /// `FENCED_CLIENT_KEY` for what was not given, and does no network IO (the first
+    /// request connects).
     pub fn build(self) -> Result<Client, Error> {
         let endpoint = self
             .endpoint
@@ -120,6 +135,10 @@ impl ClientBuilder {
             })?),
             (None, None) => None,
         };
+        let client_pem = match self.tls_client_pem {
+            Some(pair) => Some(pair),
+            None => client_pem_from_env()?,
+        };
         let attempt_timeout = attempt_timeout(self.attempt_timeout, std::env::var("FENCED_ATTEMPT_TIMEOUT").ok())?;
         let conn = Conn::new(
             &endpoint,
@@ -127,9 +146,26 @@ impl ClientBuilder {
             self.connect_timeout,
             self.request_timeout,
             attempt_timeout,
-            ca.as_deref(),
+            crate::http::TlsFiles {
+                ca_pem: ca.as_deref(),
+                client_pem: client_pem.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice())),
+            },
         )?;
         Ok(Client { conn })
+    }
+}
+
+/// `FENCED_CLIENT_CERT` and `FENCED_CLIENT_KEY` (files, PEM), read; both or neither.
+fn client_pem_from_env() -> Result<Option<ClientPem>, Error> {
+    let var = |name: &str| std::env::var_os(name).filter(|s| !s.is_empty());
+    let read = |name: &str, path: std::ffi::OsString| {
+        std::fs::read(&path)
+            .map_err(|e| Error::BadRequest(format!("{name} {}: {e}", std::path::Path::new(&path).display())))
+    };
+    match (var("FENCED_CLIENT_CERT"), var("FENCED_CLIENT_KEY")) {
+        (None, None) => Ok(None),
+        (Some(cert), Some(key)) => Ok(Some((read("FENCED_CLIENT_CERT", cert)?, read("FENCED_CLIENT_KEY", key)?))),
+        _ => Err(Error::BadRequest("FENCED_CLIENT_CERT and FENCED_CLIENT_KEY go together".into())),
     }
 }
 

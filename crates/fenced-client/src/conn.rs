@@ -43,14 +43,14 @@ impl Endpoint {
         auth: Option<&str>,
         connect_timeout: Duration,
         request_timeout: Duration,
-        ca_pem: Option<&[u8]>,
+        tls: crate::http::TlsFiles<'_>,
         connect_attempts: u32,
     ) -> Result<Endpoint, Error> {
         if endpoint.starts_with("fenced://") || endpoint.starts_with("fenceds://") {
-            let mux = Mux::new(endpoint, auth, connect_timeout, request_timeout, ca_pem, connect_attempts)?;
+            let mux = Mux::new(endpoint, auth, connect_timeout, request_timeout, tls, connect_attempts)?;
             return Ok(Endpoint::Wire(Arc::new(mux)));
         }
-        Ok(Endpoint::Http(Transport::new(endpoint, auth, connect_timeout, request_timeout, ca_pem, connect_attempts)?))
+        Ok(Endpoint::Http(Transport::new(endpoint, auth, connect_timeout, request_timeout, tls, connect_attempts)?))
     }
 
     pub fn endpoint(&self) -> &str {
@@ -339,7 +339,7 @@ impl Conn {
         connect_timeout: Duration,
         request_timeout: Duration,
         attempt_timeout: Duration,
-        ca_pem: Option<&[u8]>,
+        tls: crate::http::TlsFiles<'_>,
     ) -> Result<Conn, Error> {
         let given: Vec<&str> = endpoints.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
         // With several members, a refused connection sends the call to the next member
@@ -347,7 +347,7 @@ impl Conn {
         let connect_attempts = if given.len() > 1 { 1 } else { crate::http::CONNECT_ATTEMPTS_MAX };
         let list: Vec<Endpoint> = given
             .into_iter()
-            .map(|e| Endpoint::new(e, auth, connect_timeout, request_timeout, ca_pem, connect_attempts))
+            .map(|e| Endpoint::new(e, auth, connect_timeout, request_timeout, tls, connect_attempts))
             .collect::<Result<_, _>>()?;
         if list.is_empty() {
             return Err(Error::BadRequest("no endpoint given".into()));

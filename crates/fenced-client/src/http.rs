@@ -79,15 +79,23 @@ pub(crate) struct Transport {
     connect_attempts: u32,
 }
 
+/// A client's TLS material, in PEM: the certificates a server's chain must lead to
+/// (`None`: the public web roots), and this client's own certificate chain and key for
+/// a server that takes client certificates (`client_ca`).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct TlsFiles<'a> {
+    pub ca_pem: Option<&'a [u8]>,
+    pub client_pem: Option<(&'a [u8], &'a [u8])>,
+}
+
 impl Transport {
-    /// `ca_pem`: the certificates (PEM) that a `https://` server's chain must lead to;
-    /// `None` trusts the public web roots.
+    /// `tls`: what a `https://` endpoint is verified with and presents.
     pub fn new(
         endpoint: &str,
         auth_token: Option<&str>,
         connect_timeout: Duration,
         request_timeout: Duration,
-        ca_pem: Option<&[u8]>,
+        tls: TlsFiles<'_>,
         connect_attempts: u32,
     ) -> Result<Arc<Transport>, Error> {
         let base = endpoint.trim_end_matches('/').to_owned();
@@ -109,7 +117,7 @@ impl Transport {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(connect_timeout));
         connector.set_nodelay(true);
-        let connector = wrap_tls(connector, base.starts_with("https://"), ca_pem)?;
+        let connector = wrap_tls(connector, base.starts_with("https://"), tls)?;
         let http = HyperClient::builder(TokioExecutor::new()).build(connector);
         Ok(Arc::new(Transport { http, base, auth, request_timeout, connect_attempts }))
     }
@@ -201,8 +209,8 @@ impl Transport {
 }
 
 #[cfg(feature = "tls")]
-pub(crate) fn wrap_tls(http: HttpConnector, _https: bool, ca_pem: Option<&[u8]>) -> Result<Connector, Error> {
-    let config = tls_client_config(ca_pem)?;
+pub(crate) fn wrap_tls(http: HttpConnector, _https: bool, tls: TlsFiles<'_>) -> Result<Connector, Error> {
+    let config = tls_client_config(tls)?;
     let mut http = http;
     http.enforce_http(false);
     Ok(hyper_rustls::HttpsConnectorBuilder::new()
@@ -213,14 +221,15 @@ pub(crate) fn wrap_tls(http: HttpConnector, _https: bool, ca_pem: Option<&[u8]>)
 }
 
 /// The TLS configuration of `https://` and `fenceds://` endpoints: the PEM certificates
-/// of `ca_pem` as the only roots, else the public web roots.
+/// of `tls.ca_pem` as the only roots, else the public web roots; with `tls.client_pem`,
+/// this client's certificate for a server that asks for one.
 #[cfg(feature = "tls")]
-pub(crate) fn tls_client_config(ca_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, Error> {
+pub(crate) fn tls_client_config(tls: TlsFiles<'_>) -> Result<rustls::ClientConfig, Error> {
     use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
     let mut roots = rustls::RootCertStore::empty();
-    match ca_pem {
+    match tls.ca_pem {
         Some(pem) => {
             for cert in CertificateDer::pem_slice_iter(pem) {
                 let cert = cert.map_err(|e| Error::BadRequest(format!("the CA file is not PEM certificates: {e}")))?;
@@ -236,15 +245,26 @@ pub(crate) fn tls_client_config(ca_pem: Option<&[u8]>) -> Result<rustls::ClientC
     }
     // ring, not the default aws-lc-rs: no cmake, and the server uses ring too.
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    Ok(rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::BadRequest(format!("TLS set-up: {e}")))?
-        .with_root_certificates(roots)
-        .with_no_client_auth())
+        .with_root_certificates(roots);
+    let Some((cert_pem, key_pem)) = tls.client_pem else { return Ok(builder.with_no_client_auth()) };
+    let chain = CertificateDer::pem_slice_iter(cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Error::BadRequest(format!("the client certificate is not PEM certificates: {e}")))?;
+    if chain.is_empty() {
+        return Err(Error::BadRequest("the client certificate file holds no certificate".into()));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key_pem)
+        .map_err(|e| Error::BadRequest(format!("the client key is not a PEM private key: {e}")))?;
+    builder
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| Error::BadRequest(format!("the client certificate and key do not go together: {e}")))
 }
 
 #[cfg(not(feature = "tls"))]
-pub(crate) fn wrap_tls(http: HttpConnector, https: bool, _ca_pem: Option<&[u8]>) -> Result<Connector, Error> {
+pub(crate) fn wrap_tls(http: HttpConnector, https: bool, _tls: TlsFiles<'_>) -> Result<Connector, Error> {
     if https {
         return Err(Error::BadRequest("https endpoints need fenced-client's `tls` feature".into()));
     }
@@ -284,7 +304,7 @@ mod tests {
 
     #[test]
     fn endpoints_are_checked() {
-        let t = |e| Transport::new(e, None, Duration::from_secs(1), Duration::from_secs(1), None, 1);
+        let t = |e| Transport::new(e, None, Duration::from_secs(1), Duration::from_secs(1), TlsFiles::default(), 1);
         assert!(t("http://127.0.0.1:7400/").is_ok());
         assert!(matches!(t("127.0.0.1:7400"), Err(Error::BadRequest(_))));
         assert!(matches!(t("http://127.0.0.1:7400/v1"), Err(Error::BadRequest(_))));

@@ -97,13 +97,14 @@ enum Slot {
 
 impl Mux {
     /// `endpoint` is `fenced://host:port`, or `fenceds://host:port` over TLS (the
-    /// server's certificate checked against `ca_pem`, else the public web roots).
+    /// server's certificate checked against `tls_files.ca_pem`, else the public web
+    /// roots; `tls_files.client_pem` presented to a server that asks for one).
     pub fn new(
         endpoint: &str,
         auth: Option<&str>,
         connect_timeout: Duration,
         request_timeout: Duration,
-        ca_pem: Option<&[u8]>,
+        tls_files: crate::http::TlsFiles<'_>,
         connect_attempts: u32,
     ) -> Result<Mux, Error> {
         let endpoint = endpoint.trim_end_matches('/').to_owned();
@@ -118,7 +119,7 @@ impl Mux {
         }
         #[cfg(not(feature = "tls"))]
         if tls {
-            let _ = ca_pem;
+            let _ = tls_files;
             return Err(Error::BadRequest("fenceds:// endpoints need fenced-client's `tls` feature".into()));
         }
         #[cfg(feature = "tls")]
@@ -128,7 +129,7 @@ impl Mux {
                 let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
                 let name = rustls::pki_types::ServerName::try_from(host.to_owned())
                     .map_err(|e| Error::BadRequest(format!("endpoint '{endpoint}': {e}")))?;
-                let config = crate::http::tls_client_config(ca_pem)?;
+                let config = crate::http::tls_client_config(tls_files)?;
                 Some((Arc::new(config), name))
             }
         };

@@ -37,6 +37,11 @@ pub struct Config {
     pub tls_cert: Option<PathBuf>,
     /// PEM private key.
     pub tls_key: Option<PathBuf>,
+    /// The CA (PEM) that signs the clients' certificates: with it, the TLS handshake of
+    /// the client listeners (HTTP and wire) asks for a client certificate and verifies
+    /// the one presented; identities may then be found by `cert_subject`, and without
+    /// `identities_file` a verified certificate is required on every call.
+    pub client_ca: Option<PathBuf>,
     /// Address of the peer listener, where this member serves the raft RPCs (`/raft/*`)
     /// to the other members and nothing else; none: the peer routes are on `listen`.
     /// The URLs in `peers` are where the peer routes are served.
@@ -160,6 +165,7 @@ impl Default for Config {
             audit_all: false,
             tls_cert: None,
             tls_key: None,
+            client_ca: None,
             peer_listen: None,
             peer_cert: None,
             peer_key: None,
@@ -262,6 +268,7 @@ impl Config {
                 "audit_log",
                 "tls_cert",
                 "tls_key",
+                "client_ca",
                 "peer_listen",
                 "peer_cert",
                 "peer_key",
@@ -276,6 +283,9 @@ impl Config {
         let bad = |m: &str| Err(ConfigError::Invalid(m.to_string()));
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return bad("tls_cert and tls_key go together");
+        }
+        if self.client_ca.is_some() && self.tls_cert.is_none() {
+            return bad("client_ca needs tls_cert and tls_key: client certificates come with TLS");
         }
         if self.ttl_ms_min == 0 || self.ttl_ms_min > self.ttl_ms_max {
             return bad("need 0 < ttl_ms_min <= ttl_ms_max");
@@ -439,6 +449,7 @@ fn typed(key: &str, raw: &str) -> Result<toml::Value, ConfigError> {
             | "audit_log"
             | "tls_cert"
             | "tls_key"
+            | "client_ca"
             | "peer_listen"
             | "peer_cert"
             | "peer_key"

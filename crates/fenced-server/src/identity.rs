@@ -1,6 +1,10 @@
-//! Who is calling, and what they may do: identities found by a bearer token, each
-//! granted operations on name prefixes (`identities_file`, TOML), or the one identity
-//! of `auth_token_file`, or, with neither, everyone as one identity with every right.
+//! Who is calling, and what they may do: identities found by a bearer token or by the
+//! subject of a client certificate (`client_ca`), each granted operations on name
+//! prefixes (`identities_file`, TOML), or the one identity of `auth_token_file`, or, with
+//! neither, everyone as one identity with every right. A token presented decides alone
+//! (a wrong one is refused, whatever the certificate). With `client_ca` and no
+//! `identities_file`, a verified client certificate is required on every call (and the
+//! token too, with `auth_token_file`).
 //!
 //! A lease belongs to the identity that created it. The server never stores that:
 //! an identity's lease ids are mapped into the lock table through a one-way function
@@ -99,10 +103,14 @@ impl Identity {
     }
 }
 
-/// Everyone who may call, by the SHA-256 of their bearer token.
+/// Everyone who may call, by the SHA-256 of their bearer token or by their
+/// certificate's subject (canonical, [`crate::subject`]).
 #[derive(Debug)]
 pub struct Identities {
     by_token: HashMap<[u8; 32], Arc<Identity>>,
+    by_subject: HashMap<String, Arc<Identity>>,
+    /// `client_ca` without `identities_file`: no call without a verified certificate.
+    cert_required: bool,
     /// With no credential configured at all: everyone is this identity.
     open: Option<Arc<Identity>>,
 }
@@ -126,8 +134,15 @@ struct Entry {
     name: String,
     token_file: Option<PathBuf>,
     token_sha256: Option<String>,
+    cert_subject: Option<String>,
     #[serde(default)]
     allow: Vec<Rule>,
+}
+
+/// How an identity of the file is found.
+enum Credential {
+    Token([u8; 32]),
+    Subject(String),
 }
 
 fn sha256(bytes: &[u8]) -> [u8; 32] {
@@ -159,21 +174,31 @@ fn parse_hex32(s: &str) -> Option<[u8; 32]> {
 
 impl Identities {
     /// From the configuration: `identities_file` (relative token files are found beside
-    /// it) and `auth_token_file` (one identity, `default`, with every right).
-    pub fn load(identities_file: Option<&Path>, auth_token_file: Option<&Path>) -> Result<Identities, String> {
-        let mut by_token = HashMap::new();
+    /// it), `auth_token_file` (one identity, `default`, with every right) and whether
+    /// `client_ca` is set (client certificates are verified by the TLS handshake).
+    pub fn load(
+        identities_file: Option<&Path>,
+        auth_token_file: Option<&Path>,
+        client_ca: bool,
+    ) -> Result<Identities, String> {
+        let mut ids = Identities {
+            by_token: HashMap::new(),
+            by_subject: HashMap::new(),
+            cert_required: client_ca && identities_file.is_none(),
+            open: (auth_token_file.is_none() && identities_file.is_none())
+                .then(|| Arc::new(Identity::everything("anonymous"))),
+        };
         if let Some(path) = auth_token_file {
-            by_token.insert(sha256(&read_token(path, "auth_token_file")?), Arc::new(Identity::everything("default")));
+            let token = sha256(&read_token(path, "auth_token_file")?);
+            ids.by_token.insert(token, Arc::new(Identity::everything("default")));
         }
         if let Some(path) = identities_file {
-            Self::read_file(path, &mut by_token)?;
+            ids.read_file(path, client_ca)?;
         }
-        let open = (auth_token_file.is_none() && identities_file.is_none())
-            .then(|| Arc::new(Identity::everything("anonymous")));
-        Ok(Identities { by_token, open })
+        Ok(ids)
     }
 
-    fn read_file(path: &Path, by_token: &mut HashMap<[u8; 32], Arc<Identity>>) -> Result<(), String> {
+    fn read_file(&mut self, path: &Path, client_ca: bool) -> Result<(), String> {
         let what = |m: String| format!("identities_file {}: {m}", path.display());
         let text = std::fs::read_to_string(path).map_err(|e| what(e.to_string()))?;
         let file: File = toml::from_str(&text).map_err(|e| what(e.to_string()))?;
@@ -192,36 +217,54 @@ impl Identities {
             if e.allow.len() > RULES_MAX {
                 return bad("too many rules");
             }
-            let hash = match (&e.token_file, &e.token_sha256) {
-                (Some(file), None) => {
+            let credential = match (&e.token_file, &e.token_sha256, &e.cert_subject) {
+                (Some(file), None, None) => {
                     let file = if file.is_relative() {
                         path.parent().unwrap_or(Path::new(".")).join(file)
                     } else {
                         file.clone()
                     };
-                    sha256(&read_token(&file, "token_file")?)
+                    Credential::Token(sha256(&read_token(&file, "token_file")?))
                 }
-                (None, Some(hex)) => match parse_hex32(&hex.to_ascii_lowercase()) {
-                    Some(h) => h,
+                (None, Some(hex), None) => match parse_hex32(&hex.to_ascii_lowercase()) {
+                    Some(h) => Credential::Token(h),
                     None => return bad("token_sha256 is 64 hex digits, the SHA-256 of the token"),
                 },
-                _ => return bad("give one of token_file and token_sha256"),
+                (None, None, Some(_)) if !client_ca => {
+                    return bad("cert_subject needs client_ca (the CA that signs the clients' certificates)")
+                }
+                (None, None, Some(subject)) => match crate::subject::canonical(subject) {
+                    Ok(s) => Credential::Subject(s),
+                    Err(m) => return bad(&m),
+                },
+                _ => return bad("give one of token_file, token_sha256 and cert_subject"),
             };
             let identity = Arc::new(Identity { name: e.name.clone(), rules: e.allow, own_leases: true });
-            if by_token.insert(hash, identity).is_some() {
-                return bad("its token is another identity's");
+            let taken = match credential {
+                Credential::Token(hash) => self.by_token.insert(hash, identity).is_some(),
+                Credential::Subject(s) => self.by_subject.insert(s, identity).is_some(),
+            };
+            if taken {
+                return bad("its token or certificate subject is another identity's");
             }
         }
         Ok(())
     }
 
     /// The caller presenting `bearer` (the `Authorization: Bearer` value, or the wire
-    /// protocol's AUTH token; None when it sent none), or None: 401.
-    pub fn find(&self, bearer: Option<&[u8]>) -> Option<Arc<Identity>> {
+    /// protocol's AUTH token; None when it sent none) on a connection whose verified
+    /// client certificate has `subject` (canonical), or None: 401.
+    pub fn find(&self, bearer: Option<&[u8]>, subject: Option<&str>) -> Option<Arc<Identity>> {
+        if self.cert_required && subject.is_none() {
+            return None;
+        }
         if let Some(open) = &self.open {
             return Some(open.clone());
         }
-        self.by_token.get(&sha256(bearer?)).cloned()
+        match bearer {
+            Some(token) => self.by_token.get(&sha256(token)).cloned(),
+            None => self.by_subject.get(subject?).cloned(),
+        }
     }
 }
 
@@ -268,10 +311,10 @@ mod tests {
              [[identity]]\nname = \"b\"\ntoken_sha256 = \"{hash}\"\nallow = [{{ prefix = \"\", ops = [\"admin\"] }}]\n"
         );
         std::fs::write(&file, &good).unwrap();
-        let ids = Identities::load(Some(&file), None).unwrap();
-        assert_eq!(ids.find(Some(b"alpha-token")).map(|i| i.name.clone()).as_deref(), Some("a"));
-        assert_eq!(ids.find(Some(b"beta-token")).map(|i| i.name.clone()).as_deref(), Some("b"));
-        assert!(ids.find(Some(b"gamma")).is_none() && ids.find(None).is_none());
+        let ids = Identities::load(Some(&file), None, false).unwrap();
+        assert_eq!(ids.find(Some(b"alpha-token"), None).map(|i| i.name.clone()).as_deref(), Some("a"));
+        assert_eq!(ids.find(Some(b"beta-token"), None).map(|i| i.name.clone()).as_deref(), Some("b"));
+        assert!(ids.find(Some(b"gamma"), None).is_none() && ids.find(None, None).is_none());
         for bad in [
             "[[identity]]\nname = \"a\"\n".to_string(),
             "[[identity]]\nname = \"a\"\ntoken_file = \"a.token\"\nallow = [{ prefix = \"\", ops = [\"root\"] }]\n"
@@ -280,8 +323,36 @@ mod tests {
             "not toml [".into(),
         ] {
             std::fs::write(&file, &bad).unwrap();
-            assert!(Identities::load(Some(&file), None).is_err(), "{bad}");
+            assert!(Identities::load(Some(&file), None, false).is_err(), "{bad}");
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_certificate_subject_finds_its_identity_and_a_token_decides_alone() {
+        let dir = std::env::temp_dir().join(format!("fenced-identities-cert-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.token"), "alpha-token\n").unwrap();
+        let file = dir.join("ids.toml");
+        let good = "[[identity]]\nname = \"a\"\ntoken_file = \"a.token\"\n\
+                    [[identity]]\nname = \"billing\"\ncert_subject = \"cn=billing, O=Acme\"\n";
+        std::fs::write(&file, good).unwrap();
+        let ids = Identities::load(Some(&file), None, true).unwrap();
+        let name = |i: Option<Arc<Identity>>| i.map(|i| i.name.clone());
+        assert_eq!(name(ids.find(None, Some("CN=billing,O=Acme"))).as_deref(), Some("billing"));
+        assert_eq!(name(ids.find(None, Some("CN=billing"))), None, "the whole subject, not a part");
+        assert_eq!(name(ids.find(Some(b"alpha-token"), Some("CN=billing,O=Acme"))).as_deref(), Some("a"));
+        assert_eq!(name(ids.find(Some(b"wrong"), Some("CN=billing,O=Acme"))), None, "a wrong token is refused");
+        // Without client_ca the file is refused: nothing would verify the certificates.
+        let err = Identities::load(Some(&file), None, false).unwrap_err();
+        assert!(err.contains("cert_subject needs client_ca"), "{err}");
+        std::fs::write(&file, format!("{good}[[identity]]\nname = \"c\"\ncert_subject = \"CN=billing,O=Acme\"\n"))
+            .unwrap();
+        assert!(Identities::load(Some(&file), None, true).unwrap_err().contains("another identity's"));
+        // client_ca alone: a verified certificate is the credential, none is no access.
+        let ids = Identities::load(None, None, true).unwrap();
+        assert!(ids.find(None, None).is_none());
+        assert!(ids.find(None, Some("CN=anyone")).is_some());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

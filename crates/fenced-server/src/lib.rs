@@ -16,6 +16,7 @@ mod listener;
 mod locks;
 mod metrics;
 mod migrate;
+mod subject;
 mod tls;
 mod wire;
 
@@ -82,7 +83,9 @@ pub async fn run_with_wire(
     let identities = load_identities(&config).map_err(ServerError::Setup)?;
 
     let tls = match (&config.tls_cert, &config.tls_key) {
-        (Some(cert), Some(key)) => Some(tls::acceptor(cert, key).map_err(ServerError::Setup)?),
+        (Some(cert), Some(key)) => {
+            Some(tls::acceptor(cert, key, config.client_ca.as_deref()).map_err(ServerError::Setup)?)
+        }
         _ => None,
     };
     let peer_tls = tls::peer(&config).map_err(ServerError::Setup)?;
@@ -295,7 +298,11 @@ pub async fn run_with_wire(
 }
 
 fn load_identities(config: &Config) -> Result<identity::Identities, String> {
-    identity::Identities::load(config.identities_file.as_deref(), config.auth_token_file.as_deref())
+    identity::Identities::load(
+        config.identities_file.as_deref(),
+        config.auth_token_file.as_deref(),
+        config.client_ca.is_some(),
+    )
 }
 
 /// Reads the identities again on each SIGHUP; a file that does not load is refused

@@ -28,7 +28,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -83,11 +83,20 @@ pub struct ConnMeta {
     pub started: Arc<AtomicU64>,
     /// The reader waiting for the last request in flight to end (a held-back EOF).
     pub idle_waker: Arc<AtomicWaker>,
+    /// The subject of the client certificate the TLS handshake verified (`client_ca`),
+    /// set once the handshake is done, before any request is read.
+    pub client_subject: Arc<OnceLock<String>>,
 }
 
 impl ConnMeta {
     fn new(remote: SocketAddr) -> ConnMeta {
-        ConnMeta { remote, in_flight: Arc::default(), started: Arc::default(), idle_waker: Arc::default() }
+        ConnMeta {
+            remote,
+            in_flight: Arc::default(),
+            started: Arc::default(),
+            idle_waker: Arc::default(),
+            client_subject: Arc::default(),
+        }
     }
 }
 
@@ -334,6 +343,9 @@ impl Conn {
     fn poll_handshake(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         if let Io::Handshaking(accept) = &mut self.io {
             let stream = ready!(accept.as_mut().poll(cx))?;
+            if let Some(subject) = crate::tls::client_subject(stream.get_ref().1) {
+                let _ = self.meta.client_subject.set(subject);
+            }
             self.io = Io::Tls(Box::new(stream));
         }
         Poll::Ready(Ok(()))

@@ -1,4 +1,5 @@
-//! TLS set-up from PEM files (rustls on ring): the client listener's acceptor, and the
+//! TLS set-up from PEM files (rustls on ring): the client listeners' acceptor (with
+//! client certificates under `client_ca`), and the
 //! peer side's pair, an acceptor that takes only connections presenting a certificate
 //! of the cluster CA and the client configuration this member dials the others with.
 
@@ -42,16 +43,34 @@ fn roots(path: &Path, what: &str) -> Result<RootCertStore, String> {
     Ok(roots)
 }
 
-/// The client listener's acceptor (HTTP/1.1 in ALPN), with no client certificate.
-pub fn acceptor(cert: &Path, key_file: &Path) -> Result<TlsAcceptor, String> {
-    let mut config = ServerConfig::builder_with_provider(provider())
+/// The client listeners' acceptor (HTTP/1.1 in ALPN). With `client_ca` it asks for a
+/// client certificate and completes the handshake only if the one presented chains to
+/// that CA; a client without one still connects (a token may be its credential), and
+/// [`crate::identity`] decides what it may do.
+pub fn acceptor(cert: &Path, key_file: &Path, client_ca: Option<&Path>) -> Result<TlsAcceptor, String> {
+    let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_no_client_auth()
+        .map_err(|e| e.to_string())?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => builder.with_client_cert_verifier(
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca, "client_ca")?), provider())
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| format!("client_ca {}: {e}", ca.display()))?,
+        ),
+    };
+    let mut config = builder
         .with_single_cert(certs(cert, "tls_cert")?, key(key_file, "tls_key")?)
         .map_err(|e| format!("tls: {e}"))?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// The subject of the verified client certificate of a finished handshake (canonical,
+/// [`crate::subject`]); None without one.
+pub fn client_subject(conn: &tokio_rustls::rustls::ServerConnection) -> Option<String> {
+    crate::subject::of_certificate(conn.peer_certificates()?.first()?.as_ref())
 }
 
 /// The peer side of mutual TLS, when `config` has peer certificates: the peer

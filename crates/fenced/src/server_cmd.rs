@@ -41,6 +41,10 @@ pub struct ServerArgs {
     /// PEM private key for --tls-cert.
     #[arg(long)]
     pub tls_key: Option<String>,
+    /// The CA (PEM) of the clients' certificates: mutual TLS on the client listeners;
+    /// identities by cert_subject, or a verified certificate required [default: none].
+    #[arg(long)]
+    pub client_ca: Option<String>,
     /// Open client connections at once.
     #[arg(long)]
     pub connections_max: Option<u64>,
@@ -105,6 +109,7 @@ pub fn run(args: ServerArgs, global: &Global) -> anyhow::Result<ExitCode> {
         ("audit_log", &args.audit_log),
         ("tls_cert", &args.tls_cert),
         ("tls_key", &args.tls_key),
+        ("client_ca", &args.client_ca),
         ("unfenced_prefix", &args.unfenced_prefix),
         ("peers", &args.peers),
         ("peer_listen", &args.peer_listen),

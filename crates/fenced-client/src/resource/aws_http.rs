@@ -28,7 +28,7 @@ impl HttpConnector for HyperConnector {
         let mut tcp = TcpConnector::new();
         tcp.set_nodelay(true);
         tcp.set_connect_timeout(Some(Duration::from_secs(5)));
-        let connector = wrap_tls(tcp, true, None)
+        let connector = wrap_tls(tcp, true, crate::http::TlsFiles::default())
             .map_err(|e| object_store::Error::Generic { store: "HTTP", source: Box::new(e) })?;
         Ok(HttpClient::new(HyperService(HyperClient::builder(TokioExecutor::new()).build(connector))))
     }

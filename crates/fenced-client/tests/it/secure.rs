@@ -96,3 +96,108 @@ async fn the_wire_protocol_over_tls_with_the_servers_ca() {
         .expect("client");
     assert!(plain.lock("wire/tls").try_acquire().await.is_err(), "plain frames on a TLS listener");
 }
+
+/// A certificate authority made with rcgen, and certificates it issues for clients.
+struct TestCa {
+    cert: rcgen::Certificate,
+    key: rcgen::KeyPair,
+}
+
+impl TestCa {
+    fn new(name: &str) -> TestCa {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(rcgen::DnType::CommonName, format!("{name} CA"));
+        let cert = params.self_signed(&key).expect("a CA");
+        TestCa { cert, key }
+    }
+
+    /// A client certificate with subject `CN=cn` (PEM chain, PEM key).
+    fn client(&self, cn: &str) -> (String, String) {
+        let key = rcgen::KeyPair::generate().expect("key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &self.cert, &self.key).expect("a client certificate");
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+/// Identities by client certificate (`client_ca`, `cert_subject`), over HTTPS and the
+/// TLS wire protocol: the certificate of CN=billing is the identity `billing`, with its
+/// rights and no more; no certificate and no token, a certificate whose subject is no
+/// identity, and the same subject from another CA (refused at the handshake) get
+/// nothing; a token identity still works without a certificate.
+#[tokio::test]
+async fn identities_by_client_certificate_over_https_and_fenceds() {
+    let dir = TempDir::new("client-certs");
+    let rcgen::CertifiedKey { cert, key_pair } =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).expect("cert");
+    let clients = TestCa::new("clients");
+    let file = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).expect("write");
+        p.display().to_string()
+    };
+    let args = [
+        "--tls-cert".to_owned(),
+        file("cert.pem", &cert.pem()),
+        "--tls-key".into(),
+        file("key.pem", &key_pair.serialize_pem()),
+        "--client-ca".into(),
+        file("clients-ca.pem", &clients.cert.pem()),
+        "--identities-file".into(),
+        file(
+            "identities.toml",
+            "[[identity]]\nname = \"billing\"\ncert_subject = \"CN=billing\"\n\
+             allow = [{ prefix = \"billing/\", ops = [\"lock\", \"store_read\", \"store_write\"] }]\n\
+             [[identity]]\nname = \"admin\"\ntoken_file = \"admin.token\"\n\
+             allow = [{ prefix = \"\", ops = [\"lock\", \"store_read\", \"store_write\", \"admin\"] }]\n",
+        ),
+    ];
+    file("admin.token", "admin-secret");
+    let server = Server::start_wire(&args).await;
+    let endpoints =
+        [format!("https://127.0.0.1:{}", server.port), server.wire_endpoint().replace("fenced://", "fenceds://")];
+    let (billing_pem, billing_key) = clients.client("billing");
+    let (stranger_pem, stranger_key) = clients.client("stranger");
+    let (rogue_pem, rogue_key) = TestCa::new("rogue").client("billing");
+    for endpoint in &endpoints {
+        let with = |pem: Option<(&str, &str)>, token: Option<&str>| {
+            let mut b =
+                Client::builder().endpoint(endpoint).tls_ca_pem(cert.pem()).request_timeout(Duration::from_secs(5));
+            if let Some((c, k)) = pem {
+                b = b.tls_client_pem(c.as_bytes(), k.as_bytes());
+            }
+            if let Some(t) = token {
+                b = b.auth_token(t);
+            }
+            b.build().expect("client")
+        };
+        let billing = with(Some((&billing_pem, &billing_key)), None);
+        let guard = billing.lock("billing/run").try_acquire().await.unwrap_or_else(|e| panic!("{endpoint}: {e}"));
+        let written = billing.store().put("billing/total", guard.token(), b"42").await.expect("a fenced write");
+        assert!(matches!(written, fenced_client::Fenced::Accepted(_)), "{endpoint}: {written:?}");
+        guard.release().await.expect("release");
+        // Its rights and no more.
+        let refused = billing.lock("orders/1").try_acquire().await;
+        assert!(
+            matches!(refused, Err(Error::Unauthorised(ref m)) if m.contains("orders/1")),
+            "{endpoint}: {refused:?}"
+        );
+        // No credential; a subject that is no identity: 401.
+        for nobody in [with(None, None), with(Some((&stranger_pem, &stranger_key)), None)] {
+            let r = nobody.lock("billing/run").try_acquire().await;
+            assert!(matches!(r, Err(Error::Unauthorised(_))), "{endpoint}: {r:?}");
+        }
+        // The same subject signed by another CA: no TLS session at all.
+        let rogue = with(Some((&rogue_pem, &rogue_key)), None).lock("billing/run").try_acquire().await;
+        assert!(rogue.is_err() && !matches!(rogue, Err(Error::Unauthorised(_))), "{endpoint}: {rogue:?}");
+        // A token identity needs no certificate.
+        let admin = with(None, Some("admin-secret"));
+        admin.lock("orders/1").try_acquire().await.expect("the admin's token").release().await.expect("release");
+    }
+}

@@ -214,8 +214,10 @@ fn redact(path: &str) -> String {
 /// hands it to the handler as a [`Caller`]. The laboratory's simulations need `admin`.
 async fn auth(State(app): State<App>, mut req: Request, next: Next) -> Response {
     let presented = req.headers().get(header::AUTHORIZATION).and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
-    let remote = req.extensions().get::<axum::extract::ConnectInfo<crate::listener::ConnMeta>>().map(|i| i.0.remote);
-    let Some(identity) = app.identity(presented) else {
+    let conn = req.extensions().get::<axum::extract::ConnectInfo<crate::listener::ConnMeta>>().map(|i| &i.0);
+    let remote = conn.map(|c| c.remote);
+    let subject = conn.and_then(|c| c.client_subject.get().cloned());
+    let Some(identity) = app.identity(presented, subject.as_deref()) else {
         if app.audit.is_on() {
             let path = redact(req.uri().path());
             app.audit_line("-", remote, "authenticate", Some(&path), None, "unauthorized");
@@ -421,9 +423,10 @@ impl AppInner {
         self.audit.write(&crate::audit::Line { at, identity, remote, op, name, token, result });
     }
 
-    /// The identity presenting `bearer`, as the identities are now.
-    pub fn identity(&self, bearer: Option<&[u8]>) -> Option<Arc<Identity>> {
-        self.identities.read().unwrap_or_else(|p| p.into_inner()).find(bearer)
+    /// The identity presenting `bearer` on a connection whose verified client
+    /// certificate has `subject`, as the identities are now.
+    pub fn identity(&self, bearer: Option<&[u8]>, subject: Option<&str>) -> Option<Arc<Identity>> {
+        self.identities.read().unwrap_or_else(|p| p.into_inner()).find(bearer, subject)
     }
 
     /// Reads and parses a JSON body under the body limit.

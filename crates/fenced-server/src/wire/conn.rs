@@ -68,6 +68,8 @@ struct Session {
     generation: u64,
     /// The client's address, for the audit log.
     remote: Option<std::net::SocketAddr>,
+    /// The subject of the client certificate the TLS handshake verified (`client_ca`).
+    subject: Option<String>,
     /// Requests that must wait.
     pending: FuturesUnordered<Pending>,
     /// Waiting acquires, by request id, for CANCEL.
@@ -77,17 +79,20 @@ struct Session {
 pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     mut stream: S,
     remote: Option<std::net::SocketAddr>,
+    subject: Option<String>,
     app: App,
     _permit: OwnedSemaphorePermit,
     mut stop: watch::Receiver<bool>,
 ) {
     let idle = (app.config.idle_timeout_ms > 0).then(|| Duration::from_millis(app.config.idle_timeout_ms));
     let frame_max = app.config.body_bytes_max + w::FRAME_OVERHEAD_BYTES;
-    let open = app.identity(None);
+    // Before any AUTH: the open server's identity, or the certificate's.
+    let open = app.identity(None, subject.as_deref());
     let mut s = Session {
         authed: open.is_some(),
         caller: open.map(|identity| Caller { identity, remote }),
         remote,
+        subject,
         token: None,
         generation: app.identities_generation.load(std::sync::atomic::Ordering::Acquire),
         app,
@@ -306,7 +311,7 @@ impl Session {
     /// Finds the caller by the token AUTH presented, as the identities are now.
     fn find_caller(&mut self) {
         self.generation = self.app.identities_generation.load(std::sync::atomic::Ordering::Acquire);
-        let identity = self.app.identity(self.token.as_deref());
+        let identity = self.app.identity(self.token.as_deref(), self.subject.as_deref());
         self.authed = identity.is_some();
         self.caller = identity.map(|identity| Caller { identity, remote: self.remote });
     }

@@ -40,12 +40,13 @@ pub async fn serve(
                         Ok(permit) => {
                             let (app, stop) = (app.clone(), stop.clone());
                             match tls.clone() {
-                                None => tasks.spawn(conn::serve_conn(stream, Some(remote), app, permit, stop)),
+                                None => tasks.spawn(conn::serve_conn(stream, Some(remote), None, app, permit, stop)),
                                 Some(acceptor) => tasks.spawn(async move {
                                     let ms = app.config.head_timeout_ms.max(1);
                                     let handshake = acceptor.accept(stream);
                                     if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(ms), handshake).await {
-                                        conn::serve_conn(s, Some(remote), app, permit, stop).await;
+                                        let subject = crate::tls::client_subject(s.get_ref().1);
+                                        conn::serve_conn(s, Some(remote), subject, app, permit, stop).await;
                                     }
                                 }),
                             };
