@@ -33,6 +33,12 @@ pub const IN_FLIGHT_MAX: usize = 1024;
 /// Bytes kept free in the read buffer before each read.
 const READ_CHUNK_BYTES: usize = 16 << 10;
 
+/// Frames longer than this take their length from the budget of request bodies in
+/// flight (`body_bytes_in_flight_max`, shared with HTTP) while they arrive, so that
+/// many connections sending large frames at once cannot hold more memory than HTTP
+/// bodies may; shorter ones fit the connection's own read buffer.
+const FRAME_BUDGET_FROM_BYTES: usize = 64 << 10;
+
 /// The largest frame a connection may send before it is authenticated (an AUTH frame
 /// with a token of up to 4 KiB): an unauthenticated peer cannot make the server
 /// buffer a large frame.
@@ -115,6 +121,8 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
     };
     let mut partial_since: Option<Instant> = None;
     let mut frame_sleep = Box::pin(tokio::time::sleep(Duration::MAX / 4));
+    // The body budget's permits for the large frame being read, if one is.
+    let mut frame_permit: Option<tokio::sync::OwnedSemaphorePermit> = None;
     loop {
         if !greeted && inbuf.len() - start >= w::PREAMBLE.len() {
             if inbuf[start..start + w::PREAMBLE.len()] == w::PREAMBLE {
@@ -136,9 +144,13 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
                 Ok(Some((id, op, payload, used))) => {
                     s.on_frame(id, op, payload);
                     start += used;
+                    frame_permit = None;
                 }
                 Ok(None) => {
                     incomplete = inbuf.len() > start;
+                    if frame_permit.is_none() && !s.reserve_frame(&inbuf[start..], &mut frame_permit) {
+                        fatal = true;
+                    }
                     break;
                 }
                 Err(e) => {
@@ -341,6 +353,37 @@ impl Session {
     fn finished(&mut self, id: u32, answer: Answer) {
         self.cancels.remove(&id);
         self.reply(id, answer);
+    }
+
+    /// For a large frame begun in `buf` (its length and id read): its length from the
+    /// body budget into `permit`. False, after answering `too_busy` to that frame, when
+    /// the budget is spent: the connection then closes (its frame's bytes are coming).
+    fn reserve_frame(&mut self, buf: &[u8], permit: &mut Option<tokio::sync::OwnedSemaphorePermit>) -> bool {
+        let (Some(len), Some(id)) = (buf.get(..4), buf.get(4..8)) else { return true };
+        let len = u32::from_be_bytes(len.try_into().expect("4 bytes")) as usize;
+        if len <= FRAME_BUDGET_FROM_BYTES {
+            return true;
+        }
+        // split_frame bounded it by the frame limit already, itself below the budget.
+        let want = len.min(self.app.config.body_bytes_in_flight_max) as u32;
+        match self.app.body_budget.clone().try_acquire_many_owned(want) {
+            Ok(p) => {
+                *permit = Some(p);
+                true
+            }
+            Err(_) => {
+                inc(&self.app.metrics.bodies_refused);
+                let id = u32::from_be_bytes(id.try_into().expect("4 bytes"));
+                let e = ApiError::new(
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    "too_busy",
+                    "the server is reading its limit of request bodies; retry shortly",
+                )
+                .with("retry_after_ms", 100);
+                self.reply(id, Answer::Error(e));
+                false
+            }
+        }
     }
 
     fn frame_error(&mut self, e: FrameError) {

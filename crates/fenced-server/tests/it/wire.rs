@@ -377,3 +377,56 @@ fn oversized_or_trickled_frames_close_only_their_own_connection() {
     assert!(metrics.contains("fenced_wire_frame_timeouts_total 1"), "{metrics}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Large frames take their length from the budget of bodies in flight, as HTTP bodies
+/// do: with a 2 MiB budget, two connections that began 1 MiB frames hold it all, a third
+/// large frame is refused `too_busy` and closes its connection only, small frames are
+/// served meanwhile, and once a large frame is done its share comes back.
+#[test]
+fn large_frames_share_the_body_budget_with_http() {
+    let server = TestServer::with(|c| {
+        c.body_bytes_max = 1 << 20;
+        c.value_bytes_max = 1 << 20;
+        c.body_bytes_in_flight_max = 2 << 20;
+        c.body_timeout_ms = 20_000;
+    });
+    let started = |len: u32| {
+        let mut w = Wire::open(server.wire);
+        let mut header = Vec::new();
+        header.extend_from_slice(&len.to_be_bytes());
+        header.extend_from_slice(&7u32.to_be_bytes());
+        header.push(op::CREATE_LEASE);
+        w.s.write_all(&header).unwrap();
+        w
+    };
+    let holders = [started(1 << 20), started(1 << 20)];
+    // The server reads the headers on its own time: wait until the budget is spent.
+    let mut refused = None;
+    for _ in 0..100 {
+        let mut third = started(1 << 20);
+        third.s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        if let Some(f) = third.try_recv() {
+            refused = Some((f, third));
+            break;
+        }
+    }
+    let (f, mut third) = refused.expect("a large frame over the budget is answered");
+    assert_eq!(f.0, 7, "the answer names the frame");
+    assert_eq!(f.code(), "too_busy", "{:?}", f.error());
+    third.s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert!(third.try_recv().is_none(), "that connection is closed");
+    // Small frames are not held back by it.
+    let mut small = Wire::open(server.wire);
+    small.lease(1000);
+    let metrics = server.get("/metrics").text();
+    assert!(!metrics.contains("fenced_bodies_refused_total 0\n"), "{metrics}");
+    // One holder gone: its share returns, and a large frame is taken again.
+    drop(holders);
+    let mut later = Wire::open(server.wire);
+    let value = vec![b'x'; 900 << 10];
+    let lease = later.lease(5000);
+    let f = later.call(2, &acquire("budget/lock", lease, 0));
+    let token = granted(&f);
+    let f = later.call(3, &Request::Put { key: "budget/key", token: Some(token), value: &value });
+    assert!(matches!(f.decode(), Response::Written { .. }), "{:?}", f.decode());
+}
