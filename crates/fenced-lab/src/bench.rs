@@ -87,6 +87,19 @@ impl BenchTarget {
         }
     }
 
+    /// Why this target cannot be spawned here (its program not installed), or None.
+    pub fn missing(self) -> Option<String> {
+        use crate::peers::Peer;
+        let peer = match self.base() {
+            BenchTarget::Etcd => Peer::Etcd,
+            BenchTarget::Zookeeper => Peer::Zookeeper,
+            BenchTarget::Redis | BenchTarget::RedisAof => Peer::Redis,
+            BenchTarget::Postgres => Peer::Postgres,
+            _ => return None,
+        };
+        peer.missing()
+    }
+
     /// The service, whatever its size: a three-member target is driven with the
     /// one-node target's recipe.
     pub fn base(self) -> BenchTarget {

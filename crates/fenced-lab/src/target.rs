@@ -231,6 +231,25 @@ impl Target {
         }
     }
 
+    /// The programs besides Fenced this target's run starts.
+    pub fn peers(self) -> &'static [crate::peers::Peer] {
+        use crate::peers::Peer;
+        match self {
+            Target::Redis | Target::RedisToken | Target::Redlock => &[Peer::Redis],
+            Target::Etcd | Target::EtcdGated | Target::EtcdCluster => &[Peer::Etcd],
+            Target::ZookeeperGated | Target::ZookeeperEnsemble => &[Peer::Zookeeper],
+            Target::Postgres => &[Peer::Postgres],
+            Target::S3 => &[Peer::Moto],
+            Target::Dynamodb => &[Peer::DynamodbLocal],
+            _ => &[],
+        }
+    }
+
+    /// Why this target cannot run here (a peer not installed), or None.
+    pub fn missing(self) -> Option<String> {
+        self.peers().iter().find_map(|p| p.missing())
+    }
+
     /// The shortest lease the target can keep (etcd grants whole seconds, at least 2 s
     /// with its default election timeout; ZooKeeper's sessions expire on its 2 s tick,
     /// so shorter ones would be rounded up anyway).

@@ -15,6 +15,7 @@
 #[cfg(feature = "fault-injection")]
 pub mod fault;
 pub mod log_store;
+pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod state_machine;

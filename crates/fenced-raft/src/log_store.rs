@@ -24,6 +24,7 @@ use openraft::{EntryPayload, LogState, OptionalSend, RaftLogReader};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
 
+use crate::metrics::LogMetrics;
 use crate::{io_err, Entry, LogId, NodeId, SnapshotMeta, TypeConfig, Vote};
 
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
@@ -226,6 +227,8 @@ enum Op {
 pub struct LogStore {
     mem: Arc<Mutex<Mem>>,
     tx: mpsc::Sender<Op>,
+    /// The writer's figures: each commit's duration, entries written, failures.
+    pub metrics: Arc<LogMetrics>,
 }
 
 fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> io::Result<T> {
@@ -263,8 +266,10 @@ impl LogStore {
         let (tx, rx) = mpsc::channel();
         let mem = Arc::new(Mutex::new(mem));
         let marks = mem.clone();
-        std::thread::Builder::new().name("fenced-raft-log".into()).spawn(move || writer(&db, &marks, rx))?;
-        Ok(LogStore { mem, tx })
+        let metrics = Arc::new(LogMetrics::default());
+        let figures = metrics.clone();
+        std::thread::Builder::new().name("fenced-raft-log".into()).spawn(move || writer(&db, &marks, &figures, rx))?;
+        Ok(LogStore { mem, tx, metrics })
     }
 
     fn mem(&self) -> MutexGuard<'_, Mem> {
@@ -297,7 +302,7 @@ impl LogStore {
 
 /// The writer thread: one durable transaction for every run of queued changes, which
 /// also carries the commit mark when it moved since the last one written.
-fn writer(db: &Db, mem: &Mutex<Mem>, rx: mpsc::Receiver<Op>) {
+fn writer(db: &Db, mem: &Mutex<Mem>, metrics: &LogMetrics, rx: mpsc::Receiver<Op>) {
     let mut written = mem.lock().unwrap_or_else(|p| p.into_inner()).committed;
     #[cfg(feature = "fault-injection")]
     let mut slow_disk = SlowDisk::default();
@@ -313,11 +318,17 @@ fn writer(db: &Db, mem: &Mutex<Mem>, rx: mpsc::Receiver<Op>) {
         slow_disk.wait(&db.dir);
         let committed = mem.lock().unwrap_or_else(|p| p.into_inner()).committed;
         let mark = if committed != written { encode(&committed).ok() } else { None };
+        let started = std::time::Instant::now();
         let result = commit(db, &batch, mark.as_deref()).map_err(|e| e.to_string());
+        metrics.observe_commit(started.elapsed());
         if result.is_ok() {
             written = committed;
+            let entries: usize =
+                batch.iter().map(|op| if let Op::Append { rows, .. } = op { rows.len() } else { 0 }).sum();
+            metrics.entries_written.fetch_add(entries as u64, std::sync::atomic::Ordering::Relaxed);
         }
         if let Err(e) = &result {
+            metrics.commit_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             tracing::error!(error = %e, "the raft log could not be written");
         }
         for op in batch {

@@ -6,10 +6,11 @@
 //! members dial each other over mutual TLS (`https://` member URLs), each presenting
 //! its own certificate.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Display;
 use std::future::Future;
 use std::io::Cursor;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -60,6 +61,9 @@ pub struct Network {
     /// proxy, a NAT): the membership stays what every member agrees on, the route is
     /// this node's own. The torture harness puts a fault proxy on each directed link.
     routes: BTreeMap<NodeId, String>,
+    /// The members whose last RPC failed: a member that cannot be reached is logged
+    /// once when it goes and once when it comes back, not at every heartbeat.
+    unreachable: Arc<Mutex<BTreeSet<NodeId>>>,
 }
 
 impl Network {
@@ -80,7 +84,7 @@ impl Network {
             None => builder.with_tls_config(no_tls()).https_or_http().enable_http1().wrap_connector(tcp),
         };
         let http = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
-        Network { http, auth: token.map(|t| format!("Bearer {t}")), routes }
+        Network { http, auth: token.map(|t| format!("Bearer {t}")), routes, unreachable: Arc::default() }
     }
 
     /// Asks the member at `url` who it is (`GET {url}/raft/hello`), within `timeout`.
@@ -137,7 +141,13 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Peer {
         let addr = self.routes.get(&target).unwrap_or(&node.addr);
-        Peer { target, base: addr.trim_end_matches('/').to_string(), http: self.http.clone(), auth: self.auth.clone() }
+        Peer {
+            target,
+            base: addr.trim_end_matches('/').to_string(),
+            http: self.http.clone(),
+            auth: self.auth.clone(),
+            unreachable: self.unreachable.clone(),
+        }
     }
 }
 
@@ -147,6 +157,7 @@ pub struct Peer {
     base: String,
     http: Client<Connector, Full<Bytes>>,
     auth: Option<String>,
+    unreachable: Arc<Mutex<BTreeSet<NodeId>>>,
 }
 
 fn net_err(e: impl Display) -> NetworkError<TypeConfig> {
@@ -190,9 +201,26 @@ impl Peer {
                 serde_json::from_slice(&body).map_err(|e| RPCError::Network(net_err(e)))?;
             answer.map_err(|e| RPCError::Network(net_err(e)))
         };
-        match tokio::time::timeout(option.hard_ttl(), exchange).await {
+        let result = match tokio::time::timeout(option.hard_ttl(), exchange).await {
             Ok(r) => r,
             Err(_) => Err(RPCError::Network(net_err(format!("member {} did not answer {what} in time", self.target)))),
+        };
+        self.note_reachability(&result);
+        result
+    }
+
+    /// Says so once when the member stops answering, and once when it answers again
+    /// (openraft's own complaints, at every heartbeat, are below the default log level).
+    fn note_reachability<T>(&self, result: &Result<T, RPCError<TypeConfig>>) {
+        let mut down = self.unreachable.lock().unwrap_or_else(|p| p.into_inner());
+        match result {
+            Ok(_) if down.remove(&self.target) => {
+                tracing::info!(member = self.target, url = %self.base, "member reachable again");
+            }
+            Err(e @ (RPCError::Unreachable(_) | RPCError::Network(_))) if down.insert(self.target) => {
+                tracing::warn!(member = self.target, url = %self.base, error = %e, "member unreachable");
+            }
+            _ => {}
         }
     }
 }

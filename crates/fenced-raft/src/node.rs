@@ -218,6 +218,8 @@ pub struct Node {
     /// Drawn at start: the handshake's answer carries it, so a leader told to add a
     /// URL that reaches itself finds out.
     instance: u64,
+    /// The log's file, whose size `figures` reports.
+    db_file: PathBuf,
 }
 
 fn raft_io(e: impl std::fmt::Display) -> io::Error {
@@ -324,8 +326,10 @@ impl Node {
             db_closed,
             network,
             instance: random_u64(),
+            db_file: opts.dir.join("raft.redb"),
         });
         tokio::spawn(node.clone().propose_loop(rx));
+        tokio::spawn(node.clone().count_changes());
         tokio::spawn(node.clone().leadership_loop());
         tokio::spawn(node.clone().timer_loop());
         if base_unsnapshotted {
@@ -361,6 +365,84 @@ impl Node {
 
     pub fn id(&self) -> NodeId {
         self.id
+    }
+
+    /// Whether a shutdown was asked for (openraft stopping then is no failure).
+    pub fn is_shutting_down(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    /// Counts, from openraft's metrics as they change, each new leader seen and each
+    /// rise of the snapshot index (built here or installed).
+    async fn count_changes(self: Arc<Self>) {
+        let mut metrics = self.raft.metrics();
+        // The snapshot found at start is not one seen made.
+        let mut snapshot = metrics.borrow_watched().snapshot.as_ref().map(|l| l.index);
+        let mut leader = None;
+        loop {
+            {
+                let m = metrics.borrow_watched();
+                if m.current_leader.is_some() && m.current_leader != leader {
+                    leader = m.current_leader;
+                    self.log.metrics.leader_changes.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(leader = ?leader, term = m.current_term, "leader elected");
+                }
+                let index = m.snapshot.as_ref().map(|l| l.index);
+                if index > snapshot {
+                    self.log.metrics.snapshots.fetch_add(1, Ordering::Relaxed);
+                    snapshot = index;
+                }
+            }
+            tokio::select! {
+                r = metrics.changed() => if r.is_err() { return },
+                _ = self.stopping() => return,
+            }
+        }
+    }
+
+    /// The log's own counters (commits and their durations, leader changes, snapshots).
+    pub fn log_metrics(&self) -> &crate::metrics::LogMetrics {
+        &self.log.metrics
+    }
+
+    /// This member's raft state now, for `/metrics`.
+    pub fn figures(&self) -> crate::metrics::RaftFigures {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        let membership = m.membership_config.membership();
+        let last = m.last_log_index.unwrap_or(0);
+        let is_leader = m.current_leader == Some(self.id) && m.state == openraft::ServerState::Leader;
+        let replication_lag = match (&m.replication, is_leader) {
+            (Some(r), true) => r
+                .iter()
+                .filter(|(id, _)| **id != self.id)
+                .map(|(id, matched)| (*id, last.saturating_sub(matched.as_ref().map_or(0, |l| l.index))))
+                .collect(),
+            _ => Vec::new(),
+        };
+        crate::metrics::RaftFigures {
+            id: self.id,
+            has_leader: m.current_leader.is_some(),
+            is_leader,
+            term: m.current_term,
+            last_log_index: last,
+            commit_index: m.cluster_committed.as_ref().map_or(0, |l| l.index),
+            applied_index: m.last_applied.as_ref().map_or(0, |l| l.index),
+            snapshot_index: m.snapshot.as_ref().map_or(0, |l| l.index),
+            purged_index: m.purged.as_ref().map_or(0, |l| l.index),
+            voters: membership.voter_ids().count() as u64,
+            members: membership.nodes().count() as u64,
+            replication_lag,
+            quorum_ack_age_ms: if is_leader {
+                m.last_quorum_acked.as_ref().map(|t| {
+                    use openraft::Instant as _;
+                    t.elapsed().as_millis() as u64
+                })
+            } else {
+                None
+            },
+            db_bytes: std::fs::metadata(&self.db_file).map_or(0, |md| md.len()),
+        }
     }
 
     fn clock(&self) -> MutexGuard<'_, Clock> {

@@ -11,6 +11,7 @@ mod api;
 mod audit;
 mod disk;
 mod events;
+mod format;
 mod identity;
 mod listener;
 mod locks;
@@ -100,6 +101,7 @@ pub async fn run_with_wire(
         ),
     };
 
+    format::check_or_create(&config.data_dir).map_err(ServerError::Setup)?;
     let mut old = migrate::read(&config)?;
     let scheme = if config.peer_tls() { "https" } else { "http" };
     let peer_addr = peer_listener.as_ref().map_or_else(|| listener.local_addr(), |l| l.local_addr())?;
@@ -338,6 +340,9 @@ async fn watch_fatal(node: Arc<fenced_raft::Node>, fatal: Arc<tokio::sync::Notif
     let mut m = node.raft.metrics();
     loop {
         if let Err(e) = &m.borrow_watched().running_state {
+            if node.is_shutting_down() {
+                return;
+            }
             tracing::error!(error = %e, "the replicated log stopped");
             fatal.notify_waiters();
             fatal.notify_one();
@@ -388,10 +393,39 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-/// Structured logs to stderr; `RUST_LOG`-style filter from `FENCED_LOG` (default info).
-pub fn init_logging() {
+/// The default log filter: this program's events at info, openraft's internals only
+/// when they are errors (its state dumps are debug detail, and its complaint about an
+/// unreachable peer, at every heartbeat, is said once by the network instead).
+pub const LOG_FILTER_DEFAULT: &str = "info,openraft=error";
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One line of text per event (coloured on a terminal).
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `fields`.
+    Json,
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<LogFormat, String> {
+        match s {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("log format '{other}' is text or json")),
+        }
+    }
+}
+
+/// Logs to stderr; a `RUST_LOG`-style filter from `FENCED_LOG` (default
+/// [`LOG_FILTER_DEFAULT`]).
+pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FENCED_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(LOG_FILTER_DEFAULT));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).try_init(),
+    };
 }

@@ -3,6 +3,8 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use fenced_raft::metrics::{LogMetrics, RaftFigures};
+
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS_S: [f64; 14] =
     [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0];
@@ -68,7 +70,7 @@ impl Metrics {
         }
     }
 
-    pub fn render(&self, g: &Gauges) -> String {
+    pub fn render(&self, g: &Gauges, raft: &RaftFigures, log: &LogMetrics) -> String {
         let mut out = String::with_capacity(4096);
         let counters: [(&str, &str, u64); 21] = [
             ("fenced_grants_total", "Locks granted.", self.grants.load(Relaxed)),
@@ -152,6 +154,7 @@ impl Metrics {
         for (name, help, v) in gauges {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         }
+        render_raft(&mut out, raft, log);
         let name = "fenced_http_request_duration_seconds";
         let _ = writeln!(out, "# HELP {name} HTTP request latency.\n# TYPE {name} histogram");
         let mut cumulative = 0;
@@ -165,4 +168,58 @@ impl Metrics {
         let _ = writeln!(out, "{name}_count {count}");
         out
     }
+}
+
+/// The member's raft and log figures (`fenced_raft_*`): what an operator of etcd
+/// watches first, under Fenced's names.
+fn render_raft(out: &mut String, r: &RaftFigures, log: &LogMetrics) {
+    let b = |v: bool| u64::from(v);
+    let gauges = [
+        ("fenced_raft_has_leader", "1 when this member knows a leader.", b(r.has_leader)),
+        ("fenced_raft_is_leader", "1 when this member leads.", b(r.is_leader)),
+        ("fenced_raft_term", "The raft term this member is in.", r.term),
+        ("fenced_raft_last_log_index", "The index of the last entry of this member's log.", r.last_log_index),
+        ("fenced_raft_commit_index", "The index of the last entry known committed.", r.commit_index),
+        ("fenced_raft_applied_index", "The index of the last entry applied to the lock table.", r.applied_index),
+        (
+            "fenced_raft_apply_lag_entries",
+            "Entries in this member's log not yet applied.",
+            r.last_log_index.saturating_sub(r.applied_index),
+        ),
+        ("fenced_raft_snapshot_index", "The last index the latest snapshot covers.", r.snapshot_index),
+        ("fenced_raft_purged_index", "The last index purged from the log.", r.purged_index),
+        ("fenced_raft_voters", "Voters in the membership this member follows.", r.voters),
+        ("fenced_raft_members", "Members (voters and learners) in that membership.", r.members),
+        ("fenced_raft_db_bytes", "Size of the log's file (log, vote and snapshots).", r.db_bytes),
+    ];
+    for (name, help, v) in gauges {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+    }
+    let name = "fenced_raft_quorum_ack_age_seconds";
+    let _ = writeln!(out, "# HELP {name} On the leader: since a quorum last acknowledged it.\n# TYPE {name} gauge");
+    if let Some(ms) = r.quorum_ack_age_ms {
+        let _ = writeln!(out, "{name} {}", ms as f64 / 1000.0);
+    }
+    let name = "fenced_raft_replication_lag_entries";
+    let _ = writeln!(out, "# HELP {name} On the leader: entries each other member is behind.\n# TYPE {name} gauge");
+    for (peer, lag) in &r.replication_lag {
+        let _ = writeln!(out, "{name}{{peer=\"{peer}\"}} {lag}");
+    }
+    let counters = [
+        ("fenced_raft_leader_changes_total", "Leaders seen by this member since it started.", &log.leader_changes),
+        ("fenced_raft_snapshots_total", "Snapshots built or installed since start.", &log.snapshots),
+        ("fenced_raft_log_entries_written_total", "Log entries made durable.", &log.entries_written),
+        ("fenced_raft_log_commit_failures_total", "Log writes that failed.", &log.commit_failures),
+    ];
+    for (name, help, v) in counters {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Relaxed));
+    }
+    let h = log.commit_histogram();
+    let name = "fenced_raft_log_commit_duration_seconds";
+    let _ = writeln!(out, "# HELP {name} One durable write of the log (one fsync).\n# TYPE {name} histogram");
+    for (le, c) in &h.buckets {
+        let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {c}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", h.count);
+    let _ = writeln!(out, "{name}_sum {}\n{name}_count {}", h.sum_seconds, h.count);
 }

@@ -86,6 +86,7 @@ pub fn run(a: BenchArgs, g: &Global) -> anyhow::Result<ExitCode> {
         return Err(BadArgument::error("--repeat", format!("must be between 1 and 9, not {}", a.repeat)));
     }
     let mut configs = Vec::new();
+    let mut skipped: Vec<(BenchTarget, String)> = Vec::new();
     for &target in &targets {
         for &workload in &workloads {
             let c = BenchConfig {
@@ -100,6 +101,14 @@ pub fn run(a: BenchArgs, g: &Global) -> anyhow::Result<ExitCode> {
             };
             if a.compare.is_some() && !target.supports(workload) {
                 continue; // a comparison runs each workload where it is built
+            }
+            // Comparing, a peer that is not installed is skipped with the reason.
+            if let (Some(_), true, Some(why)) = (&a.compare, a.spawn, target.missing()) {
+                if !skipped.iter().any(|(t, _)| *t == target) {
+                    eprintln!("skipped {}: {why}", target.name());
+                    skipped.push((target, why));
+                }
+                continue;
             }
             c.validate().map_err(|e| BadArgument::error("bench", e))?;
             configs.push(c);
@@ -128,6 +137,9 @@ pub fn run(a: BenchArgs, g: &Global) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else if a.compare.is_some() {
         print!("{}", table(&reports));
+        for (target, why) in &skipped {
+            println!("{:<12} skipped: {why}", target.name());
+        }
     } else {
         for r in &reports {
             print!("{}", text(r));

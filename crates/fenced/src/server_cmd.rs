@@ -89,6 +89,10 @@ pub struct ServerArgs {
     /// Print the effective configuration (TOML, or JSON with --json) and exit.
     #[arg(long)]
     pub print_config: bool,
+    /// How log lines are written to stderr: text, or json (one object per line). The
+    /// filter is FENCED_LOG (default: info, openraft's internals only on errors).
+    #[arg(long, env = "FENCED_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
 }
 
 pub fn run(args: ServerArgs, global: &Global) -> anyhow::Result<ExitCode> {
@@ -146,7 +150,7 @@ pub fn run(args: ServerArgs, global: &Global) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    fenced_server::init_logging();
+    fenced_server::init_logging(args.log_format.parse().map_err(|e: String| BadArgument::error("--log-format", e))?);
     fenced_server::serve_forever(config)?;
     Ok(ExitCode::SUCCESS)
 }

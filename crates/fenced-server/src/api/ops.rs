@@ -270,7 +270,8 @@ pub async fn cluster(
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text", content_type = "text/plain", body = String)))]
 pub async fn metrics(State(app): State<App>) -> Response {
-    let text = app.metrics.render(&app.locks.gauges());
+    let node = &app.locks.node;
+    let text = app.metrics.render(&app.locks.gauges(), &node.figures(), node.log_metrics());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

@@ -354,9 +354,26 @@ fn health_metrics_index_and_openapi() {
         "fenced_lease_expiries_total 0",
         "fenced_releases_total 0",
         "fenced_http_request_duration_seconds_count",
+        // A single server is a cluster of one that leads: one leader seen, one voter.
+        "fenced_raft_has_leader 1",
+        "fenced_raft_is_leader 1",
+        "fenced_raft_leader_changes_total 1",
+        "fenced_raft_voters 1",
+        "fenced_raft_log_commit_failures_total 0",
+        "fenced_raft_log_commit_duration_seconds_bucket{le=\"+Inf\"}",
     ] {
         assert!(m.contains(needle), "metrics lack {needle}:\n{m}");
     }
+    let value = |name: &str| -> f64 {
+        let line = m.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("no {name}"));
+        line[name.len() + 1..].parse().expect("a number")
+    };
+    // Every acknowledged change is in the log, fsynced, and applied.
+    assert!(value("fenced_raft_applied_index") >= 5.0, "{m}");
+    assert!(value("fenced_raft_log_commit_duration_seconds_count") >= 5.0, "{m}");
+    assert!(value("fenced_raft_log_entries_written_total") >= 5.0, "{m}");
+    assert!(value("fenced_raft_term") >= 1.0 && value("fenced_raft_db_bytes") > 0.0, "{m}");
+    assert_exposition_format(&m);
     let page = s.get("/");
     assert_eq!(page.status, 200);
     assert!(page.text().contains("/v1/locks") && page.text().contains("/metrics"));
@@ -434,4 +451,47 @@ fn mutual_exclusion_under_contention_with_the_store_as_witness() {
     assert_eq!(all.len(), n, "a token was granted twice");
     assert_eq!(s.get("/v1/store/mx").text(), all.last().unwrap().to_string(), "the last holder wrote last");
     assert_eq!(s.call("GET", "/v1/locks/mx", "").1["held"], false);
+}
+
+/// The Prometheus text format as promtool checks it: every family announced once by
+/// HELP and TYPE before its samples, sample names of the family (a histogram's
+/// `_bucket`, `_sum`, `_count`), well-formed labels and a number for each value.
+fn assert_exposition_format(text: &str) {
+    use std::collections::{HashMap, HashSet};
+    let mut kinds: HashMap<String, String> = HashMap::new();
+    let mut helped: HashSet<String> = HashSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let name = rest.split(' ').next().unwrap().to_string();
+            assert!(helped.insert(name.clone()), "HELP twice for {name}");
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut parts = rest.split(' ');
+            let (name, kind) = (parts.next().unwrap().to_string(), parts.next().unwrap_or("").to_string());
+            assert!(["counter", "gauge", "histogram"].contains(&kind.as_str()), "{line}");
+            assert!(helped.contains(&name), "TYPE before HELP for {name}");
+            assert!(kinds.insert(name.clone(), kind).is_none(), "TYPE twice for {name}");
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("not a sample: {line}"));
+        assert!(value.parse::<f64>().is_ok(), "not a number in {line}");
+        let name = series.split('{').next().unwrap();
+        assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "{line}");
+        if let Some(labels) = series.strip_prefix(name).filter(|l| !l.is_empty()) {
+            assert!(labels.starts_with('{') && labels.ends_with('}'), "{line}");
+            for pair in labels[1..labels.len() - 1].split(',') {
+                let (k, v) = pair.split_once('=').unwrap_or_else(|| panic!("{line}"));
+                assert!(!k.is_empty() && v.starts_with('"') && v.ends_with('"'), "{line}");
+            }
+        }
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|f| kinds.get(*f).is_some_and(|k| k == "histogram")))
+            .unwrap_or(name);
+        assert!(kinds.contains_key(family), "a sample before its TYPE: {line}");
+        if kinds[family] == "counter" {
+            assert!(name.ends_with("_total"), "a counter's name ends in _total: {line}");
+        }
+    }
 }

@@ -145,3 +145,75 @@ fn a_store_kept_beside_the_log_is_brought_into_it() {
     let dir = s.stop();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The data directory this release writes, kept: every later release must read it.
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/data-dir-format-1");
+/// The implicit lease that holds `fixture-held` in it.
+const FIXTURE_LEASE: &str = "6f1d2c3b4a5968778695a4b3c2d1e0f1";
+
+/// Writes the fixture again (run by hand when the format changes, never in CI):
+/// `cargo test --release -p fenced-server --test it -- --ignored write_the_format_1_fixture`.
+#[test]
+#[ignore]
+fn write_the_format_1_fixture() {
+    let _ = std::fs::remove_dir_all(FIXTURE);
+    let s = TestServer::on(Config { data_dir: FIXTURE.into(), ..Config::default() });
+    let (st, g) = s.acquire("fixture-held", &format!("{{\"lease_id\":\"{FIXTURE_LEASE}\",\"ttl_ms\":300000}}"));
+    assert_eq!((st, g["token"].as_u64()), (200, Some(1)), "{g}");
+    let b = s.lease(300_000);
+    let (st, g) = s.acquire("fixture-writer", &format!("{{\"lease_id\":\"{b}\"}}"));
+    assert_eq!((st, g["token"].as_u64()), (200, Some(2)), "{g}");
+    assert_eq!(s.request("PUT", "/v1/store/fixture-key", &[("Fencing-Token", "2")], b"format 1").status, 200);
+    let (st, _) = s.call("POST", "/v1/locks/fixture-writer/release", &format!("{{\"lease_id\":\"{b}\"}}"));
+    assert_eq!(st, 200);
+    s.stop();
+}
+
+/// A data directory written by the release that introduced format 1, opened by this
+/// one: its held lock is held by the same lease with the same token, its store write is
+/// there with its mark, and tokens continue above it.
+#[test]
+fn a_data_directory_of_format_1_still_reads() {
+    let dir = crate::harness::scratch_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(FIXTURE).expect("the fixture is in the repository") {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
+    }
+    assert_eq!(std::fs::read_to_string(dir.join("FORMAT")).unwrap(), "fenced data directory format 1\n");
+    let s = TestServer::on(Config { data_dir: dir.clone(), ..Config::default() });
+    let lock = s.get("/v1/locks/fixture-held").json();
+    assert_eq!((lock["held"].as_bool(), lock["token"].as_u64()), (Some(true), Some(1)), "{lock}");
+    let (st, g) = s.acquire("fixture-held", &format!("{{\"lease_id\":\"{FIXTURE_LEASE}\",\"ttl_ms\":300000}}"));
+    assert_eq!((st, g["token"].as_u64()), (200, Some(1)), "the holder's retry is the same grant: {g}");
+    let r = s.get("/v1/store/fixture-key");
+    assert_eq!((r.status, r.text().as_str(), r.header("fencing-highest-seen")), (200, "format 1", Some("2")));
+    let b = s.lease(10_000);
+    let (st, g) = s.acquire("fixture-new", &format!("{{\"lease_id\":\"{b}\"}}"));
+    assert_eq!((st, g["token"].as_u64()), (200, Some(3)), "{g}");
+    s.stop();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A directory of a later format is refused with both versions, and left as it was.
+#[test]
+fn a_data_directory_of_a_later_format_is_refused_untouched() {
+    let dir = crate::harness::scratch_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("FORMAT"), "fenced data directory format 9\n").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let e = rt
+        .block_on(async {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            let config = Config { data_dir: dir.clone(), ..Config::default() };
+            fenced_server::run_with_wire(listener, None, config, std::future::pending::<()>()).await
+        })
+        .expect_err("a later format is refused");
+    let e = e.to_string();
+    assert!(e.contains("format 9, written by a later release") && e.contains("reads format 1"), "{e}");
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(files, vec![std::ffi::OsString::from("FORMAT")], "nothing else was made");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -264,3 +264,27 @@ fn the_other_clients_rows_say_what_they_need() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
     }
 }
+
+/// Comparing, a row whose peer is not installed (here: nothing on the PATH) is skipped,
+/// saying why, and the run succeeds with the rows that ran; the same target asked for
+/// alone fails with the reason. `bench --compare` skips the same way.
+#[test]
+fn a_comparison_skips_a_peer_that_is_not_installed() {
+    let without_path = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_fenced")).args(args).env("PATH", "/nonexistent").output().expect("run fenced")
+    };
+    let out = without_path(&["torture", "--compare", "redis,etcd", "--duration", "10s"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("skipped redis: `redis-server` not found on PATH (apt-get install -y redis-server)"), "{err}");
+    assert!(err.contains("skipped etcd: `etcd` not found"), "{err}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("redis") && table.contains("skipped:"), "{table}");
+    let alone = without_path(&["torture", "--target", "redis", "--duration", "10s"]);
+    assert_eq!(alone.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&alone.stderr).contains("redis-server"));
+    let bench = without_path(&["bench", "--spawn", "--compare", "redis-aof", "--duration", "1s"]);
+    let err = String::from_utf8_lossy(&bench.stderr);
+    assert_eq!(bench.status.code(), Some(0), "{err}");
+    assert!(err.contains("skipped redis-aof: `redis-server` not found"), "{err}");
+}

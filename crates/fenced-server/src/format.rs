@@ -1,0 +1,121 @@
+//! The data directory's format version, in the file `FORMAT` (one line,
+//! `fenced data directory format N`), written when the directory is created and checked
+//! at every start, before anything in it is opened:
+//!
+//! - the same version: served;
+//! - a newer one (written by a later release): refused, saying both versions and what
+//!   to do; nothing in the directory is touched;
+//! - no `FORMAT` beside the files of an earlier release (`raft.redb`, or `fenced.redb`
+//!   of the formats `migrate` brings over): those are format 1, the one this release
+//!   writes, so the file is added and the directory served as it is;
+//! - an empty or new directory: created with the file.
+//!
+//! A later release that changes what `raft.redb` holds raises [`FORMAT_VERSION`] and
+//! upgrades from every version before it (the fixture of each release's directory in
+//! `tests/fixtures/` proves it still reads them), or refuses with the documented way
+//! over (docs/operations.md, *Upgrade*).
+
+use std::io::Write;
+use std::path::Path;
+
+/// The format this release writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+const FILE: &str = "FORMAT";
+const PREFIX: &str = "fenced data directory format ";
+
+/// Files that mark a directory written by an earlier release without `FORMAT`.
+const EARLIER: [&str; 2] = ["raft.redb", "fenced.redb"];
+
+/// Checks `dir`'s format, creating the directory and its `FORMAT` when new; an error
+/// says why the directory cannot be served and what to do.
+pub fn check_or_create(dir: &Path) -> Result<(), String> {
+    let file = dir.join(FILE);
+    match std::fs::read_to_string(&file) {
+        Ok(text) => return check(dir, &text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create the data directory {}: {e}", dir.display()))?;
+    if EARLIER.iter().any(|f| dir.join(f).exists()) {
+        tracing::info!(data_dir = %dir.display(), format = FORMAT_VERSION, "a data directory of an earlier release: marked with its format");
+    }
+    write(dir).map_err(|e| format!("cannot write {}: {e}", file.display()))
+}
+
+fn check(dir: &Path, text: &str) -> Result<(), String> {
+    let version = text.trim().strip_prefix(PREFIX).and_then(|v| v.parse::<u32>().ok()).ok_or_else(|| {
+        format!(
+            "{} does not say a format ('{}'): this is not a Fenced data directory, or its FORMAT file is damaged",
+            dir.join(FILE).display(),
+            text.trim().chars().take(80).collect::<String>()
+        )
+    })?;
+    match version {
+        FORMAT_VERSION => Ok(()),
+        v if v > FORMAT_VERSION => Err(format!(
+            "the data directory {} is in format {v}, written by a later release of Fenced; this release ({}) \
+             reads format {FORMAT_VERSION}. Run that release (or a later one) on it, or restore a snapshot into \
+             a new directory (docs/operations.md, Upgrade); nothing in it was changed",
+            dir.display(),
+            env!("CARGO_PKG_VERSION"),
+        )),
+        v => Err(format!("the data directory {} says format {v}, which no release wrote", dir.display())),
+    }
+}
+
+/// Writes `FORMAT` durably: a temporary file, fsynced, renamed, and the directory fsynced.
+fn write(dir: &Path) -> std::io::Result<()> {
+    let tmp = dir.join(format!("{FILE}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    writeln!(f, "{PREFIX}{FORMAT_VERSION}")?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(FILE))?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("fenced-format-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn a_new_directory_gets_its_format_and_reads_it_back() {
+        let d = scratch("new");
+        check_or_create(&d).unwrap();
+        assert_eq!(std::fs::read_to_string(d.join(FILE)).unwrap(), format!("{PREFIX}{FORMAT_VERSION}\n"));
+        check_or_create(&d).unwrap();
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_newer_format_is_refused_and_left_alone() {
+        let d = scratch("newer");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(FILE), format!("{PREFIX}{}\n", FORMAT_VERSION + 1)).unwrap();
+        let e = check_or_create(&d).unwrap_err();
+        assert!(e.contains("format 2, written by a later release") && e.contains("reads format 1"), "{e}");
+        assert_eq!(std::fs::read_to_string(d.join(FILE)).unwrap(), format!("{PREFIX}2\n"), "untouched");
+        std::fs::write(d.join(FILE), "something else\n").unwrap();
+        assert!(check_or_create(&d).unwrap_err().contains("does not say a format"));
+        std::fs::write(d.join(FILE), format!("{PREFIX}0\n")).unwrap();
+        assert!(check_or_create(&d).unwrap_err().contains("which no release wrote"));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn an_earlier_releases_directory_is_marked_as_it_is() {
+        let d = scratch("earlier");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("raft.redb"), b"not opened here").unwrap();
+        check_or_create(&d).unwrap();
+        assert!(d.join(FILE).exists());
+        assert_eq!(std::fs::read(d.join("raft.redb")).unwrap(), b"not opened here");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
