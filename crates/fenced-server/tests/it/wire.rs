@@ -399,18 +399,21 @@ fn large_frames_share_the_body_budget_with_http() {
         w.s.write_all(&header).unwrap();
         w
     };
-    let holders = [started(1 << 20), started(1 << 20)];
-    // The server reads the headers on its own time: wait until the budget is spent.
+    // The server reads the headers on its own time: the holders begin first, and the
+    // third one after a pause; on a machine so loaded that the third was read first
+    // (a holder refused instead), all three are dropped and it starts again.
     let mut refused = None;
-    for _ in 0..100 {
+    for attempt in 0..10 {
+        let holders = [started(1 << 20), started(1 << 20)];
+        std::thread::sleep(Duration::from_millis(300 * (attempt + 1)));
         let mut third = started(1 << 20);
-        third.s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        third.s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         if let Some(f) = third.try_recv() {
-            refused = Some((f, third));
+            refused = Some((f, third, holders));
             break;
         }
     }
-    let (f, mut third) = refused.expect("a large frame over the budget is answered");
+    let (f, mut third, holders) = refused.expect("a large frame over the budget is answered");
     assert_eq!(f.0, 7, "the answer names the frame");
     assert_eq!(f.code(), "too_busy", "{:?}", f.error());
     third.s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
