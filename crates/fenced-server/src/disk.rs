@@ -50,6 +50,26 @@ impl DiskGuard {
         Ok(())
     }
 
+    /// `fenced_disk_free_bytes` (read now) and `fenced_disk_min_free_bytes`, in
+    /// Prometheus text: the figures the disk-low alert compares.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let name = "fenced_disk_free_bytes";
+        out.push_str(&format!(
+            "# HELP {name} Bytes available in the data directory's file system.\n# TYPE {name} gauge\n"
+        ));
+        match free_bytes(&self.dir) {
+            Ok(free) => out.push_str(&format!("{name} {free}\n")),
+            Err(e) => tracing::debug!(error = %e, "no free-space figure for /metrics"),
+        }
+        let name = "fenced_disk_min_free_bytes";
+        out.push_str(&format!(
+            "# HELP {name} The reserve under which store writes are refused (0: off).\n# TYPE {name} gauge\n{name} {}\n",
+            self.min_free_bytes
+        ));
+        out
+    }
+
     fn low(&self, free: u64) -> bool {
         self.min_free_bytes > 0 && free < self.min_free_bytes
     }

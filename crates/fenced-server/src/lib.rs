@@ -17,6 +17,7 @@ mod listener;
 mod locks;
 mod metrics;
 mod migrate;
+mod notify;
 mod subject;
 mod tls;
 mod wire;
@@ -253,11 +254,14 @@ pub async fn run_with_wire(
         head: (config.head_timeout_ms > 0).then(|| Duration::from_millis(config.head_timeout_ms)),
     };
     tracing::info!(addr = %listener.tcp.local_addr()?, tls = listener.tls.is_some(), "serving");
+    // Every listener is bound and the log recovered: connections queue from here on.
+    notify::notify("READY=1");
 
     let close_locks = locks.clone();
     let signal = async move {
         shutdown.await;
         tracing::info!("shutting down: draining in-flight requests");
+        notify::notify("STOPPING=1");
         let _ = stop_tx.send(true);
         // Queued acquires answer 503 now rather than hold the drain up.
         close_locks.close();

@@ -271,7 +271,8 @@ pub async fn cluster(
     responses((status = 200, description = "Prometheus text", content_type = "text/plain", body = String)))]
 pub async fn metrics(State(app): State<App>) -> Response {
     let node = &app.locks.node;
-    let text = app.metrics.render(&app.locks.gauges(), &node.figures(), node.log_metrics());
+    let mut text = app.metrics.render(&app.locks.gauges(), &node.figures(), node.log_metrics());
+    text.push_str(&app.disk.render());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
