@@ -273,6 +273,13 @@ impl Client {
             .map_err(|e| e.into_error())
     }
 
+    /// A backup of the replicated state: the bytes of a snapshot file (`fenced
+    /// snapshot status` reads one), from the leader, holding every write acknowledged
+    /// before the call. Needs the admin permission where identities exist.
+    pub async fn snapshot(&self, timeout: std::time::Duration) -> Result<bytes::Bytes, Error> {
+        self.conn.get_bytes("saving a snapshot", "/v1/cluster/snapshot", timeout).await?.map_err(|e| e.into_error())
+    }
+
     /// Removes a member from the cluster's voters.
     pub async fn remove_member(&self, id: u64) -> Result<serde_json::Value, Error> {
         let path = format!("/v1/cluster/members/{id}");

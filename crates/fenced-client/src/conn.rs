@@ -424,6 +424,20 @@ impl Conn {
         self.members.each_by(Instant::now() + timeout, call, moves_on).await.result
     }
 
+    /// `GET path` answered with bytes (a backup), on whichever endpoint serves it,
+    /// within `timeout`.
+    pub async fn get_bytes(&self, what: &str, path: &str, timeout: Duration) -> Result<Answer<Bytes>, Error> {
+        let call = |e| async move {
+            let r = Endpoint::http(e, what)?.send(Method::GET, path, &[], None, timeout).await?;
+            if r.is_success() {
+                Ok(Ok(r.body))
+            } else {
+                Ok(Err(r.api_error()))
+            }
+        };
+        self.members.each_by(Instant::now() + timeout, call, moves_on).await.result
+    }
+
     /// Acquires under an implicit lease, waiting in the queue until `give_up_at`; a
     /// retry on another member waits only what is left.
     ///

@@ -12,6 +12,7 @@
 //!   each batch, the proposer, the timer that proposes `Tick`.
 //! - [`network`] carries openraft's RPCs between members over HTTP/JSON.
 
+pub mod backup;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
 pub mod log_store;

@@ -345,7 +345,7 @@ impl Node {
             return;
         }
         if let Err(e) = self.raft.trigger().snapshot().await {
-            tracing::error!(error = %e, "cannot snapshot the migrated state");
+            tracing::error!(error = %e, "cannot snapshot the base state");
             return;
         }
         let mut metrics = self.raft.metrics();
@@ -353,7 +353,7 @@ impl Node {
             let snapshot = metrics.borrow_watched().snapshot.as_ref().map(|l| l.index);
             if let Some(index) = snapshot {
                 let _ = self.raft.trigger().purge_log(index).await;
-                tracing::info!(index, "the migrated state is in a snapshot");
+                tracing::info!(index, "the base state (migrated or restored) is in a snapshot");
                 return;
             }
             tokio::select! {

@@ -68,7 +68,7 @@ struct SnapshotBody {
     table: LockTable,
 }
 
-fn encode_table(table: &LockTable) -> io::Result<Vec<u8>> {
+pub(crate) fn encode_table(table: &LockTable) -> io::Result<Vec<u8>> {
     #[derive(serde::Serialize)]
     struct Ref<'t> {
         table: &'t LockTable,
@@ -76,7 +76,7 @@ fn encode_table(table: &LockTable) -> io::Result<Vec<u8>> {
     serde_json::to_vec(&Ref { table }).map_err(io_err)
 }
 
-fn decode_table(bytes: &[u8], limits: &Limits) -> io::Result<LockTable> {
+pub(crate) fn decode_table(bytes: &[u8], limits: &Limits) -> io::Result<LockTable> {
     let body: SnapshotBody = serde_json::from_slice(bytes).map_err(|e| {
         io::Error::new(io::ErrorKind::InvalidData, format!("a lock-table snapshot does not decode: {e}"))
     })?;

@@ -18,6 +18,7 @@ mod locks;
 mod metrics;
 mod migrate;
 mod notify;
+pub mod restore;
 mod subject;
 mod tls;
 mod wire;

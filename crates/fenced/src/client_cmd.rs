@@ -109,16 +109,7 @@ pub fn run(cmd: ClientCmd, global: &Global) -> anyhow::Result<ExitCode> {
         ClientCmd::ExecWatchdog(a) => return exec::watchdog::run(a),
         other => other,
     };
-    let attempt_timeout = std::time::Duration::from_millis(global.attempt_timeout);
-    if attempt_timeout < fenced_client::ATTEMPT_TIMEOUT_MIN {
-        let min = fenced_client::ATTEMPT_TIMEOUT_MIN.as_millis();
-        return Err(BadArgument::error("--attempt-timeout", format!("must be at least {min}ms")));
-    }
-    let client = Client::builder().endpoint(&global.endpoint).attempt_timeout(attempt_timeout).build();
-    let client = client.map_err(|e| match e {
-        Error::BadRequest(m) => BadArgument::error("--endpoint", m),
-        e => e.into(),
-    })?;
+    let client = client(global)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the runtime")?;
     rt.block_on(async move {
         match cmd {
@@ -130,6 +121,20 @@ pub fn run(cmd: ClientCmd, global: &Global) -> anyhow::Result<ExitCode> {
             ClientCmd::Cluster(c) => cluster(&client, c, global).await,
             ClientCmd::ExecWatchdog(_) => unreachable!("handled before the runtime starts"),
         }
+    })
+}
+
+/// The client of `--endpoint` (FENCED_AUTH_TOKEN and the TLS files from the environment).
+pub fn client(global: &Global) -> anyhow::Result<Client> {
+    let attempt_timeout = std::time::Duration::from_millis(global.attempt_timeout);
+    if attempt_timeout < fenced_client::ATTEMPT_TIMEOUT_MIN {
+        let min = fenced_client::ATTEMPT_TIMEOUT_MIN.as_millis();
+        return Err(BadArgument::error("--attempt-timeout", format!("must be at least {min}ms")));
+    }
+    let client = Client::builder().endpoint(&global.endpoint).attempt_timeout(attempt_timeout).build();
+    client.map_err(|e| match e {
+        Error::BadRequest(m) => BadArgument::error("--endpoint", m),
+        e => e.into(),
     })
 }
 

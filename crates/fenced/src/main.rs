@@ -13,6 +13,8 @@ mod demo_cmd;
 #[cfg(feature = "server")]
 mod server_cmd;
 mod sim_cmd;
+#[cfg(all(feature = "server", feature = "client"))]
+mod snapshot_cmd;
 mod sweep_cmd;
 mod term;
 #[cfg(feature = "lab")]
@@ -49,6 +51,11 @@ enum Cmd {
     #[cfg(feature = "client")]
     #[command(flatten)]
     Client(client_cmd::ClientCmd),
+    /// Backups: save one from a running service, check one, restore one into a new
+    /// data directory.
+    #[cfg(all(feature = "server", feature = "client"))]
+    #[command(subcommand)]
+    Snapshot(snapshot_cmd::SnapshotCmd),
     /// The zombie write on real processes: a holder frozen past its lease, and fencing
     /// stopping its write.
     #[cfg(all(feature = "server", feature = "client"))]
@@ -76,6 +83,8 @@ fn main() -> ExitCode {
         Cmd::Sim(a) => sim_cmd::run(a, &cli.global),
         #[cfg(feature = "client")]
         Cmd::Client(c) => client_cmd::run(c, &cli.global),
+        #[cfg(all(feature = "server", feature = "client"))]
+        Cmd::Snapshot(c) => snapshot_cmd::run(c, &cli.global),
         #[cfg(all(feature = "server", feature = "client"))]
         Cmd::Demo(a) => demo_cmd::run(a, &cli.global),
         #[cfg(all(feature = "server", feature = "client"))]

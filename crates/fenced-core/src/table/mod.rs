@@ -324,6 +324,17 @@ impl LockTable {
         self.last_token.or(Token::new(self.first_token.get() - 1))
     }
 
+    /// Counts `floor` and every token below it as issued, so that the next grant is
+    /// above it: a table restored from a backup while the old service may have gone on
+    /// granting after the save (`fenced snapshot restore --tokens-above`). Lower
+    /// floors change nothing.
+    pub fn raise_tokens_to(&mut self, floor: Token) {
+        if self.next_token <= floor {
+            self.next_token = floor.next();
+            self.last_token = Some(floor);
+        }
+    }
+
     /// How long the start-up grace still holds every grant back, at `now_ms`.
     pub fn grace_left_ms(&self, now_ms: u64) -> u64 {
         self.grants_resume_at_ms.saturating_sub(now_ms)

@@ -43,6 +43,7 @@ use crate::config::Config;
         ops::cluster,
         ops::add_member,
         ops::remove_member,
+        ops::snapshot,
         ops::metrics,
         ops::livez,
         ops::readyz,

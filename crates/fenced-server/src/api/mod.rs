@@ -55,6 +55,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/cluster"),
     ("post", "/v1/cluster/members"),
     ("delete", "/v1/cluster/members/{id}"),
+    ("get", "/v1/cluster/snapshot"),
     ("post", "/v1/sim/runs"),
     ("post", "/v1/sim/sweeps"),
     ("get", "/"),
@@ -109,6 +110,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/cluster", get(ops::cluster))
         .route("/v1/cluster/members", post(ops::add_member))
         .route("/v1/cluster/members/{id}", axum::routing::delete(ops::remove_member))
+        .route("/v1/cluster/snapshot", get(ops::snapshot))
         .merge(lab)
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(app.clone(), auth));

@@ -175,6 +175,40 @@ async fn add(
     Ok(status(app))
 }
 
+/// `GET /v1/cluster/snapshot`: a backup of the replicated state, taken after a
+/// linearizable read (so it holds every write acknowledged before the call) at one
+/// applied index; `fenced snapshot status` reads it, `fenced snapshot restore` makes a
+/// new cluster's data from it. An admin's call; the leader answers (a follower says
+/// `not_leader`). The table is serialized under the state machine's lock, as a raft
+/// snapshot is: applies wait for it.
+#[utoipa::path(get, path = "/v1/cluster/snapshot", tag = "cluster",
+    responses(
+        (status = 200, description = "the snapshot file (docs/operations.md, Backup and restore)", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 403, description = "forbidden: not an admin", body = ErrorBody),
+        (status = 503, description = "not_leader", body = ErrorBody),
+    ))]
+pub async fn snapshot(
+    State(app): State<App>,
+    axum::extract::Extension(caller): axum::extract::Extension<super::Caller>,
+) -> Result<Response, super::ApiError> {
+    let r = save_snapshot(&app, &caller).await;
+    app.audit(&caller, "snapshot_save", None, None, &r);
+    r
+}
+
+async fn save_snapshot(app: &App, caller: &super::Caller) -> Result<Response, super::ApiError> {
+    caller.require_admin()?;
+    let node = &app.locks.node;
+    node.linearize().await.map_err(fenced_core::Error::from)?;
+    let (sm, id) = (node.state_machine().clone(), node.id());
+    let bytes = tokio::task::spawn_blocking(move || fenced_raft::backup::save(&sm, id))
+        .await
+        .map_err(|e| super::ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "snapshot_failed", e.to_string()))?
+        .map_err(|e| super::ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "snapshot_failed", e.to_string()))?;
+    tracing::info!(bytes = bytes.len(), "snapshot saved for a backup");
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response())
+}
+
 /// `DELETE /v1/cluster/members/{id}`: the member leaves the voters. Leader only.
 #[utoipa::path(delete, path = "/v1/cluster/members/{id}", tag = "cluster",
     params(("id" = u64, Path, description = "the member's id")),
