@@ -3,6 +3,7 @@
 
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
+import { createSecureContext } from "node:tls";
 
 import { Calls, GetResult, GrantBody, PutResult, checkName, isToken, readGrant, segment, unwrap } from "./calls.js";
 import { ServerApi, readServerApi } from "./compat.js";
@@ -31,6 +32,15 @@ export interface ClientOptions {
   authToken?: string;
   /** A PEM file of the certificates an `https://` server must chain to; default `FENCED_CA_FILE`, else node's roots. */
   caFile?: string;
+  /**
+   * This client's certificate (a PEM file, the chain from the leaf) for an `https://` server
+   * with `client_ca`: the identity of its subject. Goes with `clientKey`; by default
+   * `FENCED_CLIENT_CERT` and `FENCED_CLIENT_KEY`. Read and checked at construction; not
+   * sent to an `http://` endpoint (no TLS there), as in the Rust client.
+   */
+  clientCert?: string;
+  /** The private key (a PEM file, unencrypted) of `clientCert`. */
+  clientKey?: string;
   /** Bounds a whole call, failovers included; a blocking acquire adds its wait. Default 10 000 ms. */
   requestTimeoutMs?: number;
   /** With several endpoints: how long a member may answer neither a request nor a probe before the call moves on. Default `FENCED_ATTEMPT_TIMEOUT` (`750ms`, `2s`), else 750 ms; at least 20 ms. */
@@ -79,6 +89,37 @@ export function parseDurationMs(s: string, what: string): number {
 function envValue(name: string): string | undefined {
   const v = process.env[name];
   return v === undefined || v.trim() === "" ? undefined : v;
+}
+
+/**
+ * The client certificate and key, read: both given (`clientCert`, `clientKey`), else both of
+ * `FENCED_CLIENT_CERT` and `FENCED_CLIENT_KEY`, else none. The two go together, never one
+ * from each place; one without the other is refused rather than left for the server to 401.
+ */
+function clientCertFrom(cert: string | undefined, key: string | undefined): { cert: Buffer; key: Buffer; names: [string, string]; paths: [string, string] } | undefined {
+  let names: [string, string];
+  let paths: [string | undefined, string | undefined];
+  if (cert !== undefined || key !== undefined) {
+    names = ["clientCert", "clientKey"];
+    paths = [cert, key];
+  } else {
+    names = ["FENCED_CLIENT_CERT", "FENCED_CLIENT_KEY"];
+    paths = [envValue(names[0]), envValue(names[1])];
+  }
+  const [c, k] = paths;
+  if (c === undefined && k === undefined) return undefined;
+  if (c === undefined || k === undefined) {
+    const [given, absent] = c === undefined ? [names[1], names[0]] : names;
+    throw badArgument(`${names[0]} and ${names[1]} go together: ${given} is set and ${absent} is not`);
+  }
+  const read = (name: string, path: string): Buffer => {
+    try {
+      return readFileSync(path);
+    } catch (e) {
+      throw badArgument(`${name} ${path}: ${(e as Error).message}`);
+    }
+  };
+  return { cert: read(names[0], c), key: read(names[1], k), names, paths: [c, k] };
 }
 
 function positiveMs(v: unknown, what: string, min = 1): number {
@@ -158,6 +199,16 @@ export class Client {
         throw new BadRequestError("bad_argument", `the CA file ${caFile}: ${(e as Error).message}`);
       }
     }
+    const client = clientCertFrom(options.clientCert, options.clientKey);
+    if (client !== undefined) {
+      // Refuses here, not at the first handshake, a pair that cannot be used.
+      try {
+        createSecureContext({ cert: client.cert, key: client.key });
+      } catch (e) {
+        const why = (e as NodeJS.ErrnoException).code === "ERR_OSSL_X509_KEY_VALUES_MISMATCH" ? "the key is not the certificate's" : "not a PEM certificate chain and its unencrypted private key";
+        throw badArgument(`${client.names[0]} ${client.paths[0]} and ${client.names[1]} ${client.paths[1]}: ${why} (${(e as Error).message})`);
+      }
+    }
     const requestTimeoutMs = positiveMs(options.requestTimeoutMs ?? 10_000, "requestTimeoutMs");
     const envAttempt = envValue("FENCED_ATTEMPT_TIMEOUT");
     const attemptTimeoutMs =
@@ -168,7 +219,8 @@ export class Client {
     const connectTimeoutMs = positiveMs(options.connectTimeoutMs ?? 3000, "connectTimeoutMs");
     // With several members a refused connection sends the call to the next one at once.
     const connectAttempts = list.length > 1 ? 1 : 4;
-    const endpoints = list.map((e) => new Endpoint(e, { authToken, ca, connectTimeoutMs, connectAttempts }));
+    const tlsClient = client === undefined ? {} : { cert: client.cert, key: client.key };
+    const endpoints = list.map((e) => new Endpoint(e, { authToken, ca, ...tlsClient, connectTimeoutMs, connectAttempts }));
     this.endpoints = endpoints.map((e) => e.url);
     this.#requestTimeoutMs = requestTimeoutMs;
     this.calls = new Calls(new Members(endpoints, positiveMs(attemptTimeoutMs, "attemptTimeoutMs", ATTEMPT_TIMEOUT_MIN_MS)), requestTimeoutMs);

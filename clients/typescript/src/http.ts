@@ -33,8 +33,19 @@ export interface SendOptions {
 export const UNREACHABLE = "unreachable";
 export const CONNECTION_LOST = "connection_lost";
 export const TIMEOUT = "timeout";
-/** The TLS handshake failed (a certificate not trusted, a name mismatch): never sent, and trying again will not help. */
+/** The TLS handshake failed (a certificate not trusted, a name mismatch, this client's certificate refused): never sent, and trying again will not help. */
 export const TLS_REFUSED = "tls_refused";
+
+/**
+ * The server refused this client's certificate: a TLS alert (unknown CA, bad certificate,
+ * ...). With TLS 1.3 the client's side of the handshake is over before the server has
+ * judged the certificate, so the alert arrives as an error once "connected"; the server
+ * read no request on that connection.
+ */
+function isCertificateRefused(e: Error): boolean {
+  const code = (e as NodeJS.ErrnoException).code ?? "";
+  return /^ERR_SSL_(SSLV3|TLSV1|TLSV13)_ALERT_(UNKNOWN_CA|BAD_CERTIFICATE|CERTIFICATE_[A-Z_]+|UNSUPPORTED_CERTIFICATE|ACCESS_DENIED)$/.test(code);
+}
 
 function isTlsFailure(e: Error): boolean {
   const code = (e as NodeJS.ErrnoException).code ?? "";
@@ -51,6 +62,9 @@ export interface EndpointOptions {
   authToken?: string | undefined;
   /** PEM certificates an `https://` server must chain to. */
   ca?: string | Buffer | undefined;
+  /** This client's certificate chain and key (PEM), presented to an `https://` server that asks for one. */
+  cert?: Buffer | undefined;
+  key?: Buffer | undefined;
   connectTimeoutMs: number;
   /** Tries of a request whose connection could not be opened (1 with several endpoints: the next member is tried instead). */
   connectAttempts: number;
@@ -94,7 +108,11 @@ export class Endpoint {
     this.#port = u.port === "" ? (this.#tls ? 443 : 80) : Number(u.port);
     const agentOptions = { keepAlive: true, timeout: FREE_SOCKET_TIMEOUT_MS };
     this.#agent = this.#tls
-      ? new https.Agent({ ...agentOptions, ...(o.ca !== undefined ? { ca: o.ca } : {}) })
+      ? new https.Agent({
+          ...agentOptions,
+          ...(o.ca !== undefined ? { ca: o.ca } : {}),
+          ...(o.cert !== undefined && o.key !== undefined ? { cert: o.cert, key: o.key } : {}),
+        })
       : new http.Agent(agentOptions);
     this.#auth = o.authToken === undefined ? undefined : `Bearer ${o.authToken}`;
     this.#connectTimeoutMs = o.connectTimeoutMs;
@@ -179,6 +197,9 @@ export class Endpoint {
         }
       };
       const failed = (e: Error): Error => {
+        if (this.#tls && isCertificateRefused(e)) {
+          return new UnavailableError(TLS_REFUSED, `${where}: TLS: the server refused this client's certificate: ${e.message.trim()}`, undefined, {}, { cause: e });
+        }
         if (connected) return new UnavailableError(CONNECTION_LOST, `${where}: the connection broke before the answer: ${e.message}`, undefined, {}, { cause: e });
         if (this.#tls && isTlsFailure(e)) return new UnavailableError(TLS_REFUSED, `${where}: TLS: ${e.message}`, undefined, {}, { cause: e });
         return new UnavailableError(UNREACHABLE, `${where}: could not connect: ${e.message}`, undefined, {}, { cause: e });

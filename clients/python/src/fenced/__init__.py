@@ -14,6 +14,7 @@ from .errors import (
     ERROR_CODES,
     BadRequest,
     Busy,
+    ConfigError,
     CorruptRecord,
     FencedError,
     Forbidden,
@@ -52,8 +53,8 @@ from .errors import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncClient", "AsyncLock", "AsyncStore", "Client", "Lock", "Store", "StoreRead",
-    "ERROR_CODES", "BadRequest", "Busy", "CorruptRecord", "FencedError", "Forbidden", "LeaseExists",
+    "AsyncClient", "AsyncLock", "AsyncStore", "Client", "Lock", "Store", "StoreRead", "ERROR_CODES",
+    "BadRequest", "Busy", "ConfigError", "CorruptRecord", "FencedError", "Forbidden", "LeaseExists",
     "LeaseNotFound", "LimitReached", "LockHeld", "LockLost", "LostReason", "MembershipChangeFailed",
     "NoLeader", "NotFound", "NotHolder", "NotLeader", "OutOfRange", "Recovering", "ServerError",
     "ShuttingDown", "StaleToken", "StorageFull", "TokenNotIssued", "TokenRequired", "TooBusy", "TooLarge",

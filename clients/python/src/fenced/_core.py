@@ -1,7 +1,7 @@
 """What the sync and the async client share: configuration, the deadline rule, what calls
 learn of the members of a cluster, and the check of the server's API.
 
-No IO happens here; the two clients each do their own (threads and httpx.Client, or
+No network IO happens here; the two clients each do their own (threads and httpx.Client, or
 tasks and httpx.AsyncClient) around these pieces, so the rules exist once.
 """
 
@@ -10,12 +10,15 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import ssl
 import threading
 import time
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
-from .errors import BadRequest, FencedError, UnsupportedServer
+import httpx
+
+from .errors import BadRequest, ConfigError, FencedError, Transport, UnsupportedServer
 
 #: The endpoint used when neither the caller nor ``FENCED_ENDPOINT`` names one.
 ENDPOINT_DEFAULT = "http://127.0.0.1:7400"
@@ -107,8 +110,90 @@ def auth_from(given: Optional[str]) -> Optional[str]:
 def ca_from(given: Optional[str]) -> Optional[str]:
     path = given if given is not None else (os.environ.get("FENCED_CA_FILE") or None)
     if path is not None and not os.path.isfile(path):
-        raise BadRequest(f"CA file {path}: no such file", code="invalid_ca_file")
+        raise ConfigError(f"CA file {path}: no such file", code="invalid_ca_file")
     return path
+
+
+class ClientCert(NamedTuple):
+    """This client's certificate chain and private key, PEM files, and the names they were
+    given under (the arguments or the environment variables), for the error messages."""
+
+    cert: str
+    key: str
+    names: Tuple[str, str]
+
+
+def client_cert_from(cert: Optional[str], key: Optional[str]) -> Optional[ClientCert]:
+    """The client certificate for a server with ``client_ca``, as the Rust client takes it:
+    the pair given (``client_cert`` and ``client_key``), else ``FENCED_CLIENT_CERT`` and
+    ``FENCED_CLIENT_KEY``, else none. The two go together, never one from each place, and
+    one without the other is refused here rather than left for the server to 401."""
+    if cert is not None or key is not None:
+        names = ("client_cert", "client_key")
+        pair = (cert, key)
+    else:
+        names = ("FENCED_CLIENT_CERT", "FENCED_CLIENT_KEY")
+        pair = (os.environ.get(names[0]) or None, os.environ.get(names[1]) or None)
+    if pair == (None, None):
+        return None
+    if pair[0] is None or pair[1] is None:
+        given, absent = (names[1], names[0]) if pair[0] is None else names
+        raise ConfigError(f"{names[0]} and {names[1]} go together: {given} is set and {absent} is not",
+                          code="invalid_client_cert")
+    for n, path in zip(names, pair):
+        if not os.path.isfile(path):
+            raise ConfigError(f"{n} {path}: no such file", code="invalid_client_cert")
+    return ClientCert(pair[0], pair[1], names)
+
+
+def tls_verify(ca: Optional[str], client: Optional[ClientCert]) -> Any:
+    """httpx's ``verify``: ``True`` (its certifi roots) when nothing is configured, else an
+    SSL context trusting ``ca`` (or certifi's roots) and presenting ``client``'s certificate
+    to a server that asks for one. Only ``https://`` endpoints use it: on ``http://`` there
+    is no handshake, so a client certificate is read and checked here but never sent (as
+    in the Rust client)."""
+    if ca is None and client is None:
+        return True
+    if ca is None:
+        import certifi  # httpx's own dependency: the roots verify=True would use
+
+        ca_path, ca_name = certifi.where(), "certifi's roots"
+    else:
+        ca_path, ca_name = ca, f"CA file {ca}"
+    try:
+        ctx = ssl.create_default_context(cafile=ca_path)
+    except (ssl.SSLError, OSError) as e:
+        raise ConfigError(f"{ca_name}: not PEM certificates ({e})", code="invalid_ca_file") from None
+    if client is not None:
+        where = f"{client.names[0]} {client.cert} and {client.names[1]} {client.key}"
+        try:
+            ctx.load_cert_chain(certfile=client.cert, keyfile=client.key)
+        except ssl.SSLError as e:
+            why = "the key is not the certificate's" if e.reason == "KEY_VALUES_MISMATCH" else \
+                "not a PEM certificate chain and its unencrypted private key"
+            raise ConfigError(f"{where}: {why} ({e})", code="invalid_client_cert") from None
+        except OSError as e:
+            raise ConfigError(f"{where}: {e}", code="invalid_client_cert") from None
+    return ctx
+
+
+#: Alerts a server sends when it refuses the client's certificate in the handshake.
+_CERT_ALERT = re.compile(r"ALERT_(UNKNOWN_CA|BAD_CERTIFICATE|CERTIFICATE_\w+|UNSUPPORTED_CERTIFICATE|ACCESS_DENIED)")
+
+
+def tls_refusal(e: BaseException) -> Optional[str]:
+    """The reason (``TLSV1_ALERT_UNKNOWN_CA``, ...) when ``e`` comes of the server refusing
+    this client's certificate. With TLS 1.3 the client's side of the handshake is over
+    before the server has judged the certificate, so the refusal surfaces as an error
+    reading the answer, yet the server read no request: it was never taken."""
+    seen = 0
+    x: Optional[BaseException] = e
+    while x is not None and seen < 8:
+        if isinstance(x, ssl.SSLError) and _CERT_ALERT.search(str(x.reason or x)):
+            return str(x.reason or x)
+        x = x.__cause__ or x.__context__
+        seen += 1
+    return None
 
 
 def attempt_timeout_from(given: Optional[float]) -> float:
@@ -261,3 +346,19 @@ def transport_error(endpoint: str, what: str, exc: BaseException, sent: bool) ->
     from .errors import Transport
 
     return Transport(f"{endpoint}: {what}: {exc.__class__.__name__}: {exc}".rstrip(": "), sent=sent)
+
+
+def http_failure(url: str, timeout: float, e: BaseException) -> Transport:
+    """What a request that failed in httpx (``e``) becomes: :class:`Transport`, with
+    ``sent=False`` when it cannot have reached the server (no connection, or the server
+    refused this client's certificate: ``tls_refused``, which trying again will not
+    change)."""
+    refusal = tls_refusal(e)
+    if refusal is not None:
+        return Transport(f"{url}: the server refused this client's TLS certificate ({refusal})", sent=False,
+                         code="tls_refused")
+    if isinstance(e, (httpx.ConnectError, httpx.ConnectTimeout)):
+        return Transport(f"{url}: cannot connect: {e}", sent=False)
+    if isinstance(e, httpx.TimeoutException):
+        return Transport(f"{url}: no answer within {int(timeout * 1000)} ms", sent=True)
+    return Transport(f"{url}: {e.__class__.__name__}: {e}", sent=True)

@@ -47,6 +47,8 @@ class AsyncClient:
         *,
         auth_token: Optional[str] = None,
         ca_file: Optional[str] = None,
+        client_cert: Optional[str] = None,
+        client_key: Optional[str] = None,
         request_timeout: float = 10.0,
         connect_timeout: float = 3.0,
         attempt_timeout: Optional[float] = None,
@@ -54,7 +56,7 @@ class AsyncClient:
     ) -> None:
         urls = _core.endpoints_from(endpoints)
         self._auth = _core.auth_from(auth_token)
-        ca = _core.ca_from(ca_file)
+        verify = _core.tls_verify(_core.ca_from(ca_file), _core.client_cert_from(client_cert, client_key))
         self._members = _core.Members(urls, _core.attempt_timeout_from(attempt_timeout))
         self.request_timeout = float(request_timeout)
         self.connect_timeout = float(connect_timeout)
@@ -63,7 +65,6 @@ class AsyncClient:
         headers = {"user-agent": "fenced-client-python/0.1.0"}
         if self._auth is not None:
             headers["authorization"] = f"Bearer {self._auth}"
-        verify: Any = ssl.create_default_context(cafile=ca) if ca else True
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=16)
         self._http = httpx.AsyncClient(headers=headers, verify=verify, trust_env=False, limits=limits)
         #: Background revokes of abandoned acquires, kept referenced until done.
@@ -393,7 +394,7 @@ class AsyncClient:
             try:
                 return await self._send_once(i, method, path, body, headers, timeout)
             except Transport as e:
-                if e.sent or attempt == attempts:
+                if e.sent or attempt == attempts or e.code == "tls_refused":
                     raise
                 await asyncio.sleep(backoff)
                 backoff *= 2
@@ -405,12 +406,10 @@ class AsyncClient:
         t = httpx.Timeout(timeout, connect=min(self.connect_timeout, timeout))
         try:
             r = await self._http.request(method, url, content=body, headers=headers, timeout=t)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as e:
-            raise Transport(f"{url}: cannot connect: {e}", sent=False) from e
-        except httpx.TimeoutException as e:
-            raise Transport(f"{url}: no answer within {int(timeout * 1000)} ms", sent=True) from e
-        except httpx.HTTPError as e:
-            raise Transport(f"{url}: {e.__class__.__name__}: {e}", sent=True) from e
+        except (httpx.HTTPError, ssl.SSLError) as e:
+            # An SSLError of its own: httpcore's asyncio backend lets one through unwrapped
+            # when it arrives on a read (a certificate refused in a TLS 1.3 handshake).
+            raise _core.http_failure(url, timeout, e) from e
         return _Reply(r.status_code, r.headers, r.content)
 
 

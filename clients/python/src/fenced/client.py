@@ -78,7 +78,12 @@ class Client:
     by default ``FENCED_ENDPOINT`` (commas allowed), else ``http://127.0.0.1:7400``.
     ``auth_token`` (default ``FENCED_AUTH_TOKEN``) is sent as ``Authorization: Bearer``;
     ``ca_file`` (default ``FENCED_CA_FILE``) is the PEM file an ``https://`` server must
-    chain to. ``request_timeout`` bounds a whole call, failovers included (a blocking
+    chain to. ``client_cert`` and ``client_key`` (PEM files; default ``FENCED_CLIENT_CERT``
+    and ``FENCED_CLIENT_KEY``) are this client's certificate and key, presented to an
+    ``https://`` server that asks for one (its ``client_ca``): the identity of its subject.
+    The two go together (one alone is a :class:`fenced.ConfigError`, a ``ValueError``), are
+    loaded here, and are not sent to an ``http://`` endpoint (no handshake there), as in
+    the Rust client. ``request_timeout`` bounds a whole call, failovers included (a blocking
     acquire adds its wait). With several endpoints a call goes to the member that answered
     last and moves on when it is unreachable, answers ``not_leader``/``shutting_down``, or
     falls silent: a request unanswered for half of ``attempt_timeout`` (default
@@ -97,6 +102,8 @@ class Client:
         *,
         auth_token: Optional[str] = None,
         ca_file: Optional[str] = None,
+        client_cert: Optional[str] = None,
+        client_key: Optional[str] = None,
         request_timeout: float = 10.0,
         connect_timeout: float = 3.0,
         attempt_timeout: Optional[float] = None,
@@ -104,7 +111,7 @@ class Client:
     ) -> None:
         urls = _core.endpoints_from(endpoints)
         self._auth = _core.auth_from(auth_token)
-        ca = _core.ca_from(ca_file)
+        verify = _core.tls_verify(_core.ca_from(ca_file), _core.client_cert_from(client_cert, client_key))
         self._members = _core.Members(urls, _core.attempt_timeout_from(attempt_timeout))
         self.request_timeout = float(request_timeout)
         self.connect_timeout = float(connect_timeout)
@@ -114,7 +121,6 @@ class Client:
         headers = {"user-agent": "fenced-client-python/0.1.0"}
         if self._auth is not None:
             headers["authorization"] = f"Bearer {self._auth}"
-        verify: Any = ssl.create_default_context(cafile=ca) if ca else True
         self._http = self._make_http(headers, verify)
         self.store = Store(self)
 
@@ -470,7 +476,7 @@ class Client:
             try:
                 return self._send_once(i, method, path, body, headers, timeout)
             except Transport as e:
-                if e.sent or attempt == attempts:
+                if e.sent or attempt == attempts or e.code == "tls_refused":
                     raise
                 time.sleep(backoff)
                 backoff *= 2
@@ -482,12 +488,9 @@ class Client:
         t = httpx.Timeout(timeout, connect=min(self.connect_timeout, timeout))
         try:
             r = self._http.request(method, url, content=body, headers=headers, timeout=t)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as e:
-            raise Transport(f"{url}: cannot connect: {e}", sent=False) from e
-        except httpx.TimeoutException as e:
-            raise Transport(f"{url}: no answer within {int(timeout * 1000)} ms", sent=True) from e
-        except httpx.HTTPError as e:
-            raise Transport(f"{url}: {e.__class__.__name__}: {e}", sent=True) from e
+        except (httpx.HTTPError, ssl.SSLError) as e:
+            # ssl.SSLError as in aio.py, where httpcore lets one through unwrapped.
+            raise _core.http_failure(url, timeout, e) from e
         return _Reply(r.status_code, r.headers, r.content)
 
     def _check(self, i: int) -> None:

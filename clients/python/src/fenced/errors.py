@@ -254,6 +254,14 @@ class BadRequest(FencedError):
     default_code = "bad_request"
 
 
+class ConfigError(BadRequest, ValueError):
+    """The client's own configuration, refused when the client is made (``status`` is
+    ``None``): a TLS file that is missing or is not PEM, a client certificate without its
+    key. Also a ``ValueError``."""
+
+    default_code = "invalid_config"
+
+
 class OutOfRange(BadRequest):
     """A TTL, wait or lock-delay outside the server's bounds (which ``details`` names)."""
 
