@@ -224,7 +224,7 @@ async fn auth(State(app): State<App>, mut req: Request, next: Next) -> Response 
             let path = redact(req.uri().path());
             app.audit_line("-", remote, "authenticate", Some(&path), None, "unauthorized");
         }
-        return unauthorized().into_response();
+        return unauthorized_with(app.config.client_ca.is_some(), subject.as_deref()).into_response();
     };
     req.extensions_mut().insert(Caller { identity, remote });
     next.run(req).await
@@ -244,6 +244,21 @@ async fn admin_only(req: Request, next: Next) -> Response {
 /// 401 for a call without a known bearer token (HTTP and the wire protocol).
 pub fn unauthorized() -> ApiError {
     ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "this call needs 'Authorization: Bearer <token>'")
+}
+
+/// 401 saying what would have been taken: with `client_ca`, a client certificate too,
+/// and the subject presented when it named no identity (the caller's own certificate).
+pub fn unauthorized_with(client_ca: bool, subject: Option<&str>) -> ApiError {
+    let message = match (client_ca, subject) {
+        (false, _) => return unauthorized(),
+        (true, None) => "this call needs a client certificate of an identity (cert_subject) or \
+                         'Authorization: Bearer <token>'"
+            .to_string(),
+        (true, Some(s)) => {
+            format!("the client certificate's subject '{s}' is no identity's cert_subject, and no bearer token matched")
+        }
+    };
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
 }
 
 /// Who makes a request, and from where: what every shared handler is given to decide

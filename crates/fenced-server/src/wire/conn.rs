@@ -243,7 +243,8 @@ impl Session {
             self.find_caller();
         }
         let Some(caller) = self.caller.clone().filter(|_| self.authed) else {
-            return self.reply(id, Answer::Error(api::unauthorized()));
+            let refused = api::unauthorized_with(self.app.config.client_ca.is_some(), self.subject.as_deref());
+            return self.reply(id, Answer::Error(refused));
         };
         let app = &self.app;
         let answer = match req {

@@ -96,6 +96,8 @@ fn a_permissions_matrix_over_http_each_refusal_forbidden_and_changing_nothing() 
             [false, false, false, false, true],
         ),
         (("DELETE", "/v1/cluster/members/2", "", vec![]), [false, false, false, false, true]),
+        // A backup holds every lease id and value: an admin's alone.
+        (("GET", "/v1/cluster/snapshot", "", vec![]), [false, false, false, false, true]),
         (("POST", "/v1/sim/runs", "{}", vec![]), [false, false, false, false, true]),
     ];
     for ((method, path, body, extra), allowed) in &rows {
