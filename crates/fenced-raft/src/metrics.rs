@@ -70,7 +70,12 @@ impl LogMetrics {
 #[derive(Clone, Debug, Default)]
 pub struct RaftFigures {
     pub id: NodeId,
+    /// A leader is known and was heard from within the contact window
+    /// ([`crate::Node::leader_alive`]).
     pub has_leader: bool,
+    /// Since this member last had word of a live leader, in milliseconds
+    /// ([`crate::Node::leader_contact_age`]).
+    pub leader_contact_age_ms: Option<u64>,
     pub is_leader: bool,
     pub term: u64,
     pub last_log_index: u64,

@@ -220,6 +220,18 @@ pub struct Node {
     instance: u64,
     /// The log's file, whose size `figures` reports.
     db_file: PathBuf,
+    /// When an append from a leader was last taken here (a follower's contact).
+    leader_contact: Mutex<Option<Instant>>,
+    /// How long without contact a leader still counts as alive ([`Node::leader_alive`]).
+    contact_window: Duration,
+}
+
+/// Three of the longest election timeouts, at least a second: a follower that heard
+/// nothing from its leader for that long, or a leader no quorum acknowledged for that
+/// long, does not count the leader as alive (the members would have elected another
+/// if they could).
+fn contact_window(election_timeout_max_ms: u64) -> Duration {
+    Duration::from_millis(election_timeout_max_ms.saturating_mul(3).max(1_000))
 }
 
 fn raft_io(e: impl std::fmt::Display) -> io::Error {
@@ -327,6 +339,8 @@ impl Node {
             network,
             instance: random_u64(),
             db_file: opts.dir.join("raft.redb"),
+            leader_contact: Mutex::new(None),
+            contact_window: contact_window(opts.election_timeout_max_ms),
         });
         tokio::spawn(node.clone().propose_loop(rx));
         tokio::spawn(node.clone().count_changes());
@@ -400,6 +414,44 @@ impl Node {
         }
     }
 
+    /// Hands a leader's append to openraft, and notes the contact unless the sender's
+    /// vote was lower than this member's (a deposed leader's).
+    pub async fn append_entries(
+        &self,
+        req: openraft::raft::AppendEntriesRequest<crate::TypeConfig>,
+    ) -> Result<openraft::raft::AppendEntriesResponse<crate::TypeConfig>, openraft::errors::RaftError<crate::TypeConfig>>
+    {
+        let r = self.raft.append_entries(req).await;
+        if r.as_ref().is_ok_and(|a| !matches!(a, openraft::raft::AppendEntriesResponse::HigherVote(_))) {
+            *self.leader_contact.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        }
+        r
+    }
+
+    /// How long since this member last had word of a live leader: on the leader, since
+    /// a quorum last acknowledged it (nothing, for a voter alone); on a follower, since
+    /// the leader's last append or heartbeat. None: no leader known, or none heard from
+    /// since this process started.
+    pub fn leader_contact_age(&self) -> Option<Duration> {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        let leader = m.current_leader?;
+        if leader == self.id && m.state == ServerState::Leader {
+            if m.membership_config.membership().voter_ids().count() <= 1 {
+                return Some(Duration::ZERO);
+            }
+            return m.last_quorum_acked.as_ref().map(|t| t.elapsed());
+        }
+        self.leader_contact.lock().unwrap_or_else(|p| p.into_inner()).map(|t| t.elapsed())
+    }
+
+    /// Whether the leader this member knows was heard from within the contact window:
+    /// a follower cut off from its leader, and a leader cut off from its quorum, say
+    /// no (`/readyz`, `fenced_raft_has_leader`), though openraft still names the leader.
+    pub fn leader_alive(&self) -> bool {
+        self.leader_contact_age().is_some_and(|age| age < self.contact_window)
+    }
+
     /// The log's own counters (commits and their durations, leader changes, snapshots).
     pub fn log_metrics(&self) -> &crate::metrics::LogMetrics {
         &self.log.metrics
@@ -407,6 +459,7 @@ impl Node {
 
     /// This member's raft state now, for `/metrics`.
     pub fn figures(&self) -> crate::metrics::RaftFigures {
+        let contact = self.leader_contact_age();
         let m = self.raft.metrics();
         let m = m.borrow_watched();
         let membership = m.membership_config.membership();
@@ -422,7 +475,8 @@ impl Node {
         };
         crate::metrics::RaftFigures {
             id: self.id,
-            has_leader: m.current_leader.is_some(),
+            has_leader: m.current_leader.is_some() && contact.is_some_and(|age| age < self.contact_window),
+            leader_contact_age_ms: contact.map(|age| age.as_millis() as u64),
             is_leader,
             term: m.current_term,
             last_log_index: last,

@@ -175,7 +175,11 @@ impl Metrics {
 fn render_raft(out: &mut String, r: &RaftFigures, log: &LogMetrics) {
     let b = |v: bool| u64::from(v);
     let gauges = [
-        ("fenced_raft_has_leader", "1 when this member knows a leader.", b(r.has_leader)),
+        (
+            "fenced_raft_has_leader",
+            "1 when this member knows a leader and heard from it lately (a leader: from a quorum).",
+            b(r.has_leader),
+        ),
         ("fenced_raft_is_leader", "1 when this member leads.", b(r.is_leader)),
         ("fenced_raft_term", "The raft term this member is in.", r.term),
         ("fenced_raft_last_log_index", "The index of the last entry of this member's log.", r.last_log_index),
@@ -198,6 +202,14 @@ fn render_raft(out: &mut String, r: &RaftFigures, log: &LogMetrics) {
     let name = "fenced_raft_quorum_ack_age_seconds";
     let _ = writeln!(out, "# HELP {name} On the leader: since a quorum last acknowledged it.\n# TYPE {name} gauge");
     if let Some(ms) = r.quorum_ack_age_ms {
+        let _ = writeln!(out, "{name} {}", ms as f64 / 1000.0);
+    }
+    let name = "fenced_raft_leader_contact_age_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Since this member last heard from its leader (the leader: from a quorum).\n# TYPE {name} gauge"
+    );
+    if let Some(ms) = r.leader_contact_age_ms {
         let _ = writeln!(out, "{name} {}", ms as f64 / 1000.0);
     }
     let name = "fenced_raft_replication_lag_entries";

@@ -110,7 +110,9 @@ pub async fn readyz(State(app): State<App>) -> Response {
     let node = &app.locks.node;
     let leading = node.is_leading();
     let leader = if leading { Some(node.id()) } else { node.not_leader().leader };
-    let Some(leader_id) = leader else {
+    // A leader known but not heard from (a follower cut off from it, a leader cut off
+    // from its quorum) serves nothing: not ready, so that clients and balancers move on.
+    let Some(leader_id) = leader.filter(|_| node.leader_alive()) else {
         return reply(StatusCode::SERVICE_UNAVAILABLE, &Status { status: "no_leader" });
     };
     let ready = Ready { status: "ready", leader: leading, leader_id, recovering: left > 0, grace_left_ms: left };

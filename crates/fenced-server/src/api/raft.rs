@@ -91,7 +91,7 @@ async fn hello(State(app): State<App>) -> Response {
 
 async fn append(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     let req = read(&app, &headers, body).await?;
-    Ok(answer(&app.locks.node.raft.append_entries(req).await))
+    Ok(answer(&app.locks.node.append_entries(req).await))
 }
 
 async fn vote(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
