@@ -659,7 +659,7 @@ fn a_member_cut_off_from_its_leader_or_its_quorum_is_not_ready() {
     let mut c = Cluster::start("cut-off", 3);
     let l = c.leader(20);
     let others: Vec<usize> = (0..3).filter(|i| *i != l).collect();
-    let ready = |c: &Cluster, i: usize| call(c.members[i].addr, "GET", "/readyz", "", &[]).map(|(st, v)| (st, v));
+    let ready = |c: &Cluster, i: usize| call(c.members[i].addr, "GET", "/readyz", "", &[]);
     let has_leader = |c: &Cluster, i: usize| -> Option<u64> {
         let (_, v) = call(c.members[i].addr, "GET", "/metrics", "", &[]).ok()?;
         let text = v.as_str()?.to_string();
