@@ -113,6 +113,55 @@ impl Network {
     }
 }
 
+/// A client request a follower passes to its leader (`/raft/forward/...`), and the
+/// leader's answer.
+#[derive(Debug)]
+pub struct Forwarded {
+    pub status: u16,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Bytes,
+}
+
+impl Network {
+    /// Sends a client's request to member `target` (at `addr` unless this node routes it
+    /// elsewhere) as `{method} {addr}/raft/forward{path_and_query}`, with this member's
+    /// peer credentials and `headers`, within `timeout`. Err: the member could not be
+    /// asked or did not answer (the caller says `not_leader` with the leader's URL).
+    pub async fn forward(
+        &self,
+        target: NodeId,
+        addr: &str,
+        method: hyper::Method,
+        path_and_query: &str,
+        headers: &[(String, Vec<u8>)],
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<Forwarded, String> {
+        let base = self.routes.get(&target).map_or(addr, String::as_str).trim_end_matches('/');
+        let url = format!("{base}/raft/forward{path_and_query}");
+        let mut request = hyper::Request::builder().method(method).uri(&url);
+        for (k, v) in headers {
+            request = request.header(k.as_str(), v.as_slice());
+        }
+        if let Some(auth) = &self.auth {
+            request = request.header("authorization", auth);
+        }
+        let request = request.body(Full::new(body)).map_err(|e| format!("{url}: {e}"))?;
+        let exchange = async {
+            let resp = self.http.request(request).await.map_err(|e| format!("{url}: {}", error_chain(&e)))?;
+            let status = resp.status().as_u16();
+            let headers = resp.headers().iter().map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec())).collect();
+            let body = http_body_util::Limited::new(resp.into_body(), RESPONSE_BYTES_MAX)
+                .collect()
+                .await
+                .map_err(|e| format!("{url}: reading the answer: {e}"))?
+                .to_bytes();
+            Ok(Forwarded { status, headers, body })
+        };
+        tokio::time::timeout(timeout, exchange).await.unwrap_or_else(|_| Err(format!("{url} did not answer in time")))
+    }
+}
+
 /// A TLS configuration for a network that has no cluster CA: it trusts no root, so it
 /// can complete no handshake (it exists because the connector's type is one for both).
 fn no_tls() -> rustls::ClientConfig {

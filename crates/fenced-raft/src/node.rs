@@ -414,6 +414,31 @@ impl Node {
         }
     }
 
+    /// Passes a client's request to the leader this member knows and heard from lately
+    /// ([`Network::forward`]). Err: no such leader (this member leads, or none is live),
+    /// or it could not be asked; the `NotLeader` names it and its URL.
+    pub async fn forward_to_leader(
+        &self,
+        method: hyper::Method,
+        path_and_query: &str,
+        headers: &[(String, Vec<u8>)],
+        body: bytes::Bytes,
+        timeout: Duration,
+    ) -> Result<crate::network::Forwarded, NotLeader> {
+        let to = self.not_leader();
+        let (Some(leader), Some(url)) = (to.leader, to.leader_url.as_deref()) else { return Err(to) };
+        if leader == self.id || !self.leader_alive() {
+            return Err(to);
+        }
+        match self.network.forward(leader, url, method, path_and_query, headers, body, timeout).await {
+            Ok(answer) => Ok(answer),
+            Err(e) => {
+                tracing::debug!(leader, error = %e, "a request could not be forwarded to the leader");
+                Err(to)
+            }
+        }
+    }
+
     /// Hands a leader's append to openraft, and notes the contact unless the sender's
     /// vote was lower than this member's (a deposed leader's).
     pub async fn append_entries(

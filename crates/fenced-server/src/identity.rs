@@ -254,6 +254,14 @@ impl Identities {
     /// The caller presenting `bearer` (the `Authorization: Bearer` value, or the wire
     /// protocol's AUTH token; None when it sent none) on a connection whose verified
     /// client certificate has `subject` (canonical), or None: 401.
+    /// The identity called `name` (a caller a member forwarded, authenticated there).
+    pub fn by_name(&self, name: &str) -> Option<Arc<Identity>> {
+        if let Some(open) = &self.open {
+            return (open.name == name).then(|| open.clone());
+        }
+        self.by_token.values().chain(self.by_subject.values()).find(|i| i.name == name).cloned()
+    }
+
     pub fn find(&self, bearer: Option<&[u8]>, subject: Option<&str>) -> Option<Arc<Identity>> {
         if self.cert_required && subject.is_none() {
             return None;

@@ -4,6 +4,7 @@
 
 pub mod doc;
 mod error;
+pub mod forward;
 mod leases;
 mod locks;
 pub mod ops;
@@ -98,22 +99,7 @@ pub fn router(app: App) -> Router {
     } else {
         Router::new()
     };
-    let v1 = Router::new()
-        .route("/v1/leases", post(leases::create))
-        .route("/v1/leases/{id}", axum::routing::delete(leases::revoke))
-        .route("/v1/leases/{id}/keepalive", post(leases::keepalive))
-        .route("/v1/locks", get(locks::list))
-        .route("/v1/locks/{*rest}", get(locks::get_one).post(locks::action))
-        .route("/v1/store", get(store::list))
-        .route("/v1/store/{*key}", get(store::read).put(store::write))
-        .route("/v1/events", get(ops::events))
-        .route("/v1/cluster", get(ops::cluster))
-        .route("/v1/cluster/members", post(ops::add_member))
-        .route("/v1/cluster/members/{id}", axum::routing::delete(ops::remove_member))
-        .route("/v1/cluster/snapshot", get(ops::snapshot))
-        .merge(lab)
-        .fallback(not_found)
-        .layer(middleware::from_fn_with_state(app.clone(), auth));
+    let v1 = v1_routes(app.clone(), lab);
     // With a peer listener of its own, the client listener serves no peer route: no
     // client credential of any kind reaches one.
     let peers = match app.config.peer_listen {
@@ -134,6 +120,27 @@ pub fn router(app: App) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(app.clone(), observe))
         .with_state(app)
+}
+
+/// The `/v1` routes behind [`auth`] (the client listener's, and the leader's side of a
+/// forwarded request).
+fn v1_routes(app: App, lab: Router<App>) -> Router<App> {
+    Router::new()
+        .route("/v1/leases", post(leases::create))
+        .route("/v1/leases/{id}", axum::routing::delete(leases::revoke))
+        .route("/v1/leases/{id}/keepalive", post(leases::keepalive))
+        .route("/v1/locks", get(locks::list))
+        .route("/v1/locks/{*rest}", get(locks::get_one).post(locks::action))
+        .route("/v1/store", get(store::list))
+        .route("/v1/store/{*key}", get(store::read).put(store::write))
+        .route("/v1/events", get(ops::events))
+        .route("/v1/cluster", get(ops::cluster))
+        .route("/v1/cluster/members", post(ops::add_member))
+        .route("/v1/cluster/members/{id}", axum::routing::delete(ops::remove_member))
+        .route("/v1/cluster/snapshot", get(ops::snapshot))
+        .merge(lab)
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(app, auth))
 }
 
 /// The peer listener's routes: the raft RPCs and nothing else. Its connections are
@@ -215,6 +222,10 @@ fn redact(path: &str) -> String {
 /// Finds the caller by its bearer token (401 `unauthorized` when none matches) and
 /// hands it to the handler as a [`Caller`]. The laboratory's simulations need `admin`.
 async fn auth(State(app): State<App>, mut req: Request, next: Next) -> Response {
+    if let Some(forward::ForwardedCaller(caller)) = req.extensions_mut().remove() {
+        req.extensions_mut().insert(caller);
+        return next.run(req).await;
+    }
     let presented = req.headers().get(header::AUTHORIZATION).and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
     let conn = req.extensions().get::<axum::extract::ConnectInfo<crate::listener::ConnMeta>>().map(|i| &i.0);
     let remote = conn.map(|c| c.remote);
@@ -226,7 +237,11 @@ async fn auth(State(app): State<App>, mut req: Request, next: Next) -> Response 
         }
         return unauthorized_with(app.config.client_ca.is_some(), subject.as_deref()).into_response();
     };
-    req.extensions_mut().insert(Caller { identity, remote });
+    let caller = Caller { identity, remote };
+    if forward::wanted(&app, req.method(), req.uri().path()) {
+        return forward::to_leader(&app, &caller, req).await;
+    }
+    req.extensions_mut().insert(caller);
     next.run(req).await
 }
 

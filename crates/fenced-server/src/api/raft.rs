@@ -32,7 +32,15 @@ pub const PEER_CONNECTIONS_MAX: usize = 64;
 
 /// The raft routes, without the guard that decides who may call them.
 pub fn routes(app: App) -> Router<App> {
+    // The leader's side of a follower's forwarded request: the `/v1` routes, without
+    // the laboratory (never forwarded).
+    let v1 = super::v1_routes(app.clone(), Router::new()).with_state(app.clone());
+    let forwarded = move |State(app): State<App>, req: axum::extract::Request| {
+        let v1 = v1.clone();
+        async move { super::forward::from_member(app, v1, req).await }
+    };
     Router::new()
+        .route("/raft/forward/{*rest}", axum::routing::any(forwarded))
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
         .route("/raft/pre-vote", post(pre_vote))

@@ -400,13 +400,27 @@ fn a_leader_frozen_past_every_ttl_grants_nothing_when_it_wakes() {
     let token = g["token"].as_u64().unwrap();
     std::thread::sleep(Duration::from_millis(1_500));
     c.signal(l, "-CONT");
-    // The old leader grants nothing and tells a client talking only to it to go
-    // elsewhere: at once, or after it hears of the new term.
+    // The old leader grants nothing of its own: it tells a client talking only to it to
+    // go elsewhere, or (once it follows) forwards to the new leader, whose answers come
+    // after its grant of `token`. A check is never answered from the old table.
+    let mut after = token;
     for _ in 0..20 {
         let (st, e) = call(old, "POST", "/v1/locks/z2/acquire", "{\"ttl_ms\":1000}", &[]).unwrap();
-        assert_eq!((st, e["error"]["code"].as_str()), (503, Some("not_leader")), "the woken leader answered: {e}");
+        match (st, e["error"]["code"].as_str()) {
+            (503, Some("not_leader")) | (409, Some("lock_held")) => {}
+            (200, None) => {
+                let t = e["token"].as_u64().unwrap();
+                assert!(t > after, "the woken leader granted {t}, not after {after}: {e}");
+                after = t;
+            }
+            _ => panic!("the woken leader answered: {st} {e}"),
+        }
         let (st, e) = call(old, "POST", "/v1/locks/z/check", &format!("{{\"token\":{token}}}"), &[]).unwrap();
-        assert!(st == 503 && e["error"]["code"] == "not_leader", "a stale check from the old leader: {st} {e}");
+        let stale = st == 200 && e["current"] == true;
+        assert!(
+            !stale && (st == 200 || e["error"]["code"] == "not_leader"),
+            "a stale check from the old leader: {st} {e}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -683,4 +697,76 @@ fn a_member_cut_off_from_its_leader_or_its_quorum_is_not_ready() {
     c.kill9(l2);
     until(10, || ready(&c, f).is_ok_and(|(st, v)| st == 503 && v["status"] == "no_leader"));
     assert_eq!(has_leader(&c, f), Some(0), "a follower cut off from its leader says it has one");
+}
+
+/// issue 28: one address of any member serves the API. A follower forwards to the
+/// leader what needs it (grants, fenced writes and reads, waits, lock views) and serves
+/// its own view; the Rust client given only that follower's URL works; with its leader
+/// gone for good the follower says `not_leader`.
+#[test]
+fn a_client_given_only_a_followers_url_acquires_writes_and_waits() {
+    let mut c = Cluster::start("forward", 3);
+    let l = c.leader(20);
+    let f = (0..3).find(|i| *i != l).unwrap();
+    let at = c.members[f].addr;
+    let (st, g) = call(at, "POST", "/v1/locks/fwd/acquire", "{\"ttl_ms\":10000}", &[]).unwrap();
+    assert_eq!(st, 200, "a follower did not forward the acquire: {g}");
+    let token = g["token"].as_u64().unwrap();
+    let fence = [("fencing-token", token.to_string())];
+    let (st, v) = call(at, "PUT", "/v1/store/fwd-key", "forwarded", &fence).unwrap();
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = call(at, "GET", "/v1/store/fwd-key", "", &[]).unwrap();
+    assert_eq!((st, v.as_str()), (200, Some("forwarded")), "{v}");
+    let (st, v) = call(at, "GET", "/v1/locks/fwd", "", &[]).unwrap();
+    assert_eq!((st, v["token"].as_u64()), (200, Some(token)), "{v}");
+    // A wait through the follower: granted when the holder releases, through it too.
+    let waiter = std::thread::spawn(move || {
+        call(at, "POST", "/v1/locks/fwd/acquire", "{\"ttl_ms\":10000,\"wait_ms\":10000}", &[])
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let (st, v) = call(at, "GET", "/v1/locks/fwd", "", &[]).unwrap();
+    assert_eq!((st, v["waiters"].as_u64()), (200, Some(1)), "{v}");
+    let lease = g["lease_id"].as_str().unwrap();
+    let (st, v) = call(at, "POST", "/v1/locks/fwd/release", &format!("{{\"lease_id\":\"{lease}\"}}"), &[]).unwrap();
+    assert!(st == 200 || st == 204, "{st} {v}");
+    let (st, w) = waiter.join().unwrap().unwrap();
+    assert_eq!(st, 200, "{w}");
+    assert!(w["token"].as_u64().unwrap() > token, "{w}");
+    // The follower's own view is its own: it says who it is.
+    let (st, v) = call(at, "GET", "/v1/cluster", "", &[]).unwrap();
+    assert_eq!((st, v["id"].as_u64()), (200, Some(c.members[f].id)), "{v}");
+
+    // The Rust client, given only the follower: a fenced write under a lock.
+    let endpoint = format!("http://{at}");
+    let out = Command::new(BIN)
+        .args(["exec", "--endpoint", &endpoint, "--ttl", "5s", "fwd-exec", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "exec through a follower: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(BIN)
+        .args(["put", "--endpoint", &endpoint, "fwd-cli", "v", "--token"])
+        .arg(w["token"].as_u64().unwrap().to_string())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "put through a follower: {}", String::from_utf8_lossy(&out.stderr));
+
+    // Its leader and the third member gone: no live leader to forward to.
+    let third = (0..3).find(|i| *i != l && *i != f).unwrap();
+    c.kill9(third);
+    c.kill9(l);
+    let mut last = Value::Null;
+    until(10, || match call(at, "POST", "/v1/locks/fwd/acquire", "{\"ttl_ms\":1000}", &[]) {
+        Ok((503, v)) if v["error"]["code"] == "not_leader" => {
+            last = v;
+            true
+        }
+        _ => false,
+    });
+    // It names the leader it last knew, and where to find it.
+    let (id, url) = (c.members[l].id, format!("http://{}", c.members[l].addr));
+    assert_eq!(
+        (last["error"]["leader_id"].as_u64(), last["error"]["leader_url"].as_str()),
+        (Some(id), Some(url.as_str())),
+        "{last}"
+    );
 }
