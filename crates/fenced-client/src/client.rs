@@ -218,6 +218,12 @@ impl Client {
         self.conn.endpoint()
     }
 
+    /// Every endpoint this client was given, comma-separated, the one that answered last
+    /// first: what a child process needs to fail over as this client does.
+    pub fn endpoints(&self) -> String {
+        self.conn.endpoints()
+    }
+
     /// Starts a lock request; nothing is sent until `acquire` or `try_acquire`.
     pub fn lock(&self, name: impl Into<String>) -> LockRequest {
         LockRequest { client: self.clone(), name: name.into(), options: LockOptions::default() }

@@ -369,6 +369,11 @@ impl Conn {
         self.current().endpoint()
     }
 
+    /// Every endpoint, comma-separated, the one that answered last first.
+    pub fn endpoints(&self) -> String {
+        self.members.current_first().map(Endpoint::endpoint).collect::<Vec<_>>().join(",")
+    }
+
     pub fn request_timeout(&self) -> Duration {
         self.current().request_timeout()
     }

@@ -102,6 +102,12 @@ impl Members {
         &self.endpoints[self.current.load(Ordering::Relaxed) % self.endpoints.len()]
     }
 
+    /// Every member, the current one first, then the others in their order after it.
+    pub fn current_first(&self) -> impl Iterator<Item = &Endpoint> {
+        let at = self.current.load(Ordering::Relaxed) % self.endpoints.len();
+        self.endpoints[at..].iter().chain(&self.endpoints[..at])
+    }
+
     /// Runs `call` on the current member, and on the next ones while `moves_on` says so
     /// or the member falls silent, until `deadline`. With one member, runs it once,
     /// bounded by the transport's own time-outs only.

@@ -113,8 +113,17 @@ impl Network {
     }
 }
 
-/// A client request a follower passes to its leader (`/raft/forward/...`), and the
-/// leader's answer.
+/// A client request a follower passes to its leader (`/raft/forward/...`).
+#[derive(Debug)]
+pub struct Outgoing {
+    pub method: hyper::Method,
+    /// The client's path and query, `/v1/...`.
+    pub path_and_query: String,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Bytes,
+}
+
+/// The leader's answer to a forwarded request.
 #[derive(Debug)]
 pub struct Forwarded {
     pub status: u16,
@@ -125,28 +134,25 @@ pub struct Forwarded {
 impl Network {
     /// Sends a client's request to member `target` (at `addr` unless this node routes it
     /// elsewhere) as `{method} {addr}/raft/forward{path_and_query}`, with this member's
-    /// peer credentials and `headers`, within `timeout`. Err: the member could not be
+    /// peer credentials and the request's headers, within `timeout`. Err: the member could not be
     /// asked or did not answer (the caller says `not_leader` with the leader's URL).
     pub async fn forward(
         &self,
         target: NodeId,
         addr: &str,
-        method: hyper::Method,
-        path_and_query: &str,
-        headers: &[(String, Vec<u8>)],
-        body: Bytes,
+        req: Outgoing,
         timeout: Duration,
     ) -> Result<Forwarded, String> {
         let base = self.routes.get(&target).map_or(addr, String::as_str).trim_end_matches('/');
-        let url = format!("{base}/raft/forward{path_and_query}");
-        let mut request = hyper::Request::builder().method(method).uri(&url);
-        for (k, v) in headers {
+        let url = format!("{base}/raft/forward{}", req.path_and_query);
+        let mut request = hyper::Request::builder().method(req.method).uri(&url);
+        for (k, v) in &req.headers {
             request = request.header(k.as_str(), v.as_slice());
         }
         if let Some(auth) = &self.auth {
             request = request.header("authorization", auth);
         }
-        let request = request.body(Full::new(body)).map_err(|e| format!("{url}: {e}"))?;
+        let request = request.body(Full::new(req.body)).map_err(|e| format!("{url}: {e}"))?;
         let exchange = async {
             let resp = self.http.request(request).await.map_err(|e| format!("{url}: {}", error_chain(&e)))?;
             let status = resp.status().as_u16();

@@ -419,10 +419,7 @@ impl Node {
     /// or it could not be asked; the `NotLeader` names it and its URL.
     pub async fn forward_to_leader(
         &self,
-        method: hyper::Method,
-        path_and_query: &str,
-        headers: &[(String, Vec<u8>)],
-        body: bytes::Bytes,
+        req: crate::network::Outgoing,
         timeout: Duration,
     ) -> Result<crate::network::Forwarded, NotLeader> {
         let to = self.not_leader();
@@ -430,13 +427,69 @@ impl Node {
         if leader == self.id || !self.leader_alive() {
             return Err(to);
         }
-        match self.network.forward(leader, url, method, path_and_query, headers, body, timeout).await {
-            Ok(answer) => Ok(answer),
-            Err(e) => {
-                tracing::debug!(leader, error = %e, "a request could not be forwarded to the leader");
-                Err(to)
+        let forward = self.network.forward(leader, url, req, timeout);
+        // A leader that falls silent (frozen, cut off) or is replaced while the call is
+        // out: the call is dropped (the leader withdraws a queued acquire whose caller
+        // went away) and the caller told to go elsewhere, as it would be by the leader.
+        let deposed = async {
+            loop {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                if self.not_leader().leader != Some(leader) || !self.leader_alive() || self.is_leading() {
+                    return;
+                }
             }
+        };
+        tokio::select! {
+            r = forward => r.map_err(|e| {
+                tracing::debug!(leader, error = %e, "a request could not be forwarded to the leader");
+                to
+            }),
+            () = deposed => Err(self.not_leader()),
         }
+    }
+
+    /// Before a clean stop: a leader of several voters asks the most caught-up other
+    /// voter to take over, and waits (up to `within`) until one leads, so that clients
+    /// wait one round trip rather than an election. Returns whether leadership moved.
+    pub async fn hand_over(&self, within: Duration) -> bool {
+        let to = {
+            let m = self.raft.metrics();
+            let m = m.borrow_watched();
+            if m.current_leader != Some(self.id) || m.state != ServerState::Leader {
+                return false;
+            }
+            let voters: BTreeSet<NodeId> = m.membership_config.membership().voter_ids().collect();
+            m.replication.as_ref().and_then(|r| {
+                r.iter()
+                    .filter(|(id, _)| **id != self.id && voters.contains(id))
+                    .max_by_key(|(_, matched)| matched.as_ref().map(|l| l.index))
+                    .map(|(id, _)| *id)
+            })
+        };
+        let Some(to) = to else { return false };
+        if let Err(e) = self.raft.trigger().transfer_leader(to).await {
+            tracing::warn!(error = %e, "cannot hand leadership over");
+            return false;
+        }
+        let mut metrics = self.raft.metrics();
+        let moved = tokio::time::timeout(within, async {
+            loop {
+                if metrics.borrow_watched().current_leader.is_some_and(|l| l != self.id) {
+                    return;
+                }
+                if metrics.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await
+        .is_ok();
+        if moved {
+            tracing::info!(to, "leadership handed over before stopping");
+        } else {
+            tracing::warn!(to, "leadership was not taken over in time; the members will elect a leader");
+        }
+        moved
     }
 
     /// Hands a leader's append to openraft, and notes the contact unless the sender's

@@ -145,6 +145,7 @@ pub async fn run_with_wire(
         (opts.election_timeout_min_ms, opts.election_timeout_max_ms) = (30, 60);
         opts.heartbeat_ms = 10;
     }
+    let election_timeout_max_ms = opts.election_timeout_max_ms;
     let metrics = Arc::new(Metrics::default());
     let audit = match &config.audit_log {
         None => audit::Audit::default(),
@@ -259,8 +260,13 @@ pub async fn run_with_wire(
     notify::notify("READY=1");
 
     let close_locks = locks.clone();
+    let hand_over = node.clone();
+    let hand_over_within = Duration::from_millis(election_timeout_max_ms.max(500) * 2);
     let signal = async move {
         shutdown.await;
+        // A leader first gives its office to a caught-up follower: requests that come
+        // meanwhile are forwarded to it once it leads.
+        hand_over.hand_over(hand_over_within).await;
         tracing::info!("shutting down: draining in-flight requests");
         notify::notify("STOPPING=1");
         let _ = stop_tx.send(true);

@@ -92,7 +92,8 @@ pub async fn to_leader(app: &App, caller: &Caller, req: Request) -> Response {
     }
     let path = parts.uri.path_and_query().map_or_else(|| parts.uri.path().to_string(), |p| p.as_str().to_string());
     let timeout = Duration::from_millis(app.config.wait_ms_max) + SLACK;
-    match app.locks.node.forward_to_leader(parts.method, &path, &headers, body, timeout).await {
+    let out = fenced_raft::network::Outgoing { method: parts.method, path_and_query: path, headers, body };
+    match app.locks.node.forward_to_leader(out, timeout).await {
         Ok(answer) => relay(answer),
         Err(to) => {
             let mut e = ApiError::from(fenced_core::Error::NotLeader { leader: to.leader });

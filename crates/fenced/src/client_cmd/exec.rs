@@ -336,7 +336,8 @@ impl Held {
 
     fn endpoint(&self, client: &Client) -> String {
         match self {
-            Held::Fenced(_) => client.endpoint().to_owned(),
+            // Every member, the one that granted first: the command fails over as exec does.
+            Held::Fenced(_) => client.endpoints(),
             Held::Etcd(_, endpoint) => format!("etcd://{}", endpoint.trim_start_matches("http://")),
             Held::Zk(_, url) => url.clone(),
         }
