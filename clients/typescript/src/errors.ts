@@ -202,6 +202,8 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = {
   stale_token: StaleTokenError,
   token_not_issued: TokenNotIssuedError,
   membership_change_failed: MembershipChangeError,
+  // 500: a backup the server could not make
+  snapshot_failed: FencedError,
   // 428
   token_required: TokenRequiredError,
   // 429

@@ -407,6 +407,7 @@ ERROR_CODES: Dict[str, Type[FencedError]] = {
     "invalid_snapshot": BadRequest,
     # the server itself
     "internal": ServerError,
+    "snapshot_failed": ServerError,
 }
 
 
