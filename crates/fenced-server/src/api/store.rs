@@ -81,7 +81,7 @@ pub async fn list(
 /// `PUT /v1/store/{key}` with `Fencing-Token: N`; the body is the value. A key under
 /// the configured `unfenced_prefix` takes the write without a token instead.
 #[utoipa::path(put, path = "/v1/store/{key}", tag = "store", operation_id = "write_value", params(("key" = String, Path, description = "1 to store_key_bytes_max bytes of UTF-8 without control characters", min_length = 1), ("Fencing-Token" = Option<u64>, Header, description = "the writer's fencing token, a positive integer below 2^64; exactly one header line", minimum = 1)),
-    request_body(content = Vec<u8>, content_type = "application/octet-stream", description = "the value, at most value_bytes_max bytes"),
+    request_body(content = Option<Vec<u8>>, content_type = "application/octet-stream", description = "the value, at most value_bytes_max bytes; none is the empty value"),
     responses(
         (status = 200, description = "written", body = StoreWrite),
         (status = 400, description = "invalid_token, invalid_key, unfenced_key", body = ErrorBody),
