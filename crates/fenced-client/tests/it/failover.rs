@@ -204,7 +204,9 @@ async fn a_frozen_leader_is_left(wire: bool) {
         .expect("waiter granted");
     assert!(next.token() > after.token() && after.token() > held_token, "tokens out of grant order");
 
-    // The old leader wakes and grants nothing: it no longer leads.
+    // The old leader wakes and grants nothing of its own: it no longer leads. It
+    // refuses `not_leader` until it hears from the new leader; then it forwards, and
+    // the grant is the new leader's, above every token before it.
     c.members[l].signal(libc::SIGCONT);
     let old = Client::builder().endpoint(&endpoints[l]).request_timeout(ms(3_000)).build().expect("client");
     let deadline = Instant::now() + ms(10_000);
@@ -212,6 +214,13 @@ async fn a_frozen_leader_is_left(wire: bool) {
         match old.lock("woken").ttl(ms(1_000)).try_acquire().await {
             Err(Error::Refused(fenced_core::Error::NotLeader { .. })) => break,
             Err(Error::Unavailable { .. }) if Instant::now() < deadline => sleep(ms(100)).await,
+            Ok(forwarded) => {
+                assert!(forwarded.token() > next.token(), "the woken old leader granted a token of its own");
+                let (current, _) = client.check("woken", forwarded.token()).await.expect("check");
+                assert!(current, "the new leader does not know the grant the old one relayed");
+                forwarded.release().await.expect("release through the old leader");
+                break;
+            }
             other => panic!("the woken old leader answered {other:?}"),
         }
     }
@@ -300,4 +309,63 @@ async fn a_grant_lost_with_its_leader_is_the_grant_of_the_retry() {
         "{other}"
     );
     c.members[l].signal(libc::SIGCONT);
+}
+
+/// The number of acquires queued for `name`, as the leader's view says.
+async fn waiters_at(leader: &Client, name: &str) -> u64 {
+    leader.lock_info(name).await.expect("lock view")["waiters"].as_u64().unwrap_or(0)
+}
+
+/// issue 28: over the wire too, one address of any member serves the API. A client
+/// given only a follower's `fenced://` endpoint acquires, writes and reads the store,
+/// and waits; a waiter it withdraws leaves the leader's queue; every grant is the
+/// leader's (the follower relays its answer frames).
+#[tokio::test]
+async fn a_wire_client_given_only_a_followers_endpoint_acquires_writes_and_waits() {
+    let c = Cluster::start().await;
+    let l = c.leader().await;
+    let f = (0..3).find(|i| *i != l).expect("a follower");
+    let client = Client::builder().endpoint(&c.wire[f]).request_timeout(ms(15_000)).build().expect("client");
+    let leader = Client::builder().endpoint(&c.http[l]).build().expect("client");
+    let held = client.lock("wfwd").ttl(ms(10_000)).try_acquire().await.expect("acquire through a follower");
+    assert_eq!(client.endpoint(), c.wire[f], "the client stayed on the follower");
+    let (current, _) = leader.check("wfwd", held.token()).await.expect("check");
+    assert!(current, "the leader does not hold the grant the follower relayed");
+    let written = client.store().put("wfwd-key", held.token(), b"relayed").await.expect("write through a follower");
+    assert!(written.is_accepted(), "{written:?}");
+    let read = client.store().get("wfwd-key", Some(held.token())).await.expect("read through a follower");
+    let read = read.into_result().expect("the fenced read was accepted");
+    assert_eq!(read.value.as_deref(), Some(&b"relayed"[..]));
+
+    // A waiter withdrawn by its client leaves the leader's queue.
+    let dropped = tokio::spawn({
+        let client = client.clone();
+        async move { client.lock("wfwd").ttl(ms(10_000)).wait(ms(20_000)).acquire().await }
+    });
+    let deadline = Instant::now() + ms(5_000);
+    while waiters_at(&leader, "wfwd").await != 1 && Instant::now() < deadline {
+        sleep(ms(50)).await;
+    }
+    assert_eq!(waiters_at(&leader, "wfwd").await, 1, "the forwarded waiter never queued at the leader");
+    dropped.abort();
+    let deadline = Instant::now() + ms(5_000);
+    while waiters_at(&leader, "wfwd").await != 0 && Instant::now() < deadline {
+        sleep(ms(50)).await;
+    }
+    assert_eq!(waiters_at(&leader, "wfwd").await, 0, "the withdrawn waiter stayed in the leader's queue");
+
+    // A waiter kept is granted when the holder releases, through the follower.
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move { client.lock("wfwd").ttl(ms(10_000)).wait(ms(20_000)).acquire().await }
+    });
+    let deadline = Instant::now() + ms(5_000);
+    while waiters_at(&leader, "wfwd").await != 1 && Instant::now() < deadline {
+        sleep(ms(50)).await;
+    }
+    let held_token = held.token();
+    held.release().await.expect("release through a follower");
+    let next = timeout(ms(10_000), waiter).await.expect("the waiter was granted").expect("join").expect("granted");
+    assert!(next.token() > held_token, "tokens out of grant order");
+    next.release().await.expect("release");
 }

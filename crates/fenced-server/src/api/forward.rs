@@ -17,14 +17,14 @@
 //!   with `leader_id` and `leader_url` when it knows them: the clients move on, as
 //!   before. A forwarded request is never forwarded again: a leader that lost office
 //!   meanwhile answers `not_leader` itself.
-//! - The wire protocol does not forward (its connections are multiplexed, one per
-//!   client; the clients follow the leader there).
+//! - The wire protocol forwards too, one request at a time (`wire::forward`): its frames
+//!   go to the leader's `/raft/forward/wire` as they are.
 
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{HeaderName, HeaderValue, Method, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::{ApiError, App, Caller};
@@ -67,8 +67,31 @@ pub fn wanted(app: &App, method: &Method, path: &str) -> bool {
     if path == "/v1/cluster" && method == Method::GET {
         return false;
     }
+    member_forwards(app)
+}
+
+/// Whether this member, serving and not leading, passes its clients' calls on.
+pub fn member_forwards(app: &App) -> bool {
     let node = &app.locks.node;
     !node.is_leading() && !node.is_shutting_down() && !*app.shutdown.borrow()
+}
+
+/// The headers that tell the leader who the caller is.
+pub fn caller_headers(caller: &Caller) -> Vec<(String, Vec<u8>)> {
+    let mut headers = vec![(IDENTITY_HEADER.into(), caller.identity.name.as_bytes().to_vec())];
+    if let Some(remote) = caller.remote {
+        headers.push((REMOTE_HEADER.into(), remote.to_string().into_bytes()));
+    }
+    headers
+}
+
+/// 503 `not_leader` with the leader's id and URL when known.
+pub fn not_leader(to: fenced_raft::NotLeader) -> ApiError {
+    let mut e = ApiError::from(fenced_core::Error::NotLeader { leader: to.leader });
+    if let Some(url) = to.leader_url {
+        e = e.with("leader_url", url);
+    }
+    e
 }
 
 /// Sends `req` to the leader and relays its answer; 503 `not_leader` (with the leader's
@@ -86,22 +109,13 @@ pub async fn to_leader(app: &App, caller: &Caller, req: Request) -> Response {
         .filter(|(k, _)| !hop_only(k.as_str()))
         .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
         .collect();
-    headers.push((IDENTITY_HEADER.into(), caller.identity.name.as_bytes().to_vec()));
-    if let Some(remote) = caller.remote {
-        headers.push((REMOTE_HEADER.into(), remote.to_string().into_bytes()));
-    }
+    headers.extend(caller_headers(caller));
     let path = parts.uri.path_and_query().map_or_else(|| parts.uri.path().to_string(), |p| p.as_str().to_string());
     let timeout = Duration::from_millis(app.config.wait_ms_max) + SLACK;
     let out = fenced_raft::network::Outgoing { method: parts.method, path_and_query: path, headers, body };
     match app.locks.node.forward_to_leader(out, timeout).await {
         Ok(answer) => relay(answer),
-        Err(to) => {
-            let mut e = ApiError::from(fenced_core::Error::NotLeader { leader: to.leader });
-            if let Some(url) = to.leader_url {
-                e = e.with("leader_url", url);
-            }
-            e.into_response()
-        }
+        Err(to) => not_leader(to).into_response(),
     }
 }
 
@@ -119,31 +133,38 @@ fn relay(answer: fenced_raft::network::Forwarded) -> Response {
     resp
 }
 
-fn header(req: &Request, name: &str) -> Option<String> {
-    req.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
+fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string)
 }
 
-/// The leader's side (`/raft/forward/{rest}` on the peer routes): the caller found by
-/// the name the member sent, the request handed to the `/v1` routes as `/{rest}`.
-pub async fn from_member(app: App, v1: axum::Router, req: Request) -> Response {
-    use tower::ServiceExt as _;
-    let (name, remote) = (header(&req, IDENTITY_HEADER), header(&req, REMOTE_HEADER));
-    let Some(name) = name else {
-        return ApiError::bad_request("invalid_forward", format!("a forwarded request needs {IDENTITY_HEADER}"))
-            .into_response();
+/// The caller of a request a member forwarded: the identity of the name it sent, as
+/// this member's identities have it. 401 for a name they lack.
+pub fn forwarded_caller(app: &App, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    let Some(name) = header(headers, IDENTITY_HEADER) else {
+        return Err(ApiError::bad_request("invalid_forward", format!("a forwarded request needs {IDENTITY_HEADER}")));
     };
-    let remote = remote.and_then(|r| r.parse().ok());
+    let remote = header(headers, REMOTE_HEADER).and_then(|r| r.parse().ok());
     let identity = app.identities.read().unwrap_or_else(|p| p.into_inner()).by_name(&name);
     let Some(identity) = identity else {
-        return ApiError::new(
+        return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             format!(
                 "identity '{name}', forwarded by a member, is not among this member's identities: give every \
                  member the same identities_file"
             ),
-        )
-        .into_response();
+        ));
+    };
+    Ok(Caller { identity, remote })
+}
+
+/// The leader's side (`/raft/forward/{rest}` on the peer routes): the caller found by
+/// the name the member sent, the request handed to the `/v1` routes as `/{rest}`.
+pub async fn from_member(app: App, v1: axum::Router, req: Request) -> Response {
+    use tower::ServiceExt as _;
+    let caller = match forwarded_caller(&app, req.headers()) {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
     };
     let uri = {
         let rest = req.uri().path_and_query().map_or("/", |p| p.as_str());
@@ -162,7 +183,7 @@ pub async fn from_member(app: App, v1: axum::Router, req: Request) -> Response {
     *inner.headers_mut() = parts.headers;
     inner.headers_mut().remove(IDENTITY_HEADER);
     inner.headers_mut().remove(REMOTE_HEADER);
-    inner.extensions_mut().insert(ForwardedCaller(Caller { identity, remote }));
+    inner.extensions_mut().insert(ForwardedCaller(caller));
     match v1.oneshot(inner).await {
         Ok(resp) => resp,
         Err(never) => match never {},

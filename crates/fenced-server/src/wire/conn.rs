@@ -45,7 +45,7 @@ const FRAME_BUDGET_FROM_BYTES: usize = 64 << 10;
 const PREAUTH_FRAME_BYTES_MAX: usize = 4096 + w::FRAME_OVERHEAD_BYTES;
 
 /// A request's outcome, owned, ready to encode.
-enum Answer {
+pub(super) enum Answer {
     Done(u8),
     Lease(u8, LeaseId, u64),
     Granted(Grant),
@@ -54,6 +54,8 @@ enum Answer {
     Written(Token),
     Read(Option<Token>, Vec<u8>),
     Error(ApiError),
+    /// The leader's answer to a forwarded request, one encoded frame, relayed as is.
+    Frame(Vec<u8>),
 }
 
 type Pending = Pin<Box<dyn Future<Output = (u32, Answer)> + Send>>;
@@ -246,79 +248,21 @@ impl Session {
             let refused = api::unauthorized_with(self.app.config.client_ca.is_some(), self.subject.as_deref());
             return self.reply(id, Answer::Error(refused));
         };
-        let app = &self.app;
-        let answer = match req {
-            Request::Auth { .. } | Request::Cancel { .. } => unreachable!("answered above"),
-            Request::CreateLease { ttl_ms } => {
-                let app = app.clone();
-                return self.start(id, false, async move {
-                    let created = api::create_lease(&app, &caller, ttl_ms).await;
-                    answer(created, |(l, t)| Answer::Lease(op::CREATE_LEASE, l, t))
-                });
-            }
-            Request::Keepalive { lease } => {
-                let app = app.clone();
-                return self.start(id, false, async move {
-                    let kept = api::keepalive_lease(&app, &caller, lease).await;
-                    answer(kept, |ttl| Answer::Lease(op::KEEPALIVE, lease, ttl))
-                });
-            }
-            Request::Revoke { lease } => {
-                let app = app.clone();
-                return self.start(id, false, async move {
-                    answer(api::revoke_lease(&app, &caller, lease).await, |()| Answer::Done(op::REVOKE))
-                });
-            }
-            Request::Acquire { name, lease, ttl_ms, wait_ms, lock_delay_ms } => match api::lock_name(app, name) {
-                Err(e) => Err(e),
-                Ok(name) => {
-                    let app = app.clone();
-                    let req = api::AcquireReq { lease, ttl_ms, wait_ms, lock_delay_ms };
-                    return self.start(id, true, async move {
-                        answer(api::acquire_grant(app, &caller, name, req).await, Answer::Granted)
-                    });
-                }
-            },
-            Request::Release { name, lease } => match api::lock_name(app, name) {
-                Err(e) => Err(e),
-                Ok(name) => {
-                    let app = app.clone();
-                    return self.start(id, false, async move {
-                        answer(api::release_lock(&app, &caller, &name, lease).await, Answer::Released)
-                    });
-                }
-            },
-            Request::Check { name, token } => match api::lock_name(app, name) {
-                Err(e) => Err(e),
-                Ok(name) => {
-                    let app = app.clone();
-                    return self.start(id, false, async move {
-                        answer(api::check_token(&app, &caller, &name, token).await, |(current, holder)| {
-                            Answer::Checked(current, holder)
-                        })
-                    });
-                }
-            },
-            Request::Put { key, token, value } => match api::store_key(app, key.to_owned()) {
-                Err(e) => Err(e),
-                Ok(key) => {
-                    let (app, value) = (app.clone(), value.to_vec());
-                    return self.start(id, false, async move {
-                        answer(api::write_value(&app, &caller, key, token, value).await, Answer::Written)
-                    });
-                }
-            },
-            Request::Get { key, token } => match api::store_key(app, key.to_owned()) {
-                Err(e) => Err(e),
-                Ok(key) => {
-                    let app = app.clone();
-                    return self.start(id, false, async move {
-                        answer(api::read_value(&app, &caller, key, token).await, |(m, v)| Answer::Read(m, v))
-                    });
-                }
-            },
-        };
-        self.reply(id, answer.unwrap_or_else(Answer::Error));
+        if super::forward::wanted(&self.app) {
+            let cancellable = matches!(req, Request::Acquire { .. });
+            let mut frame = Vec::new();
+            w::encode_request(&mut frame, id, &req);
+            let app = self.app.clone();
+            return self.start(
+                id,
+                cancellable,
+                async move { super::forward::to_leader(&app, &caller, id, frame).await },
+            );
+        }
+        match dispatch(&self.app, caller, req) {
+            Call::Now(answer) => self.reply(id, answer),
+            Call::Later { cancellable, call } => self.start(id, cancellable, call),
+        }
     }
 
     /// Finds the caller by the token AUTH presented, as the identities are now.
@@ -404,22 +348,122 @@ impl Session {
     }
 
     fn reply(&mut self, id: u32, answer: Answer) {
-        let body;
-        let resp = match &answer {
-            Answer::Done(op) => Response::Done { op: *op },
-            Answer::Lease(op, lease, ttl_ms) => Response::Lease { op: *op, lease: *lease, ttl_ms: *ttl_ms },
-            Answer::Granted(g) => Response::Granted { token: g.token, lease: g.lease, ttl_ms: g.ttl_ms },
-            Answer::Released(token) => Response::Released { token: *token },
-            Answer::Checked(current, token) => Response::Checked { current: *current, token: *token },
-            Answer::Written(t) => Response::Written { token: *t, highest_seen: *t },
-            Answer::Read(highest_seen, value) => Response::Read { highest_seen: *highest_seen, value },
-            Answer::Error(e) => {
-                body = serde_json::to_vec(&e.body()).expect("a Value serializes");
-                Response::Error { code: e.code, body: &body }
-            }
-        };
-        w::encode_response(&mut self.out, id, &resp);
+        encode_answer(&mut self.out, id, &answer);
     }
+}
+
+/// Appends `answer` to request `id` to `out`, as one frame.
+pub(super) fn encode_answer(out: &mut Vec<u8>, id: u32, answer: &Answer) {
+    let body;
+    let resp = match answer {
+        Answer::Done(op) => Response::Done { op: *op },
+        Answer::Lease(op, lease, ttl_ms) => Response::Lease { op: *op, lease: *lease, ttl_ms: *ttl_ms },
+        Answer::Granted(g) => Response::Granted { token: g.token, lease: g.lease, ttl_ms: g.ttl_ms },
+        Answer::Released(token) => Response::Released { token: *token },
+        Answer::Checked(current, token) => Response::Checked { current: *current, token: *token },
+        Answer::Written(t) => Response::Written { token: *t, highest_seen: *t },
+        Answer::Read(highest_seen, value) => Response::Read { highest_seen: *highest_seen, value },
+        Answer::Error(e) => {
+            body = serde_json::to_vec(&e.body()).expect("a Value serializes");
+            Response::Error { code: e.code, body: &body }
+        }
+        Answer::Frame(frame) => return out.extend_from_slice(frame),
+    };
+    w::encode_response(out, id, &resp);
+}
+
+/// What a request comes to: an answer now, or a call to run (one that may wait).
+pub(super) enum Call {
+    Now(Answer),
+    Later { cancellable: bool, call: Deferred },
+}
+
+pub(super) type Deferred = Pin<Box<dyn Future<Output = Answer> + Send>>;
+
+impl Call {
+    fn later(cancellable: bool, call: impl Future<Output = Answer> + Send + 'static) -> Call {
+        Call::Later { cancellable, call: Box::pin(call) }
+    }
+}
+
+/// Runs one request (neither AUTH nor CANCEL, which belong to the connection) for
+/// `caller` through the API's handlers.
+pub(super) fn dispatch(app: &App, caller: Caller, req: Request<'_>) -> Call {
+    let answer = match req {
+        Request::Auth { .. } | Request::Cancel { .. } => Err(ApiError::bad_request(
+            "invalid_forward",
+            "AUTH and CANCEL belong to the connection they are sent on; a member does not forward them",
+        )),
+        Request::CreateLease { ttl_ms } => {
+            let app = app.clone();
+            return Call::later(false, async move {
+                let created = api::create_lease(&app, &caller, ttl_ms).await;
+                answer(created, |(l, t)| Answer::Lease(op::CREATE_LEASE, l, t))
+            });
+        }
+        Request::Keepalive { lease } => {
+            let app = app.clone();
+            return Call::later(false, async move {
+                let kept = api::keepalive_lease(&app, &caller, lease).await;
+                answer(kept, |ttl| Answer::Lease(op::KEEPALIVE, lease, ttl))
+            });
+        }
+        Request::Revoke { lease } => {
+            let app = app.clone();
+            return Call::later(false, async move {
+                answer(api::revoke_lease(&app, &caller, lease).await, |()| Answer::Done(op::REVOKE))
+            });
+        }
+        Request::Acquire { name, lease, ttl_ms, wait_ms, lock_delay_ms } => match api::lock_name(app, name) {
+            Err(e) => Err(e),
+            Ok(name) => {
+                let app = app.clone();
+                let req = api::AcquireReq { lease, ttl_ms, wait_ms, lock_delay_ms };
+                return Call::later(true, async move {
+                    answer(api::acquire_grant(app, &caller, name, req).await, Answer::Granted)
+                });
+            }
+        },
+        Request::Release { name, lease } => match api::lock_name(app, name) {
+            Err(e) => Err(e),
+            Ok(name) => {
+                let app = app.clone();
+                return Call::later(false, async move {
+                    answer(api::release_lock(&app, &caller, &name, lease).await, Answer::Released)
+                });
+            }
+        },
+        Request::Check { name, token } => match api::lock_name(app, name) {
+            Err(e) => Err(e),
+            Ok(name) => {
+                let app = app.clone();
+                return Call::later(false, async move {
+                    answer(api::check_token(&app, &caller, &name, token).await, |(current, holder)| {
+                        Answer::Checked(current, holder)
+                    })
+                });
+            }
+        },
+        Request::Put { key, token, value } => match api::store_key(app, key.to_owned()) {
+            Err(e) => Err(e),
+            Ok(key) => {
+                let (app, value) = (app.clone(), value.to_vec());
+                return Call::later(false, async move {
+                    answer(api::write_value(&app, &caller, key, token, value).await, Answer::Written)
+                });
+            }
+        },
+        Request::Get { key, token } => match api::store_key(app, key.to_owned()) {
+            Err(e) => Err(e),
+            Ok(key) => {
+                let app = app.clone();
+                return Call::later(false, async move {
+                    answer(api::read_value(&app, &caller, key, token).await, |(m, v)| Answer::Read(m, v))
+                });
+            }
+        },
+    };
+    Call::Now(answer.unwrap_or_else(Answer::Error))
 }
 
 fn answer<T>(r: Result<T, ApiError>, ok: impl FnOnce(T) -> Answer) -> Answer {

@@ -287,7 +287,10 @@ fn forged_append(term: u64, node: u64) -> String {
     )
 }
 
-const PEER_ROUTES: [&str; 5] = ["append", "vote", "pre-vote", "snapshot", "transfer-leader"];
+/// Every route a member may call on another. A forwarded call names its caller's
+/// identity, so a client that could reach `forward/...` could call itself anyone.
+const PEER_ROUTES: [&str; 7] =
+    ["append", "vote", "pre-vote", "snapshot", "transfer-leader", "forward/wire", "forward/v1/cluster/members"];
 
 /// The forgery sent to `route`.
 fn forged(route: &str, term: u64) -> String {
