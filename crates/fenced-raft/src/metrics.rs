@@ -28,6 +28,9 @@ pub struct LogMetrics {
     pub leader_changes: AtomicU64,
     /// The snapshot index moved up: a snapshot built here or installed from a leader.
     pub snapshots: AtomicU64,
+    /// Commands taken for the log and not yet committed or refused (etcd's
+    /// `etcd_server_proposals_pending`): queued for a batch, or in a batch in flight.
+    pub proposals_pending: AtomicU64,
 }
 
 /// A histogram's cumulative buckets, count and sum, as Prometheus wants them.
@@ -90,6 +93,9 @@ pub struct RaftFigures {
     pub replication_lag: Vec<(NodeId, u64)>,
     /// On the leader: since a quorum last acknowledged it, in milliseconds.
     pub quorum_ack_age_ms: Option<u64>,
+    /// On the leader: since each other member last acknowledged a heartbeat or an
+    /// append, in milliseconds (`None`: never since this leader took office).
+    pub peer_ack_age_ms: Vec<(NodeId, Option<u64>)>,
     /// The size of the log's file (`raft.redb`: log, vote and snapshots), in bytes.
     pub db_bytes: u64,
 }

@@ -565,6 +565,17 @@ impl Node {
             voters: membership.voter_ids().count() as u64,
             members: membership.nodes().count() as u64,
             replication_lag,
+            peer_ack_age_ms: match (&m.heartbeat, is_leader) {
+                (Some(h), true) => h
+                    .iter()
+                    .filter(|(id, _)| **id != self.id)
+                    .map(|(id, at)| {
+                        use openraft::Instant as _;
+                        (*id, at.as_ref().map(|t| t.elapsed().as_millis() as u64))
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            },
             quorum_ack_age_ms: if is_leader {
                 m.last_quorum_acked.as_ref().map(|t| {
                     use openraft::Instant as _;
@@ -629,7 +640,14 @@ impl Node {
 
     fn send(&self, request: RequestId, cmd: Command) -> Result<(), ()> {
         let proposals = self.proposals.lock().unwrap_or_else(|p| p.into_inner());
-        proposals.as_ref().ok_or(())?.send((request, cmd)).map_err(drop)
+        proposals.as_ref().ok_or(())?.send((request, cmd)).map_err(drop)?;
+        self.log.metrics.proposals_pending.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `n` proposals committed or refused: no longer pending.
+    fn proposals_done(&self, n: usize) {
+        self.log.metrics.proposals_pending.fetch_sub(n as u64, Ordering::Relaxed);
     }
 
     /// Resolves once [`shutdown`](Self::shutdown) has begun.
@@ -663,8 +681,10 @@ impl Node {
                 }
             }
             let ids: Vec<RequestId> = items.iter().map(|(r, _)| *r).filter(|r| *r != NO_REQUEST).collect();
+            let n = items.len();
             let Some((now_ms, leader)) = self.clock().stamp() else {
                 self.refusals.refused(&ids, self.not_leader().into());
+                self.proposals_done(n);
                 continue;
             };
             #[cfg(feature = "fault-injection")]
@@ -676,11 +696,14 @@ impl Node {
             if let Err(e) = self.raft.write(batch).with_leader(leader).responder(responder).await {
                 tracing::error!(error = %e, "the raft core stopped");
                 self.refusals.refused(&ids, Error::ShuttingDown);
+                self.proposals_done(n);
                 continue;
             }
             let this = self.clone();
             tokio::spawn(async move {
-                match done.await {
+                let outcome = done.await;
+                this.proposals_done(n);
+                match outcome {
                     Ok(Ok(_)) => {}
                     Ok(Err(e)) => {
                         tracing::debug!(error = %e, "a batch did not commit under this leader");

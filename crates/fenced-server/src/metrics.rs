@@ -195,6 +195,11 @@ fn render_raft(out: &mut String, r: &RaftFigures, log: &LogMetrics) {
         ("fenced_raft_voters", "Voters in the membership this member follows.", r.voters),
         ("fenced_raft_members", "Members (voters and learners) in that membership.", r.members),
         ("fenced_raft_db_bytes", "Size of the log's file (log, vote and snapshots).", r.db_bytes),
+        (
+            "fenced_raft_proposals_pending",
+            "Commands taken for the log and not yet committed or refused.",
+            log.proposals_pending.load(Relaxed),
+        ),
     ];
     for (name, help, v) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
@@ -216,6 +221,18 @@ fn render_raft(out: &mut String, r: &RaftFigures, log: &LogMetrics) {
     let _ = writeln!(out, "# HELP {name} On the leader: entries each other member is behind.\n# TYPE {name} gauge");
     for (peer, lag) in &r.replication_lag {
         let _ = writeln!(out, "{name}{{peer=\"{peer}\"}} {lag}");
+    }
+    let name = "fenced_raft_peer_ack_age_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} On the leader: since each other member last acknowledged a heartbeat or an append.\n# TYPE \
+         {name} gauge"
+    );
+    for (peer, ms) in &r.peer_ack_age_ms {
+        // Never acknowledged since this leader took office: +Inf, which any alert's
+        // threshold is below.
+        let age = ms.map_or_else(|| "+Inf".to_string(), |ms| (ms as f64 / 1000.0).to_string());
+        let _ = writeln!(out, "{name}{{peer=\"{peer}\"}} {age}");
     }
     let counters = [
         ("fenced_raft_leader_changes_total", "Leaders seen by this member since it started.", &log.leader_changes),

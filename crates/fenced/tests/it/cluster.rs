@@ -680,9 +680,19 @@ fn a_member_cut_off_from_its_leader_or_its_quorum_is_not_ready() {
         text.lines().find_map(|l| l.strip_prefix("fenced_raft_has_leader ")).and_then(|v| v.parse().ok())
     };
     assert_eq!(has_leader(&c, l), Some(1));
-    for i in &others {
-        c.kill9(*i);
-    }
+    // The leader's age of each follower's last acknowledgement: fresh while both live,
+    // growing for the one killed, fresh still for the other.
+    let ack_age = |c: &Cluster, peer: u64| -> Option<f64> {
+        let (_, v) = call(c.members[l].addr, "GET", "/metrics", "", &[]).ok()?;
+        let line = format!("fenced_raft_peer_ack_age_seconds{{peer=\"{peer}\"}} ");
+        v.as_str()?.lines().find_map(|l| l.strip_prefix(line.as_str())).and_then(|v| v.parse().ok())
+    };
+    let (first, second) = (c.members[others[0]].id, c.members[others[1]].id);
+    until(5, || ack_age(&c, first).is_some_and(|a| a < 1.0) && ack_age(&c, second).is_some_and(|a| a < 1.0));
+    c.kill9(others[0]);
+    until(10, || ack_age(&c, first).is_some_and(|a| a > 2.0));
+    assert!(ack_age(&c, second).is_some_and(|a| a < 1.0), "a live follower's acknowledgements look old");
+    c.kill9(others[1]);
     until(10, || ready(&c, l).is_ok_and(|(st, v)| st == 503 && v["status"] == "no_leader"));
     assert_eq!(has_leader(&c, l), Some(0), "a leader without its quorum says it has a leader");
     // A follower comes back: a quorum again, ready again.
