@@ -148,26 +148,9 @@ fn a_store_kept_beside_the_log_is_brought_into_it() {
 
 /// The data directory this release writes, kept: every later release must read it.
 const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/data-dir-format-1");
-/// The implicit lease that holds `fixture-held` in it.
+/// The implicit lease that holds `fixture-held` in it. The fixture is written by
+/// `scripts/write-data-dir-fixture.sh` (by hand, once per format), which uses it too.
 const FIXTURE_LEASE: &str = "6f1d2c3b4a5968778695a4b3c2d1e0f1";
-
-/// Writes the fixture again (run by hand when the format changes, never in CI):
-/// `cargo test --release -p fenced-server --test it -- --ignored write_the_format_1_fixture`.
-#[test]
-#[ignore]
-fn write_the_format_1_fixture() {
-    let _ = std::fs::remove_dir_all(FIXTURE);
-    let s = TestServer::on(Config { data_dir: FIXTURE.into(), ..Config::default() });
-    let (st, g) = s.acquire("fixture-held", &format!("{{\"lease_id\":\"{FIXTURE_LEASE}\",\"ttl_ms\":300000}}"));
-    assert_eq!((st, g["token"].as_u64()), (200, Some(1)), "{g}");
-    let b = s.lease(300_000);
-    let (st, g) = s.acquire("fixture-writer", &format!("{{\"lease_id\":\"{b}\"}}"));
-    assert_eq!((st, g["token"].as_u64()), (200, Some(2)), "{g}");
-    assert_eq!(s.request("PUT", "/v1/store/fixture-key", &[("Fencing-Token", "2")], b"format 1").status, 200);
-    let (st, _) = s.call("POST", "/v1/locks/fixture-writer/release", &format!("{{\"lease_id\":\"{b}\"}}"));
-    assert_eq!(st, 200);
-    s.stop();
-}
 
 /// A data directory written by the release that introduced format 1, opened by this
 /// one: its held lock is held by the same lease with the same token, its store write is
