@@ -17,5 +17,5 @@ pub use command::{Acquire, Answer, Command, Durable, LeaseRef, Output, Persist, 
 pub use error::Error;
 pub use gate::{Admission, FenceGate, Op};
 pub use store::{Quota, Quotas, Record, Store, StoreAnswer, StoreCommand};
-pub use table::{Effect, Grant, LeaseInfo, Limits, LockInfo, LockTable, ReleaseReason, WaitEnd};
+pub use table::{Effect, Grant, LeaseInfo, Limits, LockInfo, LockTable, ReleaseReason, StoreOutcome, WaitEnd};
 pub use types::{duration_ms, LeaseId, LockName, NameError, Token};

@@ -123,19 +123,21 @@ pub struct Outgoing {
     pub body: Bytes,
 }
 
-/// The leader's answer to a forwarded request.
+/// The leader's answer to a forwarded request: its head, and its body as it arrives
+/// (relayed as a stream, so that a large answer, a backup, is never held whole here).
 #[derive(Debug)]
 pub struct Forwarded {
     pub status: u16,
     pub headers: Vec<(String, Vec<u8>)>,
-    pub body: Bytes,
+    pub body: hyper::body::Incoming,
 }
 
 impl Network {
     /// Sends a client's request to member `target` (at `addr` unless this node routes it
     /// elsewhere) as `{method} {addr}/raft/forward{path_and_query}`, with this member's
-    /// peer credentials and the request's headers, within `timeout`. Err: the member could not be
-    /// asked or did not answer (the caller says `not_leader` with the leader's URL).
+    /// peer credentials and the request's headers; the answer's head within `timeout`.
+    /// Err: the member could not be asked or did not answer (the caller says
+    /// `not_leader` with the leader's URL).
     pub async fn forward(
         &self,
         target: NodeId,
@@ -157,12 +159,7 @@ impl Network {
             let resp = self.http.request(request).await.map_err(|e| format!("{url}: {}", error_chain(&e)))?;
             let status = resp.status().as_u16();
             let headers = resp.headers().iter().map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec())).collect();
-            let body = http_body_util::Limited::new(resp.into_body(), RESPONSE_BYTES_MAX)
-                .collect()
-                .await
-                .map_err(|e| format!("{url}: reading the answer: {e}"))?
-                .to_bytes();
-            Ok(Forwarded { status, headers, body })
+            Ok(Forwarded { status, headers, body: resp.into_body() })
         };
         tokio::time::timeout(timeout, exchange).await.unwrap_or_else(|_| Err(format!("{url} did not answer in time")))
     }

@@ -14,7 +14,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use fenced_core::{Answer, Command, Effect, Error, Grant, LockTable, Output, ReleaseReason, RequestId, WaitEnd};
+use fenced_core::{
+    Answer, Command, Effect, Error, Grant, LockTable, Op, Output, ReleaseReason, RequestId, StoreOutcome, Token,
+    WaitEnd,
+};
 use fenced_raft::{Applied, Node, NodeId, Refusals};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
@@ -106,11 +109,32 @@ impl Router {
                 }
             }
             Effect::LeaseExpired { .. } => inc(&m.lease_expiries),
+            Effect::StoreFenced { at_ms, key, op, token, outcome } => self.store_fenced(at_ms, key, op, token, outcome),
             Effect::WaitEnded { reason, .. } => {
                 if reason == WaitEnd::TimedOut {
                     inc(&m.wait_timeouts);
                 }
             }
+        }
+    }
+
+    /// The fenced store's gate decided: counted, and published, on every member that
+    /// applies the entry (so a follower's event stream has the store's events too).
+    fn store_fenced(&self, at_ms: u64, key: String, op: Op, token: Token, outcome: StoreOutcome) {
+        let m = &self.metrics;
+        let (op, token) = (if op == Op::Write { "write" } else { "read" }, token.get());
+        match outcome {
+            StoreOutcome::Accepted => {
+                if op == "write" {
+                    inc(&m.store_writes_accepted);
+                }
+                self.publish(|| Event::StoreAccepted { at_ms, key, token, op });
+            }
+            StoreOutcome::Stale { highest_seen } => {
+                inc(if op == "write" { &m.stale_writes_rejected } else { &m.stale_reads_rejected });
+                self.publish(|| Event::StoreRejected { at_ms, key, token, highest_seen: highest_seen.get(), op });
+            }
+            StoreOutcome::NotIssued => inc(&m.tokens_not_issued),
         }
     }
 
@@ -213,11 +237,6 @@ impl Locks {
         locks
     }
 
-    /// The time of the last applied entry, on the replicated timeline (event times).
-    pub fn now_ms(&self) -> u64 {
-        self.node.state_machine().state().table.now_ms()
-    }
-
     fn next_id(&self) -> RequestId {
         RequestId(self.id_prefix | (self.next_request.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff))
     }
@@ -265,10 +284,6 @@ impl Locks {
     pub fn withdraw(&self, id: RequestId) {
         self.router.pending().remove(&id);
         let _ = self.node.propose(fenced_raft::state_machine::NO_REQUEST, Command::Cancel { request: id });
-    }
-
-    pub fn publish(&self, event: impl FnOnce() -> Event) {
-        self.router.publish(event)
     }
 
     /// At shutdown: every caller still waiting hears "shutting down".

@@ -20,7 +20,7 @@ use rustc_hash::FxBuildHasher;
 
 use crate::command::{Acquire, Answer, Command, Durable, LeaseRef, Output, Persist, RequestId};
 use crate::error::Error;
-use crate::store::Store;
+use crate::store::{Store, StoreCommand};
 use crate::{LeaseId, LockName, Token};
 use timers::{Timer, Timers};
 
@@ -116,6 +116,19 @@ pub enum Effect {
     LeaseExpired { at_ms: u64, lease: LeaseId },
     /// A queued request left the queue without the lock.
     WaitEnded { at_ms: u64, request: RequestId, name: LockName, reason: WaitEnd },
+    /// The fenced store's gate decided a fenced write or read of `key` with `token`.
+    StoreFenced { at_ms: u64, key: String, op: crate::gate::Op, token: Token, outcome: StoreOutcome },
+}
+
+/// How the fenced store's gate decided one fenced operation.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum StoreOutcome {
+    /// Admitted: the key's mark is now the operation's token.
+    Accepted,
+    /// Refused: the key had seen `highest_seen`, a newer token.
+    Stale { highest_seen: Token },
+    /// Refused: the token is above every token this service issued.
+    NotIssued,
 }
 
 #[derive(Debug)]
@@ -279,7 +292,7 @@ impl LockTable {
                 self.promote();
                 None
             }
-            Command::Store(cmd) => Some(self.store.apply(cmd, self.highest_issued()).map(Answer::Store)),
+            Command::Store(cmd) => Some(self.apply_store(cmd)),
         };
         if let Some(a) = answer {
             self.out.answers.push((request, a));
@@ -288,6 +301,28 @@ impl LockTable {
         out.answers.append(&mut self.out.answers);
         out.effects.append(&mut self.out.effects);
         out.persist.append(&mut self.out.persist);
+    }
+
+    /// A store command, and for a fenced one the gate's decision as an effect (the
+    /// events and counters of every member come from it).
+    fn apply_store(&mut self, cmd: StoreCommand) -> Result<Answer, Error> {
+        use crate::gate::Op;
+        let fenced = match &cmd {
+            StoreCommand::Write { key, token, .. } => Some((key.clone(), Op::Write, *token)),
+            StoreCommand::FencedRead { key, token, .. } => Some((key.clone(), Op::Read, *token)),
+            StoreCommand::WriteUnfenced { .. } | StoreCommand::Import { .. } => None,
+        };
+        let r = self.store.apply(cmd, self.highest_issued());
+        let outcome = match &r {
+            Ok(_) => Some(StoreOutcome::Accepted),
+            Err(Error::StaleToken { highest_seen, .. }) => Some(StoreOutcome::Stale { highest_seen: *highest_seen }),
+            Err(Error::TokenNotIssued { .. }) => Some(StoreOutcome::NotIssued),
+            Err(_) => None,
+        };
+        if let (Some((key, op, token)), Some(outcome)) = (fenced, outcome) {
+            self.out.effects.push(Effect::StoreFenced { at_ms: self.now_ms, key, op, token, outcome });
+        }
+        r.map(Answer::Store)
     }
 
     // ---- views: `&self`, as of the last applied command ----

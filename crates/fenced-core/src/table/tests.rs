@@ -147,6 +147,9 @@ fn effects(t: &mut T) -> Vec<String> {
             Effect::WaitEnded { at_ms, request, name, reason } => {
                 format!("{at_ms} wait-ended {name} waiter={} {reason:?}", request.0)
             }
+            Effect::StoreFenced { at_ms, key, op, token, outcome } => {
+                format!("{at_ms} store {op:?} {key} token={token} {outcome:?}")
+            }
         })
         .collect()
 }
@@ -702,7 +705,7 @@ mod props {
                                 delayed_until.insert(name, at_ms); // refined below from lock()
                             }
                         }
-                        Effect::LeaseExpired { .. } => {}
+                        Effect::LeaseExpired { .. } | Effect::StoreFenced { .. } => {}
                         Effect::WaitEnded { request: waiter, name, .. } => {
                             let q = queue.get_mut(&name).unwrap();
                             q.retain(|w| *w != waiter);
@@ -843,4 +846,48 @@ fn after_promote_a_retry_under_the_same_implicit_id_starts_afresh() {
     t.release(&name("a"), LeaseId(1), 700).unwrap();
     let holder = t.lock(&name("a"), 700).unwrap().holder.map(|(token, lease)| (token, lease.id));
     assert_eq!(holder, Some((Token::new(2).unwrap(), LeaseId(7))));
+}
+
+/// The store gate's decisions are effects of the entry (every member publishes the
+/// same events from them): admitted, stale and not-issued fenced operations each say
+/// so; an unfenced write says nothing.
+#[test]
+fn fenced_store_operations_are_effects() {
+    let mut t = table();
+    t.grant_lease(LeaseId(1), TTL, 0).unwrap();
+    granted_token(t.acquire(acq("a", 1, 0), 0).unwrap());
+    granted_token(t.acquire(acq("b", 1, 0), 0).unwrap());
+    t.drain_effects().count();
+    let quotas = crate::Quotas { keys_max: 10, bytes_max: 1 << 20 };
+    let write = |token: u64| {
+        Command::Store(StoreCommand::Write {
+            key: "k".into(),
+            token: Token::new(token).unwrap(),
+            value: b"v".to_vec(),
+            foreign: false,
+            quotas,
+        })
+    };
+    t.run(write(2), 1);
+    t.run(write(1), 2);
+    t.run(write(9), 3);
+    t.run(
+        Command::Store(StoreCommand::FencedRead {
+            key: "k".into(),
+            token: Token::new(2).unwrap(),
+            foreign: false,
+            quotas,
+        }),
+        4,
+    );
+    t.run(Command::Store(StoreCommand::WriteUnfenced { key: "u".into(), value: vec![], quotas }), 5);
+    check(
+        &mut t,
+        &[
+            "1 store Write k token=2 Accepted",
+            "2 store Write k token=1 Stale { highest_seen: Token(2) }",
+            "3 store Write k token=9 NotIssued",
+            "4 store Read k token=2 Accepted",
+        ],
+    );
 }

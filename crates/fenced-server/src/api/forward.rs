@@ -120,7 +120,7 @@ pub async fn to_leader(app: &App, caller: &Caller, req: Request) -> Response {
 }
 
 fn relay(answer: fenced_raft::network::Forwarded) -> Response {
-    let mut resp = Response::new(Body::from(answer.body));
+    let mut resp = Response::new(Body::new(answer.body));
     *resp.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::BAD_GATEWAY);
     for (k, v) in answer.headers {
         if hop_only(&k) {

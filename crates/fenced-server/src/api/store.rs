@@ -12,10 +12,8 @@ use utoipa::ToSchema;
 
 use super::error::ErrorBody;
 use super::{read_body, reply, ApiError, App, AppInner, Caller};
-use crate::events::Event;
 use crate::identity::Op;
 use crate::locks::Reply;
-use crate::metrics::inc;
 
 const FENCING_TOKEN: &str = "fencing-token";
 const HIGHEST_SEEN: &str = "fencing-highest-seen";
@@ -171,14 +169,9 @@ async fn write_unaudited(
     let foreign = app.config.takes_foreign_tokens(&key);
     let cmd = StoreCommand::Write { key: key.clone(), token, value, foreign, quotas: quotas(app) };
     match run(app, cmd).await {
-        Ok(StoreAnswer::Written { mark }) => {
-            inc(&app.metrics.store_writes_accepted);
-            let t = mark.get();
-            app.locks.publish(|| Event::StoreAccepted { at_ms: app.locks.now_ms(), key, token: t, op: "write" });
-            Ok(mark)
-        }
+        Ok(StoreAnswer::Written { mark }) => Ok(mark),
         Ok(other) => Err(ApiError::internal(format!("a fenced write answered {other:?}"))),
-        Err(e) => Err(refused(app, key, e, "write")),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -252,22 +245,13 @@ async fn read_unaudited(
             let quotas = if disk_low.is_some() { Quotas { keys_max: 0, bytes_max: 0 } } else { quotas(app) };
             let cmd = StoreCommand::FencedRead { key: key.clone(), token, foreign, quotas };
             match run(app, cmd).await {
-                Ok(StoreAnswer::Read { mark, value }) => {
-                    let t = mark.get();
-                    app.locks.publish(|| Event::StoreAccepted {
-                        at_ms: app.locks.now_ms(),
-                        key: key.clone(),
-                        token: t,
-                        op: "read",
-                    });
-                    (Some(mark), value)
-                }
+                Ok(StoreAnswer::Read { mark, value }) => (Some(mark), value),
                 Ok(other) => return Err(ApiError::internal(format!("a fenced read answered {other:?}"))),
                 Err(fenced_core::Error::StoreFull { .. }) if disk_low.is_some() => {
                     crate::metrics::inc(&app.metrics.store_writes_disk_low);
                     return Err(disk_low.expect("checked"));
                 }
-                Err(e) => return Err(refused(app, key, e, "read")),
+                Err(e) => return Err(e.into()),
             }
         }
         None => {
@@ -299,26 +283,6 @@ async fn run(app: &AppInner, cmd: StoreCommand) -> Result<StoreAnswer, fenced_co
         Reply::Now(Err(e)) => Err(e),
         Reply::Queued { .. } => unreachable!("a store command was queued"),
     }
-}
-
-/// A store command refused: counted, and the gate's refusals published.
-fn refused(app: &AppInner, key: String, e: fenced_core::Error, op: &'static str) -> ApiError {
-    match &e {
-        fenced_core::Error::StaleToken { token, highest_seen } => {
-            inc(if op == "write" { &app.metrics.stale_writes_rejected } else { &app.metrics.stale_reads_rejected });
-            let (t, h) = (token.get(), highest_seen.get());
-            app.locks.publish(|| Event::StoreRejected {
-                at_ms: app.locks.now_ms(),
-                key,
-                token: t,
-                highest_seen: h,
-                op,
-            });
-        }
-        fenced_core::Error::TokenNotIssued { .. } => inc(&app.metrics.tokens_not_issued),
-        _ => {}
-    }
-    e.into()
 }
 
 /// A write needs room on disk for its value beyond the reserve kept for the lock

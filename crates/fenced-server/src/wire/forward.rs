@@ -46,13 +46,19 @@ pub(super) async fn to_leader(app: &App, caller: &Caller, id: u32, frame: Vec<u8
     };
     let timeout = Duration::from_millis(app.config.wait_ms_max) + SLACK;
     let node = &app.locks.node;
-    match node.forward_to_leader(out, timeout).await {
-        Ok(answer) if answer.status == 200 && is_answer_to(&answer.body, id) => Answer::Frame(answer.body.to_vec()),
-        Ok(answer) => {
-            tracing::warn!(status = answer.status, "the leader's answer to a forwarded wire request is not a frame");
+    let answer = match node.forward_to_leader(out, timeout).await {
+        Ok(answer) => answer,
+        Err(to) => return Answer::Error(not_leader(to)),
+    };
+    // An answer frame holds at most a value, as a request frame does.
+    let max = app.config.body_bytes_max.max(app.config.value_bytes_max) + w::FRAME_OVERHEAD_BYTES;
+    let status = answer.status;
+    match axum::body::to_bytes(Body::new(answer.body), max).await {
+        Ok(body) if status == 200 && is_answer_to(&body, id) => Answer::Frame(body.to_vec()),
+        _ => {
+            tracing::warn!(status, "the leader's answer to a forwarded wire request is not one frame");
             Answer::Error(not_leader(node.not_leader()))
         }
-        Err(to) => Answer::Error(not_leader(to)),
     }
 }
 

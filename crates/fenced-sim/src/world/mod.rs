@@ -798,7 +798,7 @@ impl<'a, S: TraceSink> World<'a, S> {
                         self.reply(client, gen, ClientMsg::NotGranted { lease_n });
                     }
                 }
-                Effect::LeaseExpired { .. } => {}
+                Effect::LeaseExpired { .. } | Effect::StoreFenced { .. } => {}
             }
         }
         self.effects = effects;
