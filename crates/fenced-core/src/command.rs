@@ -46,6 +46,10 @@ pub enum Command {
     /// counted from now (etcd's lessor `Promote`), so that no lease expires before its
     /// holder could reach the new leader.
     Promote,
+    /// Counts every token up to `floor` as issued, so the next grant is above it: the
+    /// `--tokens-above` of a restore, carried by the log so that every member raises
+    /// its counter alike (see `LockTable::raise_tokens_to`).
+    RaiseTokens { floor: Token },
     /// A change to the fenced store (a fenced read is one: it moves the key's mark).
     Store(StoreCommand),
 }

@@ -201,11 +201,32 @@ pub fn restore(dir: &Path, backup: Backup, tokens_above: Option<Token>) -> io::R
     if !db.is_empty()? {
         return Err(io::Error::other(format!("{} holds a log already: restore into a new directory", dir.display())));
     }
-    let mut table = backup.table;
+    // The base state is the file's table as it is, alike on every member restored from
+    // it; the floor goes through the log (the first leader's first entry), so that
+    // members given different floors cannot hold different states.
+    StateMachine::write_base(&db, &backup.table)?;
     if let Some(floor) = tokens_above {
-        table.raise_tokens_to(floor);
+        let path = dir.join(TOKENS_ABOVE_FILE);
+        let mut f = std::fs::File::create(&path)?;
+        std::io::Write::write_all(&mut f, format!("{}\n", floor.get()).as_bytes())?;
+        f.sync_all()?;
     }
-    StateMachine::write_base(&db, &table)
+    Ok(())
+}
+
+/// In a restored directory given `--tokens-above N`: N, until the raise is applied. A
+/// member that takes office with it proposes `Command::RaiseTokens` in its first batch.
+pub const TOKENS_ABOVE_FILE: &str = "TOKENS_ABOVE";
+
+/// The floor a restored directory still waits for, if any.
+pub fn pending_tokens_above(dir: &Path) -> io::Result<Option<Token>> {
+    match std::fs::read_to_string(dir.join(TOKENS_ABOVE_FILE)) {
+        Ok(text) => text.trim().parse::<u64>().ok().and_then(Token::new).map(Some).ok_or_else(|| {
+            io::Error::other(format!("{}: not a token: {:?}", dir.join(TOKENS_ABOVE_FILE).display(), text.trim()))
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

@@ -80,6 +80,9 @@ pub struct NodeOptions {
     /// `--force-new-cluster`: before starting, make this member the only voter (see
     /// [`Db::force_single_member`]), at the URL `members` gives it.
     pub force_new_cluster: bool,
+    /// Never initialise a cluster from `members`, even with the lowest id: wait to be
+    /// added (a replacement of the lowest-id member, on an empty data directory).
+    pub join: bool,
     /// Members this node dials at another URL than the membership's (see
     /// [`Network::new`]); empty: the membership's addresses.
     pub peer_routes: BTreeMap<NodeId, String>,
@@ -101,6 +104,7 @@ impl NodeOptions {
             peer_token: None,
             peer_tls: None,
             force_new_cluster: false,
+            join: false,
             peer_routes: BTreeMap::new(),
         }
     }
@@ -224,6 +228,10 @@ pub struct Node {
     leader_contact: Mutex<Option<Instant>>,
     /// How long without contact a leader still counts as alive ([`Node::leader_alive`]).
     contact_window: Duration,
+    /// The data directory.
+    dir: PathBuf,
+    /// A restore's `--tokens-above` not yet applied ([`crate::backup::TOKENS_ABOVE_FILE`]).
+    tokens_above: Mutex<Option<fenced_core::Token>>,
 }
 
 /// Three of the longest election timeouts, at least a second: a follower that heard
@@ -309,7 +317,7 @@ impl Node {
         let raft =
             Raft::new(opts.id, Arc::new(config), network.clone(), log.clone(), sm.clone()).await.map_err(raft_io)?;
         let lowest = opts.members.keys().next().copied();
-        if !raft.is_initialized().await.map_err(raft_io)? && lowest == Some(opts.id) {
+        if !raft.is_initialized().await.map_err(raft_io)? && lowest == Some(opts.id) && !opts.join {
             let members: BTreeMap<NodeId, BasicNode> =
                 opts.members.iter().map(|(id, url)| (*id, BasicNode { addr: url.clone() })).collect();
             tracing::info!(members = ?opts.members, "initialising a new cluster");
@@ -341,7 +349,10 @@ impl Node {
             db_file: opts.dir.join("raft.redb"),
             leader_contact: Mutex::new(None),
             contact_window: contact_window(opts.election_timeout_max_ms),
+            tokens_above: Mutex::new(crate::backup::pending_tokens_above(&opts.dir)?),
+            dir: opts.dir.clone(),
         });
+        node.tokens_above_applied();
         tokio::spawn(node.clone().propose_loop(rx));
         tokio::spawn(node.clone().count_changes());
         tokio::spawn(node.clone().leadership_loop());
@@ -592,6 +603,17 @@ impl Node {
         self.clock.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Forgets a restore's `--tokens-above` once the table counts it as issued (raised
+    /// by this member's first batch in office, or by another's, or by grants past it).
+    fn tokens_above_applied(&self) {
+        let mut pending = self.tokens_above.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(floor) = *pending else { return };
+        if self.sm.state().table.highest_issued().is_some_and(|h| h >= floor) {
+            let _ = std::fs::remove_file(self.dir.join(crate::backup::TOKENS_ABOVE_FILE));
+            *pending = None;
+        }
+    }
+
     /// The state machine: views read its table (as of the last applied entry).
     pub fn state_machine(&self) -> &StateMachine {
         &self.sm
@@ -769,7 +791,12 @@ impl Node {
         // no blank entry then), so this cannot ride on the blank entry.
         let Some((now_ms, leader)) = self.clock().stamp() else { return };
         let (responder, done) = ProgressResponder::complete_only();
-        let batch = Batch { items: vec![(NO_REQUEST, Command::Promote)], now_ms };
+        let mut items = vec![(NO_REQUEST, Command::Promote)];
+        if let Some(floor) = *self.tokens_above.lock().unwrap_or_else(|p| p.into_inner()) {
+            tracing::info!(floor = floor.get(), "raising the token counter as the restore asked");
+            items.push((NO_REQUEST, Command::RaiseTokens { floor }));
+        }
+        let batch = Batch { items, now_ms };
         if self.raft.write(batch).with_leader(leader).responder(responder).await.is_err() {
             return;
         }
@@ -782,6 +809,7 @@ impl Node {
         if let Some(a) = self.clock().anchor.as_mut() {
             a.table_ms += fault::office_jump_ms();
         }
+        self.tokens_above_applied();
         self.leading.store(true, Ordering::Release);
         tracing::info!(term, table_ms, "leading: the replicated clock continues from {table_ms} ms");
         self.anchored.notify_waiters();

@@ -63,6 +63,10 @@ pub struct Config {
     /// `--force-new-cluster`). A flag for one start; the other members must be started
     /// on empty data directories and added again.
     pub force_new_cluster: bool,
+    /// A member started on an empty data directory never initialises a cluster, even
+    /// with the lowest id in `peers`: it waits to be added (etcd's
+    /// `--initial-cluster-state existing`). For a replacement of the lowest-id member.
+    pub join: bool,
     /// Longest lock name, in bytes (at most 256).
     pub lock_name_bytes_max: usize,
     /// Longest fenced-store key, in bytes.
@@ -172,6 +176,7 @@ impl Default for Config {
             peer_ca: None,
             insecure_peers: false,
             force_new_cluster: false,
+            join: false,
             lock_name_bytes_max: 256,
             store_key_bytes_max: 256,
             ttl_ms_min: 100,
@@ -362,6 +367,11 @@ impl Config {
                     .into(),
             );
         }
+        if self.join && (members.len() < 2 || self.force_new_cluster) {
+            return bad("join is for a member of a cluster of several (peers), to be added by it; not with \
+                 force_new_cluster, which makes a cluster of this member alone"
+                .into());
+        }
         if members.len() > 1 && !self.peer_tls() && !self.insecure_peers {
             return bad("a cluster of several members needs peer authentication (peer_listen, peer_cert, peer_key, \
                  peer_ca: see docs/server.md, Security) or, on a network you trust entirely, insecure_peers = true"
@@ -462,7 +472,7 @@ fn typed(key: &str, raw: &str) -> Result<toml::Value, ConfigError> {
     if is_string {
         return Ok(toml::Value::String(raw.to_string()));
     }
-    if matches!(key, "lab_api" | "insecure_peers" | "audit_all" | "force_new_cluster") {
+    if matches!(key, "lab_api" | "insecure_peers" | "audit_all" | "force_new_cluster" | "join") {
         return match raw.trim() {
             "true" | "1" | "on" => Ok(toml::Value::Boolean(true)),
             "false" | "0" | "off" => Ok(toml::Value::Boolean(false)),

@@ -139,6 +139,7 @@ pub async fn run_with_wire(
     }
     opts.peer_tls = peer_tls.as_ref().map(|(_, client)| client.clone());
     opts.force_new_cluster = config.force_new_cluster;
+    opts.join = config.join;
     opts.snapshot_keep = config.snapshot_entries / 5;
     if single {
         // One voter elects itself: no reason to wait a network's election timeout.

@@ -78,6 +78,11 @@ pub struct ServerArgs {
     /// state: the way back when its quorum is gone for good (use once, then drop it).
     #[arg(long)]
     pub force_new_cluster: bool,
+    /// Never initialise a cluster from --peers, even with the lowest id: start on an
+    /// empty data directory and wait to be added (`fenced cluster add`). For replacing
+    /// the member with the lowest id.
+    #[arg(long)]
+    pub join: bool,
     /// Run a cluster of several members without peer certificates (a trusted network
     /// or a laboratory only: anyone reaching the peer routes can speak raft).
     #[arg(long)]
@@ -136,12 +141,20 @@ pub fn run(args: ServerArgs, global: &Global) -> anyhow::Result<ExitCode> {
     if args.force_new_cluster {
         flags.push(("force_new_cluster", "true".into()));
     }
+    if args.join {
+        flags.push(("join", "true".into()));
+    }
     if let Some(n) = args.connections_max {
         flags.push(("connections_max", n.to_string()));
     }
     let env = std::env::vars().filter(|(k, _)| k.starts_with("FENCED_") && k != "FENCED_CONFIG" && k != "FENCED_LOG");
-    let config =
-        Config::layered(file_text.as_deref(), env, &flags).map_err(|e| BadArgument::error("config", e.to_string()))?;
+    let config = Config::layered(file_text.as_deref(), env, &flags).map_err(|e| {
+        let why = match e {
+            fenced_server::config::ConfigError::Invalid(why) => why,
+            other => other.to_string(),
+        };
+        BadArgument::error("config", why)
+    })?;
     if args.print_config {
         if global.json() {
             println!("{}", serde_json::to_string_pretty(&config)?);

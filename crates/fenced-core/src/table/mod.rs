@@ -292,6 +292,10 @@ impl LockTable {
                 self.promote();
                 None
             }
+            Command::RaiseTokens { floor } => {
+                self.raise_tokens_to(floor);
+                None
+            }
             Command::Store(cmd) => Some(self.apply_store(cmd)),
         };
         if let Some(a) = answer {

@@ -62,6 +62,11 @@ impl Cluster {
     }
 
     fn spawn(&mut self, i: usize) {
+        self.spawn_with(i, &[]);
+    }
+
+    /// [`spawn`](Self::spawn) with more flags.
+    fn spawn_with(&mut self, i: usize, extra: &[&str]) {
         let m = &mut self.members[i];
         let child = Command::new(BIN)
             .args([
@@ -74,6 +79,7 @@ impl Cluster {
                 &self.peers,
                 "--insecure-peers",
             ])
+            .args(extra)
             .arg("--data-dir")
             .arg(&m.dir)
             .env("FENCED_LOG", "warn")
@@ -625,10 +631,22 @@ fn a_snapshot_saved_under_load_restores_into_a_new_three_member_cluster() {
         assert!(!dir.exists() && !files.join("never.restoring").exists(), "a refused restore left a directory");
     }
 
+    // Tokens continue above what the old service may have issued after the save
+    // (`--tokens-above`). One member is given a higher floor than the others: the floor
+    // travels through the log, so the members still hold one state (before, each
+    // raised its own base state, and they diverged).
+    let floor = saved_top + 1_000;
     let mut b = Cluster::unstarted("backup-b", 3, None);
-    for m in &b.members {
-        let (ok, _, err) =
-            snapshot_cmd(&[OsStr::new("restore"), file.as_os_str(), OsStr::new("--data-dir"), m.dir.as_os_str()]);
+    for (i, m) in b.members.iter().enumerate() {
+        let above = (floor + if i == 2 { 500 } else { 0 }).to_string();
+        let (ok, _, err) = snapshot_cmd(&[
+            OsStr::new("restore"),
+            file.as_os_str(),
+            OsStr::new("--data-dir"),
+            m.dir.as_os_str(),
+            OsStr::new("--tokens-above"),
+            OsStr::new(&above),
+        ]);
         assert!(ok, "restore into {}: {err}", m.dir.display());
     }
     // A second restore into a directory that holds one is refused.
@@ -660,9 +678,43 @@ fn a_snapshot_saved_under_load_restores_into_a_new_three_member_cluster() {
     }
     let (st, g) = b.any("POST", "/v1/locks/after-restore/acquire", "{\"ttl_ms\":5000}");
     assert_eq!(st, 200, "{g}");
-    assert!(g["token"].as_u64().unwrap() > saved_top, "a restored cluster granted {g} at or below {saved_top}");
+    assert!(g["token"].as_u64().unwrap() > floor, "a restored cluster granted {g} at or below --tokens-above {floor}");
     b.replicas_agree();
     let _ = std::fs::remove_dir_all(&files);
+}
+
+/// Replacing the member with the lowest id: on an empty data directory it would
+/// initialise a cluster of its own (the lowest id in `--peers` does, at a first start)
+/// and could never be added; with `--join` it waits to be added, and catches up.
+#[test]
+fn the_lowest_id_member_replaced_on_an_empty_directory_joins_with_join() {
+    let mut c = Cluster::start("join", 3);
+    let (st, g) = c.any("POST", "/v1/locks/before/acquire", "{\"ttl_ms\":60000}");
+    assert_eq!(st, 200, "{g}");
+    // Member 1 is lost with its disk, and removed.
+    c.kill9(0);
+    let l = c.leader(20);
+    let (st, v) = call(c.members[l].addr, "DELETE", "/v1/cluster/members/1", "", &[]).unwrap();
+    assert_eq!(st, 200, "{v}");
+    std::fs::remove_dir_all(&c.members[0].dir).unwrap();
+    let add = format!("{{\"id\":1,\"url\":\"http://{}\"}}", c.members[0].addr);
+    // Without --join: a cluster of its own, which the leader refuses to add.
+    c.spawn(0);
+    let (st, v) = call(c.members[l].addr, "POST", "/v1/cluster/members", &add, &[]).unwrap();
+    assert_eq!((st, v["error"]["code"].as_str()), (409, Some("membership_change_failed")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("already belongs to a cluster"), "{v}");
+    c.kill9(0);
+    std::fs::remove_dir_all(&c.members[0].dir).unwrap();
+    // With --join: it waits, is added, and holds what the others hold.
+    c.spawn_with(0, &["--join"]);
+    let (st, v) = call(c.members[0].addr, "GET", "/readyz", "", &[]).unwrap();
+    assert_eq!(st, 503, "a member waiting to be added says it is ready: {v}");
+    let (st, v) = call(c.members[l].addr, "POST", "/v1/cluster/members", &add, &[]).unwrap();
+    assert_eq!(st, 200, "{v}");
+    until(20, || matches!(call(c.members[0].addr, "GET", "/readyz", "", &[]), Ok((200, _))));
+    let (st, v) = call(c.members[0].addr, "GET", "/v1/locks/before", "", &[]).unwrap();
+    assert_eq!((st, v["token"].as_u64()), (200, g["token"].as_u64()), "{v}");
+    c.replicas_agree();
 }
 
 /// `/readyz` and `fenced_raft_has_leader` of a member whose leader is known but silent:
