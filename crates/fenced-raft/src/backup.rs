@@ -291,15 +291,18 @@ mod tests {
     }
 
     #[test]
-    fn a_restore_refuses_a_directory_with_a_log_and_raises_tokens_when_asked() {
+    fn a_restore_refuses_a_directory_with_a_log_and_keeps_the_floor_aside_for_the_log() {
         let t = table_with_a_holder();
         let dir = std::env::temp_dir().join(format!("fenced-raft-restore-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         restore(&dir, parse(&file(&t)).unwrap(), Token::new(500)).unwrap();
         let db = Db::open(&dir).unwrap();
+        // The base state is the file's, alike on every member; the floor waits for the
+        // first leader to propose it.
         let base = decode_table(&db.base().unwrap().unwrap(), &Limits::default()).unwrap();
-        assert_eq!(base.highest_issued(), Token::new(500));
+        assert_eq!(base.highest_issued(), t.highest_issued());
         assert_eq!(base.lock_count(), 1);
+        assert_eq!(pending_tokens_above(&dir).unwrap(), Token::new(500));
         drop(db);
         let again = restore(&dir, parse(&file(&t)).unwrap(), None).unwrap_err().to_string();
         assert!(again.contains("holds a log already"), "{again}");
