@@ -295,11 +295,14 @@ test("the live page shows a lock acquired through the API, and store writes", as
   assert.equal(first.status(), 200);
   const old = await first.json();
   assert.equal((await api.post(`${URL}/v1/locks/demo%2Forders/release`, { data: { lease_id: old.lease_id } })).status(), 200);
-  const grant = await api.post(`${URL}/v1/locks/demo%2Forders/acquire`, { data: { ttl_ms: 30000 } });
+  const grant = await api.post(`${URL}/v1/locks/demo%2Forders/acquire`, { data: { ttl_ms: 30000, holder: "worker-7@host-b" } });
   assert.equal(grant.status(), 200);
   const { token } = await grant.json();
   assert.ok(token > old.token);
+  // The row names the holder by its label; the feed says whom it was granted to.
   await page.locator('tr[data-lock="demo/orders"]').filter({ hasText: `#${token}` }).waitFor();
+  assert.equal(await page.locator('tr[data-lock="demo/orders"] td.holder').textContent(), "worker-7@host-b");
+  await page.locator("#feed li.granted").filter({ hasText: "to worker-7@host-b" }).waitFor();
   // The new holder writes; the old one's late write is refused, and the page says so.
   const w = await api.put(`${URL}/v1/store/demo-key`, { headers: { "Fencing-Token": String(token) }, data: "new" });
   assert.equal(w.status(), 200);

@@ -211,6 +211,47 @@ def test_leases_by_hand_and_the_lock_list(server: Server, name: str) -> None:
     run(main())
 
 
+def test_a_holder_label_shows_in_the_lock_views_and_a_bad_one_is_refused(server: Server, name: str) -> None:
+    proxy = DropFirstAnswer(server.port)
+
+    async def main() -> None:
+        async with fenced.AsyncClient(server.url) as c:
+            async with c.lock(name, ttl=5.0, wait=1.0, holder="worker-7@host-b") as lock:
+                info = await c.lock_info(name)
+                assert info["held"] is True and info["token"] == lock.token
+                assert info["holder"] == "worker-7@host-b"
+                assert [x["holder"] for x in await c.locks(prefix=name)] == ["worker-7@host-b"]
+            free = await c.lock_info(name)
+            assert free["held"] is False and "holder" in free and free["holder"] is None, free
+            lock = await c.lock(name, ttl=5.0)  # no label: null
+            info = await c.lock_info(name)
+            assert info["token"] == lock.token and "holder" in info and info["holder"] is None, info
+            await lock.release()
+            async with c.try_lock(name, ttl=5.0, holder="try@host-c"):
+                assert (await c.lock_info(name))["holder"] == "try@host-c"
+            for bad in ("h" * 300, "worker\n7"):
+                with pytest.raises(fenced.BadRequest) as e:
+                    await c.lock(name, ttl=5.0, wait=1.0, holder=bad)
+                assert e.value.code == "invalid_holder" and e.value.status == 400, e.value
+                info = await c.lock_info(name)
+                assert info["held"] is False and info["token"] is None and info["waiters"] == 0, info
+            with pytest.raises(fenced.BadRequest) as e:
+                await c.lock(name, ttl=5.0, holder=7)  # type: ignore[arg-type]
+            assert e.value.code == "invalid_holder" and e.value.status is None
+        # A retry after a lost answer carries the same label.
+        async with fenced.AsyncClient(proxy.url) as c:
+            async with c.lock(name, ttl=5.0, holder="worker-7@host-b") as lock:
+                dropped = proxy.dropped_json()
+                assert (lock.token, lock.lease_id) == (dropped["token"], dropped["lease_id"])
+                assert b"".join(proxy.requests).count(b'"holder": "worker-7@host-b"') == 2
+                assert (await c.lock_info(name))["holder"] == "worker-7@host-b"
+
+    try:
+        run(main())
+    finally:
+        proxy.close()
+
+
 def test_a_retried_write_refused_as_stale_is_reported_as_unknown(server: Server, name: str) -> None:
     from test_retry_failover import ApplyThenFallSilent
 

@@ -157,6 +157,43 @@ def test_bad_arguments_are_refused_before_sending(server: Server) -> None:
     assert e.value.status == 400 and e.value.details.get("ttl_ms_max") == 300000
 
 
+def test_a_holder_label_shows_in_the_lock_views_and_a_bad_one_is_refused(server: Server, name: str) -> None:
+    c = client(server)
+    with c.lock(name, ttl=5.0, wait=1.0, holder="worker-7@host-b") as lock:
+        info = c.lock_info(name)
+        assert info["held"] is True and info["token"] == lock.token
+        assert info["holder"] == "worker-7@host-b"
+        assert [(x["name"], x["holder"]) for x in c.locks(prefix=name)] == [(name, "worker-7@host-b")]
+    free = c.lock_info(name)
+    assert free["held"] is False and "holder" in free and free["holder"] is None, free
+    # Without a label the views show null.
+    with c.lock(name, ttl=5.0) as lock:
+        info = c.lock_info(name)
+        assert info["held"] is True and info["token"] == lock.token
+        assert "holder" in info and info["holder"] is None, info
+        assert [x["holder"] for x in c.locks(prefix=name)] == [None]
+    with c.try_lock(name, ttl=5.0, holder="try@host-c"):
+        assert c.lock_info(name)["holder"] == "try@host-c"
+    # The server judges a label: too long, or with a control character, is refused and
+    # nothing is granted.
+    for bad in ("h" * 300, "worker\n7"):
+        with pytest.raises(fenced.BadRequest) as e:
+            c.lock(name, ttl=5.0, wait=1.0, holder=bad)
+        assert e.value.code == "invalid_holder" and e.value.status == 400, e.value
+        info = c.lock_info(name)
+        assert info["held"] is False and info["token"] is None and info["waiters"] == 0, info
+    with pytest.raises(fenced.BadRequest) as e:
+        c.try_lock(name, ttl=5.0, holder="h" * 257)
+    assert e.value.code == "invalid_holder" and e.value.status == 400
+    # Not a string: refused here, before sending.
+    with pytest.raises(fenced.BadRequest) as e:
+        c.lock(name, ttl=5.0, holder=7)  # type: ignore[arg-type]
+    assert e.value.code == "invalid_holder" and e.value.status is None
+    assert c.lock_info(name)["held"] is False
+    with c.try_lock(name, ttl=5.0) as lock:
+        assert lock.token >= 1, "still free to take"
+
+
 def test_a_lock_dropped_unreleased_is_released_in_the_background(server: Server, name: str) -> None:
     import gc
 

@@ -43,6 +43,21 @@ def test_an_acquire_whose_answer_was_lost_is_retried_under_the_same_id(server: S
     assert fenced.Client(server.url).lock_info(name)["held"] is False
 
 
+def test_a_retried_acquire_sends_the_same_holder_label(server: Server, name: str) -> None:
+    proxy = DropFirstAnswer(server.port)
+    try:
+        c = fenced.Client(proxy.url, request_timeout=5.0)
+        with c.lock(name, ttl=5.0, wait=2.0, holder="worker-7@host-b") as lock:
+            dropped = proxy.dropped_json()
+            assert (lock.token, lock.lease_id) == (dropped["token"], dropped["lease_id"]), "one grant, not two"
+            sent = b"".join(proxy.requests)
+            assert sent.count(b"/acquire HTTP/1.1") == 2, "asked twice"
+            assert sent.count(b'"holder": "worker-7@host-b"') == 2, "with the same label"
+            assert fenced.Client(server.url).lock_info(name)["holder"] == "worker-7@host-b"
+    finally:
+        proxy.close()
+
+
 def test_an_abandoned_acquire_revokes_its_implicit_lease(server: Server, name: str) -> None:
     proxy = DropFirstAnswer(server.port, every=True)  # every acquire granted, its answer lost
     try:

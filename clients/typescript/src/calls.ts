@@ -51,10 +51,12 @@ export class Calls {
    * queue up to `waitMs`. Every attempt, on this member or the next, names the same
    * lease, so a retry after a lost answer gets the first attempt's grant, or waits
    * beside it (docs/server.md, *Retried implicit acquires*). A retry waits only what
-   * is left of the wait. Resolves with the last attempt's outcome and whether the
-   * service answered it (a grant or a refusal that left nothing behind).
+   * is left of the wait. `holder`, when given, is sent as `"holder"` on every attempt,
+   * unchanged (the server checks it: 400 `invalid_holder`). Resolves with the last
+   * attempt's outcome and whether the service answered it (a grant or a refusal that
+   * left nothing behind).
    */
-  async acquireOnce(name: string, leaseId: string, ttlMs: number, waitMs: number, signal?: AbortSignal): Promise<{ tried: Tried; answered: boolean }> {
+  async acquireOnce(name: string, leaseId: string, ttlMs: number, waitMs: number, signal?: AbortSignal, holder?: string): Promise<{ tried: Tried; answered: boolean }> {
     const path = `/v1/locks/${segment(name)}/acquire`;
     const giveUpAt = performance.now() + waitMs;
     const deadline = giveUpAt + this.requestTimeoutMs;
@@ -62,7 +64,7 @@ export class Calls {
       deadline,
       (ep, s) => {
         const waitLeft = Math.max(0, Math.floor(giveUpAt - performance.now()));
-        const json = { lease_id: leaseId, ttl_ms: ttlMs, wait_ms: waitLeft };
+        const json = { lease_id: leaseId, ttl_ms: ttlMs, wait_ms: waitLeft, ...(holder !== undefined ? { holder } : {}) };
         return ep.send({ method: "POST", path, json, timeoutMs: Math.max(1, deadline - performance.now()), signal: s });
       },
       { retrySingle: true, signal },

@@ -56,7 +56,14 @@ export interface LockOptions {
   waitMs?: number;
   /** Kept below the TTL in the client-side deadline. Default a tenth of the TTL. */
   marginMs?: number;
-  /** A public label for the holder; only for servers whose acquire takes one (see README). */
+  /**
+   * A label naming the holder (a host, a process, a job: `"worker-7@host-b"`), shown as
+   * `holder` in the lock's views (`lockInfo`, `locks`; `null` when none was given) and in
+   * its `granted` event. 1 to 256 bytes of UTF-8 without control characters, never a
+   * secret; the server judges it (`BadRequestError` with code `invalid_holder`, nothing
+   * granted). Sent unchanged on every retry and failover of the call. A server whose API
+   * document lists no `holder` on an acquire is refused here (`holder_unsupported`).
+   */
   holder?: string;
   /** Aborting it withdraws a waiting acquire (its lease is revoked). */
   signal?: AbortSignal;
@@ -262,17 +269,21 @@ export class Client {
    * `LockHeldError` when it is not granted in time. The implicit lease is named here
    * (128 random bits); every retry of this call sends the same id, so a retry after a
    * lost answer gets the same grant. If the call fails without the service's answer,
-   * or `signal` aborts it, that lease is revoked in the background.
+   * or `signal` aborts it, that lease is revoked in the background. `holder`, when
+   * given, goes with every attempt as it is.
    */
   async lock(name: string, options: LockOptions = {}): Promise<Lock> {
     checkName("lock name", name);
     const ttlMs = wholeMs(options.ttlMs ?? 10_000, "ttlMs", 1);
     const waitMs = wholeMs(options.waitMs ?? 30_000, "waitMs", 0);
     const marginMs = options.marginMs === undefined ? undefined : wholeMs(options.marginMs, "marginMs", 0);
+    const holder: unknown = options.holder;
+    // Only its type is checked here; its length and characters are the server's to judge.
+    if (holder !== undefined && typeof holder !== "string") throw badArgument(`the holder label must be a string, not ${typeof holder}`);
     const signal = options.signal;
     if (signal?.aborted) throw abortError(signal, `acquiring '${name}'`);
     const api = await this.serverApi();
-    if (options.holder !== undefined && !api.acceptsHolder) {
+    if (holder !== undefined && !api.acceptsHolder) {
       throw new BadRequestError("holder_unsupported", `the server at ${this.endpoint} (Fenced ${api.version}) takes no holder label on an acquire; leave 'holder' out`);
     }
     const started = performance.now();
@@ -284,7 +295,7 @@ export class Client {
       const leaseId = newLeaseId();
       sentAt = performance.now();
       const waitLeft = Math.max(0, Math.floor(giveUpAt - sentAt));
-      const { tried, answered } = await this.calls.acquireOnce(name, leaseId, ttlMs, waitLeft, signal);
+      const { tried, answered } = await this.calls.acquireOnce(name, leaseId, ttlMs, waitLeft, signal, holder);
       if (!answered) {
         this.#revokeInBackground(leaseId);
         const o = tried.outcome;
@@ -386,7 +397,7 @@ export class Client {
     return this.calls.check(name, token);
   }
 
-  /** One lock as the server describes it: `{name, held, token, expires_in_ms, waiters, blocked_for_ms}`. */
+  /** One lock as the server describes it: `{name, held, token, expires_in_ms, waiters, blocked_for_ms, holder}` (`holder`: the holder's label, `null` when it gave none or the lock is free). */
   async lockInfo(name: string): Promise<Record<string, unknown>> {
     checkName("lock name", name);
     await this.serverApi();

@@ -24,7 +24,7 @@ export interface ServerApi {
   title: string;
   /** `info.version`: the server's version. */
   version: string;
-  /** Whether an acquire takes a `holder` label (the design's; not every server has it). */
+  /** Whether an acquire takes a `holder` label (`holder` in the document's `AcquireRequest`; servers before it do not). */
   acceptsHolder: boolean;
 }
 

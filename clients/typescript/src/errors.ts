@@ -164,6 +164,7 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = {
   invalid_json: BadRequestError,
   invalid_field: BadRequestError,
   invalid_name: BadRequestError,
+  invalid_holder: BadRequestError,
   invalid_lease_id: BadRequestError,
   invalid_token: BadRequestError,
   invalid_key: BadRequestError,

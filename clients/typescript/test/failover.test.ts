@@ -6,7 +6,7 @@ import http from "node:http";
 import net from "node:net";
 import { after, before, describe, it } from "node:test";
 
-import { Client, FencedError, IncompatibleServerError, LockHeldError, UnavailableError } from "../src/index.js";
+import { BadRequestError, Client, FencedError, IncompatibleServerError, LockHeldError, UnavailableError } from "../src/index.js";
 import { Proxy } from "./proxy.js";
 import { PATIENCE_MS, SKIP, Server, freePort, sleep, unique, within } from "./support.js";
 
@@ -162,5 +162,20 @@ describe("failover", { skip: SKIP }, () => {
     const api = await new Client({ endpoints: server.url }).serverApi();
     assert.equal(api.title, "Fenced");
     assert.match(api.version, /^\d+\.\d+\.\d+/);
+    assert.equal(api.acceptsHolder, true, "its acquire takes a holder label");
+  });
+
+  it("refuses a holder label, sending nothing, to a server whose acquire takes none", async () => {
+    const doc = JSON.parse(await (await fetch(`${server.url}/openapi.json`)).text()) as { components: { schemas: { AcquireRequest: { properties: Record<string, unknown> } } } };
+    delete doc.components.schemas.AcquireRequest.properties.holder;
+    const older = await fakeServer((req, res) => {
+      if (req.url === "/openapi.json") return json(res, 200, doc);
+      json(res, 500, { error: { code: "internal", message: "not expected" } });
+    });
+    closers.push(older.close);
+    const c = new Client({ endpoints: older.url });
+    assert.equal((await c.serverApi()).acceptsHolder, false);
+    await assert.rejects(c.lock("x", { ttlMs: 1000, holder: "worker-7@host-b" }), (e: unknown) => e instanceof BadRequestError && e.code === "holder_unsupported");
+    assert.deepEqual(older.hits, ["GET /openapi.json"], "nothing but the API check was sent");
   });
 });

@@ -202,9 +202,51 @@ describe("locks", { skip: SKIP }, () => {
     await assert.rejects(client.lock("bad\nname", { ttlMs: 1000 }), BadRequestError);
     await assert.rejects(client.lock("ok", { ttlMs: 0 }), BadRequestError);
     await assert.rejects(client.lock("ok", { ttlMs: 1.5 }), BadRequestError);
-    await assert.rejects(client.lock("ok", { ttlMs: 1000, holder: "me" }), (e: unknown) => e instanceof BadRequestError && e.code === "holder_unsupported");
+    await assert.rejects(client.lock("ok", { ttlMs: 1000, holder: 7 as unknown as string }), (e: unknown) => e instanceof BadRequestError && e.code === "bad_argument" && e.status === undefined);
     // Out of the server's range: its own refusal, typed.
     await assert.rejects(client.lock(unique("ttl"), { ttlMs: 10 }), (e: unknown) => e instanceof BadRequestError && e.code === "ttl_out_of_range" && e.details.ttl_ms_min === 100);
+  });
+
+  it("shows a holder label in the lock's views, null without one, and the server refuses a bad one", async () => {
+    const name = unique("holder");
+    // (a) With a label: the views show it.
+    const lock = await client.lock(name, { ttlMs: 3000, waitMs: 1000, holder: "worker-7@host-b" });
+    const info = await client.lockInfo(name);
+    assert.deepEqual([info.held, info.token, info.holder], [true, lock.token, "worker-7@host-b"]);
+    assert.equal((await server.lockInfo(name)).holder, "worker-7@host-b");
+    const listed = (await client.locks(name)).locks as { name: string; holder: string | null }[];
+    assert.deepEqual(listed.map((l) => [l.name, l.holder]), [[name, "worker-7@host-b"]]);
+    await lock.release();
+    const free = await client.lockInfo(name);
+    assert.equal(free.held, false);
+    assert.ok("holder" in free && free.holder === null, `a free lock's holder: ${JSON.stringify(free)}`);
+    // (b) Without one: null, the field present.
+    const plain = await client.tryLock(name, { ttlMs: 3000 });
+    const unlabelled = await client.lockInfo(name);
+    assert.deepEqual([unlabelled.held, unlabelled.token], [true, plain.token]);
+    assert.ok("holder" in unlabelled && unlabelled.holder === null, `no label: ${JSON.stringify(unlabelled)}`);
+    assert.deepEqual(((await client.locks(name)).locks as { holder: string | null }[]).map((l) => l.holder), [null]);
+    await plain.release();
+    // tryLock and withLock take it too.
+    const tried = await client.tryLock(name, { ttlMs: 3000, holder: "try@host-c" });
+    assert.equal((await client.lockInfo(name)).holder, "try@host-c");
+    await tried.release();
+    const seen = await client.withLock(name, { ttlMs: 3000, waitMs: 0, holder: "with@host-d" }, async () => (await client.lockInfo(name)).holder);
+    assert.equal(seen, "with@host-d");
+    // (c) A bad label (too long, a control character): the server's 400 invalid_holder, nothing granted.
+    for (const bad of ["h".repeat(300), "worker\n7"]) {
+      await assert.rejects(
+        client.lock(name, { ttlMs: 3000, waitMs: 1000, holder: bad }),
+        (e: unknown) => e instanceof BadRequestError && e.code === "invalid_holder" && e.status === 400,
+      );
+      const after = await server.lockInfo(name);
+      assert.deepEqual([after.held, after.token, after.waiters], [false, null, 0], `after ${JSON.stringify(bad.slice(0, 10))}: ${JSON.stringify(after)}`);
+    }
+    await assert.rejects(client.tryLock(name, { ttlMs: 3000, holder: "h".repeat(257) }), (e: unknown) => e instanceof BadRequestError && e.code === "invalid_holder");
+    // Still free to take.
+    const next = await client.tryLock(name, { ttlMs: 3000 });
+    assert.ok(next.token > tried.token);
+    await next.release();
   });
 
   it("keeps a name with slashes and other characters one lock", async () => {

@@ -22,6 +22,8 @@ export class Proxy {
   readonly dropped: { status: number; body: Record<string, unknown> }[] = [];
   /** The `lease_id` of every acquire that went through, in order. */
   readonly acquireLeaseIds: string[] = [];
+  /** The `holder` of every acquire that went through (`undefined`: none sent), in order. */
+  readonly acquireHolders: (string | undefined)[] = [];
 
   private constructor(upstreamPort: number) {
     this.#upstreamPort = upstreamPort;
@@ -62,7 +64,10 @@ export class Proxy {
       if (this.holding) return;
       if (this.rewrite) d = replaceAll(d, this.rewrite[0], this.rewrite[1]);
       const text = d.toString("latin1");
-      for (const m of text.matchAll(/"lease_id":"([0-9a-f]{32})","ttl_ms"/g)) this.acquireLeaseIds.push(m[1]!);
+      for (const m of text.matchAll(/"lease_id":"([0-9a-f]{32})","ttl_ms":\d+,"wait_ms":\d+(,"holder":"(?:[^"\\]|\\.)*")?/g)) {
+        this.acquireLeaseIds.push(m[1]!);
+        this.acquireHolders.push(m[2] === undefined ? undefined : (JSON.parse(`{${m[2].slice(1)}}`) as { holder: string }).holder);
+      }
       const path = /^(?:GET|POST|PUT|DELETE) (\S+) HTTP\/1\.1/m.exec(text)?.[1];
       if (path !== undefined && this.dropNext !== undefined && dropping === undefined && this.dropNext.path.test(path)) {
         dropping = this.dropNext.after;

@@ -84,6 +84,25 @@ describe("retried acquires", { skip: SKIP }, () => {
     c.close();
   });
 
+  it("sends the same holder label on the retry after a dropped answer", async () => {
+    const name = unique("dropped-holder");
+    const p = await proxy();
+    p.dropNext = { path: ACQUIRE, after: "close" };
+    const c = new Client({ endpoints: p.url, requestTimeoutMs: 5000 });
+    const lock = await c.lock(name, { ttlMs: 3000, waitMs: 0, holder: "worker-7@host-b" });
+    assert.equal(p.dropped.length, 1, "the first answer was dropped");
+    assert.equal(p.dropped[0]!.body.token, lock.token, "the retry got the dropped grant");
+    assert.deepEqual(p.acquireLeaseIds, [lock.leaseId, lock.leaseId], "two attempts, one lease id");
+    assert.deepEqual(p.acquireHolders, ["worker-7@host-b", "worker-7@host-b"], "and one label");
+    assert.equal((await server.lockInfo(name)).holder, "worker-7@host-b");
+    await lock.release();
+    // Without one, none is sent.
+    const plain = await c.tryLock(name, { ttlMs: 3000 });
+    assert.deepEqual(p.acquireHolders.slice(2), [undefined]);
+    await plain.release();
+    c.close();
+  });
+
   it("gets the same grant on the next member after one granted and fell silent", async () => {
     const name = unique("silent");
     const p = await proxy();

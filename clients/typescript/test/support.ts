@@ -167,9 +167,9 @@ export class Server {
   }
 
   /** `GET /v1/locks/{name}` straight from the server. */
-  async lockInfo(name: string): Promise<{ held: boolean; token: number | null; waiters: number }> {
+  async lockInfo(name: string): Promise<{ held: boolean; token: number | null; waiters: number; holder?: string | null }> {
     const r = await fetch(`${this.url}/v1/locks/${encodeURIComponent(name)}`, { signal: AbortSignal.timeout(5000) });
-    return (await r.json()) as { held: boolean; token: number | null; waiters: number };
+    return (await r.json()) as { held: boolean; token: number | null; waiters: number; holder?: string | null };
   }
 }
 

@@ -170,6 +170,12 @@ describe("the API check", () => {
 
   it("accepts the Fenced API v1 and refuses anything else, saying what is missing", () => {
     assert.deepEqual(readServerApi(doc(), "http://x"), { title: "Fenced", version: "0.1.0", acceptsHolder: false });
+    const holderAcquire = {
+      properties: { lease_id: {}, ttl_ms: {}, wait_ms: {}, holder: {} },
+      oneOf: [{ required: ["lease_id"] }, { required: ["ttl_ms"] }, { required: ["lease_id", "ttl_ms"] }],
+    };
+    const withHolder = doc({ components: { schemas: { AcquireRequest: holderAcquire } } });
+    assert.deepEqual(readServerApi(withHolder, "http://x"), { title: "Fenced", version: "0.1.0", acceptsHolder: true });
     const refused = (a: ReturnType<typeof doc>, why: RegExp) =>
       assert.throws(() => readServerApi(a, "http://x"), (e: unknown) => e instanceof IncompatibleServerError && e.code === "incompatible_server" && why.test(e.message));
     refused(doc({ info: { title: "Other" } }), /title is "Other"/);

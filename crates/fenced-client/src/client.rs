@@ -226,7 +226,7 @@ impl Client {
 
     /// Starts a lock request; nothing is sent until `acquire` or `try_acquire`.
     pub fn lock(&self, name: impl Into<String>) -> LockRequest {
-        LockRequest { client: self.clone(), name: name.into(), options: LockOptions::default() }
+        LockRequest { client: self.clone(), name: name.into(), options: LockOptions::default(), holder: None }
     }
 
     /// Acquires `name`, runs `work` with the token and a cancellation token, and
@@ -345,9 +345,18 @@ pub struct LockRequest {
     name: String,
     /// TTL, wait and margin.
     options: LockOptions,
+    /// The holder's label, shown in lock views and events.
+    holder: Option<String>,
 }
 
 impl LockRequest {
+    /// Names the holder (a host, a process, a job) in the lock's views and events: 1 to
+    /// 256 bytes of UTF-8 without control characters, never a secret.
+    pub fn holder(mut self, label: impl Into<String>) -> Self {
+        self.holder = Some(label.into());
+        self
+    }
+
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.options.ttl = ttl;
         self
@@ -388,7 +397,7 @@ impl LockRequest {
         let grant_started = Instant::now();
         let (body, sent_at) = loop {
             let sent_at = Instant::now();
-            let api = match conn.acquire(&name, ttl_ms, give_up_at).await? {
+            let api = match conn.acquire(&name, ttl_ms, self.holder.as_deref(), give_up_at).await? {
                 Ok(body) => break (body, sent_at),
                 Err(api) => api,
             };

@@ -104,12 +104,16 @@ impl Endpoint {
         lease: LeaseId,
         ttl_ms: u64,
         wait_ms: u64,
+        holder: Option<&str>,
         timeout: Duration,
     ) -> Result<Answer<GrantBody>, Error> {
         match self {
             Endpoint::Http(t) => {
                 let path = format!("/v1/locks/{}/acquire", segment(name.as_str()));
-                let req = serde_json::json!({ "lease_id": lease.to_hex(), "ttl_ms": ttl_ms, "wait_ms": wait_ms });
+                let mut req = serde_json::json!({ "lease_id": lease.to_hex(), "ttl_ms": ttl_ms, "wait_ms": wait_ms });
+                if let Some(h) = holder {
+                    req["holder"] = h.into();
+                }
                 let r = t.json(Method::POST, &path, &req, timeout).await?;
                 if r.is_success() {
                     Ok(Ok(r.json::<GrantBody>()?))
@@ -124,6 +128,7 @@ impl Endpoint {
                     ttl_ms: Some(ttl_ms),
                     wait_ms,
                     lock_delay_ms: 0,
+                    holder,
                 };
                 match m.call(req, true, timeout).await? {
                     Reply::Granted { token, lease, ttl_ms } => Ok(Ok(GrantBody {
@@ -451,7 +456,13 @@ impl Conn {
     /// retry get one grant, not two (docs/client.md). When the call ends without an
     /// answer from the service, or is dropped, that lease is revoked in the background
     /// (best effort): a grant made for a caller who left is given back at once.
-    pub async fn acquire(&self, name: &LockName, ttl_ms: u64, give_up_at: Instant) -> Result<Answer<GrantBody>, Error> {
+    pub async fn acquire(
+        &self,
+        name: &LockName,
+        ttl_ms: u64,
+        holder: Option<&str>,
+        give_up_at: Instant,
+    ) -> Result<Answer<GrantBody>, Error> {
         let lease = random_lease_id()?;
         let mut pending = Pending { conn: self, lease, answered: false };
         let deadline = give_up_at.max(Instant::now()) + self.request_timeout();
@@ -462,7 +473,7 @@ impl Conn {
         };
         let each = |e| {
             let (wait_ms, timeout) = wait_for(e);
-            e.acquire(name, lease, ttl_ms, wait_ms, timeout)
+            e.acquire(name, lease, ttl_ms, wait_ms, holder, timeout)
         };
         let result = self.members.each_by(deadline, each, moves_on).await.result;
         // The leader's answer (a grant, or a refusal that left nothing behind): nothing

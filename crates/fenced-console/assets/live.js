@@ -38,6 +38,7 @@ async function refreshLocks() {
     body.replaceChildren(...data.locks.map((l) => Fenced.el("tr", { "data-lock": l.name },
       Fenced.el("td", { class: "name" }, l.name),
       Fenced.el("td", {}, l.token === null ? "free" : `#${l.token}`),
+      Fenced.el("td", { class: "holder" }, l.holder || ""),
       Fenced.el("td", {}, l.expires_in_ms === null ? (l.blocked_for_ms ? `lock-delay ${l.blocked_for_ms} ms` : "") : `${(l.expires_in_ms / 1000).toFixed(1)} s`),
       Fenced.el("td", {}, String(l.waiters)))));
     $("locks-empty").hidden = data.locks.length > 0;
@@ -90,7 +91,7 @@ function renderKeys() {
 function onEvent(kind, data) {
   let text;
   switch (kind) {
-    case "granted": text = `granted ${data.name} with token #${data.token} (ttl ${data.ttl_ms} ms)`; break;
+    case "granted": text = `granted ${data.name} with token #${data.token}${data.holder ? ` to ${data.holder}` : ""} (ttl ${data.ttl_ms} ms)`; break;
     case "released": text = `released ${data.name} #${data.token} (${data.reason})`; break;
     case "expired": text = `lease expired: ${data.name} #${data.token}`; break;
     case "store_accepted":

@@ -64,7 +64,15 @@ pub struct Acquire {
     pub wait_ms: u64,
     /// Lock-delay the lock gets if this holder's lease expires while holding it.
     pub lock_delay_ms: u64,
+    /// Who holds it, as the caller names itself: a label shown in views and events,
+    /// never a secret (at most [`HOLDER_BYTES_MAX`] bytes, checked where requests
+    /// come in).
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub holder: Option<String>,
 }
+
+/// The longest holder label, in bytes.
+pub const HOLDER_BYTES_MAX: usize = 256;
 
 /// The lease an acquire holds the lock under.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

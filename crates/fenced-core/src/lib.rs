@@ -13,7 +13,7 @@ pub mod store;
 pub mod table;
 mod types;
 
-pub use command::{Acquire, Answer, Command, Durable, LeaseRef, Output, Persist, RequestId};
+pub use command::{Acquire, Answer, Command, Durable, LeaseRef, Output, Persist, RequestId, HOLDER_BYTES_MAX};
 pub use error::Error;
 pub use gate::{Admission, FenceGate, Op};
 pub use store::{Quota, Quotas, Record, Store, StoreAnswer, StoreCommand};

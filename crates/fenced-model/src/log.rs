@@ -74,6 +74,7 @@ pub fn replay(log: &[Entry], ttl_ms: u64) -> (LockTable, Vec<Output>) {
                 lease: LeaseRef::Existing(lease_of(c)),
                 wait_ms: 0,
                 lock_delay_ms: 0,
+                holder: None,
             })],
             Cmd::Tick => vec![Command::Tick],
             Cmd::Blank => vec![],

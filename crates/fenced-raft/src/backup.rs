@@ -238,7 +238,7 @@ mod tests {
         let mut t = LockTable::new(Limits::default());
         let lease = LeaseRef::Implicit { id: LeaseId(7), ttl_ms: 10_000 };
         let name = LockName::new("orders/42").unwrap();
-        let acquire = Acquire { name, lease, wait_ms: 0, lock_delay_ms: 0 };
+        let acquire = Acquire { name, lease, wait_ms: 0, lock_delay_ms: 0, holder: None };
         let out = t.apply(RequestId(1), Command::Acquire(acquire), 1_000);
         assert_eq!(out.answers.len(), 1);
         t

@@ -14,6 +14,9 @@ pub enum Event {
         name: String,
         token: u64,
         ttl_ms: u64,
+        /// The holder's label, when it gave one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        holder: Option<String>,
     },
     /// Released explicitly (`reason` "released") or by a lease revoke ("revoked").
     Released {

@@ -84,13 +84,14 @@ impl Router {
     fn execute(&self, e: Effect) {
         let m = &self.metrics;
         match e {
-            Effect::Granted { at_ms, grant, .. } => {
+            Effect::Granted { at_ms, grant, holder, .. } => {
                 inc(&m.grants);
                 self.publish(|| Event::Granted {
                     at_ms,
                     name: grant.name.to_string(),
                     token: grant.token.get(),
                     ttl_ms: grant.ttl_ms,
+                    holder,
                 });
             }
             Effect::Released { at_ms, name, token, reason, .. } => {

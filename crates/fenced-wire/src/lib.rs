@@ -69,16 +69,48 @@ pub mod op {
 /// A request, borrowing from the frame it was read from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request<'a> {
-    Auth { token: &'a [u8] },
-    CreateLease { ttl_ms: u64 },
-    Keepalive { lease: LeaseId },
-    Revoke { lease: LeaseId },
-    Acquire { name: &'a str, lease: Option<LeaseId>, ttl_ms: Option<u64>, wait_ms: u64, lock_delay_ms: u64 },
-    Release { name: &'a str, lease: LeaseId },
-    Check { name: &'a str, token: u64 },
-    Put { key: &'a str, token: Option<Token>, value: &'a [u8] },
-    Get { key: &'a str, token: Option<Token> },
-    Cancel { target: u32 },
+    Auth {
+        token: &'a [u8],
+    },
+    CreateLease {
+        ttl_ms: u64,
+    },
+    Keepalive {
+        lease: LeaseId,
+    },
+    Revoke {
+        lease: LeaseId,
+    },
+    /// `holder`: the holder's label (flag bit 2, then its length as u16 and its bytes
+    /// before the name); absent in frames of clients that do not send one.
+    Acquire {
+        name: &'a str,
+        lease: Option<LeaseId>,
+        ttl_ms: Option<u64>,
+        wait_ms: u64,
+        lock_delay_ms: u64,
+        holder: Option<&'a str>,
+    },
+    Release {
+        name: &'a str,
+        lease: LeaseId,
+    },
+    Check {
+        name: &'a str,
+        token: u64,
+    },
+    Put {
+        key: &'a str,
+        token: Option<Token>,
+        value: &'a [u8],
+    },
+    Get {
+        key: &'a str,
+        token: Option<Token>,
+    },
+    Cancel {
+        target: u32,
+    },
 }
 
 /// An answer, borrowing from the frame it was read from.
@@ -203,12 +235,19 @@ pub fn decode_request(id: u32, op: u8, payload: &[u8]) -> Result<Request<'_>, Fr
         op::KEEPALIVE => Request::Keepalive { lease: LeaseId(r.u128().ok_or(bad("lease u128"))?) },
         op::REVOKE => Request::Revoke { lease: LeaseId(r.u128().ok_or(bad("lease u128"))?) },
         op::ACQUIRE => {
-            let fields = "flags u8, lease u128, ttl_ms u64, wait_ms u64, lock_delay_ms u64, name";
+            let fields = "flags u8, lease u128, ttl_ms u64, wait_ms u64, lock_delay_ms u64, [holder], name";
             let flags = r.u8().ok_or(bad(fields))?;
             let lease = r.u128().ok_or(bad(fields))?;
             let ttl_ms = r.u64().ok_or(bad(fields))?;
             let wait_ms = r.u64().ok_or(bad(fields))?;
             let lock_delay_ms = r.u64().ok_or(bad(fields))?;
+            let holder = if flags & 4 != 0 {
+                let len = r.u16().ok_or(bad("holder_len u16"))?;
+                let bytes = r.take(len as usize).ok_or(bad("the holder label is cut short"))?;
+                Some(std::str::from_utf8(bytes).map_err(|_| bad("the holder label is not UTF-8"))?)
+            } else {
+                None
+            };
             let name = r.text().ok_or(bad("the name is not UTF-8"))?;
             Request::Acquire {
                 name,
@@ -216,6 +255,7 @@ pub fn decode_request(id: u32, op: u8, payload: &[u8]) -> Result<Request<'_>, Fr
                 ttl_ms: (flags & 2 != 0).then_some(ttl_ms),
                 wait_ms,
                 lock_delay_ms,
+                holder,
             }
         }
         op::RELEASE => {
@@ -276,12 +316,20 @@ pub fn encode_request(out: &mut Vec<u8>, id: u32, req: &Request<'_>) {
         Request::Auth { token } => out.extend_from_slice(token),
         Request::CreateLease { ttl_ms } => out.extend_from_slice(&ttl_ms.to_be_bytes()),
         Request::Keepalive { lease } | Request::Revoke { lease } => out.extend_from_slice(&lease.0.to_be_bytes()),
-        Request::Acquire { name, lease, ttl_ms, wait_ms, lock_delay_ms } => {
-            out.push(u8::from(lease.is_some()) | (u8::from(ttl_ms.is_some()) << 1));
+        Request::Acquire { name, lease, ttl_ms, wait_ms, lock_delay_ms, holder } => {
+            let flags =
+                u8::from(lease.is_some()) | (u8::from(ttl_ms.is_some()) << 1) | (u8::from(holder.is_some()) << 2);
+            out.push(flags);
             out.extend_from_slice(&lease.map_or(0, |l| l.0).to_be_bytes());
             out.extend_from_slice(&ttl_ms.unwrap_or(0).to_be_bytes());
             out.extend_from_slice(&wait_ms.to_be_bytes());
             out.extend_from_slice(&lock_delay_ms.to_be_bytes());
+            if let Some(h) = holder {
+                // Labels longer than u16 cannot be valid; send a length the server refuses.
+                let h = &h.as_bytes()[..h.len().min(u16::MAX as usize)];
+                out.extend_from_slice(&(h.len() as u16).to_be_bytes());
+                out.extend_from_slice(h);
+            }
             out.extend_from_slice(name.as_bytes());
         }
         Request::Release { name, lease } => {
@@ -425,6 +473,15 @@ mod tests {
             ttl_ms: None,
             wait_ms: 3,
             lock_delay_ms: 4,
+            holder: None,
+        });
+        round_trip_request(Request::Acquire {
+            name: "a/b",
+            lease: None,
+            ttl_ms: Some(100),
+            wait_ms: 0,
+            lock_delay_ms: 0,
+            holder: Some("worker-7 on host-é"),
         });
         round_trip_request(Request::Acquire {
             name: "é",
@@ -432,6 +489,7 @@ mod tests {
             ttl_ms: Some(100),
             wait_ms: 0,
             lock_delay_ms: 0,
+            holder: None,
         });
         round_trip_request(Request::Release { name: "x", lease });
         round_trip_request(Request::Check { name: "x", token: 3 });

@@ -13,7 +13,7 @@ import secrets
 import ssl
 import threading
 import time
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
 import httpx
@@ -215,6 +215,23 @@ def check_name(name: str, what: str = "lock name") -> str:
     if not isinstance(name, str) or not 1 <= len(name.encode("utf-8")) <= NAME_BYTES_MAX:
         raise BadRequest(f"a {what} is UTF-8 of 1 to {NAME_BYTES_MAX} bytes", code="invalid_name")
     return name
+
+
+def check_holder(holder: Any) -> Optional[str]:
+    """A holder label is a string or ``None``; its length and characters are the server's to
+    judge (400 ``invalid_holder``), so that the rule lives in one place."""
+    if holder is not None and not isinstance(holder, str):
+        raise BadRequest(f"a holder label is a string, not {type(holder).__name__}", code="invalid_holder")
+    return holder
+
+
+def acquire_body(lease_id: str, ttl_ms: int, wait_ms: int, holder: Optional[str]) -> Dict[str, Any]:
+    """The body of ``POST /v1/locks/{name}/acquire`` under an implicit lease: ``"holder"``
+    only when given, the same on every attempt of one call."""
+    body: Dict[str, Any] = {"lease_id": lease_id, "ttl_ms": ttl_ms, "wait_ms": wait_ms}
+    if holder is not None:
+        body["holder"] = holder
+    return body
 
 
 def check_token(token: Any) -> int:

@@ -83,16 +83,19 @@ class AsyncClient:
         return self._checked.get(self._members.current)
 
     def lock(self, name: str, ttl: float = 10.0, wait: float = 30.0, *, margin: Optional[float] = None,
-             cancel_on_loss: bool = False) -> "_Acquire":
+             cancel_on_loss: bool = False, holder: Optional[str] = None) -> "_Acquire":
         """``async with client.lock(name, ttl, wait) as lock:``, or ``lock = await
         client.lock(...)`` then ``await lock.release()``. With ``cancel_on_loss=True`` the
         task running the ``async with`` body is cancelled when the lock is lost, and the
-        block raises :class:`fenced.LockLost`."""
-        return _Acquire(self, name, ttl, wait, margin, cancel_on_loss)
+        block raises :class:`fenced.LockLost`. ``holder`` labels the holder in the lock's
+        views and its ``granted`` event, the same on every retry and failover of the call,
+        as in :meth:`fenced.Client.lock` (a bad label: :class:`fenced.BadRequest`
+        ``invalid_holder``, from the server)."""
+        return _Acquire(self, name, ttl, wait, margin, cancel_on_loss, holder)
 
     def try_lock(self, name: str, ttl: float = 10.0, *, margin: Optional[float] = None,
-                 cancel_on_loss: bool = False) -> "_Acquire":
-        return self.lock(name, ttl, 0.0, margin=margin, cancel_on_loss=cancel_on_loss)
+                 cancel_on_loss: bool = False, holder: Optional[str] = None) -> "_Acquire":
+        return self.lock(name, ttl, 0.0, margin=margin, cancel_on_loss=cancel_on_loss, holder=holder)
 
     async def check(self, name: str, token: int) -> Tuple[bool, Optional[int]]:
         body = {"token": _core.check_token(token)}
@@ -101,6 +104,7 @@ class AsyncClient:
         return bool(r.get("current")), r.get("token")
 
     async def lock_info(self, name: str) -> Dict[str, Any]:
+        """``GET /v1/locks/{name}``, as :meth:`fenced.Client.lock_info` (``holder`` included)."""
         path = f"/v1/locks/{_core.segment(_core.check_name(name))}"
         return await self._call(lambda i: self._json(i, "GET", path, None))
 
@@ -134,8 +138,10 @@ class AsyncClient:
 
     # --- acquire ---------------------------------------------------------------------------
 
-    async def _acquire(self, name: str, ttl: float, wait: float, margin: Optional[float]) -> LockState:
+    async def _acquire(self, name: str, ttl: float, wait: float, margin: Optional[float],
+                       holder: Optional[str] = None) -> LockState:
         _core.check_name(name)
+        _core.check_holder(holder)
         ttl_ms, wait_ms = _core.ms(ttl), _core.ms(wait)
         if ttl_ms < 1:
             raise BadRequest("the TTL must be at least 1 ms", code="ttl_out_of_range")
@@ -156,7 +162,8 @@ class AsyncClient:
                 try:
                     grant = await self._call(
                         lambda i: self._acquire_on(i, name, lease, ttl_ms, _core.ms(max(0.0, give_up_at - _core.now())),
-                                                   self.request_timeout + max(0.0, give_up_at - _core.now())),
+                                                   self.request_timeout + max(0.0, give_up_at - _core.now()),
+                                                   holder),
                         deadline)
                     answered = True
                     sent_at = sent if sent_at is None else sent_at
@@ -214,10 +221,11 @@ class AsyncClient:
         return state
 
     async def _acquire_on(self, i: int, name: str, lease_id: str, ttl_ms: int, wait_ms: int,
-                          timeout: float) -> Dict[str, Any]:
-        """One acquire on member ``i`` under the implicit lease ``lease_id``."""
+                          timeout: float, holder: Optional[str] = None) -> Dict[str, Any]:
+        """One acquire on member ``i`` under the implicit lease ``lease_id`` (``"holder"``
+        in the body when given)."""
         path = f"/v1/locks/{_core.segment(name)}/acquire"
-        body = {"lease_id": lease_id, "ttl_ms": ttl_ms, "wait_ms": wait_ms}
+        body = _core.acquire_body(lease_id, ttl_ms, wait_ms, holder)
         r = await self._send(i, "POST", path, json.dumps(body).encode(), {"content-type": "application/json"},
                              timeout)
         if not r.ok():
@@ -430,13 +438,13 @@ class _Acquire:
     """What ``AsyncClient.lock`` returns: awaitable (the lock) and an async context manager."""
 
     def __init__(self, client: AsyncClient, name: str, ttl: float, wait: float, margin: Optional[float],
-                 cancel_on_loss: bool) -> None:
-        self._args = (client, name, ttl, wait, margin, cancel_on_loss)
+                 cancel_on_loss: bool, holder: Optional[str] = None) -> None:
+        self._args = (client, name, ttl, wait, margin, cancel_on_loss, holder)
         self._lock: Optional[AsyncLock] = None
 
     async def _get(self) -> "AsyncLock":
-        client, name, ttl, wait, margin, cancel_on_loss = self._args
-        state = await client._acquire(name, ttl, wait, margin)
+        client, name, ttl, wait, margin, cancel_on_loss, holder = self._args
+        state = await client._acquire(name, ttl, wait, margin, holder)
         return AsyncLock(client, state, cancel_on_loss)
 
     def __await__(self) -> Any:

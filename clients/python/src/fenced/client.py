@@ -144,17 +144,26 @@ class Client:
         checked."""
         return self._checked.get(self._members.current)
 
-    def lock(self, name: str, ttl: float = 10.0, wait: float = 30.0, *, margin: Optional[float] = None) -> "Lock":
+    def lock(self, name: str, ttl: float = 10.0, wait: float = 30.0, *, margin: Optional[float] = None,
+             holder: Optional[str] = None) -> "Lock":
         """Acquires ``name`` under an implicit lease of ``ttl`` seconds, waiting up to
         ``wait`` seconds in the server's FIFO queue (0: a try-lock). Raises
         :class:`fenced.LockHeld` when not granted in time. Use as ``with client.lock(..) as
-        lock:`` (released on exit) or call :meth:`Lock.release`."""
-        state = self._acquire(name, ttl, wait, margin)
+        lock:`` (released on exit) or call :meth:`Lock.release`.
+
+        ``holder`` names the holder (a host, a process, a job: ``"worker-7@host-b"``) in the
+        lock's views (``holder`` of :meth:`lock_info` and :meth:`locks`, ``None`` when none
+        was given) and in its ``granted`` event: 1 to 256 bytes of UTF-8 without control
+        characters, never a secret. The same label is sent on every retry and failover of
+        this call. The server judges it: a bad one is :class:`fenced.BadRequest` with code
+        ``invalid_holder``, and nothing is granted."""
+        state = self._acquire(name, ttl, wait, margin, holder)
         return Lock(self, state)
 
-    def try_lock(self, name: str, ttl: float = 10.0, *, margin: Optional[float] = None) -> "Lock":
+    def try_lock(self, name: str, ttl: float = 10.0, *, margin: Optional[float] = None,
+                 holder: Optional[str] = None) -> "Lock":
         """:meth:`lock` with no wait."""
-        return self.lock(name, ttl, 0.0, margin=margin)
+        return self.lock(name, ttl, 0.0, margin=margin, holder=holder)
 
     def check(self, name: str, token: int) -> Tuple[bool, Optional[int]]:
         """Whether ``token`` is still the current grant of ``name`` (Chubby's
@@ -165,7 +174,8 @@ class Client:
         return bool(r.get("current")), r.get("token")
 
     def lock_info(self, name: str) -> Dict[str, Any]:
-        """``GET /v1/locks/{name}``: held, token, expires_in_ms, waiters."""
+        """``GET /v1/locks/{name}``: held, token, expires_in_ms, waiters, blocked_for_ms,
+        holder (the holder's label, ``None`` when it gave none or the lock is free)."""
         path = f"/v1/locks/{_core.segment(_core.check_name(name))}"
         return self._call(lambda i: self._json(i, "GET", path, None))
 
@@ -203,8 +213,10 @@ class Client:
 
     # --- acquire ---------------------------------------------------------------------------
 
-    def _acquire(self, name: str, ttl: float, wait: float, margin: Optional[float]) -> LockState:
+    def _acquire(self, name: str, ttl: float, wait: float, margin: Optional[float],
+                 holder: Optional[str] = None) -> LockState:
         _core.check_name(name)
+        _core.check_holder(holder)
         ttl_ms, wait_ms = _core.ms(ttl), _core.ms(wait)
         if ttl_ms < 1:
             raise BadRequest("the TTL must be at least 1 ms", code="ttl_out_of_range")
@@ -223,7 +235,7 @@ class Client:
             while True:
                 sent = _core.now()
                 try:
-                    grant = self._acquire_attempts(name, lease, ttl_ms, give_up_at, deadline)
+                    grant = self._acquire_attempts(name, lease, ttl_ms, holder, give_up_at, deadline)
                     answered = True
                     sent_at = sent if sent_at is None else sent_at
                     break
@@ -285,21 +297,22 @@ class Client:
                 pass  # the guard's own keepalive retries until the deadline
         return state
 
-    def _acquire_attempts(self, name: str, lease: str, ttl_ms: int, give_up_at: float,
+    def _acquire_attempts(self, name: str, lease: str, ttl_ms: int, holder: Optional[str], give_up_at: float,
                           deadline: float) -> Dict[str, Any]:
         def attempt(i: int) -> Dict[str, Any]:
             wait_left = max(0.0, give_up_at - _core.now())
-            return self._acquire_on(i, name, lease, ttl_ms, _core.ms(wait_left), self.request_timeout + wait_left)
+            return self._acquire_on(i, name, lease, ttl_ms, _core.ms(wait_left), self.request_timeout + wait_left,
+                                    holder)
 
         return self._call(attempt, deadline)
 
     def _acquire_on(self, i: int, name: str, lease_id: str, ttl_ms: int, wait_ms: int,
-                    timeout: float) -> Dict[str, Any]:
+                    timeout: float, holder: Optional[str] = None) -> Dict[str, Any]:
         """One acquire on member ``i`` under the implicit lease ``lease_id`` (the caller drew
-        it): ``{"lease_id", "ttl_ms", "wait_ms"}``. Sent twice with the same id, it gets the
-        same grant."""
+        it): ``{"lease_id", "ttl_ms", "wait_ms"}``, and ``"holder"`` when given. Sent twice
+        with the same id, it gets the same grant."""
         path = f"/v1/locks/{_core.segment(name)}/acquire"
-        body = {"lease_id": lease_id, "ttl_ms": ttl_ms, "wait_ms": wait_ms}
+        body = _core.acquire_body(lease_id, ttl_ms, wait_ms, holder)
         r = self._send(i, "POST", path, json.dumps(body).encode(), {"content-type": "application/json"}, timeout)
         if not r.ok():
             raise _named(r.error(), name)

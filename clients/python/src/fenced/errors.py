@@ -375,6 +375,7 @@ ERROR_CODES: Dict[str, Type[FencedError]] = {
     "invalid_json": BadRequest,
     "invalid_field": BadRequest,
     "invalid_name": BadRequest,
+    "invalid_holder": BadRequest,
     "invalid_key": BadRequest,
     "invalid_lease_id": BadRequest,
     "invalid_token": BadRequest,

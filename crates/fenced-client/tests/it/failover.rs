@@ -316,6 +316,14 @@ async fn waiters_at(leader: &Client, name: &str) -> u64 {
     leader.lock_info(name).await.expect("lock view")["waiters"].as_u64().unwrap_or(0)
 }
 
+/// Waits up to 5 s for the leader to show `n` acquires queued for `name`.
+async fn until_waiters(leader: &Client, name: &str, n: u64) {
+    let deadline = Instant::now() + ms(5_000);
+    while waiters_at(leader, name).await != n && Instant::now() < deadline {
+        sleep(ms(50)).await;
+    }
+}
+
 /// issue 28: over the wire too, one address of any member serves the API. A client
 /// given only a follower's `fenced://` endpoint acquires, writes and reads the store,
 /// and waits; a waiter it withdraws leaves the leader's queue; every grant is the
@@ -342,16 +350,10 @@ async fn a_wire_client_given_only_a_followers_endpoint_acquires_writes_and_waits
         let client = client.clone();
         async move { client.lock("wfwd").ttl(ms(10_000)).wait(ms(20_000)).acquire().await }
     });
-    let deadline = Instant::now() + ms(5_000);
-    while waiters_at(&leader, "wfwd").await != 1 && Instant::now() < deadline {
-        sleep(ms(50)).await;
-    }
+    until_waiters(&leader, "wfwd", 1).await;
     assert_eq!(waiters_at(&leader, "wfwd").await, 1, "the forwarded waiter never queued at the leader");
     dropped.abort();
-    let deadline = Instant::now() + ms(5_000);
-    while waiters_at(&leader, "wfwd").await != 0 && Instant::now() < deadline {
-        sleep(ms(50)).await;
-    }
+    until_waiters(&leader, "wfwd", 0).await;
     assert_eq!(waiters_at(&leader, "wfwd").await, 0, "the withdrawn waiter stayed in the leader's queue");
 
     // A waiter kept is granted when the holder releases, through the follower.
@@ -359,10 +361,7 @@ async fn a_wire_client_given_only_a_followers_endpoint_acquires_writes_and_waits
         let client = client.clone();
         async move { client.lock("wfwd").ttl(ms(10_000)).wait(ms(20_000)).acquire().await }
     });
-    let deadline = Instant::now() + ms(5_000);
-    while waiters_at(&leader, "wfwd").await != 1 && Instant::now() < deadline {
-        sleep(ms(50)).await;
-    }
+    until_waiters(&leader, "wfwd", 1).await;
     let held_token = held.token();
     held.release().await.expect("release through a follower");
     let next = timeout(ms(10_000), waiter).await.expect("the waiter was granted").expect("join").expect("granted");

@@ -83,6 +83,8 @@ pub struct LockInfo {
     pub name: LockName,
     /// The holder's token and lease, when held.
     pub holder: Option<(Token, LeaseInfo)>,
+    /// The holder's label, when held and it gave one.
+    pub label: Option<String>,
     pub waiters: usize,
     /// Set while a lock-delay keeps the lock from being granted.
     pub blocked_until_ms: Option<u64>,
@@ -109,7 +111,7 @@ pub enum WaitEnd {
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum Effect {
     /// A lock was granted: to a queued request (`request` is `Some`) or directly.
-    Granted { at_ms: u64, request: Option<RequestId>, grant: Grant },
+    Granted { at_ms: u64, request: Option<RequestId>, grant: Grant, holder: Option<String> },
     /// A holder stopped holding.
     Released { at_ms: u64, name: LockName, token: Token, lease: LeaseId, reason: ReleaseReason },
     /// A lease ended by expiry (its locks follow as `Released` with `Expired`).
@@ -153,6 +155,9 @@ struct Holder {
     lease: LeaseId,
     token: Token,
     lock_delay_ms: u64,
+    /// The holder's label (`Acquire::holder`).
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    label: Option<String>,
     /// Requests answered with this grant: the first, retries of the same lease (an
     /// idempotent re-acquire or a twin in the queue). A withdrawn request gives the
     /// grant back only when it was the last one told.
@@ -177,6 +182,8 @@ struct Waiter {
     name: LockName,
     lease: LeaseId,
     lock_delay_ms: u64,
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    label: Option<String>,
 }
 
 /// The lock table. See the module documentation.
@@ -448,6 +455,7 @@ impl LockTable {
         LockInfo {
             name: name.clone(),
             holder: lock.holder.as_ref().map(|h| (h.token, self.lease(h.lease).expect("holder lease is live"))),
+            label: lock.holder.as_ref().and_then(|h| h.label.clone()),
             waiters: lock.queue.len(),
             blocked_until_ms: (lock.blocked_until_ms > self.now_ms).then_some(lock.blocked_until_ms),
         }
@@ -560,8 +568,9 @@ impl LockTable {
                 self.grant_lease(id, ttl_ms).expect("checked above");
                 self.leases.get_mut(&id).expect("just made").implicit = true;
             }
-            let grant = self.install_holder(req.name, lease_id, req.lock_delay_ms, None);
-            self.out.effects.push(Effect::Granted { at_ms: now_ms, request: None, grant: grant.clone() });
+            let holder = req.holder.clone();
+            let grant = self.install_holder(req.name, lease_id, req.lock_delay_ms, req.holder, None);
+            self.out.effects.push(Effect::Granted { at_ms: now_ms, request: None, grant: grant.clone(), holder });
             return Ok(Some(Answer::Granted(grant)));
         }
         let holder = self.holder_token(&req.name);
@@ -698,7 +707,8 @@ impl LockTable {
         self.locks.entry(req.name.clone()).or_default().queue.push_back(request);
         self.leases.get_mut(&lease_id).expect("checked by acquire").waiting.push(request);
         self.push_timer(self.now_ms + req.wait_ms, Timer::WaitDeadline(request));
-        self.waiters.insert(request, Waiter { name: req.name, lease: lease_id, lock_delay_ms: req.lock_delay_ms });
+        let w = Waiter { name: req.name, lease: lease_id, lock_delay_ms: req.lock_delay_ms, label: req.holder };
+        self.waiters.insert(request, w);
         Ok(())
     }
 
@@ -848,8 +858,10 @@ impl LockTable {
             self.push_timer(at, Timer::LeaseExpiry(w.lease));
             self.raise_ttl_hwm(ttl_ms);
         }
-        let grant = self.install_holder(name.clone(), w.lease, w.lock_delay_ms, Some(first));
-        self.out.effects.push(Effect::Granted { at_ms: now_ms, request: Some(first), grant: grant.clone() });
+        let label = w.label.clone();
+        let grant = self.install_holder(name.clone(), w.lease, w.lock_delay_ms, w.label, Some(first));
+        let holder = label.clone();
+        self.out.effects.push(Effect::Granted { at_ms: now_ms, request: Some(first), grant: grant.clone(), holder });
         self.out.answers.push((first, Ok(Answer::Granted(grant.clone()))));
         // Other queued acquires of the same lease on this lock (a retried request) get
         // the same grant: same lease, same token. Found through the lease's own short
@@ -868,7 +880,8 @@ impl LockTable {
             holder.told += 1;
             holder.queued.push(twin);
             self.granted.insert(twin, name.clone());
-            self.out.effects.push(Effect::Granted { at_ms: now_ms, request: Some(twin), grant: grant.clone() });
+            let holder = label.clone();
+            self.out.effects.push(Effect::Granted { at_ms: now_ms, request: Some(twin), grant: grant.clone(), holder });
             self.out.answers.push((twin, Ok(Answer::Granted(grant.clone()))));
         }
     }
@@ -895,6 +908,7 @@ impl LockTable {
         name: LockName,
         lease: LeaseId,
         lock_delay_ms: u64,
+        label: Option<String>,
         request: Option<RequestId>,
     ) -> Grant {
         let token = self.next_token;
@@ -919,7 +933,7 @@ impl LockTable {
         if let Some(r) = request {
             self.granted.insert(r, name.clone());
         }
-        lock.holder = Some(Holder { lease, token, lock_delay_ms, told: 1, queued });
+        lock.holder = Some(Holder { lease, token, lock_delay_ms, label, told: 1, queued });
         Grant { name, token, lease, ttl_ms }
     }
 

@@ -115,11 +115,17 @@ fn table() -> T {
 }
 
 fn acq(name_: &str, lease: u128, wait_ms: u64) -> Acquire {
-    Acquire { name: name(name_), lease: LeaseRef::Existing(LeaseId(lease)), wait_ms, lock_delay_ms: 0 }
+    Acquire { name: name(name_), lease: LeaseRef::Existing(LeaseId(lease)), wait_ms, lock_delay_ms: 0, holder: None }
 }
 
 fn implicit(name_: &str, lease: u128, ttl_ms: u64, wait_ms: u64) -> Acquire {
-    Acquire { name: name(name_), lease: LeaseRef::Implicit { id: LeaseId(lease), ttl_ms }, wait_ms, lock_delay_ms: 0 }
+    Acquire {
+        name: name(name_),
+        lease: LeaseRef::Implicit { id: LeaseId(lease), ttl_ms },
+        wait_ms,
+        lock_delay_ms: 0,
+        holder: None,
+    }
 }
 
 fn granted_token(o: AcquireOutcome) -> u64 {
@@ -133,7 +139,7 @@ fn granted_token(o: AcquireOutcome) -> u64 {
 fn effects(t: &mut T) -> Vec<String> {
     t.drain_effects()
         .map(|e| match e {
-            Effect::Granted { at_ms, request, grant } => format!(
+            Effect::Granted { at_ms, request, grant, .. } => format!(
                 "{at_ms} granted {} token={} lease={} waiter={}",
                 grant.name,
                 grant.token,
@@ -653,7 +659,7 @@ mod props {
                     Cmd::Revoke(l) => { let _ = t.revoke(LeaseId(l as u128), now); }
                     Cmd::Acquire(l, n, w, d) => {
                         let nm = name(&format!("n{n}"));
-                        let r = t.acquire(Acquire { name: nm.clone(), lease: LeaseRef::Existing(LeaseId(l as u128)), wait_ms: w, lock_delay_ms: d }, now);
+                        let r = t.acquire(Acquire { name: nm.clone(), lease: LeaseRef::Existing(LeaseId(l as u128)), wait_ms: w, lock_delay_ms: d, holder: None }, now);
                         if let Ok(AcquireOutcome::Queued(id)) = r { queue.entry(nm).or_default().push(id); }
                     }
                     Cmd::Release(l, n) => { let _ = t.release(&name(&format!("n{n}")), LeaseId(l as u128), now); }
@@ -673,7 +679,7 @@ mod props {
                 let effects: Vec<Effect> = t.drain_effects().collect();
                 for e in effects {
                     match e {
-                        Effect::Granted { at_ms, request: waiter, grant } => {
+                        Effect::Granted { at_ms, request: waiter, grant, .. } => {
                             prop_assert!(grant.token.get() >= last_token);
                             if grant.token.get() == last_token {
                                 // Only a twin waiter of the same lease shares a token.
@@ -739,7 +745,7 @@ fn promote_withdraws_every_waiter_and_gives_every_lease_its_full_ttl_again() {
     t.grant_lease(a, TTL, 0).unwrap();
     t.grant_lease(b, 5 * TTL, 0).unwrap();
     let x = name("x");
-    let req = |lease, wait_ms| Acquire { name: x.clone(), lease, wait_ms, lock_delay_ms: 0 };
+    let req = |lease, wait_ms| Acquire { name: x.clone(), lease, wait_ms, lock_delay_ms: 0, holder: None };
     let AcquireOutcome::Granted { grant } = t.acquire(req(LeaseRef::Existing(a), 0), 0).unwrap() else { panic!() };
     let queued = [
         t.acquire(req(LeaseRef::Existing(b), 10 * TTL), 0).unwrap(),

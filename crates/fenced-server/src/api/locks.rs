@@ -6,7 +6,9 @@ use axum::body::Body;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use fenced_core::{Acquire, Answer, Command, Error, LeaseId, LeaseRef, LockInfo, LockName, RequestId, Token};
+use fenced_core::{
+    Acquire, Answer, Command, Error, LeaseId, LeaseRef, LockInfo, LockName, RequestId, Token, HOLDER_BYTES_MAX,
+};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -34,6 +36,10 @@ pub struct AcquireBody {
     /// Lock-delay after the holder's lease expires.
     #[serde(default)]
     lock_delay_ms: u64,
+    /// Who holds it, as the caller names itself (a host, a process, a job): shown in
+    /// lock views and events, never a secret.
+    #[schema(min_length = 1, max_length = 256)]
+    holder: Option<String>,
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -94,6 +100,9 @@ pub struct LockView {
     /// Lock-delay left, when the lock is blocked by one.
     #[schema(required = true)]
     blocked_for_ms: Option<u64>,
+    /// The holder's label, when held by a caller that gave one.
+    #[schema(required = true)]
+    holder: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -142,7 +151,7 @@ pub async fn action(
 #[utoipa::path(post, path = "/v1/locks/{name}/acquire", tag = "locks", operation_id = "acquire", params(("name" = String, Path, description = "1 to lock_name_bytes_max bytes of UTF-8 without control characters; '/' may be sent as %2F or as it is", min_length = 1)), request_body = AcquireBody,
     responses(
         (status = 200, description = "granted", body = Grant),
-        (status = 400, description = "invalid_json, invalid_field, invalid_name, invalid_lease_id, ttl_out_of_range, wait_out_of_range, lock_delay_out_of_range", body = ErrorBody),
+        (status = 400, description = "invalid_json, invalid_field, invalid_name, invalid_holder, invalid_lease_id, ttl_out_of_range, wait_out_of_range, lock_delay_out_of_range", body = ErrorBody),
         (status = 404, description = "lease_not_found (also when the lease expires while waiting)", body = ErrorBody),
         (status = 409, description = "lock_held (with holder_token when held; also during lock-delay); lease_exists (lease_id with ttl_ms names a live lease that neither holds this lock nor waits for it as an implicit lease)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
@@ -183,7 +192,8 @@ async fn acquire(app: App, caller: Caller, name: LockName, req: AcquireBody) -> 
         (None, Some(_)) => None,
         (None, None) => return Err(ApiError::bad_request("invalid_field", "give lease_id, ttl_ms, or both")),
     };
-    let req = AcquireReq { lease, ttl_ms: req.ttl_ms, wait_ms: req.wait_ms, lock_delay_ms: req.lock_delay_ms };
+    let holder = holder_label(req.holder)?;
+    let req = AcquireReq { lease, ttl_ms: req.ttl_ms, wait_ms: req.wait_ms, lock_delay_ms: req.lock_delay_ms, holder };
     acquire_grant(app, &caller, name, req).await.map(|g| grant_response(&g))
 }
 
@@ -198,6 +208,8 @@ pub struct AcquireReq {
     pub wait_ms: u64,
     /// Lock-delay after a holder's lease expires.
     pub lock_delay_ms: u64,
+    /// The holder's label, checked ([`holder_label`]).
+    pub holder: Option<String>,
 }
 
 /// Acquire (HTTP and the wire protocol): granted, or why not. Dropping the future
@@ -244,7 +256,7 @@ async fn acquire_unaudited(
         LeaseRef::Implicit { id, ttl_ms } => LeaseRef::Implicit { id: caller.identity.lease(id), ttl_ms },
     };
     let wait_ms = req.wait_ms;
-    let cmd = Command::Acquire(Acquire { name, lease, wait_ms, lock_delay_ms: req.lock_delay_ms });
+    let cmd = Command::Acquire(Acquire { name, lease, wait_ms, lock_delay_ms: req.lock_delay_ms, holder: req.holder });
     let answer = match app.locks.apply(cmd).await {
         Reply::Now(answer) => answer.map(|a| match a {
             Answer::Granted(g) => g,
@@ -360,6 +372,7 @@ pub async fn get_one(
             expires_in_ms: None,
             waiters: 0,
             blocked_for_ms: None,
+            holder: None,
         },
     };
     Ok(reply(StatusCode::OK, &v))
@@ -427,5 +440,20 @@ fn lock_view(info: &LockInfo, now: u64) -> LockView {
         expires_in_ms,
         waiters: info.waiters,
         blocked_for_ms: info.blocked_until_ms.map(|b| b.saturating_sub(now)),
+        holder: info.label.clone(),
     }
+}
+
+/// A holder label as given: 1 to [`HOLDER_BYTES_MAX`] bytes of UTF-8 without control
+/// characters (it is shown in views, events and logs).
+pub fn holder_label(holder: Option<String>) -> Result<Option<String>, ApiError> {
+    let Some(h) = holder else { return Ok(None) };
+    if h.is_empty() || h.len() > HOLDER_BYTES_MAX || h.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(
+            "invalid_holder",
+            format!("a holder label is 1 to {HOLDER_BYTES_MAX} bytes of UTF-8 without control characters"),
+        )
+        .with("len_max", HOLDER_BYTES_MAX));
+    }
+    Ok(Some(h))
 }

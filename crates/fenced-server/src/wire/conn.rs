@@ -414,16 +414,18 @@ pub(super) fn dispatch(app: &App, caller: Caller, req: Request<'_>) -> Call {
                 answer(api::revoke_lease(&app, &caller, lease).await, |()| Answer::Done(op::REVOKE))
             });
         }
-        Request::Acquire { name, lease, ttl_ms, wait_ms, lock_delay_ms } => match api::lock_name(app, name) {
-            Err(e) => Err(e),
-            Ok(name) => {
-                let app = app.clone();
-                let req = api::AcquireReq { lease, ttl_ms, wait_ms, lock_delay_ms };
-                return Call::later(true, async move {
-                    answer(api::acquire_grant(app, &caller, name, req).await, Answer::Granted)
-                });
+        Request::Acquire { name, lease, ttl_ms, wait_ms, lock_delay_ms, holder } => {
+            match (api::lock_name(app, name), api::holder_label(holder.map(str::to_owned))) {
+                (Err(e), _) | (_, Err(e)) => Err(e),
+                (Ok(name), Ok(holder)) => {
+                    let app = app.clone();
+                    let req = api::AcquireReq { lease, ttl_ms, wait_ms, lock_delay_ms, holder };
+                    return Call::later(true, async move {
+                        answer(api::acquire_grant(app, &caller, name, req).await, Answer::Granted)
+                    });
+                }
             }
-        },
+        }
         Request::Release { name, lease } => match api::lock_name(app, name) {
             Err(e) => Err(e),
             Ok(name) => {

@@ -495,3 +495,70 @@ fn assert_exposition_format(text: &str) {
         }
     }
 }
+
+/// issue 29: "who holds it?". A holder label given on acquire is shown in the lock's
+/// views and in its `granted` event, kept by a queued waiter until its grant, kept in
+/// the replicated state across a restart, and checked: a bad label is refused and
+/// changes nothing.
+#[test]
+fn a_holder_label_is_shown_in_views_and_events_and_survives_a_restart() {
+    let s = TestServer::start();
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(c, "GET /v1/events HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+    let mut events = BufReader::new(c);
+    let mut line = String::new();
+    while line != "\r\n" {
+        line.clear();
+        events.read_line(&mut line).unwrap();
+    }
+    let (st, g) = s.acquire("job", r#"{"ttl_ms":60000,"holder":"billing-worker-3 on host-b"}"#);
+    assert_eq!(st, 200, "{g}");
+    let (_, v) = s.call("GET", "/v1/locks/job", "");
+    assert_eq!(v["holder"].as_str(), Some("billing-worker-3 on host-b"), "{v}");
+    let (_, list) = s.call("GET", "/v1/locks?prefix=jo", "");
+    assert_eq!(list["locks"][0]["holder"].as_str(), Some("billing-worker-3 on host-b"), "{list}");
+    let granted = loop {
+        line.clear();
+        assert!(events.read_line(&mut line).unwrap() > 0, "the stream ended");
+        if let Some(data) = line.trim().strip_prefix("data: ") {
+            break serde_json::from_str::<Value>(data).unwrap();
+        }
+    };
+    assert_eq!(
+        (granted["type"].as_str(), granted["holder"].as_str()),
+        (Some("granted"), Some("billing-worker-3 on host-b"))
+    );
+    // Refused labels: empty, too long, with a control character; nothing is granted.
+    for bad in ["\"\"".to_string(), format!("\"{}\"", "x".repeat(257)), "\"a\\nb\"".to_string()] {
+        let (st, v) = s.acquire("other", &format!("{{\"ttl_ms\":1000,\"holder\":{bad}}}"));
+        assert_eq!((st, v["error"]["code"].as_str()), (400, Some("invalid_holder")), "{bad}: {v}");
+    }
+    let (_, v) = s.call("GET", "/v1/locks/other", "");
+    assert_eq!(v["held"], false, "a refused acquire took the lock: {v}");
+    // A waiter's label is its own, shown once it is granted; a holder without one shows null.
+    let waiter = {
+        let addr = s.addr;
+        std::thread::spawn(move || {
+            let body = r#"{"ttl_ms":60000,"wait_ms":20000,"holder":"next"}"#;
+            let r = crate::harness::request(addr, "POST", "/v1/locks/job/acquire", &[], body.as_bytes());
+            (r.status, r.json())
+        })
+    };
+    eventually(10, || s.call("GET", "/v1/locks/job", "").1["waiters"] == 1);
+    let lease = g["lease_id"].as_str().unwrap();
+    let (st, _) = s.call("POST", "/v1/locks/job/release", &format!("{{\"lease_id\":\"{lease}\"}}"));
+    assert_eq!(st, 200);
+    let (st, next) = waiter.join().unwrap();
+    assert_eq!(st, 200, "{next}");
+    let (_, v) = s.call("GET", "/v1/locks/job", "");
+    assert_eq!(v["holder"].as_str(), Some("next"), "{v}");
+    let (_, plain) = s.acquire("plain", r#"{"ttl_ms":60000}"#);
+    let (_, v) = s.call("GET", "/v1/locks/plain", "");
+    assert!(v["holder"].is_null() && v["token"] == plain["token"], "{v}");
+    // Kept in the replicated state: after a restart the label is still there.
+    let dir = s.stop();
+    let s = TestServer::on(fenced_server::Config { data_dir: dir, ..Default::default() });
+    let (_, v) = s.call("GET", "/v1/locks/job", "");
+    assert_eq!((v["held"].as_bool(), v["holder"].as_str()), (Some(true), Some("next")), "{v}");
+}

@@ -210,7 +210,7 @@ impl Wire {
 }
 
 fn implicit(name: &str) -> Request<'_> {
-    Request::Acquire { name, lease: None, ttl_ms: Some(5000), wait_ms: 0, lock_delay_ms: 0 }
+    Request::Acquire { name, lease: None, ttl_ms: Some(5000), wait_ms: 0, lock_delay_ms: 0, holder: None }
 }
 
 #[test]

@@ -101,7 +101,7 @@ impl Wire {
 }
 
 fn acquire(name: &str, lease: LeaseId, wait_ms: u64) -> Request<'_> {
-    Request::Acquire { name, lease: Some(lease), ttl_ms: None, wait_ms, lock_delay_ms: 0 }
+    Request::Acquire { name, lease: Some(lease), ttl_ms: None, wait_ms, lock_delay_ms: 0, holder: None }
 }
 
 fn granted(f: &Frame) -> Token {
@@ -127,7 +127,8 @@ fn every_op_round_trips_on_the_same_table_as_http() {
     assert_eq!(w.call(6, &Request::Release { name: "a/b", lease }).decode(), Response::Released { token: t1 });
     assert_eq!(w.call(7, &Request::Release { name: "a/b", lease }).code(), "not_holder");
     // An implicit lease, as the client uses.
-    let implicit = Request::Acquire { name: "c", lease: None, ttl_ms: Some(2000), wait_ms: 0, lock_delay_ms: 0 };
+    let implicit =
+        Request::Acquire { name: "c", lease: None, ttl_ms: Some(2000), wait_ms: 0, lock_delay_ms: 0, holder: None };
     let (t2, l2) = match w.call(8, &implicit).decode() {
         Response::Granted { token, lease, ttl_ms: 2000 } => (token, lease),
         other => panic!("{other:?}"),
@@ -162,7 +163,14 @@ fn every_op_round_trips_on_the_same_table_as_http() {
     assert_eq!(w.call(17, &acquire("", lease, 0)).code(), "invalid_name");
     assert_eq!(w.call(18, &acquire("x", lease, 10_000_000)).code(), "wait_out_of_range");
     // Both a lease and a TTL name an implicit lease: not a live explicit lease's id.
-    let both = Request::Acquire { name: "x", lease: Some(lease), ttl_ms: Some(1000), wait_ms: 0, lock_delay_ms: 0 };
+    let both = Request::Acquire {
+        name: "x",
+        lease: Some(lease),
+        ttl_ms: Some(1000),
+        wait_ms: 0,
+        lock_delay_ms: 0,
+        holder: None,
+    };
     assert_eq!(w.call(19, &both).code(), "lease_exists");
     assert_eq!(w.call(20, &Request::Check { name: "x", token: 0 }).code(), "invalid_token");
     let metrics = server.get("/metrics").text();
@@ -432,4 +440,35 @@ fn large_frames_share_the_body_budget_with_http() {
     let token = granted(&f);
     let f = later.call(3, &Request::Put { key: "budget/key", token: Some(token), value: &value });
     assert!(matches!(f.decode(), Response::Written { .. }), "{:?}", f.decode());
+}
+
+/// The holder label over the wire: shown in the HTTP view of the wire's grant; a bad
+/// label refused as over HTTP.
+#[test]
+fn a_holder_label_travels_over_the_wire() {
+    let server = TestServer::start();
+    let mut w = Wire::open(server.wire);
+    let labelled = Request::Acquire {
+        name: "w",
+        lease: None,
+        ttl_ms: Some(5000),
+        wait_ms: 0,
+        lock_delay_ms: 0,
+        holder: Some("wire-7"),
+    };
+    let token = granted(&w.call(2, &labelled));
+    let (_, v) = server.call("GET", "/v1/locks/w", "");
+    assert_eq!((v["token"].as_u64(), v["holder"].as_str()), (Some(token.get()), Some("wire-7")), "{v}");
+    let long = "x".repeat(300);
+    let bad = Request::Acquire {
+        name: "w2",
+        lease: None,
+        ttl_ms: Some(5000),
+        wait_ms: 0,
+        lock_delay_ms: 0,
+        holder: Some(&long),
+    };
+    assert_eq!(w.call(3, &bad).code(), "invalid_holder");
+    let (_, v) = server.call("GET", "/v1/locks/w2", "");
+    assert_eq!(v["held"], false, "{v}");
 }

@@ -679,7 +679,7 @@ impl<'a, S: TraceSink> World<'a, S> {
                 self.lease_alive_at[client as usize] = self.now;
                 let wait_ms = self.cfg.wait_ms;
                 let lock_delay_ms = self.cfg.lock_delay_ms;
-                let req = Acquire { name, lease: LeaseRef::Existing(lease), wait_ms, lock_delay_ms };
+                let req = Acquire { name, lease: LeaseRef::Existing(lease), wait_ms, lock_delay_ms, holder: None };
                 let (request, answer) = if matches!(granted_lease, Some(Ok(_))) {
                     self.service(node, Command::Acquire(req))
                 } else {

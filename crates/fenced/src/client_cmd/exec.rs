@@ -79,11 +79,20 @@ enum Ended {
 
 pub async fn run(client: &Client, a: ExecArgs, _global: &Global) -> anyhow::Result<ExitCode> {
     let (ttl, wait) = hold_options(&a.name, &a.hold)?;
+    if a.hold.holder.is_some() && a.lock_service.is_some() {
+        return Err(crate::args::BadArgument::error("--holder", "labels Fenced locks only, not --lock-service ones"));
+    }
     let grace = Duration::from_millis(a.grace);
     // Before anything runs: an orphan must come to us, never to init.
     procs::become_subreaper().context("becoming a child subreaper")?;
     let acquired = match &a.lock_service {
-        None => client.lock(&a.name).ttl(ttl).wait(wait).acquire().await.map(Held::Fenced),
+        None => {
+            let mut request = client.lock(&a.name).ttl(ttl).wait(wait);
+            if let Some(h) = &a.hold.holder {
+                request = request.holder(h);
+            }
+            request.acquire().await.map(Held::Fenced)
+        }
         Some(url) if url.starts_with("etcd://") => match Etcd::new(url, Duration::from_secs(5)) {
             Ok(etcd) => {
                 etcd.lock(&a.name, ttl, wait).await.map(|g| Held::Etcd(Box::new(g), etcd.endpoint().to_owned()))
