@@ -49,8 +49,20 @@ pub fn fenced_bin() -> PathBuf {
     bin
 }
 
+/// A free port below the kernel's ephemeral range (32768 and up by default), so that an
+/// outgoing connection of a test running beside this one cannot take it between this
+/// call and the server's bind (seen: "the server did not listen" under load). Spread by
+/// the process id, distinct within the process.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7919);
+    loop {
+        let port = 20_000 + (start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// A running server; killed (SIGKILL) when dropped.

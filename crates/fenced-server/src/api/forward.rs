@@ -17,8 +17,8 @@
 //!   with `leader_id` and `leader_url` when it knows them: the clients move on, as
 //!   before. A forwarded request is never forwarded again: a leader that lost office
 //!   meanwhile answers `not_leader` itself.
-//! - The wire protocol forwards too, one request at a time (`wire::forward`): its frames
-//!   go to the leader's `/raft/forward/wire` as they are.
+//! - The wire protocol does not forward (its connections are multiplexed, one per
+//!   client; the clients follow the leader there).
 
 use std::time::Duration;
 

@@ -41,7 +41,6 @@ pub fn routes(app: App) -> Router<App> {
     };
     Router::new()
         .route("/raft/forward/{*rest}", axum::routing::any(forwarded))
-        .route(crate::wire::forward::ROUTE, post(crate::wire::forward::from_member))
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
         .route("/raft/pre-vote", post(pre_vote))

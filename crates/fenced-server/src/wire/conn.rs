@@ -45,7 +45,7 @@ const FRAME_BUDGET_FROM_BYTES: usize = 64 << 10;
 const PREAUTH_FRAME_BYTES_MAX: usize = 4096 + w::FRAME_OVERHEAD_BYTES;
 
 /// A request's outcome, owned, ready to encode.
-pub(super) enum Answer {
+enum Answer {
     Done(u8),
     Lease(u8, LeaseId, u64),
     Granted(Grant),
@@ -54,8 +54,6 @@ pub(super) enum Answer {
     Written(Token),
     Read(Option<Token>, Vec<u8>),
     Error(ApiError),
-    /// The leader's answer to a forwarded request, one encoded frame, relayed as is.
-    Frame(Vec<u8>),
 }
 
 type Pending = Pin<Box<dyn Future<Output = (u32, Answer)> + Send>>;
@@ -248,17 +246,6 @@ impl Session {
             let refused = api::unauthorized_with(self.app.config.client_ca.is_some(), self.subject.as_deref());
             return self.reply(id, Answer::Error(refused));
         };
-        if super::forward::wanted(&self.app) {
-            let cancellable = matches!(req, Request::Acquire { .. });
-            let mut frame = Vec::new();
-            w::encode_request(&mut frame, id, &req);
-            let app = self.app.clone();
-            return self.start(
-                id,
-                cancellable,
-                async move { super::forward::to_leader(&app, &caller, id, frame).await },
-            );
-        }
         match dispatch(&self.app, caller, req) {
             Call::Now(answer) => self.reply(id, answer),
             Call::Later { cancellable, call } => self.start(id, cancellable, call),
@@ -353,7 +340,7 @@ impl Session {
 }
 
 /// Appends `answer` to request `id` to `out`, as one frame.
-pub(super) fn encode_answer(out: &mut Vec<u8>, id: u32, answer: &Answer) {
+fn encode_answer(out: &mut Vec<u8>, id: u32, answer: &Answer) {
     let body;
     let resp = match answer {
         Answer::Done(op) => Response::Done { op: *op },
@@ -367,18 +354,17 @@ pub(super) fn encode_answer(out: &mut Vec<u8>, id: u32, answer: &Answer) {
             body = serde_json::to_vec(&e.body()).expect("a Value serializes");
             Response::Error { code: e.code, body: &body }
         }
-        Answer::Frame(frame) => return out.extend_from_slice(frame),
     };
     w::encode_response(out, id, &resp);
 }
 
 /// What a request comes to: an answer now, or a call to run (one that may wait).
-pub(super) enum Call {
+enum Call {
     Now(Answer),
     Later { cancellable: bool, call: Deferred },
 }
 
-pub(super) type Deferred = Pin<Box<dyn Future<Output = Answer> + Send>>;
+type Deferred = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
 impl Call {
     fn later(cancellable: bool, call: impl Future<Output = Answer> + Send + 'static) -> Call {
@@ -388,12 +374,11 @@ impl Call {
 
 /// Runs one request (neither AUTH nor CANCEL, which belong to the connection) for
 /// `caller` through the API's handlers.
-pub(super) fn dispatch(app: &App, caller: Caller, req: Request<'_>) -> Call {
+fn dispatch(app: &App, caller: Caller, req: Request<'_>) -> Call {
     let answer = match req {
-        Request::Auth { .. } | Request::Cancel { .. } => Err(ApiError::bad_request(
-            "invalid_forward",
-            "AUTH and CANCEL belong to the connection they are sent on; a member does not forward them",
-        )),
+        Request::Auth { .. } | Request::Cancel { .. } => {
+            Err(ApiError::bad_request("invalid_frame", "AUTH and CANCEL are answered by the connection itself"))
+        }
         Request::CreateLease { ttl_ms } => {
             let app = app.clone();
             return Call::later(false, async move {
