@@ -503,15 +503,8 @@ fn assert_exposition_format(text: &str) {
 #[test]
 fn a_holder_label_is_shown_in_views_and_events_and_survives_a_restart() {
     let s = TestServer::start();
-    let mut c = TcpStream::connect(s.addr).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(c, "GET /v1/events HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
-    let mut events = BufReader::new(c);
+    let mut events = s.subscribe();
     let mut line = String::new();
-    while line != "\r\n" {
-        line.clear();
-        events.read_line(&mut line).unwrap();
-    }
     let (st, g) = s.acquire("job", r#"{"ttl_ms":60000,"holder":"billing-worker-3 on host-b"}"#);
     assert_eq!(st, 200, "{g}");
     let (_, v) = s.call("GET", "/v1/locks/job", "");

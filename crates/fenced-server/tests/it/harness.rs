@@ -105,6 +105,21 @@ impl TestServer {
         self.request("GET", path, &[], b"")
     }
 
+    /// `GET /v1/events`, read past its head: the subscription exists when this returns.
+    pub fn subscribe(&self) -> std::io::BufReader<std::net::TcpStream> {
+        use std::io::{BufRead, Write};
+        let mut c = std::net::TcpStream::connect(self.addr).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+        write!(c, "GET /v1/events HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+        let mut events = std::io::BufReader::new(c);
+        let mut line = String::new();
+        while line != "\r\n" {
+            line.clear();
+            assert!(events.read_line(&mut line).unwrap() > 0, "the event stream closed in its head");
+        }
+        events
+    }
+
     /// A JSON call; returns the status and the parsed body (Null when empty).
     pub fn call(&self, method: &str, path: &str, body: &str) -> (u16, Value) {
         let r = self.request(method, path, &[("content-type", "application/json")], body.as_bytes());
