@@ -286,6 +286,22 @@ test("the live page lists store keys that existed before it opened", async () =>
   await page.context().close();
 });
 
+test("the live page opens with the recent events, an operator's revoke among them", async () => {
+  const setup = await browser.newContext();
+  // Before the page opens: a grant, and an operator taking the lock from its holder.
+  const grant = await setup.request.post(`${URL}/v1/locks/recent%2Fjob/acquire`, { data: { ttl_ms: 30000, holder: "before-the-page" } });
+  assert.equal(grant.status(), 200);
+  const { token } = await grant.json();
+  const revoked = await setup.request.post(`${URL}/v1/locks/recent%2Fjob/revoke`, { data: { token } });
+  assert.equal(revoked.status(), 200);
+  await setup.close();
+  const page = await open("/live");
+  // Shown at once from the server's recent events, not from anything after the opening.
+  await page.locator("#feed li.granted").filter({ hasText: `granted recent/job with token #${token} to before-the-page` }).waitFor();
+  await page.locator("#feed li.released").filter({ hasText: `released recent/job #${token} (forced)` }).waitFor();
+  await page.context().close();
+});
+
 test("the live page shows a lock acquired through the API, and store writes", async () => {
   const page = await open("/live");
   await page.locator("#status.good").waitFor();

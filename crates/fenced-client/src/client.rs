@@ -19,6 +19,10 @@ use crate::wire;
 /// The endpoint used when neither the builder nor `FENCED_ENDPOINT` names one.
 pub const ENDPOINT_DEFAULT: &str = "http://127.0.0.1:7400";
 
+/// How long a watch keeps reopening a broken stream before [`crate::Watch::next`]
+/// answers `Unavailable` (calling it again goes on from the same position).
+const WATCH_RETRY_FOR: Duration = Duration::from_secs(30);
+
 /// A handle on one lock service. Cheap to clone; clones share one connection pool
 /// (`http://`, `https://`) or one multiplexed connection (`fenced://`).
 #[derive(Clone, Debug)]
@@ -327,6 +331,46 @@ impl Client {
             Err(e) if e.lease_gone() => Ok(()),
             Err(e) => Err(e.into_error()),
         }
+    }
+
+    /// Watches the events of lock names and store keys that start with `prefix` (""
+    /// for all), from now (`since` None) or exactly after index `since` (a position a
+    /// previous watch reached: [`crate::Watch::position`]). A broken stream is reopened
+    /// from the last position on any member, so nothing is missed or repeated; see
+    /// [`crate::Watch::next`]. Served over HTTP only.
+    pub fn watch(&self, prefix: &str, since: Option<u64>) -> crate::Watch {
+        crate::Watch::new(self.conn.clone(), prefix, since, WATCH_RETRY_FOR)
+    }
+
+    /// An operator's release: takes lock `name` from whoever holds it (with `token`,
+    /// only while that token holds it), needing the `admin` right on the name. The
+    /// next waiter is granted with a higher token; the old holder's guard hears at its
+    /// next keepalive (its implicit lease ended with the lock) or check. Answers the
+    /// token taken; `Refused(NotHolder)` when nobody, or another token, holds it.
+    ///
+    /// Without `token`, the current holder's is read first and named: a call retried on
+    /// another member (its first answer lost) can then never take the lock from the
+    /// holder granted after the revoke.
+    pub async fn revoke_lock(&self, name: &str, token: Option<Token>) -> Result<Token, Error> {
+        let name = LockName::new(name).map_err(|e| Error::BadRequest(e.to_string()))?;
+        let token = match token {
+            Some(t) => t,
+            None => {
+                let view = self.lock_info(name.as_str()).await?;
+                let held = view["token"].as_u64().and_then(Token::new);
+                held.ok_or(Error::Refused(fenced_core::Error::NotHolder { holder: None }))?
+            }
+        };
+        let path = format!("/v1/locks/{}/revoke", segment(name.as_str()));
+        let body = serde_json::json!({ "token": token.get() });
+        let method = hyper::Method::POST;
+        let v =
+            self.conn.call_json("revoking a lock", method, &path, Some(&body)).await?.map_err(|e| e.into_error())?;
+        v["token"].as_u64().and_then(Token::new).ok_or_else(|| Error::Server {
+            status: None,
+            code: "bad_response".into(),
+            message: format!("a revoke answered without a token: {v}"),
+        })
     }
 
     /// The server's built-in fenced key-value store.

@@ -434,6 +434,18 @@ impl Conn {
         self.members.each_by(Instant::now() + timeout, call, moves_on).await.result
     }
 
+    /// Opens an event stream (`GET path`) on whichever member answers.
+    pub async fn open_events(&self, path: &str) -> Result<Answer<hyper::body::Incoming>, Error> {
+        let timeout = self.request_timeout();
+        let call = |e| async move {
+            match Endpoint::http(e, "watching events")?.open_stream(path, timeout).await? {
+                crate::http::StreamAnswer::Open(body) => Ok(Ok(body)),
+                crate::http::StreamAnswer::Refused(e) => Ok(Err(e)),
+            }
+        };
+        self.members.each_by(Instant::now() + timeout, call, moves_on).await.result
+    }
+
     /// `GET path` answered with bytes (a backup), on whichever endpoint serves it,
     /// within `timeout`.
     pub async fn get_bytes(&self, what: &str, path: &str, timeout: Duration) -> Result<Answer<Bytes>, Error> {

@@ -50,6 +50,15 @@ pub enum Error {
     /// variants above names (`not_holder`, `token_not_issued`, ...): match on it.
     #[error("refused: {0}")]
     Refused(fenced_core::Error),
+    /// A watch cannot go on without a gap: the events after its position are no longer
+    /// held (`compacted`; `oldest_index` is the oldest one held), or its stream fell
+    /// behind (`lagged`). Read the state again (`locks`) and start a new watch.
+    #[error("the watch missed events: {message}")]
+    Missed {
+        /// The oldest index the server still holds, when it said.
+        oldest_index: Option<u64>,
+        message: String,
+    },
     /// Any other answer from the server.
     #[error("server answered {code}: {message}")]
     Server {

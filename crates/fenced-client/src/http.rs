@@ -58,6 +58,12 @@ impl Response {
     }
 }
 
+/// A stream's answer: its body, or the server's refusal.
+pub(crate) enum StreamAnswer {
+    Open(hyper::body::Incoming),
+    Refused(ApiError),
+}
+
 /// Plain TCP, wrapped in TLS for `https://` endpoints when the `tls` feature is on.
 #[cfg(feature = "tls")]
 pub(crate) type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
@@ -193,6 +199,34 @@ impl Transport {
                 Err(Attempt::Failed(Error::unavailable(format!("{uri}: no answer within {} ms", timeout.as_millis()))))
             }
         }
+    }
+
+    /// `GET path` whose answer is a stream (the event stream): the status and the body
+    /// as it arrives, once the head came within `timeout`. An error answer is read
+    /// whole (it is small).
+    pub async fn open_stream(&self, path: &str, timeout: Duration) -> Result<StreamAnswer, Error> {
+        let uri = format!("{}{}", self.base, path);
+        let mut req = Request::builder().method(Method::GET).uri(&uri).header("accept", "text/event-stream");
+        if let Some(auth) = &self.auth {
+            req = req.header(AUTHORIZATION, auth.clone());
+        }
+        let req = req
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| Error::BadRequest(format!("cannot build a request for {uri}: {e}")))?;
+        let head = tokio::time::timeout(timeout, self.http.request(req))
+            .await
+            .map_err(|_| Error::unavailable(format!("{uri}: no answer within {} ms", timeout.as_millis())))?;
+        let resp = head.map_err(|e| Error::unavailable(format!("{uri}: {}", error_chain(&e))))?;
+        let (parts, body) = resp.into_parts();
+        if parts.status.is_success() {
+            return Ok(StreamAnswer::Open(body));
+        }
+        let bytes = tokio::time::timeout(timeout, body.collect())
+            .await
+            .map_err(|_| Error::unavailable(format!("{uri}: the error answer did not arrive")))?
+            .map_err(|e| Error::unavailable(format!("{uri}: reading the answer: {e}")))?
+            .to_bytes();
+        Ok(StreamAnswer::Refused(ApiError::parse(Some(parts.status.as_u16()), None, &bytes)))
     }
 
     /// POSTs or PUTs a JSON body.

@@ -32,6 +32,7 @@ mod http;
 mod mux;
 pub mod resource;
 pub mod validity;
+mod watch;
 mod wire;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
@@ -43,3 +44,4 @@ pub use fenced_core::{LeaseId, LockName, Token};
 pub use guard::LockGuard;
 pub use resource::{Fenced, FencedResource, Store, StoreRead};
 pub use tokio_util::sync::CancellationToken;
+pub use watch::{EventKind, Watch, WatchEvent};

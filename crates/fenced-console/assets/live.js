@@ -113,11 +113,31 @@ function onEvent(kind, data) {
   if (kind === "granted" || kind === "released" || kind === "expired") refreshLocks();
 }
 
-/** Server-sent events over fetch, so that a bearer token can go with them. */
+/** How many recent events the page opens with (the server's `?tail=`). */
+const TAIL = 50;
+
+/**
+ * Server-sent events over fetch, so that a bearer token can go with them. The page
+ * opens with the last events the server holds (`?tail=`), remembers the position the
+ * server tells (each event's `id:`, and position markers), and resumes exactly after it
+ * on a reconnect (`?since=`): nothing is missed or shown twice. When the server no
+ * longer holds the events after it (410 `compacted`), the page says so and starts over
+ * with the recent events.
+ */
 async function follow() {
+  let position = null;
   for (;;) {
     try {
-      const resp = await fetch("/v1/events", { headers: { ...headers(), Accept: "text/event-stream" } });
+      const query = position === null ? `tail=${TAIL}` : `since=${position}`;
+      const resp = await fetch(`/v1/events?${query}`, { headers: { ...headers(), Accept: "text/event-stream" } });
+      if (resp.status === 410) {
+        const body = await resp.json().catch(() => ({}));
+        const oldest = body.error && body.error.oldest_index;
+        notice(`events after #${position} are no longer held (oldest #${oldest}): some were missed`);
+        position = null;
+        refreshLocks();
+        continue;
+      }
       if (!resp.ok) throw new Error(`HTTP ${resp.status}`);
       $("status").textContent = "live";
       $("status").className = "status good";
@@ -127,17 +147,20 @@ async function follow() {
       for (;;) {
         const { value, done } = await reader.read();
         if (done) break;
-        buf += dec.decode(value, { stream: true });
+        buf += dec.decode(value, { stream: true }).replace(/\r/g, "");
         let i;
         while ((i = buf.indexOf("\n\n")) >= 0) {
           const block = buf.slice(0, i);
           buf = buf.slice(i + 2);
-          let kind = "message", data = "";
+          let kind = "message", data = "", id = null;
           for (const line of block.split("\n")) {
             if (line.startsWith("event:")) kind = line.slice(6).trim();
             else if (line.startsWith("data:")) data += line.slice(5).trim();
+            else if (line.startsWith("id:")) id = Number(line.slice(3).trim());
           }
-          if (data) { try { onEvent(kind, JSON.parse(data)); } catch (_) { /* a comment or keep-alive */ } }
+          if (kind === "lagged") notice("this page fell behind the server and missed some events");
+          else if (data) { try { onEvent(kind, JSON.parse(data)); } catch (_) { /* not an event */ } }
+          if (id !== null && Number.isFinite(id)) position = position === null ? id : Math.max(position, id);
         }
       }
     } catch (e) {
@@ -146,6 +169,13 @@ async function follow() {
     }
     await new Promise((r) => setTimeout(r, 1000));
   }
+}
+
+/** A line in the feed that is not an event: something the reader should know. */
+function notice(text) {
+  const feed = $("feed");
+  feed.prepend(Fenced.el("li", { class: "ev notice" }, text));
+  while (feed.children.length > FEED_MAX) feed.lastChild.remove();
 }
 
 $("token").addEventListener("change", () => { sessionStorage.setItem("fenced-token", $("token").value.trim()); refreshLocks(); refreshKeys(); });

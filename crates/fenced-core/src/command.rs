@@ -33,6 +33,11 @@ pub enum Command {
     Release { name: LockName, lease: LeaseId },
     /// Ends a lease now: its locks are released (no lock-delay) and its waits end.
     Revoke { lease: LeaseId },
+    /// An operator's release by name: the lock is taken from its holder (with `token`,
+    /// only if that is the holder's token), the next waiter is granted, the holder's
+    /// lease stays alive for its other locks (an implicit lease ends: it had no other).
+    /// Answered with the token taken; `NotHolder` when nobody (or another token) holds it.
+    RevokeLock { name: LockName, token: Option<Token> },
     /// The caller of `request` went away. A queued acquire leaves its queue; a grant
     /// it was answered with is given back, unless another request of the same lease
     /// was told of that grant too (a retried request and its original).
@@ -144,6 +149,9 @@ pub struct Output {
     pub answers: Vec<(RequestId, Result<Answer, Error>)>,
     /// What happened, for observers (events, metrics, traces).
     pub effects: Vec<Effect>,
+    /// The position of the last of `effects` among every effect the table produced
+    /// since it was created ([`Output::effect_index`]), the same on every replica.
+    pub effects_through: u64,
     /// To write, in order, before any answer or effect leaves the driver (when one of
     /// them is urgent) or soon (when none is).
     pub persist: Vec<Persist>,
@@ -154,6 +162,11 @@ impl Output {
         self.answers.clear();
         self.effects.clear();
         self.persist.clear();
+    }
+
+    /// The position of `effects[i]` (the first effect a table ever produced is 1).
+    pub fn effect_index(&self, i: usize) -> u64 {
+        self.effects_through - (self.effects.len() - 1 - i) as u64
     }
 
     /// True when answers must wait for `persist` to be durable.

@@ -36,6 +36,11 @@ pub trait Applied: Send + Sync + 'static {
     /// One command was applied. `queued` is the command's request when it is an acquire
     /// that got no answer yet: it waits in the lock's queue.
     fn applied(&self, out: &mut Output, queued: Option<RequestId>);
+
+    /// The state was replaced (opened from disk, or a snapshot installed): the effects
+    /// applied next follow position `effects_seq`, and the ones before it were not seen
+    /// here. Called under the state machine's lock.
+    fn reset(&self, _effects_seq: u64) {}
 }
 
 /// The replicated state, and where the log stands.
@@ -113,6 +118,7 @@ impl StateMachine {
                 membership: StoredMembership::default(),
             },
         };
+        sink.reset(state.table.effects_seq());
         Ok(StateMachine {
             state: Arc::new(Mutex::new(state)),
             db,
@@ -240,6 +246,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let kept = meta.clone();
         tokio::task::spawn_blocking(move || db.put_snapshot(&kept, &data)).await.map_err(io_err)??;
         let mut st = self.state();
+        self.sink.reset(table.effects_seq());
         st.table = table;
         st.last_applied = meta.last_log_id;
         st.membership = meta.last_membership.clone();

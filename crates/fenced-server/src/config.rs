@@ -94,6 +94,9 @@ pub struct Config {
     pub connections_max: usize,
     /// Most locks one `GET /v1/locks` lists.
     pub list_locks_max: usize,
+    /// Events each member keeps for `GET /v1/events?since=N` to resume from; a watcher
+    /// further behind is answered 410 `compacted` (0: none kept, only live streams).
+    pub events_retained: usize,
     /// How long a shutdown waits for in-flight requests before closing anyway.
     pub shutdown_drain_ms: u64,
     /// A connection with no request in flight that moves no byte this long is closed
@@ -191,6 +194,7 @@ impl Default for Config {
             waiters_per_lock_max: 10_000,
             connections_max: 4096,
             list_locks_max: 1000,
+            events_retained: 10_000,
             shutdown_drain_ms: 10_000,
             idle_timeout_ms: 60_000,
             head_timeout_ms: 10_000,
@@ -318,6 +322,9 @@ impl Config {
         }
         if self.audit_log_bytes_max < 4096 || self.audit_log_files > 1000 {
             return bad("audit_log_bytes_max must be at least 4096 and audit_log_files at most 1000");
+        }
+        if self.events_retained > 1_000_000 {
+            return bad("events_retained must be at most 1000000");
         }
         if self.snapshot_entries < 10 {
             return bad("snapshot_entries must be at least 10");

@@ -156,7 +156,7 @@ pub async fn run_with_wire(
                 .map_err(ServerError::Setup)?
         }
     };
-    let (router, gone) = locks::Router::new(metrics.clone());
+    let (router, gone) = locks::Router::new(metrics.clone(), config.events_retained);
     let node = fenced_raft::Node::start(opts, router.clone(), router.clone()).await.map_err(|e| {
         ServerError::Setup(format!("cannot start the replicated log in {}: {e}", config.data_dir.display()))
     })?;

@@ -19,9 +19,9 @@ use fenced_core::{
     WaitEnd,
 };
 use fenced_raft::{Applied, Node, NodeId, Refusals};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
-use crate::events::Event;
+use crate::events::{Event, EventLog, Indexed};
 use crate::metrics::{inc, Metrics};
 
 /// How a command's request was answered.
@@ -47,15 +47,16 @@ enum Slot {
 /// Where applied output goes: the callers waiting here, the events, the counters.
 pub struct Router {
     pending: Mutex<HashMap<RequestId, Slot>>,
-    pub events: broadcast::Sender<Event>,
+    /// The recent events, numbered, for every watcher on this member.
+    pub events: Arc<EventLog>,
     pub metrics: Arc<Metrics>,
     /// Requests whose caller left after they were granted: withdrawn by a `Cancel`.
     gone: mpsc::UnboundedSender<RequestId>,
 }
 
 impl Router {
-    pub fn new(metrics: Arc<Metrics>) -> (Arc<Router>, mpsc::UnboundedReceiver<RequestId>) {
-        let (events, _) = broadcast::channel(1024);
+    pub fn new(metrics: Arc<Metrics>, events_retained: usize) -> (Arc<Router>, mpsc::UnboundedReceiver<RequestId>) {
+        let events = Arc::new(EventLog::new(events_retained));
         let (gone, gone_rx) = mpsc::unbounded_channel();
         (Arc::new(Router { pending: Mutex::new(HashMap::new()), events, metrics, gone }), gone_rx)
     }
@@ -81,47 +82,53 @@ impl Router {
         }
     }
 
-    fn execute(&self, e: Effect) {
+    /// Counts the effect, and returns the event it is, if it is one.
+    fn execute(&self, e: Effect) -> Option<Event> {
         let m = &self.metrics;
         match e {
             Effect::Granted { at_ms, grant, holder, .. } => {
                 inc(&m.grants);
-                self.publish(|| Event::Granted {
+                Some(Event::Granted {
                     at_ms,
                     name: grant.name.to_string(),
                     token: grant.token.get(),
                     ttl_ms: grant.ttl_ms,
                     holder,
-                });
+                })
             }
             Effect::Released { at_ms, name, token, reason, .. } => {
                 let (counter, kind) = match reason {
                     ReleaseReason::Released => (&m.releases, "released"),
                     ReleaseReason::Revoked => (&m.revoked_releases, "revoked"),
                     ReleaseReason::Expired => (&m.expired_releases, "expired"),
+                    ReleaseReason::Forced => (&m.forced_releases, "forced"),
                 };
                 inc(counter);
                 let name = name.to_string();
                 let token = token.get();
-                if reason == ReleaseReason::Expired {
-                    self.publish(|| Event::Expired { at_ms, name, token });
+                Some(if reason == ReleaseReason::Expired {
+                    Event::Expired { at_ms, name, token }
                 } else {
-                    self.publish(|| Event::Released { at_ms, name, token, reason: kind });
-                }
+                    Event::Released { at_ms, name, token, reason: kind }
+                })
             }
-            Effect::LeaseExpired { .. } => inc(&m.lease_expiries),
+            Effect::LeaseExpired { .. } => {
+                inc(&m.lease_expiries);
+                None
+            }
             Effect::StoreFenced { at_ms, key, op, token, outcome } => self.store_fenced(at_ms, key, op, token, outcome),
             Effect::WaitEnded { reason, .. } => {
                 if reason == WaitEnd::TimedOut {
                     inc(&m.wait_timeouts);
                 }
+                None
             }
         }
     }
 
     /// The fenced store's gate decided: counted, and published, on every member that
     /// applies the entry (so a follower's event stream has the store's events too).
-    fn store_fenced(&self, at_ms: u64, key: String, op: Op, token: Token, outcome: StoreOutcome) {
+    fn store_fenced(&self, at_ms: u64, key: String, op: Op, token: Token, outcome: StoreOutcome) -> Option<Event> {
         let m = &self.metrics;
         let (op, token) = (if op == Op::Write { "write" } else { "read" }, token.get());
         match outcome {
@@ -129,19 +136,16 @@ impl Router {
                 if op == "write" {
                     inc(&m.store_writes_accepted);
                 }
-                self.publish(|| Event::StoreAccepted { at_ms, key, token, op });
+                Some(Event::StoreAccepted { at_ms, key, token, op })
             }
             StoreOutcome::Stale { highest_seen } => {
                 inc(if op == "write" { &m.stale_writes_rejected } else { &m.stale_reads_rejected });
-                self.publish(|| Event::StoreRejected { at_ms, key, token, highest_seen: highest_seen.get(), op });
+                Some(Event::StoreRejected { at_ms, key, token, highest_seen: highest_seen.get(), op })
             }
-            StoreOutcome::NotIssued => inc(&m.tokens_not_issued),
-        }
-    }
-
-    pub fn publish(&self, event: impl FnOnce() -> Event) {
-        if self.events.receiver_count() > 0 {
-            let _ = self.events.send(event());
+            StoreOutcome::NotIssued => {
+                inc(&m.tokens_not_issued);
+                None
+            }
         }
     }
 
@@ -158,11 +162,18 @@ impl Router {
 }
 
 impl Applied for Router {
+    fn reset(&self, effects_seq: u64) {
+        self.events.reset(effects_seq);
+    }
+
     fn applied(&self, out: &mut Output, queued: Option<RequestId>) {
         // Effects first: an event never trails the answer it explains.
-        for e in out.effects.drain(..) {
-            self.execute(e);
-        }
+        let first = out.effects_through + 1 - out.effects.len() as u64;
+        let events: Vec<Indexed> = (first..)
+            .zip(out.effects.drain(..))
+            .filter_map(|(index, e)| self.execute(e).map(|event| Indexed { index, event }))
+            .collect();
+        self.events.append(events, out.effects_through);
         for (request, answer) in out.answers.drain(..) {
             self.deliver(request, answer);
         }
@@ -204,7 +215,7 @@ pub struct Locks {
     /// that used the id has ended: a wait is bounded by `wait_ms_max`).
     id_prefix: u64,
     next_request: AtomicU64,
-    pub events: broadcast::Sender<Event>,
+    pub events: Arc<EventLog>,
 }
 
 impl Locks {

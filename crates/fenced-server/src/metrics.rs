@@ -16,6 +16,7 @@ pub struct Metrics {
     pub grants: AtomicU64,
     pub releases: AtomicU64,
     pub revoked_releases: AtomicU64,
+    pub forced_releases: AtomicU64,
     pub expired_releases: AtomicU64,
     pub lease_expiries: AtomicU64,
     pub leases_created: AtomicU64,
@@ -72,10 +73,15 @@ impl Metrics {
 
     pub fn render(&self, g: &Gauges, raft: &RaftFigures, log: &LogMetrics) -> String {
         let mut out = String::with_capacity(4096);
-        let counters: [(&str, &str, u64); 21] = [
+        let counters: [(&str, &str, u64); 22] = [
             ("fenced_grants_total", "Locks granted.", self.grants.load(Relaxed)),
             ("fenced_releases_total", "Locks released explicitly.", self.releases.load(Relaxed)),
             ("fenced_revoked_releases_total", "Locks released by a lease revoke.", self.revoked_releases.load(Relaxed)),
+            (
+                "fenced_forced_releases_total",
+                "Locks taken from their holder by an operator (POST /v1/locks/{name}/revoke).",
+                self.forced_releases.load(Relaxed),
+            ),
             ("fenced_expired_releases_total", "Locks released by lease expiry.", self.expired_releases.load(Relaxed)),
             ("fenced_lease_expiries_total", "Leases that expired.", self.lease_expiries.load(Relaxed)),
             ("fenced_leases_created_total", "Leases created.", self.leases_created.load(Relaxed)),

@@ -35,6 +35,12 @@ pub enum ClientCmd {
     Lock(LockArgs),
     /// List the locks on the server.
     Locks(LocksArgs),
+    /// Take a lock from its holder, whoever it is (an operator's release; needs the
+    /// admin right on the name). The next waiter is granted with a higher token.
+    Revoke(RevokeArgs),
+    /// Print the events of locks and store keys as they happen (granted, released,
+    /// expired, store accepted/rejected), resuming across reconnects without a gap.
+    Watch(WatchArgs),
     /// Write a value to the server's fenced store.
     Put(PutArgs),
     /// Read a value from the server's fenced store.
@@ -90,6 +96,30 @@ pub struct LocksArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct RevokeArgs {
+    /// The lock's name.
+    pub name: String,
+    /// Take it only while this token holds it (default: the current holder's token,
+    /// read first, so a retry never takes it from the next holder).
+    #[arg(long)]
+    pub token: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+pub struct WatchArgs {
+    /// Only events of names and keys that start with this.
+    #[arg(long, default_value = "")]
+    pub prefix: String,
+    /// Start exactly after this event index (a position printed by an earlier watch);
+    /// default: from now.
+    #[arg(long)]
+    pub since: Option<u64>,
+    /// Stop after this many events (default: run until interrupted).
+    #[arg(long)]
+    pub count: Option<u64>,
+}
+
+#[derive(Args, Debug)]
 pub struct PutArgs {
     pub key: String,
     pub value: String,
@@ -120,6 +150,8 @@ pub fn run(cmd: ClientCmd, global: &Global) -> anyhow::Result<ExitCode> {
             ClientCmd::Exec(a) => exec::run(&client, a, global).await,
             ClientCmd::Lock(a) => lock(&client, a, global).await,
             ClientCmd::Locks(a) => locks(&client, a, global).await,
+            ClientCmd::Revoke(a) => revoke(&client, a, global).await,
+            ClientCmd::Watch(a) => watch(&client, a, global).await,
             ClientCmd::Put(a) => put(&client, a, global).await,
             ClientCmd::Get(a) => get(&client, a, global).await,
             ClientCmd::Cluster(c) => cluster(&client, c, global).await,
@@ -261,6 +293,69 @@ async fn locks(client: &Client, a: LocksArgs, global: &Global) -> anyhow::Result
             }
             _ => println!("{name}\tfree, {waiters} waiting"),
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn revoke(client: &Client, a: RevokeArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    let token = a.token.map(token_arg).transpose()?;
+    match client.revoke_lock(&a.name, token).await {
+        Ok(t) => {
+            if global.json() {
+                println!("{}", json!({ "name": a.name, "token": t.get(), "revoked": true }));
+            } else {
+                println!("revoked: {} taken from token {t}", a.name);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(Error::Refused(fenced_core::Error::NotHolder { holder })) => {
+            let why = match holder {
+                Some(h) => format!("{} is held by token {h}, not the one named", a.name),
+                None => format!("nobody holds {}", a.name),
+            };
+            if global.json() {
+                println!("{}", json!({ "name": a.name, "revoked": false, "holder_token": holder.map(|t| t.get()) }));
+            } else {
+                println!("not revoked: {why}");
+            }
+            Ok(ExitCode::from(EXIT_NOT_ACQUIRED))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn watch(client: &Client, a: WatchArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    use fenced_client::EventKind as K;
+    let mut w = client.watch(&a.prefix, a.since);
+    let mut n = 0;
+    while a.count.is_none_or(|c| n < c) {
+        let e = match w.next().await {
+            Ok(e) => e,
+            Err(e @ Error::Missed { .. }) => {
+                let at = w.position().map_or("the start".to_string(), |p| format!("index {p}"));
+                return Err(anyhow::anyhow!("{e} (after {at}); list the locks again and watch from now"));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        n += 1;
+        if global.json() {
+            println!("{}", serde_json::to_string(&e)?);
+            continue;
+        }
+        let what = match &e.kind {
+            K::Granted { name, token, holder, .. } => {
+                let by = holder.as_deref().map(|h| format!(" to {h}")).unwrap_or_default();
+                format!("granted   {name} token {token}{by}")
+            }
+            K::Released { name, token, reason } => format!("released  {name} token {token} ({reason})"),
+            K::Expired { name, token } => format!("expired   {name} token {token}"),
+            K::StoreAccepted { key, token, op } => format!("accepted  {op} {key} token {token}"),
+            K::StoreRejected { key, token, highest_seen, op } => {
+                format!("rejected  {op} {key} token {token} (it has seen {highest_seen})")
+            }
+            K::Other => "an event this client does not know".to_string(),
+        };
+        println!("{:>8}  {what}", e.index);
     }
     Ok(ExitCode::SUCCESS)
 }

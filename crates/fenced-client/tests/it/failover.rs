@@ -82,14 +82,14 @@ async fn a_silent_member_is_left_and_a_parked_waiter_is_not_cut_over_the_wire() 
 }
 
 /// Three members, each with the HTTP API and the wire protocol.
-struct Cluster {
-    members: Vec<Server>,
-    http: Vec<String>,
+pub(crate) struct Cluster {
+    pub(crate) members: Vec<Server>,
+    pub(crate) http: Vec<String>,
     wire: Vec<String>,
 }
 
 impl Cluster {
-    async fn start() -> Cluster {
+    pub(crate) async fn start() -> Cluster {
         let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
         let peers: Vec<String> =
             ports.iter().enumerate().map(|(i, (h, _))| format!("{}=http://127.0.0.1:{h}", i + 1)).collect();
@@ -113,7 +113,7 @@ impl Cluster {
     }
 
     /// The member that says it leads, within 20 s.
-    async fn leader(&self) -> usize {
+    pub(crate) async fn leader(&self) -> usize {
         let deadline = Instant::now() + ms(20_000);
         loop {
             for (i, url) in self.http.iter().enumerate() {

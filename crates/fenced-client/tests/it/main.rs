@@ -6,4 +6,5 @@ mod guard;
 mod resources;
 mod secure;
 mod support;
+mod watch;
 mod wire;

@@ -96,6 +96,8 @@ pub enum ReleaseReason {
     Released,
     Revoked,
     Expired,
+    /// Taken from its holder by an operator (`Command::RevokeLock`).
+    Forced,
 }
 
 /// Why a waiter left the queue without a grant.
@@ -220,6 +222,10 @@ pub struct LockTable {
     /// a grant and its token check sees the tokens the table issued.
     #[cfg_attr(feature = "serde", serde(default))]
     store: Store,
+    /// How many effects every apply so far produced: the position of the last one, so
+    /// that every replica numbers the same effect alike (the events' `index`).
+    #[cfg_attr(feature = "serde", serde(default))]
+    effects_seq: u64,
     #[cfg_attr(feature = "serde", serde(skip))]
     out: Output,
 }
@@ -254,6 +260,7 @@ impl LockTable {
             granted: HashMap::default(),
             timers: Timers::default(),
             store: Store::default(),
+            effects_seq: 0,
             out: Output::default(),
         };
         if grace_ms > 0 {
@@ -290,6 +297,7 @@ impl LockTable {
             Command::Acquire(req) => self.acquire(request, req).transpose(),
             Command::Release { name, lease } => Some(self.release(&name, lease).map(Answer::Released)),
             Command::Revoke { lease } => Some(self.revoke(lease).map(|()| Answer::Done)),
+            Command::RevokeLock { name, token } => Some(self.revoke_lock(&name, token).map(Answer::Released)),
             Command::Cancel { request: target } => {
                 self.cancel(target);
                 Some(Ok(Answer::Done))
@@ -310,7 +318,9 @@ impl LockTable {
         }
         self.withdraw_stale_grants();
         out.answers.append(&mut self.out.answers);
+        self.effects_seq += self.out.effects.len() as u64;
         out.effects.append(&mut self.out.effects);
+        out.effects_through = self.effects_seq;
         out.persist.append(&mut self.out.persist);
     }
 
@@ -352,6 +362,11 @@ impl LockTable {
     /// The fenced store, as of the last applied command.
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// The position of the last effect produced (`Output::effects_through`).
+    pub fn effects_seq(&self) -> u64 {
+        self.effects_seq
     }
 
     /// The time of the last applied command.
@@ -632,6 +647,24 @@ impl LockTable {
             // Nobody was told of this grant: give it back.
             self.drop_holder(&name, ReleaseReason::Released);
         }
+    }
+
+    /// An operator takes the lock from whoever holds it (with `token`, only from that
+    /// holder). The lease stays alive for its other locks; an implicit lease, which
+    /// existed for this lock alone, ends with it. No lock-delay: the holder did not fail.
+    fn revoke_lock(&mut self, name: &LockName, token: Option<Token>) -> Result<Token, Error> {
+        let holder = self.locks.get(name).and_then(|l| l.holder.as_ref());
+        let Some(h) = holder.filter(|h| token.is_none_or(|t| t == h.token)) else {
+            return Err(Error::NotHolder { holder: holder.map(|h| h.token) });
+        };
+        let (held, lease_id) = (h.token, h.lease);
+        let alone = self.leases.get(&lease_id).is_some_and(|l| l.implicit && l.held.len() == 1 && l.waiting.is_empty());
+        if alone {
+            self.end_lease(lease_id, ReleaseReason::Forced);
+        } else {
+            self.drop_holder(name, ReleaseReason::Forced);
+        }
+        Ok(held)
     }
 
     fn release(&mut self, name: &LockName, lease: LeaseId) -> Result<Token, Error> {

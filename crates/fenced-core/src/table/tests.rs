@@ -897,3 +897,63 @@ fn fenced_store_operations_are_effects() {
         ],
     );
 }
+
+fn revoke_lock(t: &mut T, n: &str, token: Option<Token>, now: u64) -> Result<Token, Error> {
+    match t.run(Command::RevokeLock { name: name(n), token }, now).1.unwrap() {
+        Ok(Answer::Released(t)) => Ok(t),
+        Ok(a) => panic!("{a:?}"),
+        Err(e) => Err(e),
+    }
+}
+
+#[test]
+fn an_operator_takes_a_lock_from_its_holder_and_the_next_waiter_gets_a_higher_token() {
+    let mut t = table();
+    t.grant_lease(LeaseId(1), TTL, 0).unwrap();
+    t.grant_lease(LeaseId(2), TTL, 0).unwrap();
+    let AcquireOutcome::Granted { grant: held } = t.acquire(acq("a", 1, 0), 0).unwrap() else { panic!() };
+    t.acquire(acq("b", 1, 0), 0).unwrap();
+    let AcquireOutcome::Queued(waiter) = t.acquire(acq("a", 2, TTL), 0).unwrap() else { panic!() };
+    t.drain_effects().for_each(drop);
+
+    // Naming another token takes nothing.
+    let other = Token::new(held.token.get() + 100).unwrap();
+    assert_eq!(revoke_lock(&mut t, "a", Some(other), 1), Err(Error::NotHolder { holder: Some(held.token) }));
+    assert_eq!(revoke_lock(&mut t, "a", Some(held.token), 1), Ok(held.token));
+    let (ok, _) = t.check(&name("a"), held.token, 1);
+    assert!(!ok, "the old token no longer holds");
+    let next = t.answers.iter().find(|(r, _)| *r == waiter).expect("the waiter was answered");
+    let Ok(Answer::Granted(next)) = &next.1 else { panic!("{next:?}") };
+    assert!(next.token > held.token);
+    assert!(t.drain_effects().any(|e| matches!(e, Effect::Released { reason: ReleaseReason::Forced, .. })));
+    // The holder's lease lives on with its other lock.
+    assert!(t.keepalive(LeaseId(1), 2).is_ok());
+    assert!(t.check(&name("b"), Token::new(held.token.get() + 1).unwrap(), 2).0);
+    // Nobody holds "c": a clear refusal, nothing changed.
+    assert_eq!(revoke_lock(&mut t, "c", None, 3), Err(Error::NotHolder { holder: None }));
+}
+
+#[test]
+fn revoking_a_lock_held_under_an_implicit_lease_ends_that_lease() {
+    let mut t = table();
+    let AcquireOutcome::Granted { grant } = t.acquire(implicit("a", 9, TTL, 0), 0).unwrap() else { panic!() };
+    assert_eq!(revoke_lock(&mut t, "a", None, 1), Ok(grant.token));
+    assert_eq!(t.keepalive(LeaseId(9), 2), Err(Error::LeaseNotFound), "the guard hears at its next keepalive");
+}
+
+#[test]
+fn every_effect_has_a_position_that_only_grows() {
+    let mut t = table();
+    t.grant_lease(LeaseId(1), TTL, 0).unwrap();
+    let mut last = t.effects_seq();
+    for i in 0..5 {
+        let out = t.t.apply(RequestId(300 + i), Command::Acquire(acq("a", 1, 0)), i);
+        assert_eq!(out.effects.len(), 1);
+        assert!(out.effect_index(0) > last);
+        last = out.effect_index(0);
+        let out = t.t.apply(RequestId(400 + i), Command::Release { name: name("a"), lease: LeaseId(1) }, i);
+        assert_eq!(out.effect_index(0), last + 1);
+        last = out.effect_index(0);
+    }
+    assert_eq!(t.effects_seq(), last);
+}

@@ -34,6 +34,7 @@ use crate::config::Config;
         locks::doc_acquire,
         locks::doc_release,
         locks::doc_check,
+        locks::doc_revoke_lock,
         locks::get_one,
         locks::list,
         store::list,

@@ -50,6 +50,26 @@ pub struct ReleaseBody {
     lease_id: String,
 }
 
+/// An operator's release: empty, or the token it means to take (so that it never takes
+/// the lock from a newer holder by mistake).
+#[derive(Deserialize, ToSchema, Default)]
+#[serde(deny_unknown_fields)]
+#[schema(as = RevokeRequest)]
+pub struct RevokeBody {
+    /// Take the lock only while this token holds it.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    token: Option<u64>,
+}
+
+/// A lock taken from its holder: the token it held.
+#[derive(Serialize, ToSchema)]
+pub struct Revoked {
+    name: String,
+    token: u64,
+    revoked: bool,
+}
+
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = CheckRequest)]
@@ -123,7 +143,7 @@ pub async fn action(
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",
-            "use /v1/locks/{name}/acquire, /release or /check",
+            "use /v1/locks/{name}/acquire, /release, /check or /revoke",
         ));
     };
     match action {
@@ -136,13 +156,22 @@ pub async fn action(
             let token = release_lock(&app, &caller, &name, parse_lease_id(&req.lease_id)?).await?;
             Ok(reply(StatusCode::OK, &Released { name: name.as_str().into(), token: token.get(), released: true }))
         }
+        "revoke" => {
+            let (name, req): (_, RevokeBody) = (lock_name(&app, name)?, app.json_body(&headers, body).await?);
+            let token = revoke_lock(&app, &caller, &name, req.token).await?;
+            Ok(reply(StatusCode::OK, &Revoked { name: name.as_str().into(), token: token.get(), revoked: true }))
+        }
         "check" => {
             let (name, req): (_, CheckBody) = (lock_name(&app, name)?, app.json_body(&headers, body).await?);
             let (current, holder) = check_token(&app, &caller, &name, req.token).await?;
             let token = holder.map(Token::get);
             Ok(reply(StatusCode::OK, &CheckResult { name: name.as_str().into(), current, token }))
         }
-        _ => Err(ApiError::new(StatusCode::NOT_FOUND, "not_found", "use /v1/locks/{name}/acquire, /release or /check")),
+        _ => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "use /v1/locks/{name}/acquire, /release, /check or /revoke",
+        )),
     }
 }
 
@@ -170,6 +199,18 @@ pub(super) fn doc_acquire() {}
     ))]
 #[allow(dead_code)]
 pub(super) fn doc_release() {}
+
+#[utoipa::path(post, path = "/v1/locks/{name}/revoke", tag = "locks", operation_id = "revoke_lock", params(("name" = String, Path, description = "1 to lock_name_bytes_max bytes of UTF-8 without control characters; '/' may be sent as %2F or as it is", min_length = 1)),
+    request_body(content = Option<RevokeBody>, description = "empty, {}, or {\"token\": T} to take the lock only from that holder"),
+    responses(
+        (status = 200, description = "taken from its holder (the token it held); the next waiter is granted with a higher token", body = Revoked),
+        (status = 400, description = "invalid_json, invalid_field, invalid_name, invalid_token", body = ErrorBody),
+        (status = 403, description = "forbidden: the admin right on the name is needed", body = ErrorBody),
+        (status = 409, description = "not_holder: nobody holds it, or another token does (holder_token)", body = ErrorBody),
+        (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
+    ))]
+#[allow(dead_code)]
+pub(super) fn doc_revoke_lock() {}
 
 #[utoipa::path(post, path = "/v1/locks/{name}/check", tag = "locks", operation_id = "check", params(("name" = String, Path, description = "1 to lock_name_bytes_max bytes of UTF-8 without control characters; '/' may be sent as %2F or as it is", min_length = 1)), request_body = CheckBody,
     responses(
@@ -321,6 +362,34 @@ pub async fn release_lock(app: &AppInner, caller: &Caller, name: &LockName, leas
     }
     .await;
     app.audit(caller, "release", Some(name.as_str()), r.as_ref().ok().map(|t| t.get()), &r);
+    r
+}
+
+/// An operator's release by name: the `admin` right on the name, not the holder's lease.
+/// The next waiter is granted with a higher token; the holder hears at its next
+/// keepalive (an implicit lease ends with its lock) or check.
+pub async fn revoke_lock(
+    app: &AppInner,
+    caller: &Caller,
+    name: &LockName,
+    token: Option<u64>,
+) -> Result<Token, ApiError> {
+    let r = async {
+        caller.require(Op::Admin, name.as_str())?;
+        let token = match token {
+            None => None,
+            Some(raw) => {
+                Some(Token::new(raw).ok_or_else(|| ApiError::bad_request("invalid_token", "a token is at least 1"))?)
+            }
+        };
+        match app.locks.apply(Command::RevokeLock { name: name.clone(), token }).await {
+            Reply::Now(Ok(Answer::Released(token))) => Ok(token),
+            Reply::Now(Err(e)) => Err(e.into()),
+            _ => unreachable!("a revoke answers at once"),
+        }
+    }
+    .await;
+    app.audit(caller, "revoke_lock", Some(name.as_str()), r.as_ref().ok().map(|t| t.get()), &r);
     r
 }
 

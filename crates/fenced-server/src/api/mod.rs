@@ -43,6 +43,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/locks/{name}/acquire"),
     ("post", "/v1/locks/{name}/release"),
     ("post", "/v1/locks/{name}/check"),
+    ("post", "/v1/locks/{name}/revoke"),
     ("get", "/v1/locks/{name}"),
     ("get", "/v1/locks"),
     ("get", "/v1/store"),

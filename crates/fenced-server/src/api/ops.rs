@@ -1,22 +1,22 @@
 //! Operations endpoints: health, metrics, the OpenAPI document, the event stream
 //! and the placeholder page at `/`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures_util::stream::{self, Stream};
+use futures_util::stream;
 use serde::Serialize;
-use tokio::sync::broadcast::error::RecvError;
 use utoipa::ToSchema;
 
 use super::error::ErrorBody;
 use super::{reply, ApiError, App};
-use crate::events::Event;
+use crate::events::{EventLog, Indexed, Start};
 
 /// `{"status":"live"}`, or why the server is not ready (`shutting_down`, `no_leader`).
 #[derive(Serialize, ToSchema)]
@@ -74,7 +74,8 @@ pub struct ClusterView {
     state_hash: Option<String>,
 }
 
-/// The data of an SSE event `lagged`: this reader fell behind and missed events.
+/// The data of an SSE event `lagged`: this reader fell behind what the member holds and
+/// missed at least this many positions (some of them may not have been events).
 #[derive(Serialize, ToSchema)]
 pub struct Lagged {
     missed: u64,
@@ -84,7 +85,7 @@ pub struct Lagged {
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum EventData {
-    Event(Event),
+    Event(Indexed),
     Lagged(Lagged),
 }
 
@@ -319,45 +320,167 @@ pub async fn openapi(State(app): State<App>) -> Response {
 }
 
 /// `GET /v1/events`: one SSE event per granted, released, expired, and store
-/// accepted/rejected. A slow reader that falls behind gets a `lagged` event with the
-/// number it missed. The stream ends when the server shuts down.
+/// accepted/rejected, each with its `index` (also the SSE `id:`). `?prefix=P` keeps the
+/// events of names and keys that start with P; `?since=N` (or the `Last-Event-ID`
+/// header) starts exactly after index N, from the events this member keeps
+/// (`events_retained`), or is answered 410 `compacted` with the oldest index held;
+/// `?tail=N` starts with the last N events held. A reader that falls behind what is
+/// held gets a `lagged` event with the number of positions it missed, then goes on.
+/// The stream ends when the server shuts down.
 #[utoipa::path(get, path = "/v1/events", tag = "operations",
-    responses((status = 200, content_type = "text/event-stream", body = EventData,
-        description = "server-sent events: each event's `event:` is its type (granted, released, expired, \
-            store_accepted, store_rejected, lagged) and its `data:` one JSON object of this schema")))]
+    params(
+        ("prefix" = Option<String>, Query, description = "only events of lock names and store keys that start with it"),
+        ("since" = Option<u64>, Query, description = "start exactly after this index (a resume); the `Last-Event-ID` header does the same"),
+        ("tail" = Option<u64>, Query, description = "start with the last this many events held (not with `since`)"),
+    ),
+    responses(
+        (status = 200, content_type = "text/event-stream", body = EventData,
+            description = "server-sent events: each event's `id:` is its index, its `event:` its type (granted, released, \
+                expired, store_accepted, store_rejected, lagged) and its `data:` one JSON object of this schema"),
+        (status = 400, description = "invalid_query", body = ErrorBody),
+        (status = 410, description = "compacted: `since` is older than every event held (`oldest_index`: a `since` of at least one below it resumes)", body = ErrorBody),
+    ))]
 pub async fn events(
     State(app): State<App>,
     axum::extract::Extension(caller): axum::extract::Extension<super::Caller>,
-) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let rx = app.locks.events.subscribe();
-    let shutdown = app.shutdown.clone();
-    let identity = caller.identity;
-    let s = stream::unfold((rx, shutdown, identity), |(mut rx, mut shutdown, identity)| async move {
-        // An identity sees the events of the names it may lock or read, and no other.
-        let got = loop {
-            if *shutdown.borrow() {
-                return None;
-            }
-            let got = tokio::select! {
-                r = rx.recv() => r,
-                _ = shutdown.changed() => return None,
-            };
-            match &got {
-                Ok(e) if !identity.allows(e.subject().0, e.subject().1) => continue,
-                _ => break got,
-            }
-        };
-        let ev = match got {
-            Ok(e) => SseEvent::default().event(e.kind()).data(data(EventData::Event(e))),
-            Err(RecvError::Lagged(n)) => {
-                SseEvent::default().event("lagged").data(data(EventData::Lagged(Lagged { missed: n })))
-            }
-            Err(RecvError::Closed) => return None,
-        };
-        Some((Ok(ev), (rx, shutdown, identity)))
-    });
+    headers: axum::http::HeaderMap,
+    query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    match open_events(app, caller, &headers, query) {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Where a watcher starts, from its query and headers.
+fn event_start(headers: &axum::http::HeaderMap, query: &HashMap<String, String>) -> Result<(Start, String), ApiError> {
+    let bad = |m: String| ApiError::bad_request("invalid_query", m);
+    if let Some(k) = query.keys().find(|k| !["prefix", "since", "tail"].contains(&k.as_str())) {
+        return Err(bad(format!("unknown parameter '{k}' (prefix, since, tail)")));
+    }
+    let prefix = query.get("prefix").cloned().unwrap_or_default();
+    if prefix.len() > fenced_core::LockName::LEN_MAX.max(1024) {
+        return Err(bad("the prefix is longer than any name or key".into()));
+    }
+    let number = |what: &str, raw: &str| {
+        raw.trim().parse::<u64>().map_err(|_| bad(format!("{what} is a whole number, not '{raw}'")))
+    };
+    let last_id = headers.get("last-event-id").map(|v| v.to_str().unwrap_or("?"));
+    let start = match (query.get("since").map(String::as_str).or(last_id), query.get("tail")) {
+        (Some(_), Some(_)) => return Err(bad("give since (or Last-Event-ID) or tail, not both".into())),
+        (Some(since), None) => Start::After(number("since", since)?),
+        (None, Some(tail)) => Start::Tail(number("tail", tail)?.min(usize::MAX as u64) as usize),
+        (None, None) => Start::Now,
+    };
+    Ok((start, prefix))
+}
+
+fn open_events(
+    app: App,
+    caller: super::Caller,
+    headers: &axum::http::HeaderMap,
+    query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    let (start, prefix) = event_start(headers, &query)?;
+    let log = app.locks.events.clone();
+    // Subscribed before the cursor is placed: nothing appended after it is missed.
+    let changed = log.subscribe();
+    let cursor = log.start(start).map_err(|c| {
+        ApiError::new(
+            StatusCode::GONE,
+            "compacted",
+            "events after this index are no longer all held here; resume from oldest_index - 1 or list the locks again",
+        )
+        .with("oldest_index", c.oldest_index)
+    })?;
+    let watcher = Watcher {
+        log,
+        changed,
+        shutdown: app.shutdown.clone(),
+        identity: caller.identity,
+        prefix,
+        cursor,
+        announced: None,
+        marked_at: tokio::time::Instant::now(),
+        batch: VecDeque::new(),
+    };
+    let s = stream::unfold(watcher, |mut w| async move { w.next().await.map(|ev| (Ok::<_, Infallible>(ev), w)) });
     // Comments keep the stream from looking idle to the connection's idle timeout.
     let idle_ms = app.config.idle_timeout_ms;
     let every_ms = if idle_ms == 0 { 15_000 } else { (idle_ms / 3).clamp(10, 15_000) };
-    Sse::new(s).keep_alive(KeepAlive::new().interval(Duration::from_millis(every_ms)))
+    Ok(Sse::new(s).keep_alive(KeepAlive::new().interval(Duration::from_millis(every_ms))).into_response())
+}
+
+/// One event stream's reader of the member's event log.
+struct Watcher {
+    log: Arc<EventLog>,
+    changed: tokio::sync::watch::Receiver<u64>,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    identity: Arc<crate::identity::Identity>,
+    prefix: String,
+    /// Every event up to this index was sent or passed over.
+    cursor: u64,
+    /// The last position the client was told (an event's `id:`, or a marker).
+    announced: Option<u64>,
+    marked_at: tokio::time::Instant,
+    batch: VecDeque<Arc<Indexed>>,
+}
+
+/// How often at most a position marker tells a filtered watcher how far it has read.
+const MARK_EVERY: Duration = Duration::from_secs(1);
+
+impl Watcher {
+    async fn next(&mut self) -> Option<SseEvent> {
+        loop {
+            if *self.shutdown.borrow() {
+                return None;
+            }
+            while let Some(e) = self.batch.pop_front() {
+                // An identity sees the events of the names it may lock or read, and no other.
+                let (op, subject) = e.event.subject();
+                if e.matches(&self.prefix) && self.identity.allows(op, subject) {
+                    self.announced = Some(e.index);
+                    let ev = SseEvent::default().id(e.index.to_string()).event(e.event.kind());
+                    return Some(ev.data(data(EventData::Event((*e).clone()))));
+                }
+            }
+            if self.announced.is_none() {
+                // First thing: where this stream starts, so a reconnect before any
+                // event resumes from here.
+                return Some(self.mark());
+            }
+            self.changed.borrow_and_update();
+            let mut got = Vec::new();
+            match self.log.read(self.cursor, &mut got) {
+                Ok(next) if next != self.cursor => {
+                    self.cursor = next;
+                    self.batch.extend(got);
+                }
+                Ok(_) => {
+                    // Events passed over (filtered) move the position too: say so now
+                    // and then, so a reconnect need not read them again.
+                    let behind = self.announced != Some(self.cursor);
+                    let mark_at = self.marked_at + MARK_EVERY;
+                    tokio::select! {
+                        r = self.changed.changed() => r.ok()?,
+                        _ = self.shutdown.changed() => return None,
+                        _ = tokio::time::sleep_until(mark_at), if behind => return Some(self.mark()),
+                    }
+                }
+                Err((missed, at)) => {
+                    self.cursor = at;
+                    return Some(SseEvent::default().event("lagged").data(data(EventData::Lagged(Lagged { missed }))));
+                }
+            }
+        }
+    }
+
+    /// A position marker: an `id:` with no data (an EventSource keeps it as its
+    /// last event id, dispatching nothing).
+    fn mark(&mut self) -> SseEvent {
+        self.announced = Some(self.cursor);
+        self.marked_at = tokio::time::Instant::now();
+        SseEvent::default().id(self.cursor.to_string()).comment("position")
+    }
 }

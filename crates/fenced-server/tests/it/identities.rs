@@ -99,6 +99,8 @@ fn a_permissions_matrix_over_http_each_refusal_forbidden_and_changing_nothing() 
         // A backup holds every lease id and value: an admin's alone.
         (("GET", "/v1/cluster/snapshot", "", vec![]), [false, false, false, false, true]),
         (("POST", "/v1/sim/runs", "{}", vec![]), [false, false, false, false, true]),
+        // Taking a lock from its holder by name is the admin right on the name, not lock.
+        (("POST", "/v1/locks/orders/1/revoke", "", vec![]), [false, false, false, false, true]),
     ];
     for ((method, path, body, extra), allowed) in &rows {
         for (who, ok) in NAMES.iter().zip(allowed) {

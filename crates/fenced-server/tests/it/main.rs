@@ -12,4 +12,5 @@ mod restart;
 mod rules;
 mod tls;
 mod unfenced;
+mod watch;
 mod wire;

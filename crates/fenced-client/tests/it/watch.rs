@@ -1,0 +1,151 @@
+//! issue 29: `Client::watch` misses nothing and repeats nothing across a `kill -9` of
+//! its server and across the loss of the member it watched in a cluster; an operator's
+//! `revoke_lock` reaches the old holder's guard as lost.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fenced_client::{Client, Error, EventKind, LostReason, Watch};
+use tokio::time::{timeout, Instant};
+
+use crate::failover::Cluster;
+use crate::support::Server;
+
+fn client(endpoints: &str) -> Client {
+    Client::builder().endpoint(endpoints).request_timeout(Duration::from_secs(3)).build().expect("client")
+}
+
+/// Lock cycles on `w/{i}` until `stop`: the tokens of the grants the service answered.
+fn load(c: Client, i: usize, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<Vec<u64>> {
+    tokio::spawn(async move {
+        let mut granted = vec![];
+        while !stop.load(Ordering::Relaxed) {
+            match c.lock(format!("w/{i}")).ttl(Duration::from_secs(5)).wait(Duration::from_secs(2)).acquire().await {
+                Ok(g) => {
+                    granted.push(g.token().get());
+                    let _ = g.release().await;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+        granted
+    })
+}
+
+/// What a watch saw: index to (type, name, token); a repeat or a step back fails.
+async fn collect(w: &mut Watch, seen: &mut BTreeMap<u64, (String, String, u64)>, until: Instant) {
+    while Instant::now() < until {
+        let Ok(next) = timeout(until - Instant::now(), w.next()).await else { return };
+        let e = next.expect("the watch goes on");
+        let (kind, name, token) = match e.kind {
+            EventKind::Granted { name, token, .. } => ("granted", name, token),
+            EventKind::Released { name, token, .. } => ("released", name, token),
+            EventKind::Expired { name, token } => ("expired", name, token),
+            other => panic!("an event outside the prefix: {other:?}"),
+        };
+        assert!(name.starts_with("w/"), "{name}");
+        if let Some((&last, _)) = seen.last_key_value() {
+            assert!(e.index > last, "index {} after {last}: repeated or out of order", e.index);
+        }
+        seen.insert(e.index, (kind.into(), name, token));
+    }
+}
+
+/// Every grant the load was answered appears once as granted.
+fn assert_every_grant_seen(granted: &[u64], seen: &BTreeMap<u64, (String, String, u64)>) {
+    for t in granted {
+        let n = seen.values().filter(|(k, _, tok)| k == "granted" && tok == t).count();
+        assert_eq!(n, 1, "grant {t} seen {n} times");
+    }
+}
+
+#[tokio::test]
+async fn a_watch_resumes_across_a_kill_9_of_its_server_with_nothing_lost_or_repeated() {
+    let mut server = Server::start().await;
+    let c = client(&server.endpoint());
+    let mut w = c.watch("w/", None);
+    let stop = Arc::new(AtomicBool::new(false));
+    let loads: Vec<_> = (0..3).map(|i| load(c.clone(), i, stop.clone())).collect();
+    let mut seen = BTreeMap::new();
+    collect(&mut w, &mut seen, Instant::now() + Duration::from_millis(1500)).await;
+    let before = seen.len();
+    server.crash_and_restart().await;
+    collect(&mut w, &mut seen, Instant::now() + Duration::from_millis(2000)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut granted = vec![];
+    for l in loads {
+        granted.extend(l.await.unwrap());
+    }
+    // Whatever the load did last arrives too.
+    collect(&mut w, &mut seen, Instant::now() + Duration::from_millis(1500)).await;
+    assert!(before >= 20 && seen.len() > before + 20, "too little load: {before} then {}", seen.len());
+    assert_every_grant_seen(&granted, &seen);
+}
+
+#[tokio::test]
+async fn a_watch_moves_to_another_member_when_its_member_dies_and_misses_nothing() {
+    let mut cluster = Cluster::start().await;
+    cluster.leader().await;
+    let endpoints = cluster.http.join(",");
+    let c = client(&endpoints);
+    let mut w = c.watch("w/", None);
+    let stop = Arc::new(AtomicBool::new(false));
+    let loads: Vec<_> = (0..3).map(|i| load(c.clone(), i, stop.clone())).collect();
+    let mut seen = BTreeMap::new();
+    collect(&mut w, &mut seen, Instant::now() + Duration::from_millis(2000)).await;
+    let before = seen.len();
+    // The watch is on the first member that answered: the first endpoint.
+    let gone = cluster.members.remove(0);
+    drop(gone);
+    collect(&mut w, &mut seen, Instant::now() + Duration::from_millis(6000)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut granted = vec![];
+    for l in loads {
+        granted.extend(l.await.unwrap());
+    }
+    collect(&mut w, &mut seen, Instant::now() + Duration::from_millis(2000)).await;
+    assert!(before >= 10 && seen.len() > before + 10, "too little load: {before} then {}", seen.len());
+    assert_every_grant_seen(&granted, &seen);
+}
+
+#[tokio::test]
+async fn a_watch_from_a_position_no_longer_held_says_it_missed_events() {
+    let cfg = crate::support::TempDir::new("events-cfg");
+    let file = cfg.path().join("fenced.toml");
+    std::fs::write(&file, "events_retained = 4\n").unwrap();
+    let server = Server::start_with(&["--config".into(), file.display().to_string()]).await;
+    let c = client(&server.endpoint());
+    for _ in 0..5 {
+        c.lock("w/x").try_acquire().await.unwrap().release().await.unwrap();
+    }
+    let mut w = c.watch("w/", Some(0));
+    match timeout(Duration::from_secs(10), w.next()).await.unwrap() {
+        Err(Error::Missed { oldest_index: Some(n), .. }) => assert!(n > 1),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_revoked_lock_is_lost_to_its_guard_at_the_next_keepalive() {
+    let server = Server::start().await;
+    let c = client(&server.endpoint());
+    let guard = c.lock("job").ttl(Duration::from_secs(3)).try_acquire().await.unwrap();
+    let old = guard.token();
+    let next = {
+        let c = c.clone();
+        tokio::spawn(async move { c.lock("job").wait(Duration::from_secs(10)).acquire().await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(c.revoke_lock("job", None).await.unwrap(), old);
+    let reason = timeout(Duration::from_secs(3), guard.lost()).await.expect("the guard heard within a keepalive");
+    assert_eq!(reason, LostReason::LeaseNotFound);
+    let next = next.await.unwrap().unwrap();
+    assert!(next.token() > old);
+    // Naming the old token again takes nothing from the new holder.
+    match c.revoke_lock("job", Some(old)).await {
+        Err(Error::Refused(fenced_core::Error::NotHolder { holder })) => assert_eq!(holder, Some(next.token())),
+        other => panic!("{other:?}"),
+    }
+}
