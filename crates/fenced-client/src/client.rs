@@ -342,6 +342,19 @@ impl Client {
         crate::Watch::new(self.conn.clone(), prefix, since, WATCH_RETRY_FOR)
     }
 
+    /// The leader of election `name` (the holder of lock `name`), if there is one.
+    pub async fn leader(&self, name: &str) -> Result<Option<crate::Leader>, Error> {
+        let v = self.lock_info(name).await?;
+        Ok(crate::watch::leader_of(&v))
+    }
+
+    /// Follows election `name`: each change of its leader, from now (or exactly after
+    /// index `since`), with [`crate::Watch`]'s rules (nothing missed across reconnects,
+    /// `Error::Missed` rather than a gap).
+    pub fn observe(&self, name: &str, since: Option<u64>) -> crate::Observe {
+        crate::Observe::new(self.watch(name, since), name)
+    }
+
     /// An operator's release: takes lock `name` from whoever holds it (with `token`,
     /// only while that token holds it), needing the `admin` right on the name. The
     /// next waiter is granted with a higher token; the old holder's guard hears at its
@@ -380,7 +393,7 @@ impl Client {
 }
 
 /// A lock request being configured: `client.lock("orders/42").ttl(..).wait(..).acquire()`.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 #[must_use = "nothing is sent until acquire() or try_acquire()"]
 pub struct LockRequest {
     /// Whom to ask.
@@ -419,6 +432,31 @@ impl LockRequest {
     pub fn options(mut self, options: LockOptions) -> Self {
         self.options = options;
         self
+    }
+
+    /// Campaigns for leadership: waits in the lock's queue for as long as it takes (one
+    /// wait of the configured length after another, keeping its place between them
+    /// only as any new waiter would), until elected; the guard is the leadership, with
+    /// its token and its lost signal, and `release()` resigns. A waiting campaign
+    /// holds no lease that could expire (its implicit lease lives only from the grant),
+    /// so it cannot go on campaigning under a lease that is gone; dropping the future
+    /// withdraws it. Errors other than "not yet" end it.
+    pub async fn campaign(self) -> Result<LockGuard, Error> {
+        if self.options.wait.is_zero() {
+            return Err(Error::BadRequest("a campaign needs a wait per round above 0".into()));
+        }
+        loop {
+            let round = Instant::now();
+            match self.clone().acquire().await {
+                // Refused before the wait was up (a lock-delay refuses at once): pause
+                // rather than spin.
+                Err(Error::LockHeld { .. }) if round.elapsed() < self.options.wait / 2 => {
+                    tokio::time::sleep(self.options.wait.min(Duration::from_millis(200))).await;
+                }
+                Err(Error::LockHeld { .. }) => {}
+                other => return other,
+            }
+        }
     }
 
     /// Acquires without waiting: `Error::LockHeld` when someone holds it.

@@ -44,4 +44,4 @@ pub use fenced_core::{LeaseId, LockName, Token};
 pub use guard::LockGuard;
 pub use resource::{Fenced, FencedResource, Store, StoreRead};
 pub use tokio_util::sync::CancellationToken;
-pub use watch::{EventKind, Watch, WatchEvent};
+pub use watch::{EventKind, Leader, LeaderChange, Observe, Watch, WatchEvent};

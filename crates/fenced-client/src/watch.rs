@@ -111,6 +111,22 @@ impl Watch {
         self.position
     }
 
+    /// Opens the stream now and waits until the server told where it starts: events
+    /// from then on are this watch's (read the state after this, not before, and no
+    /// change between the two is missed). `next` does it by itself otherwise.
+    pub async fn ready(&mut self) -> Result<(), Error> {
+        if self.body.is_none() {
+            self.open().await?;
+        }
+        while self.position.is_none() {
+            if self.read_block().await?.is_none() {
+                self.body = None;
+                return Err(Error::unavailable("the event stream closed before it told its position"));
+            }
+        }
+        Ok(())
+    }
+
     /// The next event. A broken stream is reopened (on any member) from the last
     /// position; `Unavailable` after `retry_for` without a stream (call again to go on
     /// trying); [`Error::Missed`] when events after the position are no longer held.
@@ -232,6 +248,83 @@ impl Watch {
             self.position = Some(self.position.map_or(id, |p| p.max(id)));
         }
         Ok(())
+    }
+}
+
+/// The leader of an election: the holder of its lock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Leader {
+    /// The leadership's fencing token: a later leader's is higher.
+    pub token: u64,
+    /// The label the leader campaigned with.
+    pub holder: Option<String>,
+    /// How long its lease has left, as the lock table counts.
+    pub expires_in_ms: Option<u64>,
+}
+
+/// A lock view (`GET /v1/locks/{name}`) read as an election.
+pub(crate) fn leader_of(view: &serde_json::Value) -> Option<Leader> {
+    if view["held"].as_bool() != Some(true) {
+        return None;
+    }
+    Some(Leader {
+        token: view["token"].as_u64()?,
+        holder: view["holder"].as_str().map(str::to_string),
+        expires_in_ms: view["expires_in_ms"].as_u64(),
+    })
+}
+
+/// A change of an election's leader.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "change", rename_all = "snake_case")]
+pub enum LeaderChange {
+    /// A leader was elected (`holder`: its label).
+    Elected { index: u64, token: u64, holder: Option<String> },
+    /// The leader with `token` is leader no more: it resigned (`released`), its lease
+    /// ended (`expired`, `revoked`), or an operator took the lock (`forced`).
+    Vacated { index: u64, token: u64, reason: String },
+}
+
+/// Follows one election ([`crate::Client::observe`]).
+pub struct Observe {
+    watch: Watch,
+    name: String,
+}
+
+impl Observe {
+    pub(crate) fn new(watch: Watch, name: &str) -> Observe {
+        Observe { watch, name: name.to_string() }
+    }
+
+    /// See [`Watch::ready`].
+    pub async fn ready(&mut self) -> Result<(), Error> {
+        self.watch.ready().await
+    }
+
+    /// The last position seen (resume a new observer from it).
+    pub fn position(&self) -> Option<u64> {
+        self.watch.position()
+    }
+
+    /// The next change of this election's leader.
+    pub async fn next(&mut self) -> Result<LeaderChange, Error> {
+        loop {
+            let e = self.watch.next().await?;
+            let index = e.index;
+            match e.kind {
+                EventKind::Granted { name, token, holder, .. } if name == self.name => {
+                    return Ok(LeaderChange::Elected { index, token, holder })
+                }
+                EventKind::Released { name, token, reason } if name == self.name => {
+                    return Ok(LeaderChange::Vacated { index, token, reason })
+                }
+                EventKind::Expired { name, token } if name == self.name => {
+                    return Ok(LeaderChange::Vacated { index, token, reason: "expired".into() })
+                }
+                // Another name under the same prefix, or a store event.
+                _ => continue,
+            }
+        }
     }
 }
 

@@ -31,6 +31,13 @@ pub enum ClientCmd {
     /// watchdog that is the command's parent SIGKILLs everything below it. Elsewhere than
     /// on Linux only the process group is followed. See docs/client.md.
     Exec(exec::ExecArgs),
+    /// Campaign for leadership of NAME and run a command while leader (exec's rules: it
+    /// is stopped when leadership is lost; FENCED_TOKEN is the leadership's token).
+    /// Waits as long as it takes to be elected; the command's exit resigns.
+    Elect(ElectArgs),
+    /// The leader of election NAME (its holder label, token and lease), and with
+    /// --watch every change as it happens.
+    Leader(LeaderArgs),
     /// Acquire a lock, print the grant, hold it until interrupted, then release.
     Lock(LockArgs),
     /// List the locks on the server.
@@ -96,6 +103,33 @@ pub struct LocksArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct ElectArgs {
+    /// The election's name (a lock name).
+    pub name: String,
+    /// Who campaigns, shown to observers (`fenced leader`): a host, a process.
+    #[arg(long)]
+    pub holder: String,
+    /// The leadership's lease TTL: how long it outlives this process if it goes silent.
+    #[arg(long, default_value = "10s", value_parser = duration_ms)]
+    pub ttl: u64,
+    /// Between SIGTERM and SIGKILL when leadership is lost (exec's --grace).
+    #[arg(long, default_value = "5s", value_parser = duration_ms)]
+    pub grace: u64,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, num_args = 1..)]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct LeaderArgs {
+    /// The election's name.
+    pub name: String,
+    /// Then print every change of leader as it happens (until interrupted).
+    #[arg(long)]
+    pub watch: bool,
+}
+
+#[derive(Args, Debug)]
 pub struct RevokeArgs {
     /// The lock's name.
     pub name: String,
@@ -150,6 +184,19 @@ pub fn run(cmd: ClientCmd, global: &Global) -> anyhow::Result<ExitCode> {
             ClientCmd::Exec(a) => exec::run(&client, a, global).await,
             ClientCmd::Lock(a) => lock(&client, a, global).await,
             ClientCmd::Locks(a) => locks(&client, a, global).await,
+            ClientCmd::Elect(a) => {
+                let hold = HoldArgs { ttl: a.ttl, wait: 30_000, holder: Some(a.holder) };
+                let exec = exec::ExecArgs {
+                    name: a.name,
+                    hold,
+                    grace: a.grace,
+                    lock_service: None,
+                    command: a.command,
+                    campaign: true,
+                };
+                exec::run(&client, exec, global).await
+            }
+            ClientCmd::Leader(a) => leader(&client, a, global).await,
             ClientCmd::Revoke(a) => revoke(&client, a, global).await,
             ClientCmd::Watch(a) => watch(&client, a, global).await,
             ClientCmd::Put(a) => put(&client, a, global).await,
@@ -295,6 +342,45 @@ async fn locks(client: &Client, a: LocksArgs, global: &Global) -> anyhow::Result
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+async fn leader(client: &Client, a: LeaderArgs, global: &Global) -> anyhow::Result<ExitCode> {
+    use fenced_client::LeaderChange as C;
+    // Watching from before the read: no change between the two is missed.
+    let mut observe = a.watch.then(|| client.observe(&a.name, None));
+    if let Some(o) = observe.as_mut() {
+        o.ready().await?;
+    }
+    let now = client.leader(&a.name).await?;
+    if global.json() {
+        println!("{}", json!({ "name": a.name, "leader": now }));
+    } else {
+        match &now {
+            Some(l) => {
+                let who = l.holder.as_deref().unwrap_or("(no label)");
+                let left = l.expires_in_ms.map(|ms| format!(", lease expires in {ms} ms")).unwrap_or_default();
+                println!("{}: leader {who}, token {}{left}", a.name, l.token);
+            }
+            None => println!("{}: no leader", a.name),
+        }
+    }
+    let Some(observe) = observe.as_mut() else {
+        return Ok(ExitCode::from(if now.is_some() { 0 } else { EXIT_NOT_ACQUIRED }));
+    };
+    loop {
+        let change = observe.next().await?;
+        if global.json() {
+            println!("{}", serde_json::to_string(&change)?);
+            continue;
+        }
+        match change {
+            C::Elected { index, token, holder } => {
+                let who = holder.as_deref().unwrap_or("(no label)");
+                println!("{index:>8}  elected  {who}, token {token}");
+            }
+            C::Vacated { index, token, reason } => println!("{index:>8}  vacated  token {token} ({reason})"),
+        }
+    }
 }
 
 async fn revoke(client: &Client, a: RevokeArgs, global: &Global) -> anyhow::Result<ExitCode> {

@@ -149,3 +149,44 @@ async fn a_revoked_lock_is_lost_to_its_guard_at_the_next_keepalive() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Election: a campaign waits through several rounds until the leader resigns, then
+/// leads with a higher token; an observer sees each change, and `leader` names the
+/// leader by its label.
+#[tokio::test]
+async fn a_campaign_outwaits_its_rounds_and_an_observer_sees_each_change() {
+    use fenced_client::LeaderChange;
+    let server = Server::start().await;
+    let c = client(&server.endpoint());
+    let mut observe = c.observe("election", None);
+    observe.ready().await.unwrap();
+    let first = c.lock("election").holder("a").ttl(Duration::from_secs(5)).wait(ms(300)).campaign().await.unwrap();
+    assert_eq!(c.leader("election").await.unwrap().and_then(|l| l.holder), Some("a".into()));
+    let second = {
+        let c = c.clone();
+        tokio::spawn(async move { c.lock("election").holder("b").wait(ms(300)).campaign().await })
+    };
+    tokio::time::sleep(ms(1200)).await; // four rounds of the second campaign
+    assert!(!second.is_finished(), "elected while another led");
+    let first_token = first.token().get();
+    first.release().await.unwrap();
+    let second = timeout(Duration::from_secs(5), second).await.unwrap().unwrap().unwrap();
+    assert!(second.token().get() > first_token);
+    let mut changes = vec![];
+    while changes.len() < 3 {
+        changes.push(timeout(Duration::from_secs(5), observe.next()).await.unwrap().unwrap());
+    }
+    let kinds: Vec<(&str, u64)> = changes
+        .iter()
+        .map(|c| match c {
+            LeaderChange::Elected { token, .. } => ("elected", *token),
+            LeaderChange::Vacated { token, .. } => ("vacated", *token),
+        })
+        .collect();
+    assert_eq!(kinds, [("elected", first_token), ("vacated", first_token), ("elected", second.token().get())]);
+    assert!(matches!(&changes[2], LeaderChange::Elected { holder: Some(h), .. } if h == "b"));
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}

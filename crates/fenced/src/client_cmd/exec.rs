@@ -65,6 +65,9 @@ pub struct ExecArgs {
     /// The command and its arguments.
     #[arg(last = true, required = true, num_args = 1..)]
     pub command: Vec<String>,
+    /// Campaign (`fenced elect`): wait as long as it takes, one `--wait` after another.
+    #[arg(skip)]
+    pub campaign: bool,
 }
 
 /// How the command's run ended.
@@ -91,7 +94,11 @@ pub async fn run(client: &Client, a: ExecArgs, _global: &Global) -> anyhow::Resu
             if let Some(h) = &a.hold.holder {
                 request = request.holder(h);
             }
-            request.acquire().await.map(Held::Fenced)
+            if a.campaign {
+                request.campaign().await.map(Held::Fenced)
+            } else {
+                request.acquire().await.map(Held::Fenced)
+            }
         }
         Some(url) if url.starts_with("etcd://") => match Etcd::new(url, Duration::from_secs(5)) {
             Ok(etcd) => {
