@@ -7,6 +7,7 @@ import { Members, Outcome, Tried, movesOn } from "./failover.js";
 import {
   BadResponseError,
   FencedError,
+  NotHolderError,
   StaleTokenError,
   UnavailableError,
   badArgument,
@@ -96,6 +97,29 @@ export class Calls {
     if (a.status === 200) return;
     const e = errorFromAnswer(a.status, a.body, `releasing '${name}'`);
     if (e.code === "not_holder" || e.code === "lease_not_found") return;
+    throw e;
+  }
+
+  /**
+   * An operator's revoke of `name`, only while `token` holds it: the token taken. Named,
+   * it is safe to retry: a retry after a lost answer finds the lock free or held by the
+   * next holder, and takes nothing. But then the first attempt's fate is unknown, so that
+   * `not_holder` is reported as `UnavailableError` (`uncertain`), never as a clean refusal.
+   */
+  async revokeLock(name: string, token: number): Promise<number> {
+    const deadline = performance.now() + this.requestTimeoutMs;
+    const path = `/v1/locks/${segment(name)}/revoke`;
+    const tried = await this.members.each(deadline, (ep, s) => ep.send({ method: "POST", path, json: { token }, timeoutMs: Math.max(1, deadline - performance.now()), signal: s }), { retrySingle: true });
+    const a = unwrap(tried.outcome);
+    if (a.status === 200) {
+      const v = json(a, "revoke");
+      if (v.token !== token || v.revoked !== true) throw bad("revoke", `asked to revoke token ${token}, answered ${JSON.stringify(v)}`);
+      return token;
+    }
+    const e = errorFromAnswer(a.status, a.body, `revoking '${name}' from token ${token}`);
+    if (e instanceof NotHolderError && tried.uncertain) {
+      throw new UnavailableError("uncertain", `the revoke of '${name}' from token ${token} was retried after a lost answer and the retry found the token no longer holding it (${e.message}): the first attempt may have taken it`, undefined, e.details, { cause: e });
+    }
     throw e;
   }
 

@@ -1,5 +1,5 @@
 // The client: configuration, the lazy API check, locks (lock, tryLock, withLock),
-// leases and the fenced store.
+// leases, an operator's revoke of a lock, the event stream (watch.ts) and the fenced store.
 
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -13,6 +13,7 @@ import {
   IncompatibleServerError,
   LeaseNotFoundError,
   LockLostError,
+  NotHolderError,
   RecoveringError,
   ShuttingDownError,
   badArgument,
@@ -21,6 +22,7 @@ import {
 import { ATTEMPT_TIMEOUT_DEFAULT_MS, ATTEMPT_TIMEOUT_MIN_MS, Members } from "./failover.js";
 import { Endpoint, abortError, sleep } from "./http.js";
 import { Lock, defaultMargin } from "./lock.js";
+import { Watch, WatchOptions } from "./watch.js";
 
 /** The endpoint used when neither the options nor `FENCED_ENDPOINT` name one. */
 export const ENDPOINT_DEFAULT = "http://127.0.0.1:7400";
@@ -418,6 +420,46 @@ export class Client {
     return this.calls.view("the cluster's status", "/v1/cluster");
   }
 
+  /**
+   * An operator's release: takes lock `name` from its holder (the `admin` right on the
+   * name when the server has identities). With `token`, only while that token holds it;
+   * without, the lock is read first (`GET /v1/locks/{name}`) and its current token is
+   * named, so that a retry on another member (the first answer lost) can never take the
+   * lock from the holder granted after the revoke. Resolves to the token taken; the next
+   * waiter is granted with a higher one, and the old holder's `Lock` is lost at its next
+   * keepalive (`lease_not_found`). `NotHolderError` when nobody holds it, or another token
+   * does (`holderToken`).
+   */
+  async revokeLock(name: string, token?: number): Promise<number> {
+    checkName("lock name", name);
+    if (token !== undefined && !isToken(token)) throw badArgument(`the token must be a positive integer below 2^53; not ${String(token)}`);
+    const api = await this.serverApi();
+    if (!api.revokesLocks) {
+      throw new BadRequestError("revoke_unsupported", `the server at ${this.endpoint} (Fenced ${api.version}) takes no revoke of a lock (POST /v1/locks/{name}/revoke)`);
+    }
+    let held = token;
+    if (held === undefined) {
+      const view = await this.calls.view(`describing '${name}'`, `/v1/locks/${segment(name)}`);
+      if (view.held !== true || !isToken(view.token)) throw new NotHolderError("not_holder", `revoking '${name}': nobody holds it`);
+      held = view.token;
+    }
+    return this.calls.revokeLock(name, held);
+  }
+
+  /**
+   * Watches the events of lock names and store keys that start with `prefix` ("" for
+   * all): from now, or exactly after index `since` (a position an earlier watch reached:
+   * `watch.position`). Iterate it with `for await`; a broken stream is reopened from its
+   * last position on any member, so nothing is missed or repeated, and a gap it cannot
+   * avoid is thrown as `MissedEventsError`. Nothing is sent before the first `next()`.
+   * Close it with `close()`, by leaving the loop, or with `options.signal`.
+   */
+  watch(prefix = "", since?: number, options: WatchOptions = {}): Watch {
+    if (typeof prefix !== "string" || Buffer.byteLength(prefix) > 256) throw badArgument("the prefix must be a string of at most 256 bytes");
+    if (since !== undefined && !(Number.isSafeInteger(since) && since >= 0)) throw badArgument(`since must be an event index, a whole number from 0; not ${String(since)}`);
+    return new Watch(this, prefix, since, options);
+  }
+
   /** Creates a lease (for callers that manage leases themselves; a lock makes its own). */
   async createLease(ttlMs: number): Promise<{ leaseId: string; ttlMs: number }> {
     await this.serverApi();
@@ -436,7 +478,7 @@ export class Client {
     return this.calls.revoke(checkLeaseId(leaseId));
   }
 
-  /** Closes idle connections (calls in flight go on; a later call opens new ones). */
+  /** Closes idle connections (calls in flight and open watches go on; a later call opens new ones). */
   close(): void {
     for (const e of this.calls.members.endpoints) e.close();
   }

@@ -26,6 +26,10 @@ export interface ServerApi {
   version: string;
   /** Whether an acquire takes a `holder` label (`holder` in the document's `AcquireRequest`; servers before it do not). */
   acceptsHolder: boolean;
+  /** Whether it takes an operator's revoke of a lock (`POST /v1/locks/{name}/revoke`; servers before it do not). */
+  revokesLocks: boolean;
+  /** Whether it serves the event stream (`GET /v1/events`; servers before it do not). */
+  servesEvents: boolean;
 }
 
 /**
@@ -67,5 +71,11 @@ export function readServerApi(a: Answer, url: string): ServerApi {
   if (!("lease_id" in props) || !("ttl_ms" in props) || !("wait_ms" in props) || !named) {
     refuse("its acquire does not take an implicit lease named by the caller ({\"lease_id\",\"ttl_ms\",\"wait_ms\"}), which this client's retries need");
   }
-  return { title: "Fenced", version: typeof info.version === "string" ? info.version : "unknown", acceptsHolder: "holder" in props };
+  return {
+    title: "Fenced",
+    version: typeof info.version === "string" ? info.version : "unknown",
+    acceptsHolder: "holder" in props,
+    revokesLocks: have.has("post /v1/locks/{}/revoke"),
+    servesEvents: have.has("get /v1/events"),
+  };
 }

@@ -26,7 +26,7 @@ const LOST_MESSAGES: Record<LostReason, string> = {
  * Every error this library throws. `code` is the server's snake_case code when the
  * server answered (`lock_held`, `stale_token`, ...), or one of the client's own
  * (`unreachable`, `timeout`, `connection_lost`, `lock_lost`, `incompatible_server`,
- * `bad_response`, `bad_argument`); `status` is the HTTP status when there was one.
+ * `bad_response`, `bad_argument`, `lagged`, `position_unknown`); `status` is the HTTP status when there was one.
  */
 export class FencedError extends Error {
   readonly code: string;
@@ -144,6 +144,20 @@ export class LockLostError extends FencedError {
   }
 }
 
+/**
+ * A watch cannot go on without a gap, so it stops rather than skip events: the events
+ * after its position are no longer held (410 `compacted`; `oldestIndex` is the oldest
+ * index the member holds), its stream fell behind what the member holds (`lagged`), or
+ * its stream broke before the server told where it started (`position_unknown`). Read
+ * the state again (`client.locks(prefix)`) and start a new watch.
+ */
+export class MissedEventsError extends FencedError {
+  /** The oldest index the member still holds, when it said (a watch from `oldestIndex - 1` resumes there). */
+  get oldestIndex(): number | undefined {
+    return num(this.details.oldest_index);
+  }
+}
+
 /** A cluster membership change did not complete (409 `membership_change_failed`). */
 export class MembershipChangeError extends FencedError {}
 
@@ -203,6 +217,8 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = {
   stale_token: StaleTokenError,
   token_not_issued: TokenNotIssuedError,
   membership_change_failed: MembershipChangeError,
+  // 410: a watch's resume point is no longer held
+  compacted: MissedEventsError,
   // 500: a backup the server could not make
   snapshot_failed: FencedError,
   // 428

@@ -12,6 +12,11 @@ export interface Answer {
   status: number;
   headers: http.IncomingHttpHeaders;
   body: Buffer;
+  /**
+   * An open stream's body as it arrives (`openStream`, a 200 `text/event-stream`; `body`
+   * is then empty). The reader owns it: destroying it closes the connection.
+   */
+  stream?: http.IncomingMessage;
 }
 
 export interface SendOptions {
@@ -55,6 +60,9 @@ function isTlsFailure(e: Error): boolean {
 /** The largest answer read; more is refused as a bad response. */
 const ANSWER_BYTES_MAX = 64 * 1024 * 1024;
 
+/** The largest error answer read when a stream was asked for. */
+const STREAM_REFUSAL_BYTES_MAX = 1024 * 1024;
+
 /** Idle keep-alive connections are closed after this, well below the server's 60 s idle time-out. */
 const FREE_SOCKET_TIMEOUT_MS = 30_000;
 
@@ -78,6 +86,8 @@ export class Endpoint {
   readonly #host: string;
   readonly #port: number;
   readonly #agent: http.Agent;
+  /** Streams (the event stream) have connections of their own: never pooled, never timed out by the agent, untouched by `close()`. */
+  readonly #streamAgent: http.Agent;
   readonly #auth: string | undefined;
   readonly #connectTimeoutMs: number;
   readonly #connectAttempts: number;
@@ -106,14 +116,16 @@ export class Endpoint {
     this.url = `${u.protocol}//${u.host}`;
     this.#host = u.hostname.replace(/^\[|\]$/g, "");
     this.#port = u.port === "" ? (this.#tls ? 443 : 80) : Number(u.port);
-    const agentOptions = { keepAlive: true, timeout: FREE_SOCKET_TIMEOUT_MS };
-    this.#agent = this.#tls
-      ? new https.Agent({
-          ...agentOptions,
-          ...(o.ca !== undefined ? { ca: o.ca } : {}),
-          ...(o.cert !== undefined && o.key !== undefined ? { cert: o.cert, key: o.key } : {}),
-        })
-      : new http.Agent(agentOptions);
+    const agent = (agentOptions: http.AgentOptions): http.Agent =>
+      this.#tls
+        ? new https.Agent({
+            ...agentOptions,
+            ...(o.ca !== undefined ? { ca: o.ca } : {}),
+            ...(o.cert !== undefined && o.key !== undefined ? { cert: o.cert, key: o.key } : {}),
+          })
+        : new http.Agent(agentOptions);
+    this.#agent = agent({ keepAlive: true, timeout: FREE_SOCKET_TIMEOUT_MS });
+    this.#streamAgent = agent({ keepAlive: false });
     this.#auth = o.authToken === undefined ? undefined : `Bearer ${o.authToken}`;
     this.#connectTimeoutMs = o.connectTimeoutMs;
     this.#connectAttempts = Math.max(1, o.connectAttempts);
@@ -129,6 +141,27 @@ export class Endpoint {
     for (let attempt = 1; ; attempt++) {
       try {
         return await this.#sendOnce(o);
+      } catch (e) {
+        const retry = e instanceof FencedError && e.code === UNREACHABLE && attempt < this.#connectAttempts;
+        if (!retry || o.signal?.aborted) throw e;
+        await sleep(Math.min(backoffMs, o.timeoutMs), o.signal);
+        backoffMs *= 2;
+      }
+    }
+  }
+
+  /**
+   * `GET path` whose answer is a stream (the event stream), on a connection of its own:
+   * resolves once the head came within `timeoutMs`, a 200 `text/event-stream` with its
+   * body as `stream`, anything else read whole (a refusal is small). A connection that
+   * could not be opened is tried again as in `send`. Aborting `signal` after the stream
+   * opened closes it (the call left this member: nobody will read it).
+   */
+  async openStream(o: { path: string; timeoutMs: number; signal?: AbortSignal; headers?: Record<string, string> }): Promise<Answer> {
+    let backoffMs = 50;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.#sendOnce({ method: "GET", ...o, headers: { accept: "text/event-stream", ...o.headers } }, true);
       } catch (e) {
         const retry = e instanceof FencedError && e.code === UNREACHABLE && attempt < this.#connectAttempts;
         if (!retry || o.signal?.aborted) throw e;
@@ -155,7 +188,7 @@ export class Endpoint {
     this.#agent.destroy();
   }
 
-  #sendOnce(o: SendOptions): Promise<Answer> {
+  #sendOnce(o: SendOptions, stream = false): Promise<Answer> {
     const where = `${o.method} ${this.url}${o.path}`;
     const headers: Record<string, string> = { ...o.headers };
     if (this.#auth !== undefined) headers.authorization = this.#auth;
@@ -177,7 +210,7 @@ export class Endpoint {
         method: o.method,
         path: o.path,
         headers,
-        agent: this.#agent,
+        agent: stream ? this.#streamAgent : this.#agent,
       });
       // Whether the connection was open, so that the request may have been read.
       let connected = false;
@@ -230,12 +263,21 @@ export class Endpoint {
       });
       req.on("error", (e) => finish(failed(e)));
       req.on("response", (res) => {
+        if (stream && res.statusCode === 200 && /^text\/event-stream\b/i.test(res.headers["content-type"] ?? "")) {
+          finish(undefined, { status: 200, headers: res.headers, body: Buffer.alloc(0), stream: res });
+          // The reader owns it now; a call that left this member after the head came closes it.
+          const signal = o.signal;
+          if (signal !== undefined) signal.addEventListener("abort", () => res.destroy(), { once: true });
+          res.on("error", () => {}); // the reader hears of it through "close"
+          return;
+        }
+        const max = stream ? STREAM_REFUSAL_BYTES_MAX : ANSWER_BYTES_MAX;
         const chunks: Buffer[] = [];
         let size = 0;
         res.on("data", (c: Buffer) => {
           size += c.length;
-          if (size > ANSWER_BYTES_MAX) {
-            finish(new BadResponseError("bad_response", `${where}: the answer is larger than ${ANSWER_BYTES_MAX} bytes`));
+          if (size > max) {
+            finish(new BadResponseError("bad_response", `${where}: the answer is larger than ${max} bytes`));
             return;
           }
           chunks.push(c);

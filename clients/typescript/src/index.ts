@@ -5,6 +5,8 @@ export { Client, ENDPOINT_DEFAULT, Store, newLeaseId, parseDurationMs } from "./
 export type { ClientOptions, LockContext, LockOptions } from "./client.js";
 export { Lock, validUntil, defaultMargin } from "./lock.js";
 export type { GetResult, PutResult } from "./calls.js";
+export { Watch, WATCH_RETRY_FOR_MS, WATCH_SILENCE_MS } from "./watch.js";
+export type { ExpiredEvent, GrantedEvent, OtherEvent, ReleasedEvent, StoreAcceptedEvent, StoreRejectedEvent, WatchEvent, WatchOptions } from "./watch.js";
 export type { ServerApi } from "./compat.js";
 export { ATTEMPT_TIMEOUT_DEFAULT_MS, ATTEMPT_TIMEOUT_MIN_MS } from "./failover.js";
 export {
@@ -20,6 +22,7 @@ export {
   LockHeldError,
   LockLostError,
   MembershipChangeError,
+  MissedEventsError,
   NotFoundError,
   NotHolderError,
   NotLeaderError,

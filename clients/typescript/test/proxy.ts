@@ -1,6 +1,6 @@
 // A loopback TCP proxy in front of a server, for the faults a test needs: the answer to
 // the first acquire dropped (with the connection, or with the member falling silent),
-// everything held (a cut link), or the bearer token rewritten.
+// everything held (a cut link), every open connection reset, or the bearer token rewritten.
 
 import net from "node:net";
 
@@ -22,6 +22,8 @@ export class Proxy {
   readonly dropped: { status: number; body: Record<string, unknown> }[] = [];
   /** The `lease_id` of every acquire that went through, in order. */
   readonly acquireLeaseIds: string[] = [];
+  /** The request line's path of every request that went through, in order. */
+  readonly paths: string[] = [];
   /** The `holder` of every acquire that went through (`undefined`: none sent), in order. */
   readonly acquireHolders: (string | undefined)[] = [];
 
@@ -44,6 +46,11 @@ export class Proxy {
   close(): Promise<void> {
     for (const s of this.#sockets) s.destroy();
     return new Promise((ok) => this.#server.close(() => ok()));
+  }
+
+  /** Cuts every open connection (a reset, as a crash would); new ones pass as before. */
+  cut(): void {
+    for (const s of this.#sockets) s.resetAndDestroy();
   }
 
   #track(s: net.Socket): net.Socket {
@@ -69,6 +76,7 @@ export class Proxy {
         this.acquireHolders.push(m[2] === undefined ? undefined : (JSON.parse(`{${m[2].slice(1)}}`) as { holder: string }).holder);
       }
       const path = /^(?:GET|POST|PUT|DELETE) (\S+) HTTP\/1\.1/m.exec(text)?.[1];
+      if (path !== undefined) this.paths.push(path);
       if (path !== undefined && this.dropNext !== undefined && dropping === undefined && this.dropNext.path.test(path)) {
         dropping = this.dropNext.after;
         this.dropNext = undefined;

@@ -113,6 +113,8 @@ export class Server {
   readonly child: ChildProcess;
   readonly dataDir: string;
   #log = "";
+  #args: string[] = [];
+  #ca: Buffer | undefined;
 
   private constructor(port: number, child: ChildProcess, dataDir: string, tls: boolean) {
     this.port = port;
@@ -130,13 +132,18 @@ export class Server {
    */
   static async start(args: string[] = [], ca?: Buffer, port?: number): Promise<Server> {
     port ??= await freePort();
-    const dataDir = tempDir("server");
+    return Server.#spawn(port, tempDir("server"), args, ca);
+  }
+
+  static async #spawn(port: number, dataDir: string, args: string[], ca: Buffer | undefined): Promise<Server> {
     const child = spawn(FENCED_BIN, ["server", "--listen", `127.0.0.1:${port}`, "--data-dir", join(dataDir, "data"), ...args], {
       stdio: ["ignore", "ignore", "pipe"],
       env: { ...process.env, FENCED_LOG: "warn" },
     });
     started.add(child);
     const s = new Server(port, child, dataDir, ca !== undefined);
+    s.#args = args;
+    s.#ca = ca;
     let exited = false;
     child.once("exit", () => (exited = true));
     await eventually(
@@ -151,6 +158,12 @@ export class Server {
       50,
     );
     return s;
+  }
+
+  /** A `kill -9`, then the same server again: the same port, data directory and flags. Answers the new process. */
+  async crashAndRestart(): Promise<Server> {
+    await this.stop();
+    return Server.#spawn(this.port, this.dataDir, this.#args, this.#ca);
   }
 
   signal(sig: NodeJS.Signals): void {

@@ -19,6 +19,7 @@ import {
   Lock,
   LockHeldError,
   LockLostError,
+  MissedEventsError,
   NotLeaderError,
   RecoveringError,
   StaleTokenError,
@@ -74,6 +75,9 @@ describe("errors", () => {
     assert.ok(errorFromAnswer(428, body({ code: "token_required", message: "t" }), "w") instanceof TokenRequiredError);
     assert.ok(errorFromAnswer(401, body({ code: "unauthorized", message: "no" }), "w") instanceof UnauthorizedError);
     assert.ok(errorFromAnswer(404, body({ code: "lease_not_found", message: "gone" }), "k") instanceof LeaseNotFoundError);
+    const compacted = errorFromAnswer(410, body({ code: "compacted", message: "gone", oldest_index: 17 }), "watching");
+    assert.ok(compacted instanceof MissedEventsError && compacted instanceof FencedError);
+    assert.deepEqual([compacted.code, compacted.status, compacted.oldestIndex], ["compacted", 410, 17]);
     const held = errorFromAnswer(409, body({ code: "lock_held", message: "held", holder_token: 4 }), "a");
     assert.ok(held instanceof LockHeldError && held.holderToken === 4);
     // Not the API's shape: the status decides, the raw text is kept.
@@ -169,13 +173,19 @@ describe("the API check", () => {
   };
 
   it("accepts the Fenced API v1 and refuses anything else, saying what is missing", () => {
-    assert.deepEqual(readServerApi(doc(), "http://x"), { title: "Fenced", version: "0.1.0", acceptsHolder: false });
+    assert.deepEqual(readServerApi(doc(), "http://x"), { title: "Fenced", version: "0.1.0", acceptsHolder: false, revokesLocks: false, servesEvents: false });
     const holderAcquire = {
       properties: { lease_id: {}, ttl_ms: {}, wait_ms: {}, holder: {} },
       oneOf: [{ required: ["lease_id"] }, { required: ["ttl_ms"] }, { required: ["lease_id", "ttl_ms"] }],
     };
     const withHolder = doc({ components: { schemas: { AcquireRequest: holderAcquire } } });
-    assert.deepEqual(readServerApi(withHolder, "http://x"), { title: "Fenced", version: "0.1.0", acceptsHolder: true });
+    assert.deepEqual(readServerApi(withHolder, "http://x"), { title: "Fenced", version: "0.1.0", acceptsHolder: true, revokesLocks: false, servesEvents: false });
+    const op = { responses: {} };
+    const newer = JSON.parse(doc().body.toString()) as { paths: Record<string, unknown> };
+    newer.paths["/v1/locks/{name}/revoke"] = { post: op };
+    newer.paths["/v1/events"] = { get: op };
+    const withBoth = { status: 200, headers: {}, body: Buffer.from(JSON.stringify(newer)) };
+    assert.deepEqual(readServerApi(withBoth, "http://x"), { title: "Fenced", version: "0.1.0", acceptsHolder: false, revokesLocks: true, servesEvents: true });
     const refused = (a: ReturnType<typeof doc>, why: RegExp) =>
       assert.throws(() => readServerApi(a, "http://x"), (e: unknown) => e instanceof IncompatibleServerError && e.code === "incompatible_server" && why.test(e.message));
     refused(doc({ info: { title: "Other" } }), /title is "Other"/);
