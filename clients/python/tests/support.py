@@ -83,14 +83,23 @@ class Server:
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="fenced-py-")
         self.log = open(os.path.join(self.dir, "server.log"), "wb")
-        args = [str(self.bin), "server", "--listen", f"127.0.0.1:{self.port}",
-                "--data-dir", os.path.join(self.dir, "data"), *(extra or [])]
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        self.args = [str(self.bin), "server", "--listen", f"127.0.0.1:{self.port}",
+                     "--data-dir", os.path.join(self.dir, "data"), *(extra or [])]
+        self._spawn()
+
+    def _spawn(self) -> None:
+        self.proc = subprocess.Popen(self.args, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
         try:
             wait_until(self._ready, 20.0, f"fenced server on port {self.port} ready (GET /readyz)")
         except AssertionError:
             self.stop()
             raise
+
+    def crash_and_restart(self) -> None:
+        """``kill -9``, then the same server again: the same port, flags and data dir."""
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+        self._spawn()
 
     @property
     def url(self) -> str:
@@ -246,6 +255,73 @@ def _close(s: socket.socket) -> None:
         s.close()
     except OSError:
         pass
+
+
+class CutProxy:
+    """A loopback proxy to ``upstream`` whose connections the test breaks on purpose:
+    :meth:`cut` resets every open one (an EOF mid-stream, as a dead member or a broken
+    network gives), :meth:`freeze` keeps them open but passes no more bytes (a member
+    fallen silent), and with :attr:`down` set new connections are closed at once."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.down = False
+        self.connections = 0
+        self._mu = threading.Lock()
+        self._pairs: List[tuple] = []
+        self._frozen: List[threading.Event] = []
+        self.listener = Listener(self._serve)
+        self.url = self.listener.url
+
+    def _serve(self, client: socket.socket) -> None:
+        if self.down:
+            return _close(client)
+        try:
+            up = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=5)
+        except OSError:
+            return _close(client)
+        up.settimeout(None)
+        frozen = threading.Event()
+        with self._mu:
+            self.connections += 1
+            self._pairs.append((client, up))
+            self._frozen.append(frozen)
+
+        def pump(src: socket.socket, dst: socket.socket) -> None:
+            try:
+                while True:
+                    data = src.recv(65536)
+                    if not data or frozen.is_set():
+                        break
+                    dst.sendall(data)
+            except OSError:
+                pass
+            if not frozen.is_set():
+                _close(src)
+                _close(dst)
+
+        threading.Thread(target=pump, args=(client, up), daemon=True).start()
+        pump(up, client)
+
+    def cut(self) -> int:
+        """Breaks every open connection; how many there were."""
+        with self._mu:
+            pairs, self._pairs, self._frozen = self._pairs, [], []
+        for a, b in pairs:
+            _close(a)
+            _close(b)
+        return len(pairs)
+
+    def freeze(self) -> int:
+        """Open connections pass no more bytes, and stay open (until :meth:`cut`)."""
+        with self._mu:
+            for f in self._frozen:
+                f.set()
+            return len(self._frozen)
+
+    def close(self) -> None:
+        self.cut()
+        self.listener.close()
 
 
 class FakeMember:

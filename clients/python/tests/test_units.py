@@ -131,3 +131,51 @@ def test_names_stay_one_segment() -> None:
         _core.check_name("x" * 257)
     with pytest.raises(fenced.BadRequest):
         _core.check_token(0)
+
+
+def test_the_event_stream_is_read_block_by_block() -> None:
+    from fenced import _watch
+
+    assert _watch.parse_block("id: 7\n: position") == (7, None, None)
+    assert _watch.parse_block("id:8\nevent: granted\ndata: {\"a\":1}\ndata:2") == (8, "granted", '{"a":1}\n2')
+    assert _watch.parse_block(": keep-alive").id is None
+    assert _watch.parse_block("id: ٣").id is None, "only ASCII digits are an id"
+    st = _watch.WatchState("w/", None)
+    assert st.path() == "/v1/events?prefix=w%2F"
+    grant = b'id: 5\r\nevent: granted\r\ndata: {"index":5,"type":"granted","at_ms":9,"name":"w/a","token":3,' \
+            b'"ttl_ms":1000,"holder":"h"}\r\n\r\n'
+    assert st.feed(b"id: 4\n: position\n\n" + grant[:30])
+    assert st.take() is None and st.position == 4, "a marker moves the position and delivers nothing"
+    st.feed(grant[30:] + b": keep-alive\n\n")
+    e = st.take()
+    assert e == fenced.WatchEvent(index=5, type="granted", at_ms=9, name="w/a", token=3, ttl_ms=1000, holder="h")
+    assert e.data["holder"] == "h" and st.position == 5 and st.take() is None
+    st.feed(grant)  # a repeat of what was delivered: skipped
+    assert st.take() is None and st.position == 5
+    assert st.path() == "/v1/events?prefix=w%2F&since=5"
+    st.feed(b'id: 9\ndata: {"index":9,"type":"elected","at_ms":1,"x":2}\n\n')
+    assert st.take().type == "elected", "a newer server's type is delivered as it came"
+    st.feed(b'event: lagged\ndata: {"missed":40}\n\n')
+    with pytest.raises(fenced.Missed) as missed:
+        st.take()
+    assert missed.value.code == "lagged" and missed.value.details == {"missed": 40}
+    with pytest.raises(fenced.Missed):
+        st.path()  # over: no reopen with a gap
+    with pytest.raises(fenced.ServerError):
+        _watch.WatchState("", 0).handle(b"id: 1\ndata: not json")
+    broke = _watch.WatchState("", None)
+    assert broke.path() == "/v1/events"
+    broke.opened()
+    with pytest.raises(fenced.Missed) as missed:
+        broke.path()  # opened, broken before the server told where it started
+    assert missed.value.code == "missed"
+    assert not _watch.WatchState("", None).feed(b"x" * (_watch.BLOCK_BYTES_MAX + 1)), "an endless block breaks"
+    for bad in (-1, "3", True, 2**64):
+        with pytest.raises(fenced.BadRequest):
+            _watch.WatchState("", bad)
+
+
+def test_compacted_is_missed_with_the_oldest_index() -> None:
+    e = errors.from_answer(410, b'{"error":{"code":"compacted","message":"gone","oldest_index":42}}')
+    assert type(e) is fenced.Missed and e.oldest_index == 42 and e.status == 410
+    assert type(errors.from_answer(410, b"gone")) is fenced.Missed

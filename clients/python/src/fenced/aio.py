@@ -11,19 +11,21 @@ import ssl
 import sys
 import weakref
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Set, Tuple, Type, TypeVar, cast
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Set, Tuple, Type, TypeVar, cast
 
 import httpx
 
-from . import _core
+from . import _core, _watch
 from ._lockstate import LockState
-from .client import StoreRead, _mark, _named, _Reply, _stale_after_retry, log
+from ._watch import WatchEvent
+from .client import StoreRead, _held_token, _mark, _named, _Reply, _revoked_token, _stale_after_retry, log
 from .errors import (
     BadRequest,
     FencedError,
     LeaseNotFound,
     LockLost,
     LostReason,
+    Missed,
     NotFound,
     NotHolder,
     Recovering,
@@ -33,6 +35,8 @@ from .errors import (
     TooManyConnections,
     Transport,
     Unauthorized,
+    Unavailable,
+    from_answer,
 )
 
 T = TypeVar("T")
@@ -124,6 +128,23 @@ class AsyncClient:
             await self._call(lambda i: self._json(i, "DELETE", f"/v1/leases/{lease_id}", None))
         except LeaseNotFound:
             pass
+
+    async def revoke_lock(self, name: str, token: Optional[int] = None) -> int:
+        """An operator's release, as :meth:`fenced.Client.revoke_lock`: the token taken;
+        without ``token`` the current holder's is read first and named;
+        :class:`fenced.NotHolder` when nobody, or another token, holds it."""
+        _core.check_name(name)
+        if token is None:
+            token = _held_token(name, await self.lock_info(name))
+        body = {"token": _core.check_token(token)}
+        path = f"/v1/locks/{_core.segment(name)}/revoke"
+        return _revoked_token(await self._call(lambda i: self._json(i, "POST", path, body)))
+
+    def watch(self, prefix: str = "", since: Optional[int] = None) -> "AsyncWatch":
+        """The events of names and keys under ``prefix``, as :meth:`fenced.Client.watch`:
+        ``async for event in client.watch("orders/"):``. The stream opens at the first
+        event asked for, or at ``await watch.open()``."""
+        return AsyncWatch(self, prefix, since)
 
     async def aclose(self) -> None:
         if self._background:
@@ -408,6 +429,33 @@ class AsyncClient:
                 backoff *= 2
         raise AssertionError("unreachable")
 
+    async def _open_stream(self, i: int, path: str, silence: float) -> httpx.Response:
+        """``GET path`` on member ``i`` answered with a stream, as
+        :meth:`fenced.Client._open_stream`: the response once its head came (within the
+        request time-out), its body unread; at most ``silence`` between two bytes."""
+        if self._check_server and i not in self._checked:
+            r0 = await self._send_once(i, "GET", "/openapi.json", None, {}, self.request_timeout)
+            self._checked[i] = _core.check_api(self._members.endpoints[i], r0.status, r0.body)
+        url = self._members.endpoints[i] + path
+        t = httpx.Timeout(silence, connect=min(self.connect_timeout, self.request_timeout),
+                          write=self.request_timeout, pool=self.request_timeout)
+        req = self._http.build_request("GET", url, headers={"accept": "text/event-stream"}, timeout=t)
+        try:
+            r = await asyncio.wait_for(self._http.send(req, stream=True), self.request_timeout)
+        except asyncio.TimeoutError:
+            raise Transport(f"{url}: no answer within {int(self.request_timeout * 1000)} ms") from None
+        except (httpx.HTTPError, ssl.SSLError) as e:
+            raise _core.http_failure(url, silence, e) from e
+        if r.status_code == 200:
+            return r
+        try:
+            body = await r.aread()
+        except (httpx.HTTPError, ssl.SSLError):
+            body = b""
+        finally:
+            await r.aclose()
+        raise from_answer(r.status_code, body)
+
     async def _send_once(self, i: int, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
                          timeout: float) -> _Reply:
         url = self._members.endpoints[i] + path
@@ -419,6 +467,152 @@ class AsyncClient:
             # when it arrives on a read (a certificate refused in a TLS 1.3 handshake).
             raise _core.http_failure(url, timeout, e) from e
         return _Reply(r.status_code, r.headers, r.content)
+
+
+class AsyncWatch:
+    """:class:`fenced.Watch`'s twin: ``async for event in watch:``, :attr:`position`,
+    ``await open()``, ``await aclose()`` (also on leaving ``async with watch:``). Iterate
+    it from one task at a time; to stop a task blocked in it, cancel the task or call
+    ``aclose()`` from another."""
+
+    def __init__(self, client: AsyncClient, prefix: str, since: Optional[int]) -> None:
+        self._client = client
+        self._st = _watch.WatchState(prefix, since)
+        self._resp: Optional[httpx.Response] = None
+        self._chunks: Optional[AsyncIterator[bytes]] = None
+        self._closed = False
+        self._silence = _watch.SILENCE_MAX
+        self._retry_for = _watch.RETRY_FOR
+        self._broken_since: Optional[float] = None
+        self._backoff = _watch.BACKOFF_FIRST
+
+    @property
+    def position(self) -> Optional[int]:
+        """The last position the server told this watch (``None`` before the first)."""
+        return self._st.position
+
+    @property
+    def prefix(self) -> str:
+        return self._st.prefix
+
+    def __aiter__(self) -> "AsyncWatch":
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        while True:
+            event = await self._step()
+            if event is not None:
+                return event
+
+    async def open(self) -> Optional[int]:
+        """Opens the stream now and reads until the server told its position; returns it."""
+        try:
+            while True:
+                event = self._st.take(pending=False)
+                if event is not None:
+                    self._st.pending.append(event)
+                elif self._chunks is not None and self._st.position is not None:
+                    break
+                else:
+                    event = await self._step(pending=False)  # reads more (the buffer was drained)
+                    if event is not None:
+                        self._st.pending.append(event)
+        except StopAsyncIteration:
+            pass
+        return self._st.position
+
+    async def aclose(self) -> None:
+        """Ends the watch (idempotent): the stream is closed, the iteration stops."""
+        self._closed = True
+        resp = self._resp
+        if resp is not None:
+            try:
+                await resp.aclose()
+            except Exception:  # noqa: BLE001 - the reader may be closing it too
+                pass
+
+    async def __aenter__(self) -> "AsyncWatch":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<fenced.AsyncWatch prefix={self.prefix!r} position={self.position}>"
+
+    async def _step(self, pending: bool = True) -> Optional[WatchEvent]:
+        if self._closed:
+            raise StopAsyncIteration
+        event = self._st.take(pending)
+        if event is not None:
+            return event
+        if self._chunks is None:
+            try:
+                await self._open()
+            except Unavailable:
+                if self._closed:
+                    raise StopAsyncIteration from None
+                if self._broken_since is None:
+                    self._broken_since = _core.now()
+                left = self._broken_since + self._retry_for - _core.now()
+                if left <= 0:
+                    self._broken_since, self._backoff = None, _watch.BACKOFF_FIRST
+                    raise
+                await asyncio.sleep(min(self._backoff, left))
+                self._backoff = min(self._backoff * 2, _watch.BACKOFF_MAX)
+            return None
+        chunk = await self._read()
+        if chunk is None or not self._st.feed(chunk):
+            await self._drop()
+            if self._broken_since is None:
+                self._broken_since = _core.now()
+            return None
+        self._broken_since, self._backoff = None, _watch.BACKOFF_FIRST
+        return None
+
+    async def _open(self) -> None:
+        path = self._st.path()
+        c = self._client
+        try:
+            resp = await c._call(lambda i: c._open_stream(i, path, self._silence), _core.now() + c.request_timeout)
+        except Missed as e:
+            raise self._st.refused(e) from None
+        if self._closed:
+            await resp.aclose()
+            return
+        self._resp = resp
+        self._chunks = resp.aiter_bytes()
+        self._st.opened()
+        log.debug("watch of '%s' opened on %s after position %s", self.prefix, resp.url, self.position)
+
+    async def _read(self) -> Optional[bytes]:
+        assert self._chunks is not None
+        try:
+            return await self._chunks.__anext__()
+        except StopAsyncIteration:
+            return None
+        except (httpx.HTTPError, httpx.StreamError, OSError, ssl.SSLError) as e:
+            log.debug("the event stream of watch '%s' broke at position %s: %r", self.prefix, self.position, e)
+            return None
+        except Exception:  # noqa: BLE001 - an aclose from another task can break the read any way
+            if self._closed:
+                return None
+            raise
+
+    async def _drop(self) -> None:
+        resp, chunks = self._resp, self._chunks
+        self._resp, self._chunks = None, None
+        if chunks is not None:
+            try:
+                await chunks.aclose()  # type: ignore[attr-defined]
+            except Exception:  # noqa: BLE001 - a broken stream may fail to close
+                pass
+        if resp is not None:
+            try:
+                await resp.aclose()
+            except Exception:  # noqa: BLE001
+                pass
+        self._st.broke()
 
 
 class _LostAsyncEvent(asyncio.Event):

@@ -10,17 +10,19 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import logging
+import socket
 import ssl
 import threading
 import time
 import weakref
 from types import TracebackType
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, Type, TypeVar
 
 import httpx
 
-from . import _core
+from . import _core, _watch
 from ._lockstate import LockState, LostEvent
+from ._watch import WatchEvent
 from .errors import (
     BadRequest,
     FencedError,
@@ -28,6 +30,7 @@ from .errors import (
     LockHeld,
     LockLost,
     LostReason,
+    Missed,
     NotHolder,
     NotFound,
     Recovering,
@@ -201,6 +204,37 @@ class Client:
             self._call(lambda i: self._json(i, "DELETE", f"/v1/leases/{lease_id}", None))
         except LeaseNotFound:
             pass
+
+    def revoke_lock(self, name: str, token: Optional[int] = None) -> int:
+        """An operator's release (``POST /v1/locks/{name}/revoke``): takes lock ``name``
+        from whoever holds it, with ``token`` only while that token holds it; needs the
+        ``admin`` right on the name when the server has identities. The next waiter is
+        granted with a higher token; the old holder's guard becomes lost at its next
+        keepalive (:attr:`LostReason.LEASE_NOT_FOUND`: its implicit lease ended with the
+        lock). Returns the token taken. :class:`fenced.NotHolder` when nobody holds it, or
+        another token does (``holder_token``).
+
+        Without ``token`` the current holder's is read first (``GET /v1/locks/{name}``) and
+        named, so that a call retried on another member (its first answer lost) can never
+        take the lock from the holder granted after the revoke."""
+        _core.check_name(name)
+        if token is None:
+            token = _held_token(name, self.lock_info(name))
+        body = {"token": _core.check_token(token)}
+        path = f"/v1/locks/{_core.segment(name)}/revoke"
+        return _revoked_token(self._call(lambda i: self._json(i, "POST", path, body)))
+
+    def watch(self, prefix: str = "", since: Optional[int] = None) -> "Watch":
+        """The events of lock names and store keys that start with ``prefix`` (``""``: all),
+        an iterator of :class:`fenced.WatchEvent`: from now (``since`` None; the stream
+        opens at the first ``next`` or at :meth:`Watch.open`), or exactly after index
+        ``since`` (a :attr:`Watch.position` an earlier watch reached). A broken stream
+        (reset, ended, or no byte for 45 s) is reopened on any member from the position,
+        so nothing is missed or repeated; after 30 s without a stream ``next`` raises
+        :class:`fenced.Unavailable` (calling it again goes on trying). When events after
+        the position are no longer held, or the stream fell behind, it raises
+        :class:`fenced.Missed`: list the locks again and start a new watch."""
+        return Watch(self, prefix, since)
 
     def close(self) -> None:
         self._http.close()
@@ -506,6 +540,31 @@ class Client:
             raise _core.http_failure(url, timeout, e) from e
         return _Reply(r.status_code, r.headers, r.content)
 
+    def _open_stream(self, i: int, path: str, silence: float) -> httpx.Response:
+        """``GET path`` on member ``i``, after its API check, answered with a stream (the
+        event stream): the response once its head came, its body unread. Between two
+        bytes of it at most ``silence`` passes (httpx's read time-out). An error answer is
+        read whole, and raised."""
+        if self._check_server and i not in self._checked:
+            self._check(i)
+        url = self._members.endpoints[i] + path
+        t = httpx.Timeout(silence, connect=min(self.connect_timeout, self.request_timeout),
+                          write=self.request_timeout, pool=self.request_timeout)
+        req = self._http.build_request("GET", url, headers={"accept": "text/event-stream"}, timeout=t)
+        try:
+            r = self._http.send(req, stream=True)
+        except (httpx.HTTPError, ssl.SSLError) as e:
+            raise _core.http_failure(url, silence, e) from e
+        if r.status_code == 200:
+            return r
+        try:
+            body = r.read()
+        except (httpx.HTTPError, ssl.SSLError):
+            body = b""
+        finally:
+            r.close()
+        raise from_answer(r.status_code, body)
+
     def _check(self, i: int) -> None:
         with self._checked_mu:
             if i in self._checked:
@@ -790,6 +849,226 @@ class Store:
             raise e
 
         return c._call(get)
+
+
+class Watch:
+    """A watch of the event stream (:meth:`Client.watch`): ``for event in watch:``.
+
+    Each item is a :class:`fenced.WatchEvent`. :attr:`position` is the last position the
+    server told (an event's index, or a position marker's): a new watch ``since`` it
+    misses nothing and repeats nothing. ``close()`` (also on leaving ``with watch:``) ends
+    the iteration, from any thread: a ``next`` blocked reading stops at once. Iterate it
+    from one thread at a time."""
+
+    def __init__(self, client: Client, prefix: str, since: Optional[int]) -> None:
+        self._client = client
+        self._st = _watch.WatchState(prefix, since)
+        self._resp: Optional[httpx.Response] = None
+        self._chunks: Optional[Iterator[bytes]] = None
+        self._mu = threading.Lock()
+        self._closed = threading.Event()
+        #: No byte for this long and the stream is reopened (tests shorten it).
+        self._silence = _watch.SILENCE_MAX
+        #: Reopening gives up after this long without a stream.
+        self._retry_for = _watch.RETRY_FOR
+        self._broken_since: Optional[float] = None
+        self._backoff = _watch.BACKOFF_FIRST
+
+    @property
+    def position(self) -> Optional[int]:
+        """The last position the server told this watch (``None`` before the first)."""
+        return self._st.position
+
+    @property
+    def prefix(self) -> str:
+        return self._st.prefix
+
+    def __iter__(self) -> "Watch":
+        return self
+
+    def __next__(self) -> WatchEvent:
+        while True:
+            event = self._step()
+            if event is not None:
+                return event
+
+    def open(self) -> Optional[int]:
+        """Opens the stream now, if it is not open, and reads until the server told its
+        position (the marker it sends first): a watch from now starts here rather than at
+        the first ``next``. Returns :attr:`position`."""
+        try:
+            while True:
+                event = self._st.take(pending=False)
+                if event is not None:
+                    self._st.pending.append(event)
+                elif self._chunks is not None and self._st.position is not None:
+                    break
+                else:
+                    event = self._step(pending=False)  # reads more (the buffer was drained)
+                    if event is not None:
+                        self._st.pending.append(event)
+        except StopIteration:
+            pass
+        return self._st.position
+
+    def _step(self, pending: bool = True) -> Optional[WatchEvent]:
+        """One step: an event of the bytes received, else (re)opening the stream or reading
+        more of it; ``None`` when there is no event yet."""
+        if self._closed.is_set():
+            raise StopIteration
+        event = self._st.take(pending)
+        if event is not None:
+            return event
+        if self._chunks is None:
+            try:
+                self._open()
+            except Unavailable:
+                if self._closed.is_set():
+                    raise StopIteration from None
+                if self._broken_since is None:
+                    self._broken_since = _core.now()
+                left = self._broken_since + self._retry_for - _core.now()
+                if left <= 0:
+                    self._broken_since, self._backoff = None, _watch.BACKOFF_FIRST  # a new next() tries again
+                    raise
+                self._closed.wait(min(self._backoff, left))
+                self._backoff = min(self._backoff * 2, _watch.BACKOFF_MAX)
+            return None
+        chunk = self._read()
+        if chunk is None or not self._st.feed(chunk):
+            self._drop()
+            if self._broken_since is None:
+                self._broken_since = _core.now()
+            return None
+        self._broken_since, self._backoff = None, _watch.BACKOFF_FIRST
+        return None
+
+    def close(self) -> None:
+        """Ends the watch (idempotent): the stream is closed, ``next`` stops iterating."""
+        self._closed.set()
+        with self._mu:
+            resp = self._resp
+        if resp is not None:
+            _shut(resp)
+            try:
+                resp.close()
+            except Exception:  # noqa: BLE001 - the reader may be closing it too
+                pass
+
+    def __enter__(self) -> "Watch":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<fenced.Watch prefix={self.prefix!r} position={self.position}>"
+
+    def _open(self) -> None:
+        path = self._st.path()
+        c = self._client
+        opening = _Opening()
+
+        def open_on(i: int) -> httpx.Response:
+            r = c._open_stream(i, path, self._silence)
+            with opening.mu:
+                if opening.done:  # the caller gave up on this member meanwhile
+                    r.close()
+                    raise Transport(f"{c._members.endpoints[i]}{path}: answered after the watch moved on")
+                opening.responses.append(r)
+            return r
+
+        resp: Optional[httpx.Response] = None
+        try:
+            if len(c._members.endpoints) == 1:
+                fut = c._in_thread(open_on, 0)
+                try:
+                    resp = fut.result(timeout=c.request_timeout)
+                except cf.TimeoutError:
+                    raise Transport(f"{c._members.endpoints[0]}{path}: no answer within "
+                                    f"{int(c.request_timeout * 1000)} ms") from None
+            else:
+                resp = c._call(open_on, _core.now() + c.request_timeout)
+        except Missed as e:
+            raise self._st.refused(e) from None
+        finally:
+            with opening.mu:
+                opening.done = True
+                late = [r for r in opening.responses if r is not resp]
+            for r in late:
+                r.close()
+        assert resp is not None
+        with self._mu:
+            if self._closed.is_set():
+                resp.close()
+                return
+            self._resp = resp
+            self._chunks = resp.iter_bytes()
+        self._st.opened()
+        log.debug("watch of '%s' opened on %s after position %s", self.prefix, resp.url, self.position)
+
+    def _read(self) -> Optional[bytes]:
+        """The next bytes of the stream; ``None`` when it broke, ended or fell silent."""
+        assert self._chunks is not None
+        try:
+            return next(self._chunks)
+        except StopIteration:
+            return None
+        except (httpx.HTTPError, httpx.StreamError, OSError, ssl.SSLError) as e:
+            log.debug("the event stream of watch '%s' broke at position %s: %r", self.prefix, self.position, e)
+            return None
+        except Exception:  # noqa: BLE001 - a close from another thread can break the read any way
+            if self._closed.is_set():
+                return None
+            raise
+
+    def _drop(self) -> None:
+        with self._mu:
+            resp, self._resp, self._chunks = self._resp, None, None
+        if resp is not None:
+            try:
+                resp.close()
+            except Exception:  # noqa: BLE001 - a broken stream may fail to close
+                pass
+        self._st.broke()
+
+
+class _Opening:
+    """The responses of one reopen's attempts: those the call did not take, and those that
+    come after it gave up on their member, are closed."""
+
+    def __init__(self) -> None:
+        self.mu = threading.Lock()
+        self.done = False
+        self.responses: List[httpx.Response] = []
+
+
+def _shut(resp: httpx.Response) -> None:
+    """Shuts the response's socket down, so that a read blocked on it in another thread
+    returns (closing a socket does not wake its reader)."""
+    try:
+        stream = resp.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except Exception:  # noqa: BLE001 - best effort: closed already, or not a socket
+        pass
+
+
+def _held_token(name: str, view: Dict[str, Any]) -> int:
+    """The token of the current holder of ``name``, from its lock view; :class:`NotHolder`
+    when it is free."""
+    token = view.get("token")
+    if not view.get("held") or not isinstance(token, int) or isinstance(token, bool) or token < 1:
+        raise NotHolder(f"lock '{name}' is not held: nothing to revoke", code="not_holder")
+    return token
+
+
+def _revoked_token(r: Any) -> int:
+    token = r.get("token") if isinstance(r, dict) else None
+    if not isinstance(token, int) or isinstance(token, bool) or token < 1:
+        raise ServerError(f"a revoke answered without a token: {r}", code="bad_response")
+    return token
 
 
 def _named(e: FencedError, name: str) -> FencedError:

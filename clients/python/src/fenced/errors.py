@@ -135,6 +135,21 @@ class NotFound(FencedError):
         return self._int("highest_seen")
 
 
+class Missed(FencedError):
+    """A watch cannot go on without a gap: the events after its position are no longer held
+    (``compacted``, HTTP 410; :attr:`oldest_index` is the oldest one held), its stream fell
+    behind what the member holds (``lagged``), or it broke before the server told its
+    position (``missed``). Read the state again (``locks``) and start a new watch."""
+
+    default_code = "missed"
+
+    @property
+    def oldest_index(self) -> Optional[int]:
+        """The oldest event index the member still holds, when it said (``compacted``): a
+        watch ``since`` ``oldest_index - 1`` or later resumes."""
+        return self._int("oldest_index")
+
+
 class MembershipChangeFailed(FencedError):
     """A cluster membership change did not complete (409)."""
 
@@ -371,6 +386,8 @@ ERROR_CODES: Dict[str, Type[FencedError]] = {
     "store_full": StorageFull,
     "insufficient_storage": StorageFull,
     "corrupt_record": CorruptRecord,
+    # the event stream
+    "compacted": Missed,
     # the edge: input
     "invalid_json": BadRequest,
     "invalid_field": BadRequest,
@@ -421,6 +438,8 @@ def _by_status(status: Optional[int]) -> Type[FencedError]:
         return Forbidden
     if status == 404:
         return NotFound
+    if status == 410:
+        return Missed
     if status == 413:
         return TooLarge
     if status in (400, 408, 414, 422, 431):

@@ -1,0 +1,244 @@
+"""What the sync and the async watch share: the event, the reading of the event stream
+(Server-Sent Events, ``GET /v1/events``) and the position rule, as in the Rust client
+(crates/fenced-client/src/watch.rs).
+
+Every event has an ``index``, strictly increasing and the same on every member. A watch
+remembers the last position the server told it (an event's index, or a position marker:
+an SSE block with ``id:`` and a comment and no data, sent when a stream opens and while
+it passes over events of other prefixes) and, when the stream breaks, reopens it with
+``since`` that position: the events after it arrive exactly once. When the members no
+longer hold every event after it (410 ``compacted``), or a stream fell behind (a
+``lagged`` event), the watch raises :class:`fenced.Missed` rather than going on with a
+gap.
+
+No network IO happens here; ``client.Watch`` and ``aio.AsyncWatch`` do their own around
+:class:`WatchState`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Deque, Dict, Mapping, NamedTuple, Optional
+
+from . import _core
+from .errors import BadRequest, Missed, ServerError
+
+#: No byte for this long (the server sends a comment at least every 15 s): the stream is
+#: taken for dead and reopened from the position.
+SILENCE_MAX = 45.0
+#: How long a watch keeps reopening a broken stream before ``next`` raises the last
+#: :class:`fenced.Unavailable` (calling it again goes on trying from the same position).
+RETRY_FOR = 30.0
+#: The pause after a failed reopen, doubled each time up to :data:`BACKOFF_MAX`.
+BACKOFF_FIRST = 0.05
+BACKOFF_MAX = 2.0
+#: The most bytes one SSE block may take (an event is a few hundred): more is a broken
+#: stream, reopened.
+BLOCK_BYTES_MAX = 64 << 10
+
+_DIGITS = re.compile(r"[0-9]{1,20}")
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One event, as the server published it.
+
+    ``index`` (its position: strictly increasing, the same on every member), ``type``,
+    ``at_ms`` (the lock table's time of the log entry), and the fields of its type, the
+    others ``None``:
+
+    - ``granted``: ``name``, ``token``, ``ttl_ms``, ``holder`` (the holder's label, ``None``
+      when it gave none)
+    - ``released``: ``name``, ``token``, ``reason`` (``released``, ``revoked``: its lease
+      was revoked, ``forced``: an operator's :meth:`fenced.Client.revoke_lock`)
+    - ``expired``: ``name``, ``token``
+    - ``store_accepted``: ``key``, ``token``, ``op`` (``write`` or ``read``)
+    - ``store_rejected``: ``key``, ``token``, ``highest_seen``, ``op``
+
+    A type this client does not know (a newer server's) is delivered with its ``type`` as
+    sent. ``data`` is the event's whole JSON object, for fields a newer server adds.
+    """
+
+    index: int
+    type: str
+    at_ms: int
+    name: Optional[str] = None
+    key: Optional[str] = None
+    token: Optional[int] = None
+    ttl_ms: Optional[int] = None
+    holder: Optional[str] = None
+    reason: Optional[str] = None
+    highest_seen: Optional[int] = None
+    op: Optional[str] = None
+    data: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> "WatchEvent":
+        try:
+            d = json.loads(text)
+        except ValueError:
+            d = None
+        if not isinstance(d, dict) or not _is_uint(d.get("index")) or not isinstance(d.get("type"), str):
+            raise ServerError(f"an event did not parse: {text[:200]!r}", code="bad_response")
+
+        def s(k: str) -> Optional[str]:
+            v = d.get(k)
+            return v if isinstance(v, str) else None
+
+        def n(k: str) -> Optional[int]:
+            v = d.get(k)
+            return v if _is_uint(v) else None
+
+        return cls(index=d["index"], type=d["type"], at_ms=n("at_ms") or 0, name=s("name"), key=s("key"),
+                   token=n("token"), ttl_ms=n("ttl_ms"), holder=s("holder"), reason=s("reason"),
+                   highest_seen=n("highest_seen"), op=s("op"), data=d)
+
+
+def _is_uint(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+class Block(NamedTuple):
+    """One SSE block's fields: ``id``, ``event`` and ``data`` (its lines joined), each
+    ``None`` when absent. Comment lines (``:`` first) are left out."""
+
+    id: Optional[int]
+    event: Optional[str]
+    data: Optional[str]
+
+
+def parse_block(text: str) -> Block:
+    """The fields of one SSE block (its lines, ``\\n``-separated, without the blank line
+    that ends it), as the SSE standard reads them: ``field: value`` with one optional
+    space after the colon, a line without a colon a field with no value."""
+    id_: Optional[int] = None
+    event: Optional[str] = None
+    data = []
+    for line in text.split("\n"):
+        if not line or line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "id":
+            id_ = int(value) if _DIGITS.fullmatch(value) else None
+        elif name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
+    return Block(id_, event, "\n".join(data) if data else None)
+
+
+def check_since(since: Any) -> Optional[int]:
+    if since is None:
+        return None
+    if isinstance(since, bool) or not isinstance(since, int) or not 0 <= since < 2**64:
+        raise BadRequest(f"a watch's since is an event index from 0 to 2^64-1, not {since!r}", code="invalid_query")
+    return since
+
+
+def check_prefix(prefix: Any) -> str:
+    if not isinstance(prefix, str):
+        raise BadRequest(f"a watch's prefix is a string, not {type(prefix).__name__}", code="invalid_query")
+    return prefix
+
+
+class WatchState:
+    """What a watch knows, whichever stream it reads: its position, whether a stream was
+    ever open, the bytes of a block not yet whole, and the error that ended it."""
+
+    def __init__(self, prefix: str, since: Optional[int]) -> None:
+        self.prefix = check_prefix(prefix)
+        #: The last position the server told: the next stream starts exactly after it.
+        self.position: Optional[int] = check_since(since)
+        #: Whether a stream was ever open: from then on, a reopen needs the position.
+        self.started = since is not None
+        self.buf = bytearray()
+        #: Events read ahead (by ``open``) and not yet handed out.
+        self.pending: Deque[WatchEvent] = deque()
+        #: A :class:`Missed` ends the watch: every later ``next`` raises it again.
+        self.failed: Optional[Missed] = None
+
+    def path(self) -> str:
+        """The path of the next stream: from the position, or from now before any."""
+        if self.failed is not None:
+            raise self.failed
+        query: Dict[str, str] = {}
+        if self.prefix:
+            query["prefix"] = _core.segment(self.prefix)
+        if self.position is not None:
+            query["since"] = str(self.position)
+        elif self.started:
+            raise self.fail(Missed("the event stream broke before the server told its position: events may have "
+                                   "been missed", code="missed"))
+        return "/v1/events" + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
+
+    def fail(self, e: Missed) -> Missed:
+        self.failed = e
+        return e
+
+    def refused(self, e: Missed) -> Missed:
+        """The 410 ``compacted`` answer to a reopen, said with the position."""
+        oldest = e.oldest_index
+        return self.fail(Missed(
+            f"events after index {self.position} are no longer held"
+            + (f" (the oldest held is {oldest})" if oldest is not None else "") + f": {e.message}",
+            code=e.code, status=e.status, details=e.details))
+
+    def opened(self) -> None:
+        self.started = True
+        self.buf.clear()
+
+    def broke(self) -> None:
+        self.buf.clear()
+
+    def feed(self, chunk: bytes) -> bool:
+        """Bytes of the stream; ``False`` when a block grew past its bound (the stream is
+        taken for broken)."""
+        self.buf += chunk.replace(b"\r", b"")
+        return len(self.buf) <= BLOCK_BYTES_MAX or b"\n\n" in self.buf
+
+    def take(self, pending: bool = True) -> Optional[WatchEvent]:
+        """The next event: one read ahead (unless ``pending`` is false), else of the whole
+        blocks received, handling markers on the way; ``None`` when more bytes are needed.
+        Raises :class:`Missed` on ``lagged``."""
+        if self.failed is not None:
+            raise self.failed
+        if pending and self.pending:
+            return self.pending.popleft()
+        while True:
+            end = self.buf.find(b"\n\n")
+            if end < 0:
+                return None
+            block = bytes(self.buf[:end])
+            del self.buf[:end + 2]
+            event = self.handle(block)
+            if event is not None:
+                return event
+
+    def handle(self, raw: bytes) -> Optional[WatchEvent]:
+        b = parse_block(raw.decode("utf-8", "replace"))
+        if b.event == "lagged":
+            missed: Optional[int] = None
+            if b.data is not None:
+                try:
+                    v = json.loads(b.data).get("missed")
+                    missed = v if _is_uint(v) else None
+                except (ValueError, AttributeError):
+                    pass
+            raise self.fail(Missed(
+                f"the event stream fell behind what the server holds after index {self.position}"
+                + (f" ({missed} or more positions missed)" if missed is not None else ""),
+                code="lagged", details={"missed": missed} if missed is not None else {}))
+        event: Optional[WatchEvent] = None
+        if b.data is not None:
+            event = WatchEvent.from_json(b.data)
+            if self.position is not None and event.index <= self.position:
+                event = None  # already delivered (cannot happen with a server that resumes exactly)
+        told = b.id if b.id is not None else (event.index if event is not None else None)
+        if told is not None:
+            self.position = told if self.position is None else max(self.position, told)
+        return event
