@@ -186,7 +186,8 @@ impl ApiError {
     /// The server cannot serve this now but nothing was done: the call may be retried.
     pub fn retryable(&self) -> bool {
         use fenced_core::Error as E;
-        matches!(self.refusal, Some(E::Recovering { .. } | E::ShuttingDown)) || self.code == "too_many_connections"
+        matches!(self.refusal, Some(E::Recovering { .. } | E::ShuttingDown | E::TooBusy { .. }))
+            || self.code == "too_many_connections"
     }
 
     /// The generic meaning of an answer; calls refine the ones they expect (a held
@@ -198,7 +199,7 @@ impl ApiError {
         match self.refusal {
             Some(E::StaleToken { token, highest_seen }) => return Error::StaleToken { token, highest_seen },
             Some(E::LeaseNotFound) => return Error::NotFound(message),
-            Some(E::Recovering { .. } | E::ShuttingDown | E::TooManyLeases { .. })
+            Some(E::Recovering { .. } | E::ShuttingDown | E::TooBusy { .. } | E::TooManyLeases { .. })
             | Some(E::TooManyLocks { .. } | E::TooManyWaiters { .. }) => return unavailable(message),
             Some(E::TtlOutOfRange { .. } | E::WaitOutOfRange { .. } | E::LockDelayOutOfRange { .. }) => {
                 return Error::BadRequest(message)

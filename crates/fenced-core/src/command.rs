@@ -59,6 +59,27 @@ pub enum Command {
     Store(StoreCommand),
 }
 
+impl Command {
+    /// About how many bytes the command takes in memory and in a log entry: what the
+    /// leader's bounds on waiting proposals and on a batch count (a store write is its
+    /// key and value; everything else is small).
+    pub fn size_hint(&self) -> usize {
+        const BASE: usize = 64;
+        BASE + match self {
+            Command::Acquire(a) => a.name.as_str().len() + a.holder.as_ref().map_or(0, String::len),
+            Command::Release { name, .. } | Command::RevokeLock { name, .. } => name.as_str().len(),
+            Command::Store(StoreCommand::Write { key, value, .. } | StoreCommand::WriteUnfenced { key, value, .. }) => {
+                key.len() + value.len()
+            }
+            Command::Store(StoreCommand::FencedRead { key, .. }) => key.len(),
+            Command::Store(StoreCommand::Import { records }) => {
+                records.iter().map(|(k, r)| BASE + k.len() + r.value.as_ref().map_or(0, Vec::len)).sum()
+            }
+            _ => 0,
+        }
+    }
+}
+
 /// An acquire request.
 #[derive(Clone, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -152,6 +173,9 @@ pub struct Output {
     /// The position of the last of `effects` among every effect the table produced
     /// since it was created ([`Output::effect_index`]), the same on every replica.
     pub effects_through: u64,
+    /// The acquires that now wait in a lock's queue with no answer yet: their answer
+    /// comes in a later output (a grant, or a wait's end), or never (withdrawn).
+    pub queued: Vec<RequestId>,
     /// To write, in order, before any answer or effect leaves the driver (when one of
     /// them is urgent) or soon (when none is).
     pub persist: Vec<Persist>,
@@ -161,6 +185,7 @@ impl Output {
     pub fn clear(&mut self) {
         self.answers.clear();
         self.effects.clear();
+        self.queued.clear();
         self.persist.clear();
     }
 

@@ -68,6 +68,12 @@ pub enum Error {
     NotLeader {
         leader: Option<u64>,
     },
+    /// The leader holds its limit of proposals waiting for the log (by count or by
+    /// bytes): this one was refused at once and did nothing. Retry after
+    /// `retry_after_ms`.
+    TooBusy {
+        retry_after_ms: u64,
+    },
     /// The fenced store holds its limit of keys or bytes; the write would need more.
     StoreFull {
         quota: Quota,
@@ -95,6 +101,7 @@ impl Error {
             Error::ShuttingDown => "shutting_down",
             Error::NotLeader { .. } => "not_leader",
             Error::StoreFull { .. } => "store_full",
+            Error::TooBusy { .. } => "too_busy",
         }
     }
 
@@ -105,7 +112,9 @@ impl Error {
         match self {
             Error::LockHeld { holder } => opt("holder_token", holder).into_iter().collect(),
             Error::NotHolder { holder } => opt("holder_token", holder).into_iter().collect(),
-            Error::Recovering { retry_after_ms } => vec![("retry_after_ms", *retry_after_ms)],
+            Error::Recovering { retry_after_ms } | Error::TooBusy { retry_after_ms } => {
+                vec![("retry_after_ms", *retry_after_ms)]
+            }
             Error::TtlOutOfRange { ttl_ms_min, ttl_ms_max } => {
                 vec![("ttl_ms_min", *ttl_ms_min), ("ttl_ms_max", *ttl_ms_max)]
             }
@@ -155,6 +164,7 @@ impl Error {
             }
             "shutting_down" => Error::ShuttingDown,
             "not_leader" => Error::NotLeader { leader: n("leader_id") },
+            "too_busy" => Error::TooBusy { retry_after_ms: n("retry_after_ms").unwrap_or(0) },
             // `store_full` names its quota in a string (`what`), which the edge adds:
             // callers match on the code.
             _ => return None,
@@ -201,6 +211,12 @@ impl fmt::Display for Error {
             Error::NotLeader { leader: None } => {
                 write!(f, "this member is not the cluster's leader and knows of none: try another endpoint")
             }
+            Error::TooBusy { .. } => {
+                write!(
+                    f,
+                    "the leader holds its limit of proposals waiting for the log: nothing was done; retry shortly"
+                )
+            }
             Error::StoreFull { quota, limit } => {
                 let what = quota.as_str();
                 write!(f, "the fenced store holds its limit of {limit} {what}: free some, or raise store_{what}_max")
@@ -237,6 +253,7 @@ mod tests {
             Error::ShuttingDown,
             Error::NotLeader { leader: Some(2) },
             Error::NotLeader { leader: None },
+            Error::TooBusy { retry_after_ms: 50 },
         ];
         for e in all {
             let details = e.details();

@@ -73,7 +73,7 @@
 //! and restarts (the log is durable; a restart is an election), snapshots, membership
 //! changes, queued acquires (try-locks only), releases and revokes, the fenced store.
 
-mod log;
+pub mod log;
 mod model;
 
 pub use log::{replay, Cmd, Entry};

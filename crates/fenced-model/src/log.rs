@@ -1,12 +1,12 @@
 //! The model's log entries, and the real lock table they are applied to.
 //!
-//! An entry carries one command of the model's small alphabet, which `replay` turns into
-//! the core's real [`Command`] and applies with the real [`LockTable`], at
-//! `max(entry stamp, table time)` as `fenced-raft`'s state machine does. The table is
+//! An entry carries one command of the model's small alphabet, which [`batch_of`] turns
+//! into the core's real [`Batch`] and `replay` applies with the real [`LockTable`]
+//! through the one apply every replica uses (`LockTable::apply_batch`). The table is
 //! never stored in a model state (it is neither `Clone` nor `Hash`): it is a function of
 //! the log, recomputed when needed, so the model checks the very code the server runs.
 
-use fenced_core::{Acquire, Command, LeaseId, LeaseRef, Limits, LockName, LockTable, Output, RequestId};
+use fenced_core::{Acquire, Batch, Command, LeaseId, LeaseRef, Limits, LockName, LockTable, Output, RequestId};
 
 /// The lease of client `c` (clients are 0 and 1).
 pub fn lease_of(client: u8) -> LeaseId {
@@ -58,32 +58,46 @@ fn limits(ttl_ms: u64) -> Limits {
     Limits { ttl_ms_min: 1, ttl_ms_max: ttl_ms, ..Limits::default() }
 }
 
-/// Applies `log` to a fresh table: the table, and each entry's output.
+/// The core's batch for the entry at `index`: what the server's log would carry.
+pub fn batch_of(index: usize, e: &Entry, ttl_ms: u64) -> Batch {
+    let request = request_of(index);
+    let commands: Vec<Command> = match e.cmd {
+        Cmd::Init => (0..2).map(|c| Command::GrantLease { lease: lease_of(c), ttl_ms }).collect(),
+        Cmd::Keepalive(c) => vec![Command::Keepalive { lease: lease_of(c) }],
+        Cmd::Acquire(c) => vec![Command::Acquire(Acquire {
+            name: lock_name(),
+            lease: LeaseRef::Existing(lease_of(c)),
+            wait_ms: 0,
+            lock_delay_ms: 0,
+            holder: None,
+        })],
+        Cmd::Tick => vec![Command::Tick],
+        Cmd::Blank => vec![],
+        Cmd::Promote => vec![Command::Promote],
+    };
+    Batch { items: commands.into_iter().map(|c| (request, c)).collect(), now_ms: e.now_ms }
+}
+
+/// A fresh table for a model of lease TTL `ttl_ms`.
+pub fn fresh_table(ttl_ms: u64) -> LockTable {
+    LockTable::new(limits(ttl_ms))
+}
+
+/// Applies `log` to a fresh table through the core's one apply (`apply_batch`): the
+/// table, and what each entry produced (its commands' outputs together).
 pub fn replay(log: &[Entry], ttl_ms: u64) -> (LockTable, Vec<Output>) {
-    let mut table = LockTable::new(limits(ttl_ms));
+    let mut table = fresh_table(ttl_ms);
     let mut outputs = Vec::with_capacity(log.len());
+    let mut scratch = Output::default();
     for (index, e) in log.iter().enumerate() {
-        let mut out = Output::default();
-        let now_ms = e.now_ms.max(table.now_ms());
-        let request = request_of(index);
-        let commands: Vec<Command> = match e.cmd {
-            Cmd::Init => (0..2).map(|c| Command::GrantLease { lease: lease_of(c), ttl_ms }).collect(),
-            Cmd::Keepalive(c) => vec![Command::Keepalive { lease: lease_of(c) }],
-            Cmd::Acquire(c) => vec![Command::Acquire(Acquire {
-                name: lock_name(),
-                lease: LeaseRef::Existing(lease_of(c)),
-                wait_ms: 0,
-                lock_delay_ms: 0,
-                holder: None,
-            })],
-            Cmd::Tick => vec![Command::Tick],
-            Cmd::Blank => vec![],
-            Cmd::Promote => vec![Command::Promote],
-        };
-        for cmd in commands {
-            table.apply_into(request, cmd, now_ms, &mut out);
-        }
-        outputs.push(out);
+        let mut entry_out = Output::default();
+        table.apply_batch(batch_of(index, e, ttl_ms), &mut scratch, |out| {
+            entry_out.answers.append(&mut out.answers);
+            entry_out.effects.append(&mut out.effects);
+            entry_out.queued.append(&mut out.queued);
+            entry_out.effects_through = out.effects_through;
+        });
+        outputs.push(entry_out);
     }
     (table, outputs)
 }

@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use fenced_core::{Command, LockTable, Output, RequestId};
+use fenced_core::{Batch, Command, LockTable, Output, RequestId};
 
 use crate::state_machine::StateMachine;
 
@@ -79,15 +79,13 @@ pub(crate) fn speculate(
         *slot = Some((leader, table));
     }
     let Some((_, table)) = slot.as_mut() else { return };
-    let now_ms = now_ms.max(table.now_ms());
     let mut out = Output::default();
-    for (request, cmd) in items {
-        table.apply_into(*request, cmd.clone(), now_ms, &mut out);
+    table.apply_batch(Batch { items: items.to_vec(), now_ms }, &mut out, |out| {
         out.persist.clear();
         out.effects.clear();
-        sm.sink().applied(&mut out, None);
-        out.clear();
-    }
+        out.queued.clear();
+        sm.sink().applied(out);
+    });
 }
 
 /// `grant-deposed`: applies one command to this (not leading) node's own table at the
@@ -96,12 +94,11 @@ pub(crate) fn speculate(
 pub(crate) fn answer_locally(sm: &StateMachine, request: RequestId, cmd: Command) {
     let mut st = sm.state();
     let now_ms = st.table.now_ms();
-    let acquire = matches!(cmd, Command::Acquire(_));
     let mut out = Output::default();
-    st.table.apply_into(request, cmd, now_ms, &mut out);
-    out.persist.clear();
-    let queued = (acquire && !out.answers.iter().any(|(r, _)| *r == request)).then_some(request);
-    sm.sink().applied(&mut out, queued);
+    st.table.apply_batch(Batch::one(request, cmd, now_ms), &mut out, |out| {
+        out.persist.clear();
+        sm.sink().applied(out);
+    });
 }
 
 /// A clock rate that can change while the node runs: the local clock is piecewise

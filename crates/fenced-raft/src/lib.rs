@@ -2,9 +2,10 @@
 //! openraft group. A single server is a group of one, as in etcd: the same log, the same
 //! apply, one voter.
 //!
-//! - [`Batch`] is the log's payload: commands with the request ids their answers are
-//!   routed by, and the leader's timestamp. Applying a batch is the only place tokens are
-//!   minted, leases expire and locks change hands ([`state_machine`]).
+//! - [`Batch`] (the core's `replica::Batch`) is the log's payload: commands with the
+//!   request ids their answers are routed by, and the leader's timestamp. Applying a
+//!   batch (`LockTable::apply_batch`) is the only place tokens are minted, leases expire
+//!   and locks change hands ([`state_machine`]).
 //! - [`log_store`] keeps the log, the vote and the snapshots in one redb file; an append
 //!   returns to openraft only after fsync, and appends that queue meanwhile share the
 //!   next one (group commit).
@@ -24,27 +25,13 @@ pub mod state_machine;
 use std::fmt;
 use std::io::Cursor;
 
-use fenced_core::{Command, RequestId};
+/// One log entry's payload: the core's batch, applied by `LockTable::apply_batch`.
+pub use fenced_core::Batch;
 
 pub use network::Hello;
 pub use node::{ClusterStatus, Member, Node, NodeOptions, NotLeader, Refusals};
 pub use openraft;
 pub use state_machine::{Applied, SmState, StateDigest};
-
-/// One log entry's payload: commands applied in order at one timestamp.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub struct Batch {
-    pub items: Vec<(RequestId, Command)>,
-    /// The leader's clock when it proposed the batch: milliseconds on the replicated
-    /// timeline, which continues from the last applied batch after a leader change.
-    pub now_ms: u64,
-}
-
-impl fmt::Display for Batch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Batch({} commands at {} ms)", self.items.len(), self.now_ms)
-    }
-}
 
 /// A member's address: the base URL its peer listener answers on.
 pub type NodeId = u64;

@@ -61,11 +61,16 @@ impl Drop for Closed {
     }
 }
 
+/// redb's page cache and write buffer, together.
+const DB_CACHE_BYTES: usize = 64 << 20;
+
 impl Db {
     /// Opens or creates `dir/raft.redb`.
     pub fn open(dir: &Path) -> io::Result<Arc<Db>> {
         std::fs::create_dir_all(dir)?;
-        let db = Database::create(dir.join("raft.redb")).map_err(io_err)?;
+        // redb caches up to 1 GiB of pages by default; the log is read from memory
+        // (`Mem`), so the cache serves little but the write buffer and snapshots.
+        let db = Database::builder().set_cache_size(DB_CACHE_BYTES).create(dir.join("raft.redb")).map_err(io_err)?;
         let txn = db.begin_write().map_err(io_err)?;
         txn.open_table(LOG).map_err(io_err)?;
         txn.open_table(META).map_err(io_err)?;
@@ -194,9 +199,21 @@ impl Db {
 #[derive(Default)]
 struct Mem {
     entries: BTreeMap<u64, Entry>,
+    /// Each entry's encoded size, and their sum: what the log weighs in memory and on
+    /// disk, which the node bounds by snapshotting and purging ([`LogStore::bytes`]).
+    sizes: BTreeMap<u64, u64>,
+    bytes: u64,
     vote: Option<Vote>,
     committed: Option<LogId>,
     last_purged: Option<LogId>,
+}
+
+impl Mem {
+    /// Entry `index` now weighs `len` bytes (an entry written again replaces its size).
+    fn sized(&mut self, index: u64, len: usize) {
+        let old = self.sizes.insert(index, len as u64).unwrap_or(0);
+        self.bytes = self.bytes - old + len as u64;
+    }
 }
 
 enum Op {
@@ -258,6 +275,7 @@ impl LogStore {
                     ));
                 }
                 mem.entries.insert(k.value(), entry);
+                mem.sized(k.value(), v.value().len());
             }
         }
         mem.vote = db.meta(VOTE)?.map(|b| decode(&b, "vote")).transpose()?;
@@ -292,6 +310,16 @@ impl LogStore {
             EntryPayload::Membership(m) => Some(m.nodes().map(|(id, _)| *id).collect()),
             _ => None,
         })
+    }
+
+    /// The encoded bytes of the entries in the log (held in memory, and on disk).
+    pub fn bytes(&self) -> u64 {
+        self.mem().bytes
+    }
+
+    /// The encoded bytes of the entries after `index`.
+    pub fn bytes_after(&self, index: u64) -> u64 {
+        self.mem().sizes.range(index + 1..).map(|(_, n)| n).sum()
     }
 
     /// The index of the last entry in the log (0 when none).
@@ -450,7 +478,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         {
             let mut mem = self.mem();
             for entry in entries {
-                rows.push((entry.index(), encode(&entry)?));
+                let row = encode(&entry)?;
+                mem.sized(entry.index(), row.len());
+                rows.push((entry.index(), row));
                 mem.entries.insert(entry.index(), entry);
             }
         }
@@ -459,7 +489,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate_after(&mut self, last_log_id: Option<LogId>) -> Result<(), io::Error> {
         let from = last_log_id.map_or(0, |id| id.index() + 1);
-        drop(self.mem().entries.split_off(&from));
+        {
+            let mut mem = self.mem();
+            drop(mem.entries.split_off(&from));
+            let cut = mem.sizes.split_off(&from);
+            mem.bytes -= cut.values().sum::<u64>();
+        }
         self.durable(|done| Op::Truncate { from, done }).await
     }
 
@@ -469,6 +504,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         {
             let mut mem = self.mem();
             mem.entries = mem.entries.split_off(&(upto + 1));
+            let kept = mem.sizes.split_off(&(upto + 1));
+            let purged = std::mem::replace(&mut mem.sizes, kept);
+            mem.bytes -= purged.values().sum::<u64>();
             mem.last_purged = Some(log_id);
         }
         self.durable(|done| Op::Purge { upto, mark, done }).await

@@ -31,6 +31,12 @@ pub struct LogMetrics {
     /// Commands taken for the log and not yet committed or refused (etcd's
     /// `etcd_server_proposals_pending`): queued for a batch, or in a batch in flight.
     pub proposals_pending: AtomicU64,
+    /// The bytes of those commands (`Command::size_hint`): what the bound on waiting
+    /// proposals counts ([`crate::node::NodeOptions::proposal_bytes_max`]).
+    pub proposal_bytes_pending: AtomicU64,
+    /// Client commands refused `too_busy` because the waiting proposals were at their
+    /// bound (by count or by bytes).
+    pub proposals_refused: AtomicU64,
 }
 
 /// A histogram's cumulative buckets, count and sum, as Prometheus wants them.

@@ -212,6 +212,23 @@ pub struct Peer {
     unreachable: Arc<Mutex<BTreeSet<NodeId>>>,
 }
 
+/// Bytes per second a message is given to travel, and the least time a message with
+/// entries is given: openraft's time-out for an append is the heartbeat interval (100
+/// ms), which a message of megabytes (and the follower's fsync of it) can miss under
+/// load; missed every time, it is sent again and again and nothing commits. Heartbeats
+/// and votes are small and keep openraft's time-out.
+const RPC_BYTES_PER_SECOND: u64 = 16 << 20;
+const RPC_LARGE_FROM_BYTES: usize = 64 << 10;
+const RPC_LARGE_TTL_MIN: Duration = Duration::from_secs(1);
+
+/// How long an RPC of `len` bytes may take: openraft's `hard_ttl` for a small one.
+fn rpc_ttl(hard_ttl: Duration, len: usize) -> Duration {
+    if len < RPC_LARGE_FROM_BYTES {
+        return hard_ttl;
+    }
+    hard_ttl.max(RPC_LARGE_TTL_MIN) + Duration::from_millis(len as u64 * 1000 / RPC_BYTES_PER_SECOND)
+}
+
 fn net_err(e: impl Display) -> NetworkError<TypeConfig> {
     NetworkError::from_string(e.to_string())
 }
@@ -224,6 +241,7 @@ impl Peer {
     {
         let url = format!("{}/raft/{what}", self.base);
         let body = serde_json::to_vec(req).map_err(|e| RPCError::Network(net_err(e)))?;
+        let ttl = rpc_ttl(option.hard_ttl(), body.len());
         let mut request = hyper::Request::post(&url).header("content-type", "application/json");
         if let Some(auth) = &self.auth {
             request = request.header("authorization", auth);
@@ -253,7 +271,7 @@ impl Peer {
                 serde_json::from_slice(&body).map_err(|e| RPCError::Network(net_err(e)))?;
             answer.map_err(|e| RPCError::Network(net_err(e)))
         };
-        let result = match tokio::time::timeout(option.hard_ttl(), exchange).await {
+        let result = match tokio::time::timeout(ttl, exchange).await {
             Ok(r) => r,
             Err(_) => Err(RPCError::Network(net_err(format!("member {} did not answer {what} in time", self.target)))),
         };

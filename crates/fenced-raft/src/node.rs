@@ -51,6 +51,30 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(3);
 const REACHABLE_WITHIN: Duration = Duration::from_secs(2);
 /// The most commands one batch carries.
 const BATCH_MAX: usize = 4_096;
+/// The most bytes of commands one batch carries (`Command::size_hint`; a larger
+/// command goes in a batch of its own): what one log entry, and one replication
+/// message of `PAYLOAD_ENTRIES_MAX` entries, can weigh.
+const BATCH_BYTES_MAX: usize = 256 << 10;
+/// The most entries one replication message carries (openraft's default is 300): with
+/// `BATCH_BYTES_MAX`, a message carries at most about 16 MiB of commands (and a
+/// command of up to 256 KiB alone is one entry), far from the peer body limit.
+const PAYLOAD_ENTRIES_MAX: u64 = 64;
+/// The most client commands waiting for the log at once (queued for a batch, or in a
+/// batch not yet committed); past it, and past `proposal_bytes_max`, a client's command
+/// is refused `too_busy` at once. Internal commands (`Cancel`, `Tick`, `Promote`) are
+/// never refused: each follows a request already admitted, or the leader's own timer.
+const PROPOSALS_MAX: u64 = 65_536;
+/// The default of [`NodeOptions::proposal_bytes_max`].
+pub const PROPOSAL_BYTES_MAX: u64 = 8 << 20;
+/// What the log may weigh (encoded entries, held in memory and on disk) before it is
+/// snapshotted and purged whatever `snapshot_every` says: a log of large entries
+/// (store writes) reaches it long before its count. Checked every `LOG_CHECK_MS`.
+const LOG_BYTES_MAX: u64 = 128 << 20;
+const LOG_CHECK_MS: u64 = 200;
+/// How long after asking for a snapshot the log loop waits before asking again.
+const SNAPSHOT_RETRY: Duration = Duration::from_secs(2);
+/// How long a refused caller is told to wait before retrying.
+const TOO_BUSY_RETRY_MS: u64 = 50;
 
 /// How to start a member.
 #[derive(Debug)]
@@ -86,6 +110,9 @@ pub struct NodeOptions {
     /// Members this node dials at another URL than the membership's (see
     /// [`Network::new`]); empty: the membership's addresses.
     pub peer_routes: BTreeMap<NodeId, String>,
+    /// The most bytes of client commands waiting for the log at once (see
+    /// `PROPOSALS_MAX`): past it a client's command is refused `too_busy`.
+    pub proposal_bytes_max: u64,
 }
 
 impl NodeOptions {
@@ -106,6 +133,7 @@ impl NodeOptions {
             force_new_cluster: false,
             join: false,
             peer_routes: BTreeMap::new(),
+            proposal_bytes_max: PROPOSAL_BYTES_MAX,
         }
     }
 }
@@ -224,6 +252,8 @@ pub struct Node {
     instance: u64,
     /// The log's file, whose size `figures` reports.
     db_file: PathBuf,
+    /// See [`NodeOptions::proposal_bytes_max`].
+    proposal_bytes_max: u64,
     /// When an append from a leader was last taken here (a follower's contact).
     leader_contact: Mutex<Option<Instant>>,
     /// How long without contact a leader still counts as alive ([`Node::leader_alive`]).
@@ -309,6 +339,7 @@ impl Node {
             // Purge in steps of a tenth of the snapshot interval (openraft's default, 256,
             // would keep a small interval's log forever).
             purge_batch_size: (opts.snapshot_every / 10).max(1),
+            max_payload_entries: PAYLOAD_ENTRIES_MAX,
             ..Default::default()
         }
         .validate()
@@ -347,6 +378,7 @@ impl Node {
             network,
             instance: random_u64(),
             db_file: opts.dir.join("raft.redb"),
+            proposal_bytes_max: opts.proposal_bytes_max,
             leader_contact: Mutex::new(None),
             contact_window: contact_window(opts.election_timeout_max_ms),
             tokens_above: Mutex::new(crate::backup::pending_tokens_above(&opts.dir)?),
@@ -357,6 +389,7 @@ impl Node {
         tokio::spawn(node.clone().count_changes());
         tokio::spawn(node.clone().leadership_loop());
         tokio::spawn(node.clone().timer_loop());
+        tokio::spawn(node.clone().log_bound_loop());
         if base_unsnapshotted {
             tokio::spawn(node.clone().snapshot_base());
         }
@@ -648,28 +681,47 @@ impl Node {
     }
 
     /// Queues a command for the log. Its answer comes out of the state machine.
-    pub fn propose(&self, request: RequestId, cmd: Command) -> Result<(), NotLeader> {
+    /// Refused at once with `not_leader` off the leader, and with `too_busy` when the
+    /// proposals waiting for the log are at their bound (nothing was done: the caller
+    /// may retry).
+    pub fn propose(&self, request: RequestId, cmd: Command) -> Result<(), Error> {
         #[cfg(feature = "fault-injection")]
         if fault::broken("grant-deposed") && !self.is_leading() && !self.stopped.load(Ordering::Acquire) {
             fault::answer_locally(&self.sm, request, cmd);
             return Ok(());
         }
         if !self.is_leading() || self.stopped.load(Ordering::Acquire) {
-            return Err(self.not_leader());
+            return Err(self.not_leader().into());
         }
-        self.send(request, cmd).map_err(|()| self.not_leader())
+        let bytes = cmd.size_hint() as u64;
+        if request != NO_REQUEST && !self.admits(bytes) {
+            self.log.metrics.proposals_refused.fetch_add(1, Ordering::Relaxed);
+            return Err(Error::TooBusy { retry_after_ms: TOO_BUSY_RETRY_MS });
+        }
+        self.send(request, cmd, bytes).map_err(|()| self.not_leader().into())
     }
 
-    fn send(&self, request: RequestId, cmd: Command) -> Result<(), ()> {
+    /// Whether a client's command of `bytes` fits beside the proposals waiting now. One
+    /// command alone always fits, however large (its size was bounded where it came in).
+    fn admits(&self, bytes: u64) -> bool {
+        let m = &self.log.metrics;
+        let (count, queued) =
+            (m.proposals_pending.load(Ordering::Relaxed), m.proposal_bytes_pending.load(Ordering::Relaxed));
+        count == 0 || (count < PROPOSALS_MAX && queued + bytes <= self.proposal_bytes_max)
+    }
+
+    fn send(&self, request: RequestId, cmd: Command, bytes: u64) -> Result<(), ()> {
         let proposals = self.proposals.lock().unwrap_or_else(|p| p.into_inner());
         proposals.as_ref().ok_or(())?.send((request, cmd)).map_err(drop)?;
         self.log.metrics.proposals_pending.fetch_add(1, Ordering::Relaxed);
+        self.log.metrics.proposal_bytes_pending.fetch_add(bytes, Ordering::Relaxed);
         Ok(())
     }
 
-    /// `n` proposals committed or refused: no longer pending.
-    fn proposals_done(&self, n: usize) {
+    /// `n` proposals of `bytes` committed or refused: no longer pending.
+    fn proposals_done(&self, n: usize, bytes: u64) {
         self.log.metrics.proposals_pending.fetch_sub(n as u64, Ordering::Relaxed);
+        self.log.metrics.proposal_bytes_pending.fetch_sub(bytes, Ordering::Relaxed);
     }
 
     /// Resolves once [`shutdown`](Self::shutdown) has begun.
@@ -694,47 +746,52 @@ impl Node {
     }
 
     async fn propose_loop(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<(RequestId, Command)>) {
-        while let Some(first) = rx.recv().await {
-            let mut items = vec![first];
-            while items.len() < BATCH_MAX {
-                match rx.try_recv() {
-                    Ok(item) => items.push(item),
-                    Err(_) => break,
-                }
-            }
-            let ids: Vec<RequestId> = items.iter().map(|(r, _)| *r).filter(|r| *r != NO_REQUEST).collect();
-            let n = items.len();
-            let Some((now_ms, leader)) = self.clock().stamp() else {
-                self.refusals.refused(&ids, self.not_leader().into());
-                self.proposals_done(n);
-                continue;
-            };
-            #[cfg(feature = "fault-injection")]
-            if fault::broken("answer-before-commit") {
-                fault::speculate(&self.sm, leader, &items, now_ms);
-            }
-            let (responder, done) = ProgressResponder::complete_only();
-            let batch = Batch { items, now_ms };
-            if let Err(e) = self.raft.write(batch).with_leader(leader).responder(responder).await {
-                tracing::error!(error = %e, "the raft core stopped");
-                self.refusals.refused(&ids, Error::ShuttingDown);
-                self.proposals_done(n);
-                continue;
-            }
-            let this = self.clone();
-            tokio::spawn(async move {
-                let outcome = done.await;
-                this.proposals_done(n);
-                match outcome {
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, "a batch did not commit under this leader");
-                        this.refusals.refused(&ids, this.not_leader().into());
-                    }
-                    Err(_) => this.refusals.refused(&ids, this.not_leader().into()),
-                }
-            });
+        let mut next = None;
+        while let Some(first) = match next.take() {
+            Some(item) => Some(item),
+            None => rx.recv().await,
+        } {
+            let (items, bytes, held) = gather(first, &mut rx);
+            next = held;
+            self.propose_batch(items, bytes).await;
         }
+    }
+
+    /// Hands one batch to the log; its callers hear from the state machine, or are
+    /// refused here if it never commits under this leader.
+    async fn propose_batch(self: &Arc<Self>, items: Vec<(RequestId, Command)>, bytes: u64) {
+        let ids: Vec<RequestId> = items.iter().map(|(r, _)| *r).filter(|r| *r != NO_REQUEST).collect();
+        let n = items.len();
+        let Some((now_ms, leader)) = self.clock().stamp() else {
+            self.refusals.refused(&ids, self.not_leader().into());
+            self.proposals_done(n, bytes);
+            return;
+        };
+        #[cfg(feature = "fault-injection")]
+        if fault::broken("answer-before-commit") {
+            fault::speculate(&self.sm, leader, &items, now_ms);
+        }
+        let (responder, done) = ProgressResponder::complete_only();
+        let batch = Batch { items, now_ms };
+        if let Err(e) = self.raft.write(batch).with_leader(leader).responder(responder).await {
+            tracing::error!(error = %e, "the raft core stopped");
+            self.refusals.refused(&ids, Error::ShuttingDown);
+            self.proposals_done(n, bytes);
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let outcome = done.await;
+            this.proposals_done(n, bytes);
+            match outcome {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "a batch did not commit under this leader");
+                    this.refusals.refused(&ids, this.not_leader().into());
+                }
+                Err(_) => this.refusals.refused(&ids, this.not_leader().into()),
+            }
+        });
     }
 
     /// Follows openraft's view of who leads: anchors this node's clock when it takes
@@ -845,6 +902,53 @@ impl Node {
                 _ = tokio::time::sleep(Duration::from_millis(wait_ms.max(1))) => {}
                 _ = notify.notified() => {}
                 _ = self.stopping() => return,
+            }
+        }
+    }
+
+    /// Keeps the log within `LOG_BYTES_MAX` on every member: past it, a snapshot is
+    /// asked for when the entries it would cover weigh half the bound, and the log is
+    /// purged up to the last snapshot, on the leader no further than every other
+    /// member holds unless one is more than twice the bound behind (it gets the
+    /// snapshot, as a member behind a purge by count does).
+    async fn log_bound_loop(self: Arc<Self>) {
+        let mut asked_at: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(LOG_CHECK_MS)) => {}
+                _ = self.stopping() => return,
+            }
+            if self.log.bytes() <= LOG_BYTES_MAX {
+                continue;
+            }
+            let (snapshot, purged, followers_have) = {
+                let m = self.raft.metrics();
+                let m = m.borrow_watched();
+                // On the leader: the least any other member holds (a follower never
+                // heard from holds nothing), so that no member is cut off from the log
+                // and sent a snapshot because of this purge.
+                let have = m.replication.as_ref().map(|r| {
+                    r.iter().filter(|(id, _)| **id != self.id).map(|(_, l)| l.as_ref().map_or(0, |l| l.index)).min()
+                });
+                (
+                    m.snapshot.as_ref().map_or(0, |l| l.index),
+                    m.purged.as_ref().map_or(0, |l| l.index),
+                    have.flatten().unwrap_or(u64::MAX),
+                )
+            };
+            if self.log.bytes_after(snapshot) > LOG_BYTES_MAX / 2
+                && asked_at.is_none_or(|t| t.elapsed() > SNAPSHOT_RETRY)
+            {
+                asked_at = Some(Instant::now());
+                tracing::debug!(bytes = self.log.bytes(), snapshot, "the log is at its bound: snapshotting");
+                let _ = self.raft.trigger().snapshot().await;
+            }
+            // A member so far behind that the log since its position weighs twice the
+            // bound is not waited for: it catches up from the snapshot.
+            let waited_for = followers_have != u64::MAX && self.log.bytes_after(followers_have) <= 2 * LOG_BYTES_MAX;
+            let upto = if waited_for { snapshot.min(followers_have) } else { snapshot };
+            if upto > purged {
+                let _ = self.raft.trigger().purge_log(upto).await;
             }
         }
     }
@@ -1055,6 +1159,28 @@ impl Node {
 }
 
 /// 64 bits from the standard library's OS-seeded hasher keys (no dependency for it).
+/// A batch: `first` and the proposals queued behind it, up to `BATCH_MAX` commands and
+/// `BATCH_BYTES_MAX` bytes; the command that would pass the bytes is held for the
+/// next batch. Returns the batch, its bytes, and the held command.
+#[allow(clippy::type_complexity)]
+fn gather(
+    first: (RequestId, Command),
+    rx: &mut mpsc::UnboundedReceiver<(RequestId, Command)>,
+) -> (Vec<(RequestId, Command)>, u64, Option<(RequestId, Command)>) {
+    let mut bytes = first.1.size_hint();
+    let mut items = vec![first];
+    while items.len() < BATCH_MAX {
+        let Ok(item) = rx.try_recv() else { break };
+        let size = item.1.size_hint();
+        if bytes + size > BATCH_BYTES_MAX {
+            return (items, bytes as u64, Some(item));
+        }
+        bytes += size;
+        items.push(item);
+    }
+    (items, bytes as u64, None)
+}
+
 fn random_u64() -> u64 {
     use std::hash::BuildHasher;
     std::collections::hash_map::RandomState::new().hash_one(std::process::id())

@@ -111,6 +111,10 @@ pub struct Config {
     /// Bytes of request bodies being read at once, over all connections; a body that
     /// does not fit is refused 503 `too_busy` rather than buffered.
     pub body_bytes_in_flight_max: usize,
+    /// Bytes of client commands the leader holds waiting for the log at once (queued
+    /// for a batch, or in a batch not yet committed); past it, or past 65,536 commands,
+    /// a command is refused 503 `too_busy` at once rather than held.
+    pub proposal_bytes_max: u64,
     /// Keys the fenced store may hold (a key only a fenced read marked counts too);
     /// past it a write of a new key is refused 507 `store_full`.
     pub store_keys_max: u64,
@@ -200,6 +204,7 @@ impl Default for Config {
             head_timeout_ms: 10_000,
             body_timeout_ms: 30_000,
             body_bytes_in_flight_max: 64 << 20,
+            proposal_bytes_max: fenced_raft::node::PROPOSAL_BYTES_MAX,
             lab_api: true,
             store_keys_max: 1_000_000,
             store_bytes_max: 1 << 30,
@@ -316,6 +321,9 @@ impl Config {
         }
         if self.body_bytes_in_flight_max < self.body_bytes_max || self.body_bytes_in_flight_max > u32::MAX as usize {
             return bad("body_bytes_in_flight_max must be at least body_bytes_max and below 4 GiB");
+        }
+        if self.proposal_bytes_max < 1 << 20 || self.proposal_bytes_max > 1 << 34 {
+            return bad("proposal_bytes_max must be between 1 MiB and 16 GiB");
         }
         if self.worker_threads > 1024 {
             return bad("worker_threads must be at most 1024 (0: one fewer than the cores)");

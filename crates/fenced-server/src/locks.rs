@@ -166,7 +166,7 @@ impl Applied for Router {
         self.events.reset(effects_seq);
     }
 
-    fn applied(&self, out: &mut Output, queued: Option<RequestId>) {
+    fn applied(&self, out: &mut Output) {
         // Effects first: an event never trails the answer it explains.
         let first = out.effects_through + 1 - out.effects.len() as u64;
         let events: Vec<Indexed> = (first..)
@@ -177,7 +177,7 @@ impl Applied for Router {
         for (request, answer) in out.answers.drain(..) {
             self.deliver(request, answer);
         }
-        if let Some(id) = queued {
+        for id in out.queued.drain(..) {
             let mut pending = self.pending();
             if let Some(Slot::Now(tx)) = pending.remove(&id) {
                 let (later, rx) = oneshot::channel();
@@ -260,9 +260,9 @@ impl Locks {
         let id = self.next_id();
         let (tx, rx) = oneshot::channel();
         self.router.pending().insert(id, Slot::Now(tx));
-        if let Err(not_leader) = self.node.propose(id, cmd) {
+        if let Err(refused) = self.node.propose(id, cmd) {
             self.router.pending().remove(&id);
-            return Reply::Now(Err(not_leader.into()));
+            return Reply::Now(Err(refused));
         }
         match rx.await {
             Ok(Step::Answer(a)) => Reply::Now(a),

@@ -206,6 +206,11 @@ fn render_raft(out: &mut String, r: &RaftFigures, log: &LogMetrics) {
             "Commands taken for the log and not yet committed or refused.",
             log.proposals_pending.load(Relaxed),
         ),
+        (
+            "fenced_raft_proposal_bytes_pending",
+            "Bytes of the commands taken for the log and not yet committed or refused.",
+            log.proposal_bytes_pending.load(Relaxed),
+        ),
     ];
     for (name, help, v) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
@@ -245,6 +250,11 @@ fn render_raft(out: &mut String, r: &RaftFigures, log: &LogMetrics) {
         ("fenced_raft_snapshots_total", "Snapshots built or installed since start.", &log.snapshots),
         ("fenced_raft_log_entries_written_total", "Log entries made durable.", &log.entries_written),
         ("fenced_raft_log_commit_failures_total", "Log writes that failed.", &log.commit_failures),
+        (
+            "fenced_raft_proposals_refused_total",
+            "Client commands refused too_busy: the proposals waiting for the log were at their bound.",
+            &log.proposals_refused,
+        ),
     ];
     for (name, help, v) in counters {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Relaxed));

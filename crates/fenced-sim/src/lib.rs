@@ -24,4 +24,4 @@ pub use config::{
 pub use pauses::PauseCause;
 pub use summary::{Summary, ZombieProof, SUMMARY_FIELDS};
 pub use trace::{Kind, Record, TraceSink};
-pub use world::run;
+pub use world::{run, Replica};

@@ -85,7 +85,7 @@ async fn a_silent_member_is_left_and_a_parked_waiter_is_not_cut_over_the_wire() 
 pub(crate) struct Cluster {
     pub(crate) members: Vec<Server>,
     pub(crate) http: Vec<String>,
-    wire: Vec<String>,
+    pub(crate) wire: Vec<String>,
 }
 
 impl Cluster {

@@ -2,6 +2,7 @@
 //! adapters, a real PostgreSQL and SQLite).
 
 mod failover;
+mod flood;
 mod guard;
 mod resources;
 mod secure;

@@ -162,7 +162,12 @@ fn spawn(port: u16, data: &Path, args: &[String]) -> Child {
         .arg(data.join("data"))
         .args(args)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(match std::env::var_os("FENCED_TEST_SERVER_LOGS") {
+            // Kept for a look after the test: one file per server, by port.
+            Some(dir) => std::fs::File::create(Path::new(&dir).join(format!("{port}.log")))
+                .map_or_else(|_| Stdio::null(), Stdio::from),
+            None => Stdio::null(),
+        })
         .spawn()
         .expect("spawn fenced server")
 }

@@ -294,7 +294,13 @@ impl LockTable {
             Command::GrantLease { lease, ttl_ms } => Some(self.grant_lease(lease, ttl_ms).map(Answer::Lease)),
             Command::Keepalive { lease } => Some(self.keepalive(lease).map(Answer::Lease)),
             // `None`: queued, answered later.
-            Command::Acquire(req) => self.acquire(request, req).transpose(),
+            Command::Acquire(req) => {
+                let answer = self.acquire(request, req).transpose();
+                if answer.is_none() {
+                    out.queued.push(request);
+                }
+                answer
+            }
             Command::Release { name, lease } => Some(self.release(&name, lease).map(Answer::Released)),
             Command::Revoke { lease } => Some(self.revoke(lease).map(|()| Answer::Done)),
             Command::RevokeLock { name, token } => Some(self.revoke_lock(&name, token).map(Answer::Released)),

@@ -75,7 +75,9 @@ impl From<fenced_core::Error> for ApiError {
             E::TooManyLeases { .. } | E::TooManyLocks { .. } | E::TooManyWaiters { .. } => {
                 StatusCode::TOO_MANY_REQUESTS
             }
-            E::Recovering { .. } | E::ShuttingDown | E::NotLeader { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            E::Recovering { .. } | E::ShuttingDown | E::NotLeader { .. } | E::TooBusy { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             // The store is full; the lock service, which needs no room in it, goes on.
             E::StoreFull { quota, .. } => {
                 let what = quota.as_str();

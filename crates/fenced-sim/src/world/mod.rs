@@ -7,14 +7,16 @@
 mod replicas;
 mod service;
 
+pub use service::Node as Replica;
+
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, DefaultHasher};
 
 use fenced_core::checker::{Checker, Event, EventKind, FindingKind, Outcome};
 use fenced_core::gate::{FenceGate, Op};
 use fenced_core::{
-    Acquire, Answer, Command, Durable, Effect, Error, LeaseId, LeaseRef, Limits, LockName, LockTable, ReleaseReason,
-    RequestId, Token,
+    Acquire, Answer, Batch, Command, Durable, Effect, Error, LeaseId, LeaseRef, Limits, LockName, LockTable, Output,
+    ReleaseReason, RequestId, Token,
 };
 
 use crate::pauses::{self, PauseCause};
@@ -734,17 +736,21 @@ impl<'a, S: TraceSink> World<'a, S> {
     fn service(&mut self, node: usize, cmd: Command) -> (RequestId, Option<Result<Answer, Error>>) {
         self.next_request += 1;
         let request = RequestId(self.next_request);
-        let now = self.node_now(node);
+        let batch = Batch::one(request, cmd, self.node_now(node));
         if self.cfg.replication.is_some() {
-            self.replicate(node, request, &cmd, now);
+            self.replicate(node, &batch);
         }
-        let mut out = self.nodes[node].table.apply(request, cmd, now);
-        if self.cfg.service_crash_every_ms.is_some() {
-            service::make_durable(&mut self.durable, std::mem::take(&mut out.persist));
-        }
-        let own = out.take_answer(request);
-        self.effects.append(&mut out.effects);
-        self.answers.append(&mut out.answers);
+        let mut own = None;
+        let crashes = self.cfg.service_crash_every_ms.is_some();
+        let (effects, answers, durable) = (&mut self.effects, &mut self.answers, &mut self.durable);
+        self.nodes[node].table.apply_batch(batch, &mut Output::default(), |out| {
+            if crashes {
+                service::make_durable(durable, std::mem::take(&mut out.persist));
+            }
+            own = out.take_answer(request);
+            effects.append(&mut out.effects);
+            answers.append(&mut out.answers);
+        });
         (request, own)
     }
 

@@ -1,9 +1,10 @@
 //! A replicated lock service, every replica a real `LockTable` applying one log of
 //! commands, cut in two now and then (`split-brain`).
 //!
-//! The leader applies each command and ships it, with its timestamp, to the replicas
-//! it can reach; they apply the same commands at the same timestamps, so their tables
-//! are the leader's. A cut separates the leader of the moment, with the even clients,
+//! The leader applies each command as a batch of one and ships it, with its timestamp,
+//! to the replicas it can reach; they apply the same batches through the core's one
+//! apply (`LockTable::apply_batch`, as the server's state machine does), so their
+//! tables are the leader's. A cut separates the leader of the moment, with the even clients,
 //! from the other replicas, with the odd ones. What happens next is the replication's
 //! rule:
 //!
@@ -20,7 +21,7 @@
 //! When the cut heals, every replica follows the leader with the newest term again,
 //! rebuilt from its log.
 
-use fenced_core::{Command, Effect, LockTable, RequestId};
+use fenced_core::{Batch, Command, LockTable, RequestId};
 
 use super::{ClientMsg, Ev, Node, World};
 use crate::trace::{Detail, Kind, TraceSink};
@@ -85,11 +86,11 @@ impl<S: TraceSink> World<'_, S> {
         self.push(self.now + t, Ev::Partition);
     }
 
-    /// Logs a command the serving `node` is about to apply, and ships it to the
+    /// Logs the batch the serving `node` is about to apply, and ships it to the
     /// replicas it reaches.
-    pub(super) fn replicate(&mut self, node: usize, request: RequestId, cmd: &Command, t_ms: u64) {
+    pub(super) fn replicate(&mut self, node: usize, batch: &Batch) {
         let index = self.nodes[node].log.len();
-        self.nodes[node].log.push((request, cmd.clone(), t_ms));
+        self.nodes[node].log.push(batch.clone());
         let majority = self.cfg.replication == Some(Replication::Majority);
         for to in 0..self.nodes.len() {
             if to == node || !self.linked(node, to) || self.serving(to) {
@@ -97,7 +98,7 @@ impl<S: TraceSink> World<'_, S> {
             }
             if majority {
                 // Committed on a majority before anything is answered.
-                follow(&mut self.nodes[to], request, cmd.clone(), t_ms);
+                self.nodes[to].follow(batch.clone());
             } else {
                 let ev = Ev::Replicate { from: node as u8, to: to as u8, index: index as u32 };
                 self.push(self.now + SHIP_DELAY_MS, ev);
@@ -111,8 +112,8 @@ impl<S: TraceSink> World<'_, S> {
         if !self.linked(from, to) || !self.serving(from) || self.serving(to) || self.nodes[to].log.len() != index {
             return;
         }
-        let Some((request, cmd, t_ms)) = self.nodes[from].log.get(index).cloned() else { return };
-        follow(&mut self.nodes[to], request, cmd, t_ms);
+        let Some(batch) = self.nodes[from].log.get(index).cloned() else { return };
+        self.nodes[to].follow(batch);
     }
 
     pub(super) fn on_partition(&mut self) {
@@ -194,31 +195,12 @@ impl<S: TraceSink> World<'_, S> {
         let skew = self.nodes[leader].skew;
         for n in (0..self.nodes.len()).filter(|n| *n != leader) {
             let mut node = Node::new(LockTable::new(self.limits.clone()));
-            for (request, cmd, t_ms) in &log {
-                follow(&mut node, *request, cmd.clone(), *t_ms);
+            for batch in &log {
+                node.follow(batch.clone());
             }
             node.skew = skew;
             self.nodes[n] = node;
         }
         self.schedule_partition();
-    }
-}
-
-/// A follower applies one entry of its leader's log; what it answers goes nowhere, but
-/// it remembers the acquires it queued, which it must withdraw if it takes over.
-fn follow(node: &mut Node, request: RequestId, cmd: Command, t_ms: u64) {
-    let acquire = matches!(cmd, Command::Acquire(_));
-    node.log.push((request, cmd.clone(), t_ms));
-    let out = node.table.apply(request, cmd, t_ms);
-    if acquire && !out.answers.iter().any(|(r, _)| *r == request) {
-        node.queued.insert(request);
-    }
-    for (r, _) in &out.answers {
-        node.queued.remove(r);
-    }
-    for e in &out.effects {
-        if let Effect::WaitEnded { request, .. } = e {
-            node.queued.remove(request);
-        }
     }
 }

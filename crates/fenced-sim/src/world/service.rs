@@ -6,7 +6,7 @@
 //! skew. A wall-clock step adds to the skew; a restarted node's clock starts at 0, as a
 //! restarted server's monotonic clock does.
 
-use fenced_core::{Command, Durable, LockTable, Persist, Token};
+use fenced_core::{Batch, Command, Durable, Effect, LockTable, Output, Persist, RequestId, Token};
 
 use super::{Ev, World};
 use crate::trace::{Actor, Detail, Kind, TraceSink};
@@ -20,22 +20,48 @@ pub(super) const TOKEN_BLOCK: u64 = 100;
 /// How long a crashed service stays down, uniform in this range.
 const SERVICE_DOWN_MS: (u64, u64) = (200, 2_000);
 
-/// One lock service process: its table and the clock it reads.
-pub(super) struct Node {
+/// One lock service process: its table and the clock it reads, and in replicated runs
+/// its log. Public as `fenced_sim::Replica` so that a test can drive the simulator's
+/// replica with the batches it drives the server's state machine with.
+pub struct Node {
     pub(super) table: LockTable,
     /// Added to the simulator's time to give this node's clock.
     pub(super) skew: i64,
     /// When its timer event is armed, in simulator time.
     pub(super) timer_at: Option<u64>,
-    /// Replicated runs: every command it applied, with its request and timestamp.
-    pub(super) log: Vec<(fenced_core::RequestId, Command, u64)>,
+    /// Replicated runs: every batch it applied (one command each), in log order.
+    pub(super) log: Vec<Batch>,
     /// Replicated runs: acquires it queued as a follower that nothing has answered yet.
-    pub(super) queued: std::collections::BTreeSet<fenced_core::RequestId>,
+    pub(super) queued: std::collections::BTreeSet<RequestId>,
 }
 
 impl Node {
-    pub(super) fn new(table: LockTable) -> Node {
+    pub fn new(table: LockTable) -> Node {
         Node { table, skew: 0, timer_at: None, log: Vec::new(), queued: Default::default() }
+    }
+
+    /// The replica's table.
+    pub fn table(&self) -> &LockTable {
+        &self.table
+    }
+
+    /// A follower applies one entry of its leader's log through the core's one apply;
+    /// what it answers goes nowhere, but it remembers the acquires it queued, which it
+    /// must withdraw if it takes over.
+    pub fn follow(&mut self, batch: Batch) {
+        self.log.push(batch.clone());
+        let queued = &mut self.queued;
+        self.table.apply_batch(batch, &mut Output::default(), |out| {
+            queued.extend(out.queued.drain(..));
+            for (r, _) in &out.answers {
+                queued.remove(r);
+            }
+            for e in &out.effects {
+                if let Effect::WaitEnded { request, .. } = e {
+                    queued.remove(request);
+                }
+            }
+        });
     }
 }
 
