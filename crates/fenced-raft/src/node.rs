@@ -960,6 +960,10 @@ impl Node {
         let membership = m.membership_config.membership();
         let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
         let replication = m.replication.clone();
+        // This member's own row counts only what is on its disk: a leader applies (and
+        // answers) an entry a majority of the others has flushed, maybe before its own
+        // fsync, so the log it has appended can run ahead of the log it would keep.
+        let flushed = self.raft.watch_log_progress().get().and_then(|p| p.last_log_id).map(|l| l.index);
         let members = membership
             .nodes()
             .map(|(id, node)| {
@@ -971,7 +975,7 @@ impl Node {
                     "learner"
                 };
                 let last_log_index = if *id == self.id {
-                    m.last_log_index
+                    flushed
                 } else {
                     replication.as_ref().and_then(|r| r.get(id).cloned().flatten()).map(|l| l.index)
                 };

@@ -621,8 +621,10 @@ fn a_server_alone_takes_no_peer_message_and_cannot_be_talked_out_of_its_quorum()
 fn force_new_cluster_brings_back_a_member_whose_quorum_is_gone_keeping_everything() {
     let c = Insecure::new("force");
     let children = c.start_all();
-    // The survivor is the leader: it holds everything acknowledged (a follower may not
-    // yet, when the other follower made the majority).
+    // The survivor is the leader. It answered the write once a majority held it, which
+    // may have been the two followers before its own fsync: it holds everything
+    // acknowledged once its own row of /v1/cluster (the log on its disk) reaches what it
+    // applied. That is what an operator reads to pick the survivor.
     let k = c.leader();
     let (id, one) = (c.members[k].0, c.members[k].1);
     // Right after its election a leader may still be taking office (503): ask again.
@@ -636,6 +638,13 @@ fn force_new_cluster_brings_back_a_member_whose_quorum_is_gone_keeping_everythin
     let t = token.to_string();
     let (st, w) = call(one, "PUT", "/v1/store/acct", "balance=1000", &[("fencing-token", t)]).unwrap();
     assert_eq!(st, 200, "{w}");
+    until(10, || {
+        c.status(k).is_some_and(|s| {
+            let own = s["members"].as_array().unwrap().iter().find(|m| m["id"].as_u64() == Some(id)).cloned();
+            let flushed = own.and_then(|m| m["last_log_index"].as_u64());
+            flushed.is_some() && flushed >= s["last_applied_index"].as_u64()
+        })
+    });
     // The survivor alone is left; the others' data is gone for good.
     drop(children);
     for (_, _, dir) in c.members.iter().filter(|m| m.0 != id) {
