@@ -162,7 +162,7 @@ impl Persist {
 }
 
 /// Everything one `apply` produced, in order.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Output {
     /// The answers, by request: the command's own, if it was answered now, and those of
     /// queued acquires that ended. A request that waits gets no answer yet; a request

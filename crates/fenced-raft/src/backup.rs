@@ -108,7 +108,7 @@ fn header_of(table: &LockTable, last: Option<LogId>, node: u64, table_bytes: usi
 /// The whole file for the state `sm` holds now, taken under its lock: one applied
 /// index, one table. The caller makes it current first (a linearizable read).
 pub fn save(sm: &StateMachine, node: u64) -> io::Result<Vec<u8>> {
-    let st = sm.state();
+    let st = sm.copy();
     encode_file(&st.table, st.last_applied, node)
 }
 

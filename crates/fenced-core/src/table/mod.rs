@@ -135,7 +135,7 @@ pub enum StoreOutcome {
     NotIssued,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 struct Lease {
     ttl_ms: u64,
@@ -151,7 +151,7 @@ struct Lease {
     waiting: Vec<RequestId>,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 struct Holder {
     lease: LeaseId,
@@ -168,7 +168,7 @@ struct Holder {
     queued: Vec<RequestId>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 struct Lock {
     holder: Option<Holder>,
@@ -178,7 +178,7 @@ struct Lock {
     blocked_until_ms: u64,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 struct Waiter {
     name: LockName,
@@ -189,7 +189,7 @@ struct Waiter {
 }
 
 /// The lock table. See the module documentation.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LockTable {
     /// Configuration, not state: a restored table takes the local one (`set_limits`).

@@ -23,7 +23,7 @@ pub(super) enum Timer {
     GrantsResume,
 }
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub(super) struct Timers {
     /// Ordered by time, then by insertion, so equal times fire deterministically.
