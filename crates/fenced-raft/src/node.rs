@@ -66,6 +66,10 @@ const PAYLOAD_ENTRIES_MAX: u64 = 64;
 const PROPOSALS_MAX: u64 = 65_536;
 /// The default of [`NodeOptions::proposal_bytes_max`].
 pub const PROPOSAL_BYTES_MAX: u64 = 8 << 20;
+/// A client command of this many bytes or more is large: large commands together may
+/// take only half of `proposal_bytes_max`, so that a flood of large writes leaves room
+/// for everyone's small ones (acquires, releases, keepalives).
+pub const LARGE_COMMAND_BYTES: u64 = 64 << 10;
 /// What the log may weigh (encoded entries, held in memory and on disk) before it is
 /// snapshotted and purged whatever `snapshot_every` says: a log of large entries
 /// (store writes) reaches it long before its count. Checked every `LOG_CHECK_MS`.
@@ -701,13 +705,33 @@ impl Node {
         self.send(request, cmd, bytes).map_err(|()| self.not_leader().into())
     }
 
-    /// Whether a client's command of `bytes` fits beside the proposals waiting now. One
-    /// command alone always fits, however large (its size was bounded where it came in).
+    /// Whether a client's command of `bytes` fits beside the proposals waiting now: a
+    /// large one ([`LARGE_COMMAND_BYTES`]) below half the bound, a small one below all of
+    /// it. One command alone always fits, however large (its size was bounded where it
+    /// came in).
     fn admits(&self, bytes: u64) -> bool {
         let m = &self.log.metrics;
         let (count, queued) =
             (m.proposals_pending.load(Ordering::Relaxed), m.proposal_bytes_pending.load(Ordering::Relaxed));
-        count == 0 || (count < PROPOSALS_MAX && queued + bytes <= self.proposal_bytes_max)
+        let bound = if bytes >= LARGE_COMMAND_BYTES { self.proposal_bytes_max / 2 } else { self.proposal_bytes_max };
+        count == 0 || (count < PROPOSALS_MAX && queued + bytes <= bound)
+    }
+
+    /// Whether a client's command of about `bytes` would be admitted now: the listeners
+    /// ask before they read a large body, and hold it back (the wire protocol) or refuse
+    /// it `too_busy` (HTTP) unread. True off the leader, which proposes nothing itself.
+    pub fn has_room(&self, bytes: u64) -> bool {
+        !self.is_leading() || self.admits(bytes)
+    }
+
+    /// [`has_room`](Self::has_room), refused as [`propose`](Self::propose) would refuse
+    /// the command (counted, `too_busy`): for a body the caller will not read.
+    pub fn room_for(&self, bytes: u64) -> Result<(), Error> {
+        if self.has_room(bytes) {
+            return Ok(());
+        }
+        self.log.metrics.proposals_refused.fetch_add(1, Ordering::Relaxed);
+        Err(Error::TooBusy { retry_after_ms: TOO_BUSY_RETRY_MS })
     }
 
     fn send(&self, request: RequestId, cmd: Command, bytes: u64) -> Result<(), ()> {

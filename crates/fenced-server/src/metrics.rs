@@ -36,6 +36,8 @@ pub struct Metrics {
     pub head_timeouts: AtomicU64,
     /// Wire connections closed because a frame begun did not arrive whole in time.
     pub wire_frame_timeouts: AtomicU64,
+    /// Large wire frames whose reading waited for room among the leader's proposals.
+    pub wire_frames_held: AtomicU64,
     /// Audit lines dropped (queue full, disk full, file not writable); shared with the
     /// audit log's writer.
     pub audit_dropped: std::sync::Arc<AtomicU64>,
@@ -73,7 +75,7 @@ impl Metrics {
 
     pub fn render(&self, g: &Gauges, raft: &RaftFigures, log: &LogMetrics) -> String {
         let mut out = String::with_capacity(4096);
-        let counters: [(&str, &str, u64); 22] = [
+        let counters: [(&str, &str, u64); 23] = [
             ("fenced_grants_total", "Locks granted.", self.grants.load(Relaxed)),
             ("fenced_releases_total", "Locks released explicitly.", self.releases.load(Relaxed)),
             ("fenced_revoked_releases_total", "Locks released by a lease revoke.", self.revoked_releases.load(Relaxed)),
@@ -126,6 +128,11 @@ impl Metrics {
                 "fenced_wire_frame_timeouts_total",
                 "Wire connections closed for a frame slower than head_timeout_ms (before AUTH) or body_timeout_ms.",
                 self.wire_frame_timeouts.load(Relaxed),
+            ),
+            (
+                "fenced_wire_frames_held_total",
+                "Large wire frames not read until the leader had room for their command.",
+                self.wire_frames_held.load(Relaxed),
             ),
             (
                 "fenced_head_timeouts_total",

@@ -338,7 +338,9 @@ pub fn reply<T: serde::Serialize>(status: StatusCode, v: &T) -> Response {
 /// within `body_timeout_ms` (408 `body_timeout`), and it takes its size (declared, or
 /// `max` when not) from the budget of bodies in flight first (503 `too_busy` when the
 /// budget is spent): a client that stalls its body holds neither memory nor a
-/// handler for long.
+/// handler for long. A large body the leader has no room to propose now is refused
+/// 503 `too_busy` before it is read: a flood of large writes costs the flooder its
+/// sending, not the leader its reading.
 pub async fn read_body(
     app: &AppInner,
     headers: &HeaderMap,
@@ -346,6 +348,11 @@ pub async fn read_body(
     max: usize,
     what: &str,
 ) -> Result<Bytes, ApiError> {
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if let Some(n) = declared.filter(|n| *n >= fenced_raft::node::LARGE_COMMAND_BYTES && *n <= max as u64) {
+        app.locks.node.room_for(n)?;
+    }
     read_body_within(app, &app.body_budget, headers, body, max, what).await
 }
 

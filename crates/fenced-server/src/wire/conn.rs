@@ -38,6 +38,15 @@ const READ_CHUNK_BYTES: usize = 16 << 10;
 /// many connections sending large frames at once cannot hold more memory than HTTP
 /// bodies may; shorter ones fit the connection's own read buffer.
 const FRAME_BUDGET_FROM_BYTES: usize = 64 << 10;
+/// How often a held frame asks again whether the leader has room for it.
+const HOLD_RECHECK: Duration = Duration::from_millis(5);
+
+/// What becomes of a large frame begun ([`Session::reserve_frame`]).
+enum Reserve {
+    Read,
+    Hold,
+    Refused,
+}
 
 /// The largest frame a connection may send before it is authenticated (an AUTH frame
 /// with a token of up to 4 KiB): an unauthenticated peer cannot make the server
@@ -123,6 +132,8 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
     let mut frame_sleep = Box::pin(tokio::time::sleep(Duration::MAX / 4));
     // The body budget's permits for the large frame being read, if one is.
     let mut frame_permit: Option<tokio::sync::OwnedSemaphorePermit> = None;
+    // A large frame begun while the leader has no room for it: not read further yet.
+    let mut held = false;
     loop {
         if !greeted && inbuf.len() - start >= w::PREAMBLE.len() {
             if inbuf[start..start + w::PREAMBLE.len()] == w::PREAMBLE {
@@ -138,6 +149,8 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
             }
         }
         let mut incomplete = !greeted && inbuf.len() > start;
+        let was_held = held;
+        held = false;
         while greeted && !fatal && s.pending.len() < IN_FLIGHT_MAX {
             let limit = if s.authed { frame_max } else { PREAUTH_FRAME_BYTES_MAX };
             match w::split_frame(&inbuf[start..], limit) {
@@ -148,8 +161,12 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
                 }
                 Ok(None) => {
                     incomplete = inbuf.len() > start;
-                    if frame_permit.is_none() && !s.reserve_frame(&inbuf[start..], &mut frame_permit) {
-                        fatal = true;
+                    if frame_permit.is_none() {
+                        match s.reserve_frame(&inbuf[start..], &mut frame_permit) {
+                            Reserve::Read => {}
+                            Reserve::Hold => held = true,
+                            Reserve::Refused => fatal = true,
+                        }
                     }
                     break;
                 }
@@ -181,7 +198,12 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
             let _ = stream.shutdown().await;
             return;
         }
-        match (incomplete, partial_since) {
+        if held && !was_held {
+            inc(&s.app.metrics.wire_frames_held);
+        }
+        // A frame held back is not the client's delay: its deadline starts again once
+        // the frame is read.
+        match (incomplete && !held, partial_since) {
             (false, _) => partial_since = None,
             (true, None) => {
                 partial_since = Some(Instant::now());
@@ -191,7 +213,7 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
             }
             (true, Some(_)) => {}
         }
-        let can_read = !closing && s.pending.len() < IN_FLIGHT_MAX;
+        let can_read = !closing && !held && s.pending.len() < IN_FLIGHT_MAX;
         if inbuf.capacity() - inbuf.len() < READ_CHUNK_BYTES / 4 {
             inbuf.reserve(READ_CHUNK_BYTES);
         }
@@ -212,6 +234,7 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
                 inc(&s.app.metrics.wire_frame_timeouts);
                 return;
             }
+            _ = tokio::time::sleep(HOLD_RECHECK), if held => {}
             _ = stop.changed(), if !closing => closing = true,
         }
     }
@@ -287,21 +310,27 @@ impl Session {
         self.reply(id, answer);
     }
 
-    /// For a large frame begun in `buf` (its length and id read): its length from the
-    /// body budget into `permit`. False, after answering `too_busy` to that frame, when
-    /// the budget is spent: the connection then closes (its frame's bytes are coming).
-    fn reserve_frame(&mut self, buf: &[u8], permit: &mut Option<tokio::sync::OwnedSemaphorePermit>) -> bool {
-        let (Some(len), Some(id)) = (buf.get(..4), buf.get(4..8)) else { return true };
+    /// For a large frame begun in `buf` (its length and id read): held back while the
+    /// leader has no room for a command of its size (the connection is not read until
+    /// it has: the flooding client waits, not the others); else its length from the
+    /// body budget into `permit`. Refused, after answering `too_busy` to that frame,
+    /// when the budget is spent: the connection then closes (its frame's bytes are
+    /// coming).
+    fn reserve_frame(&mut self, buf: &[u8], permit: &mut Option<tokio::sync::OwnedSemaphorePermit>) -> Reserve {
+        let (Some(len), Some(id)) = (buf.get(..4), buf.get(4..8)) else { return Reserve::Read };
         let len = u32::from_be_bytes(len.try_into().expect("4 bytes")) as usize;
         if len <= FRAME_BUDGET_FROM_BYTES {
-            return true;
+            return Reserve::Read;
+        }
+        if self.authed && !self.app.locks.node.has_room(len as u64) {
+            return Reserve::Hold;
         }
         // split_frame bounded it by the frame limit already, itself below the budget.
         let want = len.min(self.app.config.body_bytes_in_flight_max) as u32;
         match self.app.body_budget.clone().try_acquire_many_owned(want) {
             Ok(p) => {
                 *permit = Some(p);
-                true
+                Reserve::Read
             }
             Err(_) => {
                 inc(&self.app.metrics.bodies_refused);
@@ -313,7 +342,7 @@ impl Session {
                 )
                 .with("retry_after_ms", 100);
                 self.reply(id, Answer::Error(e));
-                false
+                Reserve::Refused
             }
         }
     }
