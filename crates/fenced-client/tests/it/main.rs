@@ -3,6 +3,7 @@
 
 mod failover;
 mod flood;
+mod forward;
 mod guard;
 mod resources;
 mod secure;

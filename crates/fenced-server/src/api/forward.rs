@@ -17,8 +17,7 @@
 //!   with `leader_id` and `leader_url` when it knows them: the clients move on, as
 //!   before. A forwarded request is never forwarded again: a leader that lost office
 //!   meanwhile answers `not_leader` itself.
-//! - The wire protocol does not forward (its connections are multiplexed, one per
-//!   client; the clients follow the leader there).
+//! - The wire protocol forwards its frames by the same rules (`wire::forward`).
 
 use std::time::Duration;
 

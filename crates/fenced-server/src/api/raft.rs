@@ -37,7 +37,13 @@ pub fn routes(app: App) -> Router<App> {
     let v1 = super::v1_routes(app.clone(), Router::new()).with_state(app.clone());
     let forwarded = move |State(app): State<App>, req: axum::extract::Request| {
         let v1 = v1.clone();
-        async move { super::forward::from_member(app, v1, req).await }
+        async move {
+            let wire = format!("/raft/forward{}", crate::wire::forward::PATH);
+            if req.uri().path() == wire && req.method() == axum::http::Method::POST {
+                return crate::wire::forward::from_member(app, req).await;
+            }
+            super::forward::from_member(app, v1, req).await
+        }
     };
     Router::new()
         .route("/raft/forward/{*rest}", axum::routing::any(forwarded))

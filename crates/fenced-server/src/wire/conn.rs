@@ -54,7 +54,9 @@ enum Reserve {
 const PREAUTH_FRAME_BYTES_MAX: usize = 4096 + w::FRAME_OVERHEAD_BYTES;
 
 /// A request's outcome, owned, ready to encode.
-enum Answer {
+pub(super) enum Answer {
+    /// An answer frame encoded already: the leader's, to a frame forwarded to it.
+    Frame(Vec<u8>),
     Done(u8),
     Lease(u8, LeaseId, u64),
     Granted(Grant),
@@ -269,6 +271,13 @@ impl Session {
             let refused = api::unauthorized_with(self.app.config.client_ca.is_some(), self.subject.as_deref());
             return self.reply(id, Answer::Error(refused));
         };
+        if api::forward::member_forwards(&self.app) {
+            // A follower sends the frame as it came; an acquire's forwarding is cancellable
+            // (a CANCEL drops it, and the leader withdraws the waiter).
+            let cancellable = matches!(req, Request::Acquire { .. });
+            let call = super::forward::to_leader(self.app.clone(), caller, id, op, payload.to_vec());
+            return self.start(id, cancellable, call);
+        }
         match dispatch(&self.app, caller, req) {
             Call::Now(answer) => self.reply(id, answer),
             Call::Later { cancellable, call } => self.start(id, cancellable, call),
@@ -369,9 +378,10 @@ impl Session {
 }
 
 /// Appends `answer` to request `id` to `out`, as one frame.
-fn encode_answer(out: &mut Vec<u8>, id: u32, answer: &Answer) {
+pub(super) fn encode_answer(out: &mut Vec<u8>, id: u32, answer: &Answer) {
     let body;
     let resp = match answer {
+        Answer::Frame(frame) => return out.extend_from_slice(frame),
         Answer::Done(op) => Response::Done { op: *op },
         Answer::Lease(op, lease, ttl_ms) => Response::Lease { op: *op, lease: *lease, ttl_ms: *ttl_ms },
         Answer::Granted(g) => Response::Granted { token: g.token, lease: g.lease, ttl_ms: g.ttl_ms },
@@ -388,12 +398,12 @@ fn encode_answer(out: &mut Vec<u8>, id: u32, answer: &Answer) {
 }
 
 /// What a request comes to: an answer now, or a call to run (one that may wait).
-enum Call {
+pub(super) enum Call {
     Now(Answer),
     Later { cancellable: bool, call: Deferred },
 }
 
-type Deferred = Pin<Box<dyn Future<Output = Answer> + Send>>;
+pub(super) type Deferred = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
 impl Call {
     fn later(cancellable: bool, call: impl Future<Output = Answer> + Send + 'static) -> Call {
@@ -403,7 +413,7 @@ impl Call {
 
 /// Runs one request (neither AUTH nor CANCEL, which belong to the connection) for
 /// `caller` through the API's handlers.
-fn dispatch(app: &App, caller: Caller, req: Request<'_>) -> Call {
+pub(super) fn dispatch(app: &App, caller: Caller, req: Request<'_>) -> Call {
     let answer = match req {
         Request::Auth { .. } | Request::Cancel { .. } => {
             Err(ApiError::bad_request("invalid_frame", "AUTH and CANCEL are answered by the connection itself"))

@@ -5,6 +5,7 @@
 //! same; only the framing differs.
 
 mod conn;
+pub mod forward;
 
 use std::sync::Arc;
 use std::time::Duration;
