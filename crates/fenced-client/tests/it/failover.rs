@@ -90,6 +90,11 @@ pub(crate) struct Cluster {
 
 impl Cluster {
     pub(crate) async fn start() -> Cluster {
+        Cluster::start_with(&[]).await
+    }
+
+    /// Three members, each also given `extra` flags.
+    pub(crate) async fn start_with(extra: &[String]) -> Cluster {
         let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
         let peers: Vec<String> =
             ports.iter().enumerate().map(|(i, (h, _))| format!("{}=http://127.0.0.1:{h}", i + 1)).collect();
@@ -105,6 +110,7 @@ impl Cluster {
                 "--wire-listen".to_owned(),
                 format!("127.0.0.1:{w}"),
             ];
+            let args: Vec<String> = args.into_iter().chain(extra.iter().cloned()).collect();
             members.push(Server::start_on(*h, &args).await);
         }
         let http = ports.iter().map(|(h, _)| format!("http://127.0.0.1:{h}")).collect();

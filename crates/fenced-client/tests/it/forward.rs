@@ -94,3 +94,82 @@ async fn a_client_given_only_a_followers_wire_address_acquires_writes_waits_and_
         sleep(ms(100)).await;
     }
 }
+
+/// Two identities: `locker` may take locks, `writer` may also write `acct/`.
+const IDENTITIES: &str = r#"
+[[identity]]
+name = "locker"
+token_file = "locker.token"
+allow = [{ prefix = "", ops = ["lock"] }]
+
+[[identity]]
+name = "writer"
+token_file = "writer.token"
+allow = [{ prefix = "", ops = ["lock"] }, { prefix = "acct/", ops = ["lock", "store_read", "store_write"] }]
+"#;
+
+/// The attack through a follower: a forwarded call is decided by the leader as the
+/// caller's own identity, over HTTP and over the wire protocol alike. An identity that
+/// may take locks but not write the store holds a lock on `acct/x` and writes with its
+/// token through a follower: refused, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forwarded_call_opens_no_more_than_its_callers_identity() {
+    let dir = std::env::temp_dir().join(format!("fenced-forward-ids-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch");
+    for who in ["locker", "writer"] {
+        std::fs::write(dir.join(format!("{who}.token")), format!("{who}-token\n")).expect("token file");
+    }
+    let file = dir.join("identities.toml");
+    std::fs::write(&file, IDENTITIES).expect("identities file");
+    // Without peer certificates the members present this token to each other.
+    let members = dir.join("members.token");
+    std::fs::write(&members, "members-token\n").expect("token file");
+    let flags = ["--identities-file".into(), file.display().to_string()];
+    let flags = [&flags[..], &["--auth-token-file".into(), members.display().to_string()]].concat();
+    let c = Cluster::start_with(&flags).await;
+    let as_who = |endpoint: &str, who: &str| {
+        Client::builder()
+            .endpoint(endpoint)
+            .auth_token(format!("{who}-token"))
+            .request_timeout(ms(5_000))
+            .build()
+            .expect("client")
+    };
+    let deadline = Instant::now() + ms(20_000);
+    let l = loop {
+        let mut found = None;
+        for (i, url) in c.http.iter().enumerate() {
+            let v = as_who(url, "writer").cluster().await;
+            if let Ok(v) = v {
+                if v["leader_id"].as_u64().is_some() && v["leader_id"] == v["id"] {
+                    found = Some(i);
+                }
+            }
+        }
+        if let Some(i) = found {
+            break i;
+        }
+        assert!(Instant::now() < deadline, "no leader within 20 s");
+        sleep(ms(50)).await;
+    };
+    let f = (0..3).find(|i| *i != l).expect("a follower");
+    for (how, endpoint) in [("http", &c.http[f]), ("wire", &c.wire[f])] {
+        let key = format!("acct/{how}");
+        let writer = as_who(endpoint, "writer");
+        let wg = writer.lock(key.as_str()).ttl(ms(10_000)).try_acquire().await.expect("the writer's lock");
+        let put = writer.store().put(&key, wg.token(), b"the writer's").await.expect("the writer writes");
+        assert!(put.is_accepted(), "{how}: {put:?}");
+        wg.release().await.expect("release");
+
+        let locker = as_who(endpoint, "locker");
+        let lg = locker.lock(key.as_str()).ttl(ms(10_000)).try_acquire().await.expect("the locker may lock");
+        match locker.store().put(&key, lg.token(), b"the locker's").await {
+            Err(Error::Unauthorised(why)) => assert!(why.contains("store_write"), "{how}: {why}"),
+            other => panic!("{how}: a store write through a follower by an identity without store_write: {other:?}"),
+        }
+        let read = writer.store().get(&key, None).await.expect("read").into_result().expect("unfenced read");
+        assert_eq!(read.value.as_deref(), Some(&b"the writer's"[..]), "{how}: the refused write changed the value");
+        lg.release().await.expect("release");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
