@@ -67,6 +67,14 @@ impl Cluster {
 
     /// [`spawn`](Self::spawn) with more flags.
     fn spawn_with(&mut self, i: usize, extra: &[&str]) {
+        if let Err(e) = self.try_spawn_with(i, extra) {
+            panic!("{e}");
+        }
+    }
+
+    /// Starts member `i` and waits up to 20 s for it to serve; an error when it exits
+    /// first or does not serve by then (a member that refuses its own data directory).
+    fn try_spawn_with(&mut self, i: usize, extra: &[&str]) -> Result<(), String> {
         let m = &mut self.members[i];
         let child = Command::new(BIN)
             .args([
@@ -90,8 +98,19 @@ impl Cluster {
             .spawn()
             .unwrap();
         m.child = Some(child);
-        let addr = m.addr;
-        until(20, || matches!(call(addr, "GET", "/livez", "", &[]), Ok((200, _))));
+        let (addr, id) = (m.addr, m.id);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !matches!(call(addr, "GET", "/livez", "", &[]), Ok((200, _))) {
+            if let Some(status) = self.members[i].child.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                self.members[i].child = None;
+                return Err(format!("member {id} exited at start ({status})"));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("member {id} did not serve within 20 s"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
     }
 
     fn kill9(&mut self, i: usize) {
@@ -115,6 +134,15 @@ impl Cluster {
 
     /// The index of the member every live member agrees leads, within `secs`.
     fn leader(&self, secs: u64) -> usize {
+        match self.try_leader(secs) {
+            Ok(i) => i,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// The member every live member names leader, once it says so itself; an error
+    /// after `secs`.
+    fn try_leader(&self, secs: u64) -> Result<usize, String> {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
             let mut votes = BTreeMap::new();
@@ -132,10 +160,12 @@ impl Cluster {
             if let Some((&id, _)) = votes.iter().find(|(_, n)| **n == live) {
                 let i = self.members.iter().position(|m| m.id == id).unwrap();
                 if call(self.members[i].addr, "GET", "/readyz", "", &[]).is_ok_and(|(_, v)| v["leader"] == true) {
-                    return i;
+                    return Ok(i);
                 }
             }
-            assert!(Instant::now() < deadline, "no leader agreed within {secs} s: {votes:?}");
+            if Instant::now() > deadline {
+                return Err(format!("no leader agreed within {secs} s: {votes:?}"));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -489,7 +519,7 @@ fn restart_all_under_load(name: &str, breaks: Option<&'static str>) -> Result<()
     let load = Load::start(&c, 3);
     let grants = load.grants.clone();
     for _ in 0..3 {
-        let l = c.leader(20);
+        let l = c.try_leader(20)?;
         for (i, m) in c.members.iter().enumerate() {
             let slow = m.dir.join("fault-log-delay-ms");
             if i == l {
@@ -502,13 +532,15 @@ fn restart_all_under_load(name: &str, breaks: Option<&'static str>) -> Result<()
         for i in 0..c.members.len() {
             c.kill9(i);
         }
-        // The old leader first, at once: before its followers' election timeout.
-        c.spawn(l);
+        // The old leader first, at once: before its followers' election timeout. A
+        // member that cannot start (its log contradicts its commit mark, which a
+        // broken restore produces) is a lost history too.
+        c.try_spawn_with(l, &[])?;
         for i in (0..c.members.len()).filter(|i| *i != l) {
-            c.spawn(i);
+            c.try_spawn_with(i, &[])?;
         }
     }
-    c.leader(20);
+    c.try_leader(20)?;
     let served = progress(&grants, 30);
     load.finish();
     served?;
