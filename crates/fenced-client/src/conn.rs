@@ -443,7 +443,27 @@ impl Conn {
                 crate::http::StreamAnswer::Refused(e) => Ok(Err(e)),
             }
         };
-        self.members.each_by(Instant::now() + timeout, call, moves_on).await.result
+        let first = self.members.each_by(Instant::now() + timeout, call, moves_on).await.result?;
+        match first {
+            Err(e) if e.code == "compacted" => Ok(self.open_events_elsewhere(path, e).await),
+            answer => Ok(answer),
+        }
+    }
+
+    /// After the member that answered said `compacted` (a member that restarted holds
+    /// its events only from its last snapshot on): each other member once, in turn, for
+    /// one that still holds the events after the position. Indexes are the same on
+    /// every member, so the stream resumes exactly where it was. `compacted` only when
+    /// none does, or none could be asked.
+    async fn open_events_elsewhere(&self, path: &str, compacted: ApiError) -> Answer<hyper::body::Incoming> {
+        let timeout = self.request_timeout();
+        for member in self.members.current_first().skip(1) {
+            let Ok(endpoint) = Endpoint::http(member, "watching events") else { continue };
+            if let Ok(crate::http::StreamAnswer::Open(body)) = endpoint.open_stream(path, timeout).await {
+                return Ok(body);
+            }
+        }
+        Err(compacted)
     }
 
     /// `GET path` answered with bytes (a backup), on whichever endpoint serves it,

@@ -190,3 +190,39 @@ async fn a_campaign_outwaits_its_rounds_and_an_observer_sees_each_change() {
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
+
+/// A member that restarted holds its events only from its last snapshot on, and answers
+/// a resume from before it 410 `compacted`; another member still holds them. The watch
+/// asks each other member before it says it missed events: given the restarted member
+/// first, it reads every event from the start on another.
+#[tokio::test]
+async fn a_watch_told_compacted_by_a_restarted_member_resumes_on_one_that_holds_the_events() {
+    let cfg = crate::support::TempDir::new("events-snapshots");
+    let file = cfg.path().join("fenced.toml");
+    std::fs::write(&file, "snapshot_entries = 10\n").unwrap();
+    let mut cluster = Cluster::start_with(&["--config".into(), file.display().to_string()]).await;
+    let l = cluster.leader().await;
+    let c = client(&cluster.http.join(","));
+    let mut granted = vec![];
+    for _ in 0..30 {
+        let g = c.lock("w/x").ttl(Duration::from_secs(5)).try_acquire().await.expect("grant");
+        granted.push(g.token().get());
+        g.release().await.expect("release");
+    }
+    let f = (0..3).find(|i| *i != l).expect("a follower");
+    cluster.members[f].crash_and_restart().await;
+    // The restarted member alone: it no longer holds the first events (the premise).
+    let alone = client(&cluster.http[f]);
+    let mut w = alone.watch("w/", Some(0));
+    match timeout(Duration::from_secs(10), w.next()).await.expect("an answer") {
+        Err(Error::Missed { oldest_index: Some(n), .. }) => assert!(n > 1, "{n}"),
+        other => panic!("the restarted member still held every event, so this proves nothing: {other:?}"),
+    }
+    // Given it first, then the others: every event from the start, once each.
+    let others: Vec<&str> = (0..3).filter(|i| *i != f).map(|i| cluster.http[i].as_str()).collect();
+    let endpoints = format!("{},{}", cluster.http[f], others.join(","));
+    let mut w = client(&endpoints).watch("w/", Some(0));
+    let mut seen = BTreeMap::new();
+    collect(&mut w, &mut seen, Instant::now() + Duration::from_millis(3000)).await;
+    assert_every_grant_seen(&granted, &seen);
+}
