@@ -525,6 +525,16 @@ impl Driver {
         self.target.counter_key()
     }
 
+    /// Campaigns for the lock as `holder` (leader election): waits one `round` after
+    /// another until it is granted (the caller bounds the whole). Fenced's locks only.
+    pub async fn campaign(&mut self, ttl: Duration, round: Duration, holder: &str) -> Result<Grant> {
+        let Conn::Fenced { client, .. } = &mut self.conn else {
+            bail!("the elect workload runs on Fenced's locks, not on {}", self.target)
+        };
+        let guard = client.lock(LOCK).holder(holder).ttl(ttl).wait(round).campaign().await?;
+        Ok(Grant { token: Some(guard.token().get()), held: Held::Fenced(guard) })
+    }
+
     /// Takes the lock, waiting at most `wait`; the lease lives `ttl` without renewal.
     pub async fn acquire(&mut self, ttl: Duration, wait: Duration, cycle: u64) -> Result<Grant> {
         let op = self.op_timeout;

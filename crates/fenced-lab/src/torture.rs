@@ -28,7 +28,7 @@ pub use crate::nemesis::{ClusterFigures, Nemesis};
 use crate::peers::{signal, Service};
 use crate::proxy::DelayProxy;
 use crate::target::{ClientLanguage, Driver, Endpoints, Target, LOCK, REDLOCK_INSTANCES, S3_BUCKET};
-use crate::worker::{now_us, WorkerSpec};
+use crate::worker::{now_us, WorkerSpec, Workload};
 
 /// The faults the nemesis may inject.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
@@ -70,6 +70,8 @@ pub struct TortureConfig {
     /// build in `dist/` (`node` targets).
     pub python: PathBuf,
     pub node_client: PathBuf,
+    /// What the workers do with the lock: the counter, or leaders doing it.
+    pub workload: Workload,
 }
 
 impl TortureConfig {
@@ -104,6 +106,13 @@ impl TortureConfig {
         if self.target.cluster() && self.nemesis.clock {
             return Err(crate::peer_nemesis::clock_refusal(self.target).unwrap_or("no clock nemesis here").into());
         }
+        if self.workload == Workload::Elect && (!self.target.fenced_locks() || self.target.client_language().is_some())
+        {
+            return Err(format!(
+                "--workload elect campaigns with the Rust client for Fenced's locks; {} has no election",
+                self.target
+            ));
+        }
         if self.recovery >= self.duration {
             return Err(format!(
                 "--recovery ({:?}) must be shorter than --duration ({:?})",
@@ -122,6 +131,7 @@ impl TortureConfig {
 #[derive(Clone, Debug, Serialize)]
 pub struct TortureReport {
     pub target: Target,
+    pub workload: Workload,
     pub seed: u64,
     pub duration_ms: u64,
     pub workers: u32,
@@ -304,6 +314,7 @@ impl Workers {
                 op_timeout_ms: cfg.op_timeout().as_millis() as u64,
                 lock: LOCK.to_owned(),
                 counter_key: cfg.target.counter_key(),
+                workload: cfg.workload,
             };
             let mut child = worker_command(cfg)
                 .arg(serde_json::to_string(&spec)?)
@@ -579,6 +590,7 @@ pub(crate) fn report(
     let replicas_disagree = cluster.as_ref().is_some_and(|c| c.replicas_agree == Some(false));
     TortureReport {
         target,
+        workload: cfg.workload,
         seed: cfg.seed,
         duration_ms: cfg.duration.as_millis() as u64,
         workers: cfg.workers,

@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::Args;
 use fenced_lab::target::Target;
 use fenced_lab::torture::{self, Faults, Nemesis, Progress, TortureConfig, TortureReport};
-use fenced_lab::worker::{self, WorkerSpec};
+use fenced_lab::worker::{self, WorkerSpec, Workload};
 use tokio::sync::watch;
 
 use crate::args::{duration_ms, BadArgument, Global};
@@ -76,6 +76,12 @@ pub struct TortureArgs {
     /// whose worker the node targets run.
     #[arg(long, env = "FENCED_NODE_CLIENT", default_value = "clients/typescript", value_name = "DIR")]
     node_client: PathBuf,
+    /// What the workers do: counter (take the lock, increment once, release) or elect
+    /// (campaign as leader, increment for a few rounds while leading, asking before
+    /// each round whether it still leads, then resign; Fenced's locks with this
+    /// binary's workers only).
+    #[arg(long, default_value = "counter", value_parser = |s: &str| Workload::parse(s))]
+    workload: Workload,
     /// Write every operation and fault as JSON lines to this file.
     #[arg(long, value_name = "FILE")]
     history: Option<PathBuf>,
@@ -162,6 +168,7 @@ pub fn run(a: TortureArgs, g: &Global) -> anyhow::Result<ExitCode> {
             fenced_bin: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("fenced")),
             python: a.python.clone(),
             node_client: a.node_client.clone(),
+            workload: a.workload,
         })
         .collect();
     for c in &configs {
@@ -276,8 +283,9 @@ fn verdict(r: &TortureReport) -> &'static str {
 
 fn text(r: &TortureReport) -> String {
     let mut s = format!(
-        "torture {}: seed {}, {:.1} s, {} workers, lease {} ms, fencing {}\n",
+        "torture {}: {} workload, seed {}, {:.1} s, {} workers, lease {} ms, fencing {}\n",
         r.target,
+        r.workload,
         r.seed,
         r.duration_ms as f64 / 1000.0,
         r.workers,
@@ -334,7 +342,8 @@ fn text(r: &TortureReport) -> String {
 fn table(reports: &[TortureReport]) -> String {
     let Some(first) = reports.first() else { return String::new() };
     let mut s = format!(
-        "torture --compare: seed {}, {:.1} s each, {} workers, lease {} ms\n\n",
+        "torture --compare: {} workload, seed {}, {:.1} s each, {} workers, lease {} ms\n\n",
+        first.workload,
         first.seed,
         first.duration_ms as f64 / 1000.0,
         first.workers,

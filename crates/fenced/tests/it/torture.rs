@@ -288,3 +288,58 @@ fn a_comparison_skips_a_peer_that_is_not_installed() {
     assert_eq!(bench.status.code(), Some(0), "{err}");
     assert!(err.contains("skipped redis-aof: `redis-server` not found"), "{err}");
 }
+
+/// Leader election under pauses (`--workload elect`): each worker campaigns, leads for
+/// a few rounds of the counter while its lease is kept alive, asking before each round
+/// whether it still leads, then resigns. A leader paused between a round's read and its
+/// write has been deposed when it wakes: with fencing its write is refused and nothing
+/// is lost; the same leaders unfenced (the control) lose increments.
+#[test]
+fn leaders_under_pauses_lose_nothing_fenced_where_unfenced_leaders_lose_updates() {
+    let args = [
+        "torture",
+        "--compare",
+        "fenced,fenced-unfenced",
+        "--workload",
+        "elect",
+        "--faults",
+        "pause",
+        "--duration",
+        "15s",
+        "--ttl",
+        "1s",
+        "--workers",
+        "4",
+        "--seed",
+        "3",
+        "--json",
+    ];
+    let out = fenced(&args);
+    assert!(out.status.success(), "fenced torture failed: {}", String::from_utf8_lossy(&out.stderr));
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let [on, off] = runs.as_array().expect("an array").as_slice() else { panic!("two runs: {runs}") };
+    for r in [on, off] {
+        assert_eq!(r["workload"], "elect", "{r}");
+        assert!(num(r, "pauses_injected") >= 1, "no pause injected: {r}");
+        assert!(num(r, "acknowledged") > num(r, "grants"), "leaders did not lead for several rounds: {r}");
+        assert_eq!(num(r, "token_regressions"), 0, "tokens went backwards: {r}");
+        assert_eq!(num(r, "overlapping_holders"), 0, "two leaders at once, as the service promised: {r}");
+    }
+    assert_eq!(num(on, "lost_updates"), 0, "fenced leaders lost updates: {on}");
+    assert_eq!(num(on, "zombie_writes"), 0, "a deposed leader's write went through: {on}");
+    assert!(num(on, "stale_writes_rejected") + num(on, "stale_reads_rejected") >= 1, "nothing was refused: {on}");
+    assert_eq!(on["safe"], true, "{on}");
+    assert!(num(off, "lost_updates") >= 1, "unfenced leaders lost nothing, the nemesis proved nothing: {off}");
+    assert_eq!(off["safe"], false, "{off}");
+}
+
+#[test]
+fn the_elect_workload_is_refused_where_there_is_no_election() {
+    let out = fenced(&["torture", "--target", "redis", "--workload", "elect", "--duration", "3s"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--workload elect") && stderr.contains("redis"), "{stderr}");
+    let out = fenced(&["torture", "--workload", "vote"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown workload"));
+}
