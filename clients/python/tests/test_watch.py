@@ -268,6 +268,38 @@ def test_a_watch_from_a_position_no_longer_held_raises_missed(retaining_four: Se
     assert asyncio.run(in_async()) == oldest
 
 
+def test_a_watch_told_compacted_by_one_member_resumes_on_another_that_holds_the_events(
+        retaining_four: Server, server: Server) -> None:
+    """A member that restarted from a snapshot holds its events only from there on; the
+    others may still hold the position. Here the first member keeps four events and the
+    second every one: the watch given the first asks the second before it says Missed,
+    and says Missed only when no member holds the events (the control: the first alone)."""
+    for s in (retaining_four, server):
+        c = fenced.Client(s.url, request_timeout=3.0)
+        for _ in range(5):
+            c.try_lock("w/elsewhere", ttl=5.0).release()
+    held = fenced.Client(server.url, request_timeout=3.0).watch("w/elsewhere", since=0)
+    expected = next(held)
+    held.close()
+    both = fenced.Client([retaining_four.url, server.url], request_timeout=3.0)
+    w = both.watch("w/elsewhere", since=0)
+    first = next(w)
+    assert first == expected and first.type == "granted" and w.position == expected.index, (first, expected)
+    w.close()
+    alone = fenced.Client(retaining_four.url, request_timeout=3.0)
+    with pytest.raises(fenced.Missed):
+        next(alone.watch("w/elsewhere", since=0))
+
+    async def in_async() -> fenced.WatchEvent:
+        async with fenced.AsyncClient([retaining_four.url, server.url], request_timeout=3.0) as ac:
+            aw = ac.watch("w/elsewhere", since=0)
+            e = await asyncio.wait_for(aw.__anext__(), 5.0)
+            await aw.aclose()
+            return e
+
+    assert asyncio.run(in_async()) == expected
+
+
 def test_revoke_lock_makes_the_guard_lost_and_its_late_write_stale(server: Server, name: str) -> None:
     c = fenced.Client(server.url, request_timeout=3.0)
     w = c.watch(name)

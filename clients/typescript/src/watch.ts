@@ -16,7 +16,8 @@ import { StringDecoder } from "node:string_decoder";
 import { Calls, isToken, unwrap } from "./calls.js";
 import { ServerApi } from "./compat.js";
 import { BadRequestError, BadResponseError, FencedError, MissedEventsError, UnavailableError, errorFromAnswer, isObject } from "./errors.js";
-import { TLS_REFUSED, sleep } from "./http.js";
+import { answerCode } from "./failover.js";
+import { type Endpoint, TLS_REFUSED, sleep } from "./http.js";
 
 /** No byte for this long (the server sends a comment at least every 15 s): the stream is taken for dead and reopened. */
 export const WATCH_SILENCE_MS = 45_000;
@@ -277,13 +278,37 @@ export class Watch implements AsyncIterableIterator<WatchEvent> {
       { retrySingle: true, signal: this.#stop.signal },
     );
     const a = unwrap(tried.outcome);
-    if (a.stream !== undefined) {
+    const stream = a.stream ?? (a.status === 410 && answerCode(a) === "compacted" ? await this.#openElsewhere(path) : undefined);
+    if (stream !== undefined) {
       this.#started = true;
-      return new EventStream(a.stream, this.#silenceMs);
+      return new EventStream(stream, this.#silenceMs);
     }
     const what = since === undefined ? `watching '${this.prefix}'` : `watching '${this.prefix}' after index ${since}`;
     if (a.status === 200) throw new BadResponseError("bad_response", `${what}: answered ${String(a.headers["content-type"])}, not an event stream`);
     throw errorFromAnswer(a.status, a.body, what);
+  }
+
+  /**
+   * After `compacted` from the member that answered (a member restarted from a snapshot
+   * holds its events only from there on): each other member once, in turn, for one that
+   * still holds the events after the position. Indexes are the same on every member, so
+   * the stream resumes exactly where it was. Undefined when none does, or none could be asked.
+   */
+  async #openElsewhere(path: string): Promise<http.IncomingMessage | undefined> {
+    const members = this.#source.calls.members;
+    const all = members.endpoints;
+    const answered = all.indexOf(members.current);
+    const timeoutMs = this.#source.calls.requestTimeoutMs;
+    for (let k = 1; k < all.length && !this.#stop.signal.aborted; k++) {
+      const ep = all[(answered + k) % all.length] as Endpoint;
+      try {
+        const a = await ep.openStream({ path, timeoutMs, signal: this.#stop.signal });
+        if (a.stream !== undefined) return a.stream;
+      } catch {
+        // Unreachable, silent or refused: the next member.
+      }
+    }
+    return undefined;
   }
 
   /** One SSE block: an event (queued), a position marker, a comment, or `lagged` (thrown). */

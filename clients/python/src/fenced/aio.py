@@ -576,7 +576,7 @@ class AsyncWatch:
         try:
             resp = await c._call(lambda i: c._open_stream(i, path, self._silence), _core.now() + c.request_timeout)
         except Missed as e:
-            raise self._st.refused(e) from None
+            resp = await self._open_elsewhere(path, e)
         if self._closed:
             await resp.aclose()
             return
@@ -584,6 +584,23 @@ class AsyncWatch:
         self._chunks = resp.aiter_bytes()
         self._st.opened()
         log.debug("watch of '%s' opened on %s after position %s", self.prefix, resp.url, self.position)
+
+    async def _open_elsewhere(self, path: str, missed: Missed) -> httpx.Response:
+        """After ``compacted`` from the member that answered: each other member once, as
+        :meth:`fenced.Watch._open_elsewhere`."""
+        c = self._client
+        n = len(c._members.endpoints)
+        answered = c._members.current
+        for k in range(1, n):
+            i = (answered + k) % n
+            try:
+                resp = await asyncio.wait_for(c._open_stream(i, path, self._silence), c.request_timeout)
+            except Exception as e:  # noqa: BLE001 - any answer but the stream: the next member
+                log.debug("watch of '%s': %s could not resume it either: %r", self.prefix, c._members.endpoints[i], e)
+                continue
+            c._members.set_current(i)
+            return resp
+        raise self._st.refused(missed) from None
 
     async def _read(self) -> Optional[bytes]:
         assert self._chunks is not None

@@ -990,7 +990,7 @@ class Watch:
             else:
                 resp = c._call(open_on, _core.now() + c.request_timeout)
         except Missed as e:
-            raise self._st.refused(e) from None
+            resp = self._open_elsewhere(open_on, e)
         finally:
             with opening.mu:
                 opening.done = True
@@ -1006,6 +1006,26 @@ class Watch:
             self._chunks = resp.iter_bytes()
         self._st.opened()
         log.debug("watch of '%s' opened on %s after position %s", self.prefix, resp.url, self.position)
+
+    def _open_elsewhere(self, open_on: Callable[[int], httpx.Response], missed: Missed) -> httpx.Response:
+        """After the member that answered said ``compacted`` (a member restarted from a
+        snapshot holds its events only from there on): each other member once, in turn,
+        for one that still holds the events after the position. Indexes are the same on
+        every member, so the stream resumes exactly where it was. :class:`Missed` only
+        when none does, or none could be asked."""
+        c = self._client
+        n = len(c._members.endpoints)
+        answered = c._members.current
+        for k in range(1, n):
+            i = (answered + k) % n
+            try:
+                resp = c._in_thread(open_on, i).result(timeout=c.request_timeout)
+            except Exception as e:  # noqa: BLE001 - any answer but the stream: the next member
+                log.debug("watch of '%s': %s could not resume it either: %r", self.prefix, c._members.endpoints[i], e)
+                continue
+            c._members.set_current(i)
+            return resp
+        raise self._st.refused(missed) from None
 
     def _read(self) -> Optional[bytes]:
         """The next bytes of the stream; ``None`` when it broke, ended or fell silent."""
