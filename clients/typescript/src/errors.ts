@@ -197,6 +197,7 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = {
   invalid_frame: BadRequestError,
   method_not_allowed: BadRequestError,
   unsupported_media_type: BadRequestError,
+  invalid_names: BadRequestError,
   too_large: BadRequestError,
   trace_too_large: BadRequestError,
   uri_too_long: BadRequestError,

@@ -230,7 +230,30 @@ impl Client {
 
     /// Starts a lock request; nothing is sent until `acquire` or `try_acquire`.
     pub fn lock(&self, name: impl Into<String>) -> LockRequest {
-        LockRequest { client: self.clone(), name: name.into(), options: LockOptions::default(), holder: None }
+        LockRequest {
+            client: self.clone(),
+            name: name.into(),
+            also: vec![],
+            options: LockOptions::default(),
+            holder: None,
+        }
+    }
+
+    /// Starts a request for several locks at once (`POST /v1/locks/acquire`): granted
+    /// all together under one lease, or none, within the wait; no deadlock whatever
+    /// order callers name them in, and a waiter for several is not overtaken by later
+    /// waiters for one of them. The guard holds every lock: [`LockGuard::tokens`] has
+    /// a token per name, in the names' sorted order (its `name` and `token` are the
+    /// first's); its lost signal is the lease's, and `release()` ends the lease, which
+    /// releases every one. Over HTTP (not the wire protocol yet).
+    pub fn lock_all<I, S>(&self, names: I) -> LockRequest
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut names = names.into_iter().map(Into::into);
+        let name = names.next().unwrap_or_default();
+        LockRequest { client: self.clone(), name, also: names.collect(), options: LockOptions::default(), holder: None }
     }
 
     /// Acquires `name`, runs `work` with the token and a cancellation token, and
@@ -400,6 +423,8 @@ pub struct LockRequest {
     client: Client,
     /// The name as given; checked when the request is sent.
     name: String,
+    /// The other names of a request for several locks ([`Client::lock_all`]).
+    also: Vec<String>,
     /// TTL, wait and margin.
     options: LockOptions,
     /// The holder's label, shown in lock views and events.
@@ -468,6 +493,9 @@ impl LockRequest {
     /// Dropping this future withdraws the waiter: its connection closes and the server
     /// takes it out of the queue.
     pub async fn acquire(self) -> Result<LockGuard, Error> {
+        if !self.also.is_empty() {
+            return self.acquire_all().await;
+        }
         let name = LockName::new(&self.name).map_err(|e| Error::BadRequest(e.to_string()))?;
         let LockOptions { ttl, wait, margin } = self.options;
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
@@ -499,16 +527,77 @@ impl LockRequest {
         }
         let granted_ttl = Duration::from_millis(body.ttl_ms.min(ttl_ms));
         let margin = margin.unwrap_or_else(|| validity::default_margin(granted_ttl));
-        let mut grant = Grant {
+        let grant = Grant {
             name,
             token: wire::token(body.token)?,
+            also: vec![],
             lease_id: wire::lease_id(&body.lease_id)?,
             ttl: granted_ttl,
             margin,
             sent_at,
         };
-        // A grant that came after a long wait in the queue may leave little of the
-        // deadline counted from the send: renew once now, so the guard starts fresh.
+        self.start_guard(grant, grant_started).await
+    }
+
+    /// Every name of [`Client::lock_all`] at once, as [`acquire`](Self::acquire) does one.
+    async fn acquire_all(self) -> Result<LockGuard, Error> {
+        let mut names = std::iter::once(&self.name)
+            .chain(&self.also)
+            .map(|n| LockName::new(n).map_err(|e| Error::BadRequest(e.to_string())))
+            .collect::<Result<Vec<_>, _>>()?;
+        names.sort_unstable();
+        names.dedup();
+        let LockOptions { ttl, wait, margin } = self.options;
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        if ttl_ms == 0 {
+            return Err(Error::BadRequest("the TTL must be at least 1 ms".into()));
+        }
+        let conn = &self.client.conn;
+        let give_up_at = Instant::now() + wait;
+        let grant_started = Instant::now();
+        let (bodies, sent_at) = loop {
+            let sent_at = Instant::now();
+            let api = match conn.acquire_all(&names, ttl_ms, self.holder.as_deref(), give_up_at).await? {
+                Ok(bodies) => break (bodies, sent_at),
+                Err(api) => api,
+            };
+            match api.refusal {
+                Some(fenced_core::Error::LockHeld { .. }) => {
+                    return Err(Error::LockHeld {
+                        name: names.iter().map(LockName::as_str).collect::<Vec<_>>().join(","),
+                    })
+                }
+                _ if api.retryable() && Instant::now() < give_up_at => {
+                    let pause = api.retry_after().unwrap_or(Duration::from_millis(200));
+                    tokio::time::sleep_until((Instant::now() + pause).min(give_up_at)).await;
+                }
+                _ => return Err(api.into_error()),
+            }
+        };
+        let granted: Vec<&str> = bodies.iter().map(|b| b.name.as_str()).collect();
+        let asked: Vec<&str> = names.iter().map(LockName::as_str).collect();
+        if granted != asked {
+            return Err(wire::bad_answer(&format!("asked for locks {asked:?}, granted {granted:?}")));
+        }
+        let first = &bodies[0];
+        let lease_id = wire::lease_id(&first.lease_id)?;
+        if bodies.iter().any(|b| b.lease_id != first.lease_id) {
+            return Err(wire::bad_answer("the locks of one request were granted under different leases"));
+        }
+        let granted_ttl = Duration::from_millis(first.ttl_ms.min(ttl_ms));
+        let margin = margin.unwrap_or_else(|| validity::default_margin(granted_ttl));
+        let mut tokens = names.into_iter().zip(&bodies).map(|(n, b)| Ok((n, wire::token(b.token)?)));
+        let (name, token) = tokens.next().expect("one name or more")?;
+        let also = tokens.collect::<Result<Vec<_>, Error>>()?;
+        let grant = Grant { name, token, also, lease_id, ttl: granted_ttl, margin, sent_at };
+        self.start_guard(grant, grant_started).await
+    }
+
+    /// The guard of a grant. One that came after a long wait in the queue may leave
+    /// little of the deadline counted from the send: renewed once first, so the guard
+    /// starts fresh.
+    async fn start_guard(&self, mut grant: Grant, grant_started: Instant) -> Result<LockGuard, Error> {
+        let (granted_ttl, conn) = (grant.ttl, &self.client.conn);
         if Instant::now().duration_since(grant_started) > granted_ttl / 3 {
             let renewed_at = Instant::now();
             match self.client.keepalive(grant.lease_id).await {

@@ -143,6 +143,39 @@ impl Endpoint {
         }
     }
 
+    /// Acquires every one of `names` together under the implicit lease `lease`
+    /// (`POST /v1/locks/acquire`; HTTP only for now).
+    pub async fn acquire_all(
+        &self,
+        names: &[LockName],
+        lease: LeaseId,
+        ttl_ms: u64,
+        wait_ms: u64,
+        holder: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Answer<Vec<GrantBody>>, Error> {
+        match self {
+            Endpoint::Http(t) => {
+                let names: Vec<&str> = names.iter().map(LockName::as_str).collect();
+                let mut req = serde_json::json!({
+                    "names": names, "lease_id": lease.to_hex(), "ttl_ms": ttl_ms, "wait_ms": wait_ms
+                });
+                if let Some(h) = holder {
+                    req["holder"] = h.into();
+                }
+                let r = t.json(Method::POST, "/v1/locks/acquire", &req, timeout).await?;
+                if r.is_success() {
+                    Ok(Ok(r.json::<crate::wire::GrantAllBody>()?.grants))
+                } else {
+                    Ok(Err(r.api_error()))
+                }
+            }
+            Endpoint::Wire(_) => Err(Error::BadRequest(
+                "acquiring several locks at once goes over HTTP (the wire protocol has no frame for it yet)".into(),
+            )),
+        }
+    }
+
     /// Releases `name` held under `lease`, then revokes the lease (on the wire, both
     /// in one round trip: the server runs them in order).
     pub async fn release_and_revoke(&self, name: &LockName, lease: LeaseId) -> Result<(Answer<()>, Answer<()>), Error> {
@@ -511,6 +544,31 @@ impl Conn {
         // The leader's answer (a grant, or a refusal that left nothing behind): nothing
         // to undo. A transport error or a follower's refusal leaves earlier attempts
         // unknown.
+        pending.answered = !moves_on(&result);
+        result
+    }
+
+    /// [`acquire`](Self::acquire) for several names, all or none, under one implicit lease.
+    pub async fn acquire_all(
+        &self,
+        names: &[LockName],
+        ttl_ms: u64,
+        holder: Option<&str>,
+        give_up_at: Instant,
+    ) -> Result<Answer<Vec<GrantBody>>, Error> {
+        let lease = random_lease_id()?;
+        let mut pending = Pending { conn: self, lease, answered: false };
+        let deadline = give_up_at.max(Instant::now()) + self.request_timeout();
+        let wait_for = |e: &Endpoint| {
+            let wait_left = give_up_at.saturating_duration_since(Instant::now());
+            let wait_ms = u64::try_from(wait_left.as_millis()).unwrap_or(u64::MAX);
+            (wait_ms, e.request_timeout() + wait_left)
+        };
+        let each = |e| {
+            let (wait_ms, timeout) = wait_for(e);
+            e.acquire_all(names, lease, ttl_ms, wait_ms, holder, timeout)
+        };
+        let result = self.members.each_by(deadline, each, moves_on).await.result;
         pending.answered = !moves_on(&result);
         result
     }

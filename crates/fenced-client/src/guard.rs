@@ -40,6 +40,8 @@ struct Shared {
     name: LockName,
     /// The grant's fencing token.
     token: Token,
+    /// The other locks of a set acquired together, with their tokens.
+    also: Vec<(LockName, Token)>,
     /// The lease the lock is held under; only this guard uses it.
     lease_id: LeaseId,
     /// The lease's TTL as the server granted it.
@@ -81,6 +83,8 @@ pub(crate) struct Grant {
     pub name: LockName,
     /// Its fencing token.
     pub token: Token,
+    /// The other locks of a set acquired together, with their tokens.
+    pub also: Vec<(LockName, Token)>,
     /// The implicit lease created for this grant alone.
     pub lease_id: LeaseId,
     /// The lease's TTL as granted.
@@ -96,6 +100,7 @@ impl LockGuard {
         let shared = Arc::new(Shared {
             name: grant.name,
             token: grant.token,
+            also: grant.also,
             lease_id: grant.lease_id,
             ttl: grant.ttl,
             margin: grant.margin,
@@ -107,6 +112,12 @@ impl LockGuard {
         let stop = CancellationToken::new();
         let task = tokio::spawn(keepalive_loop(shared.clone(), conn.clone(), stop.clone(), grant.sent_at));
         LockGuard { shared, conn, stop, task: Some(task) }
+    }
+
+    /// Every lock this guard holds with its token: one for a lock, one per name, in
+    /// sorted order, for a set acquired together (each resource gets its own lock's).
+    pub fn tokens(&self) -> Vec<(LockName, Token)> {
+        std::iter::once((self.shared.name.clone(), self.shared.token)).chain(self.shared.also.iter().cloned()).collect()
     }
 
     /// The fencing token of this grant: pass it with every operation on the resource.
@@ -212,6 +223,13 @@ impl Drop for LockGuard {
 /// Releases the lock, then deletes the lease, which only this guard used. A lease the
 /// server no longer knows is already released.
 async fn release_on_server(conn: &Conn, shared: &Shared) -> Result<(), Error> {
+    if !shared.also.is_empty() {
+        // A set: ending its lease releases every lock of it at once.
+        return match conn.revoke(shared.lease_id).await? {
+            Err(e) if !e.lease_gone() => Err(e.into_error()),
+            _ => Ok(()),
+        };
+    }
     let (release, revoke) = conn.release_and_revoke(&shared.name, shared.lease_id).await?;
     if let Err(e) = revoke {
         if !e.lease_gone() {

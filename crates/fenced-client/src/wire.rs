@@ -15,6 +15,12 @@ pub(crate) struct GrantBody {
     pub ttl_ms: u64,
 }
 
+/// `POST /v1/locks/acquire` → 200: every lock of the set, under one lease.
+#[derive(Deserialize, Debug)]
+pub(crate) struct GrantAllBody {
+    pub grants: Vec<GrantBody>,
+}
+
 /// `POST /v1/leases/{id}/keepalive` → 200, `POST /v1/leases` → 201.
 #[derive(Deserialize, Debug)]
 pub(crate) struct LeaseBody {

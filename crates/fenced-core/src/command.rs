@@ -29,6 +29,9 @@ pub enum Command {
     Keepalive { lease: LeaseId },
     /// Acquires a lock at once, or queues for up to `wait_ms`.
     Acquire(Acquire),
+    /// Acquires several locks under one lease, all together or none, at once or
+    /// within `wait_ms` (see [`AcquireAll`]).
+    AcquireAll(AcquireAll),
     /// Releases a lock the lease holds; the next waiter is granted at once.
     Release { name: LockName, lease: LeaseId },
     /// Ends a lease now: its locks are released (no lock-delay) and its waits end.
@@ -67,6 +70,9 @@ impl Command {
         const BASE: usize = 64;
         BASE + match self {
             Command::Acquire(a) => a.name.as_str().len() + a.holder.as_ref().map_or(0, String::len),
+            Command::AcquireAll(a) => {
+                a.names.iter().map(|n| n.as_str().len() + 8).sum::<usize>() + a.holder.as_ref().map_or(0, String::len)
+            }
             Command::Release { name, .. } | Command::RevokeLock { name, .. } => name.as_str().len(),
             Command::Store(StoreCommand::Write { key, value, .. } | StoreCommand::WriteUnfenced { key, value, .. }) => {
                 key.len() + value.len()
@@ -100,6 +106,33 @@ pub struct Acquire {
 /// The longest holder label, in bytes.
 pub const HOLDER_BYTES_MAX: usize = 256;
 
+/// The most names one [`AcquireAll`] may ask for.
+pub const LOCK_NAMES_MAX: usize = 64;
+
+/// An acquire of several locks, all or nothing.
+///
+/// Granted when every name is free and the request is first in every name's queue;
+/// otherwise it waits in every name's queue at once (one arrival, appended to each), so
+/// the queues agree with one arrival order and the oldest waiter is first in all of
+/// its queues: no deadlock, whatever order callers list the names in. Queues are
+/// strict FIFO: a free lock whose first waiter also waits for another lock stays free
+/// until that waiter is granted or leaves, so a waiter for `{a, b}` is never starved by
+/// a stream of waiters for `a` alone (they queue behind it). Tokens are minted in the
+/// names' sorted order, one per name, each above every token before it. A lease that
+/// already holds some of the names but not all is refused at once (`lock_held`).
+#[derive(Clone, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct AcquireAll {
+    /// One to [`LOCK_NAMES_MAX`] names; the table sorts them and drops repeats.
+    pub names: Vec<LockName>,
+    pub lease: LeaseRef,
+    /// 0 is a try-lock.
+    pub wait_ms: u64,
+    pub lock_delay_ms: u64,
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub holder: Option<String>,
+}
+
 /// The lease an acquire holds the lock under.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -132,6 +165,8 @@ pub enum Answer {
     Lease(LeaseInfo),
     /// A lock granted (an idempotent re-acquire by the holder gets the same grant).
     Granted(Grant),
+    /// Every lock of an [`AcquireAll`], in the names' sorted order.
+    GrantedAll(Vec<Grant>),
     /// A lock released; its token.
     Released(Token),
     /// Revoked, or cancelled.

@@ -46,6 +46,10 @@ pub enum Error {
     TooManyWaiters {
         waiters_max: usize,
     },
+    /// An acquire of several locks named none, or more than `names_max`.
+    InvalidNames {
+        names_max: usize,
+    },
     /// A caller reused a live lease id. The server draws 128 random bits, so this is a
     /// bug or an attack, never a coincidence.
     LeaseExists,
@@ -95,6 +99,7 @@ impl Error {
             Error::TooManyLeases { .. } => "too_many_leases",
             Error::TooManyLocks { .. } => "too_many_locks",
             Error::TooManyWaiters { .. } => "too_many_waiters",
+            Error::InvalidNames { .. } => "invalid_names",
             Error::LeaseExists => "lease_exists",
             Error::StaleToken { .. } => "stale_token",
             Error::TokenNotIssued { .. } => "token_not_issued",
@@ -122,7 +127,8 @@ impl Error {
             Error::LockDelayOutOfRange { lock_delay_ms_max } => vec![("lock_delay_ms_max", *lock_delay_ms_max)],
             Error::TooManyLeases { leases_max: n }
             | Error::TooManyLocks { locks_max: n }
-            | Error::TooManyWaiters { waiters_max: n } => vec![("limit", *n as u64)],
+            | Error::TooManyWaiters { waiters_max: n }
+            | Error::InvalidNames { names_max: n } => vec![("limit", *n as u64)],
             Error::StaleToken { token, highest_seen } => {
                 vec![("token", token.get()), ("highest_seen", highest_seen.get())]
             }
@@ -157,6 +163,7 @@ impl Error {
             "too_many_leases" => Error::TooManyLeases { leases_max: n("limit")? as usize },
             "too_many_locks" => Error::TooManyLocks { locks_max: n("limit")? as usize },
             "too_many_waiters" => Error::TooManyWaiters { waiters_max: n("limit")? as usize },
+            "invalid_names" => Error::InvalidNames { names_max: n("limit")? as usize },
             "lease_exists" => Error::LeaseExists,
             "stale_token" => Error::StaleToken { token: token("token")?, highest_seen: token("highest_seen")? },
             "token_not_issued" => {
@@ -194,6 +201,9 @@ impl fmt::Display for Error {
             Error::TooManyLeases { leases_max } => write!(f, "the server holds its limit of {leases_max} leases"),
             Error::TooManyLocks { locks_max } => write!(f, "the server holds its limit of {locks_max} locks"),
             Error::TooManyWaiters { waiters_max } => write!(f, "the waiter limit of {waiters_max} is reached"),
+            Error::InvalidNames { names_max } => {
+                write!(f, "an acquire of several locks names one to {names_max} locks")
+            }
             Error::LeaseExists => write!(f, "a lease with this id is already live"),
             Error::StaleToken { token, highest_seen } => {
                 write!(f, "token {token} is below the highest token this key has seen, {highest_seen}")
@@ -247,6 +257,7 @@ mod tests {
             Error::TooManyLocks { locks_max: 6 },
             Error::TooManyWaiters { waiters_max: 5 },
             Error::LeaseExists,
+            Error::InvalidNames { names_max: 64 },
             Error::StaleToken { token: t(2), highest_seen: t(9) },
             Error::TokenNotIssued { token: t(99), highest_issued: Some(t(9)) },
             Error::TokenNotIssued { token: t(99), highest_issued: None },

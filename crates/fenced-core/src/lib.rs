@@ -14,7 +14,10 @@ pub mod store;
 pub mod table;
 mod types;
 
-pub use command::{Acquire, Answer, Command, Durable, LeaseRef, Output, Persist, RequestId, HOLDER_BYTES_MAX};
+pub use command::{
+    Acquire, AcquireAll, Answer, Command, Durable, LeaseRef, Output, Persist, RequestId, HOLDER_BYTES_MAX,
+    LOCK_NAMES_MAX,
+};
 pub use error::Error;
 pub use gate::{Admission, FenceGate, Op};
 pub use replica::Batch;

@@ -15,8 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use fenced_core::{
-    Answer, Command, Effect, Error, Grant, LockTable, Op, Output, ReleaseReason, RequestId, StoreOutcome, Token,
-    WaitEnd,
+    Answer, Command, Effect, Error, LockTable, Op, Output, ReleaseReason, RequestId, StoreOutcome, Token, WaitEnd,
 };
 use fenced_raft::{Applied, Node, NodeId, Refusals};
 use tokio::sync::{mpsc, oneshot};
@@ -30,18 +29,18 @@ pub enum Reply {
     Now(Result<Answer, Error>),
     /// Queued: the answer comes on `rx`. Dropping the request must withdraw it
     /// ([`Locks::withdraw`]).
-    Queued { id: RequestId, rx: oneshot::Receiver<Result<Grant, Error>> },
+    Queued { id: RequestId, rx: oneshot::Receiver<Result<Answer, Error>> },
 }
 
 /// What a caller on this node hears first.
 enum Step {
     Answer(Result<Answer, Error>),
-    Queued(oneshot::Receiver<Result<Grant, Error>>),
+    Queued(oneshot::Receiver<Result<Answer, Error>>),
 }
 
 enum Slot {
     Now(oneshot::Sender<Step>),
-    Later(oneshot::Sender<Result<Grant, Error>>),
+    Later(oneshot::Sender<Result<Answer, Error>>),
 }
 
 /// Where applied output goes: the callers waiting here, the events, the counters.
@@ -67,15 +66,10 @@ impl Router {
 
     fn deliver(&self, request: RequestId, answer: Result<Answer, Error>) {
         let Some(slot) = self.pending().remove(&request) else { return };
-        let granted = matches!(answer, Ok(Answer::Granted(_)));
+        let granted = matches!(answer, Ok(Answer::Granted(_) | Answer::GrantedAll(_)));
         let taken = match slot {
             Slot::Now(tx) => tx.send(Step::Answer(answer)).is_ok(),
-            Slot::Later(tx) => tx
-                .send(answer.map(|a| match a {
-                    Answer::Granted(g) => g,
-                    other => unreachable!("a queued acquire answered {other:?}"),
-                }))
-                .is_ok(),
+            Slot::Later(tx) => tx.send(answer).is_ok(),
         };
         if !taken && granted {
             let _ = self.gone.send(request);

@@ -393,6 +393,7 @@ ERROR_CODES: Dict[str, Type[FencedError]] = {
     "invalid_field": BadRequest,
     "invalid_name": BadRequest,
     "invalid_holder": BadRequest,
+    "invalid_names": BadRequest,
     "invalid_key": BadRequest,
     "invalid_lease_id": BadRequest,
     "invalid_token": BadRequest,

@@ -5,6 +5,7 @@ mod failover;
 mod flood;
 mod forward;
 mod guard;
+mod multi;
 mod resources;
 mod secure;
 mod support;

@@ -18,7 +18,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use rustc_hash::FxBuildHasher;
 
-use crate::command::{Acquire, Answer, Command, Durable, LeaseRef, Output, Persist, RequestId};
+use crate::command::{
+    Acquire, AcquireAll, Answer, Command, Durable, LeaseRef, Output, Persist, RequestId, LOCK_NAMES_MAX,
+};
 use crate::error::Error;
 use crate::store::{Store, StoreCommand};
 use crate::{LeaseId, LockName, Token};
@@ -186,6 +188,22 @@ struct Waiter {
     lock_delay_ms: u64,
     #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
     label: Option<String>,
+    /// The other names of an [`AcquireAll`], sorted, after `name`: the waiter is in
+    /// each one's queue, and is granted all of them together.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Vec::is_empty"))]
+    also: Vec<LockName>,
+}
+
+impl Waiter {
+    /// Every name it waits for, `name` first.
+    fn names(&self) -> impl Iterator<Item = &LockName> {
+        std::iter::once(&self.name).chain(&self.also)
+    }
+
+    /// Waits for exactly `names` (sorted, as the table keeps them).
+    fn is_for(&self, names: &[LockName]) -> bool {
+        names.split_first().is_some_and(|(first, rest)| *first == self.name && rest == self.also.as_slice())
+    }
 }
 
 /// The lock table. See the module documentation.
@@ -217,6 +235,10 @@ pub struct LockTable {
     /// Queued requests that were granted, and the lock: the driver may still withdraw
     /// them. Entries leave with their holder.
     granted: HashMap<RequestId, LockName, FxBuildHasher>,
+    /// The same for queued [`AcquireAll`] requests that were granted: the names still
+    /// held under that grant.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "HashMap::is_empty"))]
+    granted_all: HashMap<RequestId, Vec<LockName>, FxBuildHasher>,
     timers: Timers,
     /// The fenced store: replicated with the locks, so a fenced write is as durable as
     /// a grant and its token check sees the tokens the table issued.
@@ -228,6 +250,11 @@ pub struct LockTable {
     effects_seq: u64,
     #[cfg_attr(feature = "serde", serde(skip))]
     out: Output,
+    /// Test-only: a set joins the queues of its names after the first at the front,
+    /// so queues disagree on the arrival order (the checker's negative control).
+    #[cfg(test)]
+    #[cfg_attr(feature = "serde", serde(skip))]
+    break_queue_order: bool,
 }
 
 impl LockTable {
@@ -258,10 +285,13 @@ impl LockTable {
             locks: BTreeMap::new(),
             waiters: HashMap::default(),
             granted: HashMap::default(),
+            granted_all: HashMap::default(),
             timers: Timers::default(),
             store: Store::default(),
             effects_seq: 0,
             out: Output::default(),
+            #[cfg(test)]
+            break_queue_order: false,
         };
         if grace_ms > 0 {
             t.timers.push(grace_ms, Timer::GrantsResume);
@@ -296,6 +326,13 @@ impl LockTable {
             // `None`: queued, answered later.
             Command::Acquire(req) => {
                 let answer = self.acquire(request, req).transpose();
+                if answer.is_none() {
+                    out.queued.push(request);
+                }
+                answer
+            }
+            Command::AcquireAll(req) => {
+                let answer = self.acquire_all(request, req).transpose();
                 if answer.is_none() {
                     out.queued.push(request);
                 }
@@ -529,12 +566,7 @@ impl LockTable {
     /// `Ok(None)`: queued; the answer comes with a later command.
     fn acquire(&mut self, request: RequestId, req: Acquire) -> Result<Option<Answer>, Error> {
         let now_ms = self.now_ms;
-        if req.wait_ms > self.limits.wait_ms_max {
-            return Err(Error::WaitOutOfRange { wait_ms_max: self.limits.wait_ms_max });
-        }
-        if req.lock_delay_ms > self.limits.lock_delay_ms_max {
-            return Err(Error::LockDelayOutOfRange { lock_delay_ms_max: self.limits.lock_delay_ms_max });
-        }
+        self.check_wait(req.wait_ms, req.lock_delay_ms)?;
         let lease_id = req.lease.id();
         match req.lease {
             LeaseRef::Existing(id) => {
@@ -555,7 +587,7 @@ impl LockTable {
                 // what the first attempt got, the grant or its place in the queue.
                 Some(lease) if lease.implicit => {
                     let ttl_ms = lease.ttl_ms;
-                    let queued = lease.waiting.iter().any(|w| self.waiters[w].name == req.name);
+                    let queued = lease.waiting.iter().any(|w| self.waiters[w].is_for(std::slice::from_ref(&req.name)));
                     if let Some(holder) = self.locks.get_mut(&req.name).and_then(|l| l.holder.as_mut()) {
                         if holder.lease == id {
                             holder.told = holder.told.saturating_add(1);
@@ -605,6 +637,101 @@ impl LockTable {
         Ok(None)
     }
 
+    fn check_wait(&self, wait_ms: u64, lock_delay_ms: u64) -> Result<(), Error> {
+        if wait_ms > self.limits.wait_ms_max {
+            return Err(Error::WaitOutOfRange { wait_ms_max: self.limits.wait_ms_max });
+        }
+        if lock_delay_ms > self.limits.lock_delay_ms_max {
+            return Err(Error::LockDelayOutOfRange { lock_delay_ms_max: self.limits.lock_delay_ms_max });
+        }
+        Ok(())
+    }
+
+    /// See [`AcquireAll`]. `Ok(None)`: queued in every name's queue.
+    fn acquire_all(&mut self, request: RequestId, mut req: AcquireAll) -> Result<Option<Answer>, Error> {
+        req.names.sort_unstable();
+        req.names.dedup();
+        if req.names.is_empty() || req.names.len() > LOCK_NAMES_MAX {
+            return Err(Error::InvalidNames { names_max: LOCK_NAMES_MAX });
+        }
+        self.check_wait(req.wait_ms, req.lock_delay_ms)?;
+        let now_ms = self.now_ms;
+        let lease_id = req.lease.id();
+        match req.lease {
+            LeaseRef::Existing(id) if !self.leases.contains_key(&id) => return Err(Error::LeaseNotFound),
+            LeaseRef::Existing(_) => {}
+            LeaseRef::Implicit { id, ttl_ms } => match self.leases.get(&id) {
+                None => self.check_new_lease(id, ttl_ms)?,
+                // A retry under the caller's implicit lease id: below, the first
+                // attempt's grant, or a place in the queues beside it.
+                Some(lease) if lease.implicit => {
+                    let queued = lease.waiting.iter().any(|w| self.waiters[w].is_for(&req.names));
+                    if !queued && self.held_by(&req.names, id) != req.names.len() {
+                        return Err(Error::LeaseExists);
+                    }
+                }
+                Some(_) => return Err(Error::LeaseExists),
+            },
+        }
+        let held = self.held_by(&req.names, lease_id);
+        if held == req.names.len() {
+            // A retried request must not mint new tokens.
+            return Ok(Some(Answer::GrantedAll(self.tell_again(&req.names, lease_id))));
+        }
+        let first_held = || req.names.iter().find_map(|n| self.holder_token(n));
+        if held > 0 {
+            return Err(Error::LockHeld { holder: first_held() });
+        }
+        let new = req.names.iter().filter(|n| !self.locks.contains_key(*n)).count();
+        if new > 0 && self.locks.len() + new > self.limits.locks_max {
+            return Err(Error::TooManyLocks { locks_max: self.limits.locks_max });
+        }
+        let twin = self.leases.contains_key(&lease_id) && matches!(req.lease, LeaseRef::Implicit { .. });
+        let free = |l: Option<&Lock>| {
+            l.is_none_or(|l| l.holder.is_none() && l.queue.is_empty() && l.blocked_until_ms <= now_ms)
+        };
+        if !twin && self.grants_open(now_ms) && req.names.iter().all(|n| free(self.locks.get(n))) {
+            if let LeaseRef::Implicit { id, ttl_ms } = req.lease {
+                self.grant_lease(id, ttl_ms).expect("checked above");
+                self.leases.get_mut(&id).expect("just made").implicit = true;
+            }
+            let mut grants = Vec::with_capacity(req.names.len());
+            for name in req.names {
+                let holder = req.holder.clone();
+                let grant = self.install_holder(name, lease_id, req.lock_delay_ms, req.holder.clone(), None);
+                self.out.effects.push(Effect::Granted { at_ms: now_ms, request: None, grant: grant.clone(), holder });
+                grants.push(grant);
+            }
+            return Ok(Some(Answer::GrantedAll(grants)));
+        }
+        if req.wait_ms == 0 {
+            if !self.grants_open(now_ms) {
+                return Err(Error::Recovering { retry_after_ms: self.grace_left_ms(now_ms) });
+            }
+            return Err(Error::LockHeld { holder: first_held() });
+        }
+        self.enqueue_names(request, req.names, req.lease, req.wait_ms, req.lock_delay_ms, req.holder)?;
+        Ok(None)
+    }
+
+    /// How many of `names` `lease` holds.
+    fn held_by(&self, names: &[LockName], lease: LeaseId) -> usize {
+        let holds = |n: &LockName| self.locks.get(n).and_then(|l| l.holder.as_ref()).is_some_and(|h| h.lease == lease);
+        names.iter().filter(|n| holds(n)).count()
+    }
+
+    /// The grants `lease` already has on `names` (every one held), told once more.
+    fn tell_again(&mut self, names: &[LockName], lease: LeaseId) -> Vec<Grant> {
+        let ttl_ms = self.leases.get(&lease).map_or(0, |l| l.ttl_ms);
+        let mut grants = Vec::with_capacity(names.len());
+        for name in names {
+            let holder = self.locks.get_mut(name).and_then(|l| l.holder.as_mut()).expect("held, checked by the caller");
+            holder.told = holder.told.saturating_add(1);
+            grants.push(Grant { name: name.clone(), token: holder.token, lease, ttl_ms });
+        }
+        grants
+    }
+
     /// See [`Command::Promote`].
     fn promote(&mut self) {
         let mut waiting: Vec<RequestId> = self.waiters.keys().copied().collect();
@@ -615,6 +742,7 @@ impl LockTable {
             self.waiter_left(lease, id);
         }
         self.granted.clear();
+        self.granted_all.clear();
         let names: Vec<LockName> = self.locks.keys().cloned().collect();
         for name in names {
             if let Some(holder) = self.locks.get_mut(&name).and_then(|l| l.holder.as_mut()) {
@@ -632,15 +760,31 @@ impl LockTable {
     /// The caller of `target` went away.
     fn cancel(&mut self, target: RequestId) {
         if let Some(w) = self.waiters.get(&target) {
-            let (name, lease) = (w.name.clone(), w.lease);
+            let (names, lease): (Vec<LockName>, _) = (w.names().cloned().collect(), w.lease);
             self.end_wait(target, WaitEnd::Cancelled);
             self.waiter_left(lease, target);
-            self.grant_next(&name);
+            for name in &names {
+                self.grant_next(name);
+            }
+            return;
+        }
+        if let Some(names) = self.granted_all.remove(&target) {
+            for name in names {
+                self.give_back(target, &name);
+            }
             return;
         }
         let Some(name) = self.granted.remove(&target) else { return };
-        let lock = self.locks.get_mut(&name).expect("granted entries leave with their holder");
-        let holder = lock.holder.as_mut().expect("granted entries leave with their holder");
+        self.give_back(target, &name);
+    }
+
+    /// A grant `target` was told of, and whose caller went away: given back unless
+    /// another request was told of it too, or its lease ends with it.
+    fn give_back(&mut self, target: RequestId, name: &LockName) {
+        let Some(holder) = self.locks.get_mut(name).and_then(|l| l.holder.as_mut()) else { return };
+        if !holder.queued.contains(&target) {
+            return; // released meanwhile (another name of the same grant ended its lease)
+        }
         holder.queued.retain(|r| *r != target);
         holder.told -= 1;
         let (lease, told) = (holder.lease, holder.told);
@@ -651,7 +795,7 @@ impl LockTable {
             self.end_lease(lease, ReleaseReason::Revoked);
         } else {
             // Nobody was told of this grant: give it back.
-            self.drop_holder(&name, ReleaseReason::Released);
+            self.drop_holder(name, ReleaseReason::Released);
         }
     }
 
@@ -715,15 +859,28 @@ impl LockTable {
     }
 
     fn enqueue(&mut self, request: RequestId, req: Acquire) -> Result<(), Error> {
+        self.enqueue_names(request, vec![req.name], req.lease, req.wait_ms, req.lock_delay_ms, req.holder)
+    }
+
+    /// Queues `request` at the back of every one of `names`' queues (sorted, distinct).
+    fn enqueue_names(
+        &mut self,
+        request: RequestId,
+        names: Vec<LockName>,
+        lease: LeaseRef,
+        wait_ms: u64,
+        lock_delay_ms: u64,
+        label: Option<String>,
+    ) -> Result<(), Error> {
         if self.waiters.len() >= self.limits.waiters_max {
             return Err(Error::TooManyWaiters { waiters_max: self.limits.waiters_max });
         }
-        let per_lock = self.locks.get(&req.name).map_or(0, |l| l.queue.len());
+        let per_lock = names.iter().map(|n| self.locks.get(n).map_or(0, |l| l.queue.len())).max().unwrap_or(0);
         if per_lock >= self.limits.waiters_per_lock_max {
             return Err(Error::TooManyWaiters { waiters_max: self.limits.waiters_per_lock_max });
         }
         assert!(!self.waiters.contains_key(&request), "request id {request:?} reused while queued");
-        match req.lease {
+        match lease {
             // A twin of a queued request of the same implicit lease: that lease stays
             // pending for its first request.
             LeaseRef::Implicit { id, .. } if self.leases.contains_key(&id) => {}
@@ -742,11 +899,22 @@ impl LockTable {
             }
             LeaseRef::Existing(_) => {}
         }
-        let lease_id = req.lease.id();
-        self.locks.entry(req.name.clone()).or_default().queue.push_back(request);
+        let lease_id = lease.id();
+        for (i, name) in names.iter().enumerate() {
+            let queue = &mut self.locks.entry(name.clone()).or_default().queue;
+            #[cfg(test)]
+            if self.break_queue_order && i > 0 {
+                queue.push_front(request);
+                continue;
+            }
+            let _ = i;
+            queue.push_back(request);
+        }
         self.leases.get_mut(&lease_id).expect("checked by acquire").waiting.push(request);
-        self.push_timer(self.now_ms + req.wait_ms, Timer::WaitDeadline(request));
-        let w = Waiter { name: req.name, lease: lease_id, lock_delay_ms: req.lock_delay_ms, label: req.holder };
+        self.push_timer(self.now_ms + wait_ms, Timer::WaitDeadline(request));
+        let mut names = names.into_iter();
+        let name = names.next().expect("one name or more");
+        let w = Waiter { name, lease: lease_id, lock_delay_ms, label, also: names.collect() };
         self.waiters.insert(request, w);
         Ok(())
     }
@@ -770,12 +938,14 @@ impl LockTable {
                 }
                 Timer::WaitDeadline(id) => {
                     if let Some(w) = self.waiters.get(&id) {
-                        let (name, lease) = (w.name.clone(), w.lease);
+                        let (names, lease): (Vec<LockName>, _) = (w.names().cloned().collect(), w.lease);
                         self.end_wait(id, WaitEnd::TimedOut);
-                        let holder = self.holder_token(&name);
+                        let holder = names.iter().find_map(|n| self.holder_token(n));
                         self.out.answers.push((id, Err(Error::LockHeld { holder })));
                         self.waiter_left(lease, id);
-                        self.grant_next(&name);
+                        for name in &names {
+                            self.grant_next(name);
+                        }
                     }
                 }
                 Timer::LockDelayEnds(name) => self.grant_next(&name),
@@ -794,10 +964,15 @@ impl LockTable {
     /// Removes a lease: withdraws its waiters and releases its locks.
     fn end_lease(&mut self, id: LeaseId, reason: ReleaseReason) {
         let lease = self.leases.remove(&id).expect("caller checked the lease");
+        // Every waiter of the lease leaves its queues before any lock is handed on: a
+        // queue's next waiter may be another of them.
+        let mut left = Vec::new();
         for waiter in lease.waiting {
             if let Some(w) = self.waiters.remove(&waiter) {
-                if let Some(lock) = self.locks.get_mut(&w.name) {
-                    lock.queue.retain(|q| *q != waiter);
+                for name in w.names() {
+                    if let Some(lock) = self.locks.get_mut(name) {
+                        lock.queue.retain(|q| *q != waiter);
+                    }
                 }
                 let at_ms = self.now_ms;
                 let name = w.name.clone();
@@ -805,8 +980,11 @@ impl LockTable {
                 if lease.pending_for != Some(waiter) {
                     self.out.answers.push((waiter, Err(Error::LeaseNotFound)));
                 }
-                self.grant_next(&w.name);
+                left.extend(w.names().cloned());
             }
+        }
+        for name in &left {
+            self.grant_next(name);
         }
         for name in lease.held {
             self.release_held(&name, id, reason);
@@ -840,6 +1018,12 @@ impl LockTable {
         let h = lock.holder.take().expect("held");
         for r in &h.queued {
             self.granted.remove(r);
+            if let Some(names) = self.granted_all.get_mut(r) {
+                names.retain(|n| n != name);
+                if names.is_empty() {
+                    self.granted_all.remove(r);
+                }
+            }
         }
         self.out.effects.push(Effect::Released {
             at_ms: self.now_ms,
@@ -853,8 +1037,10 @@ impl LockTable {
 
     fn end_wait(&mut self, waiter: RequestId, reason: WaitEnd) {
         let w = self.waiters.remove(&waiter).expect("caller checked the waiter");
-        if let Some(lock) = self.locks.get_mut(&w.name) {
-            lock.queue.retain(|q| *q != waiter);
+        for name in w.names() {
+            if let Some(lock) = self.locks.get_mut(name) {
+                lock.queue.retain(|q| *q != waiter);
+            }
         }
         if let Some(lease) = self.leases.get_mut(&w.lease) {
             lease.waiting.retain(|q| *q != waiter);
@@ -876,7 +1062,9 @@ impl LockTable {
     }
 
     /// Grants `name` to the first waiter when nothing holds it back, and forgets lock
-    /// entries that have nothing left to remember.
+    /// entries that have nothing left to remember. A first waiter for several locks is
+    /// granted only when it is first in every one of their queues and all are free;
+    /// until then this lock stays free for it (strict FIFO, see [`AcquireAll`]).
     fn grant_next(&mut self, name: &LockName) {
         let now_ms = self.now_ms;
         let open = self.grants_open(now_ms);
@@ -884,10 +1072,32 @@ impl LockTable {
         if lock.holder.is_some() || !open || lock.blocked_until_ms > now_ms {
             return self.forget_if_idle(name);
         }
-        let Some(first) = self.locks.get_mut(name).and_then(|l| l.queue.pop_front()) else {
-            return self.forget_if_idle(name);
-        };
+        let Some(&first) = lock.queue.front() else { return self.forget_if_idle(name) };
+        let w = &self.waiters[&first];
+        if !w.also.is_empty() && !w.names().all(|n| self.free_for(n, first)) {
+            return;
+        }
+        self.grant_waiter(first);
+    }
+
+    /// `name` is free for `waiter`: no holder, no lock-delay, and `waiter` first in line.
+    fn free_for(&self, name: &LockName, waiter: RequestId) -> bool {
+        self.locks.get(name).is_some_and(|l| {
+            l.holder.is_none() && l.blocked_until_ms <= self.now_ms && l.queue.front() == Some(&waiter)
+        })
+    }
+
+    /// Grants every lock `first` waits for (it is first in each queue, each is free),
+    /// and the same grant to its twins: queued requests of the same lease for the same
+    /// names (a retried request).
+    fn grant_waiter(&mut self, first: RequestId) {
+        let now_ms = self.now_ms;
         let w = self.waiters.remove(&first).expect("queued waiters are registered");
+        let names: Vec<LockName> = w.names().cloned().collect();
+        for name in &names {
+            let popped = self.locks.get_mut(name).and_then(|l| l.queue.pop_front());
+            debug_assert_eq!(popped, Some(first), "granted from the front of every queue");
+        }
         let lease = self.leases.get_mut(&w.lease).expect("waiters of gone leases are withdrawn");
         lease.waiting.retain(|q| *q != first);
         if lease.pending_for.take().is_some() {
@@ -897,31 +1107,67 @@ impl LockTable {
             self.push_timer(at, Timer::LeaseExpiry(w.lease));
             self.raise_ttl_hwm(ttl_ms);
         }
-        let label = w.label.clone();
-        let grant = self.install_holder(name.clone(), w.lease, w.lock_delay_ms, w.label, Some(first));
-        let holder = label.clone();
-        self.out.effects.push(Effect::Granted { at_ms: now_ms, request: Some(first), grant: grant.clone(), holder });
-        self.out.answers.push((first, Ok(Answer::Granted(grant.clone()))));
-        // Other queued acquires of the same lease on this lock (a retried request) get
-        // the same grant: same lease, same token. Found through the lease's own short
-        // list, not by scanning the queue.
-        let lease = self.leases.get_mut(&w.lease).expect("still live");
-        let twins: Vec<RequestId> = lease.waiting.iter().copied().filter(|id| self.waiters[id].name == *name).collect();
-        if twins.is_empty() {
-            return;
+        let single = names.len() == 1;
+        let mut grants = Vec::with_capacity(names.len());
+        for name in &names {
+            let request = single.then_some(first);
+            let grant = self.install_holder(name.clone(), w.lease, w.lock_delay_ms, w.label.clone(), request);
+            let holder = w.label.clone();
+            self.out.effects.push(Effect::Granted {
+                at_ms: now_ms,
+                request: Some(first),
+                grant: grant.clone(),
+                holder,
+            });
+            grants.push(grant);
         }
+        if !single {
+            self.tell_queued(first, &names);
+        }
+        self.out.answers.push((first, Ok(Self::granted_answer(&grants))));
+        // Other queued acquires of the same lease for the same names (a retried
+        // request) get the same grant: same lease, same tokens. Found through the
+        // lease's own short list, not by scanning the queues.
+        let lease = self.leases.get_mut(&w.lease).expect("still live");
+        let twins: Vec<RequestId> =
+            lease.waiting.iter().copied().filter(|id| self.waiters[id].is_for(&names)).collect();
         lease.waiting.retain(|q| !twins.contains(q));
-        let lock = self.locks.get_mut(name).expect("just granted");
-        lock.queue.retain(|q| !twins.contains(q));
-        let holder = lock.holder.as_mut().expect("just granted");
         for twin in twins {
             self.waiters.remove(&twin);
-            holder.told += 1;
-            holder.queued.push(twin);
-            self.granted.insert(twin, name.clone());
-            let holder = label.clone();
-            self.out.effects.push(Effect::Granted { at_ms: now_ms, request: Some(twin), grant: grant.clone(), holder });
-            self.out.answers.push((twin, Ok(Answer::Granted(grant.clone()))));
+            for name in &names {
+                self.locks.get_mut(name).expect("just granted").queue.retain(|q| *q != twin);
+                let holder = self.locks.get_mut(name).and_then(|l| l.holder.as_mut()).expect("just granted");
+                holder.told += 1;
+                if single {
+                    holder.queued.push(twin);
+                    self.granted.insert(twin, name.clone());
+                }
+            }
+            if !single {
+                self.tell_queued(twin, &names);
+            }
+            for grant in &grants {
+                let (grant, holder) = (grant.clone(), w.label.clone());
+                self.out.effects.push(Effect::Granted { at_ms: now_ms, request: Some(twin), grant, holder });
+            }
+            self.out.answers.push((twin, Ok(Self::granted_answer(&grants))));
+        }
+    }
+
+    /// Records that queued `request` was told of the grant of every one of `names`
+    /// (an [`AcquireAll`]): the driver may still withdraw it.
+    fn tell_queued(&mut self, request: RequestId, names: &[LockName]) {
+        for name in names {
+            let holder = self.locks.get_mut(name).and_then(|l| l.holder.as_mut()).expect("just granted");
+            holder.queued.push(request);
+        }
+        self.granted_all.insert(request, names.to_vec());
+    }
+
+    fn granted_answer(grants: &[Grant]) -> Answer {
+        match grants {
+            [one] => Answer::Granted(one.clone()),
+            all => Answer::GrantedAll(all.to_vec()),
         }
     }
 
@@ -981,21 +1227,25 @@ impl LockTable {
     /// caller would believe it holds a lock that is already free.
     fn withdraw_stale_grants(&mut self) {
         for i in 0..self.out.answers.len() {
-            let (request, Ok(Answer::Granted(g))) = &self.out.answers[i] else { continue };
-            if self.holder_token(&g.name) == Some(g.token) {
-                continue;
-            }
-            let request = *request;
+            let (request, grants) = match &self.out.answers[i] {
+                (request, Ok(Answer::Granted(g))) => (*request, std::slice::from_ref(g)),
+                (request, Ok(Answer::GrantedAll(all))) => (*request, all.as_slice()),
+                _ => continue,
+            };
+            let Some(g) = grants.iter().find(|g| self.holder_token(&g.name) != Some(g.token)) else { continue };
             let e = if self.leases.contains_key(&g.lease) {
                 Error::LockHeld { holder: self.holder_token(&g.name) }
             } else {
                 Error::LeaseNotFound
             };
             self.granted.remove(&request);
+            self.granted_all.remove(&request);
             self.out.answers[i].1 = Err(e);
         }
     }
 }
 
+#[cfg(test)]
+mod multi_tests;
 #[cfg(test)]
 mod tests;

@@ -32,6 +32,7 @@ use crate::config::Config;
         leases::keepalive,
         leases::revoke,
         locks::doc_acquire,
+        locks::doc_acquire_all,
         locks::doc_release,
         locks::doc_check,
         locks::doc_revoke_lock,

@@ -88,6 +88,7 @@ impl From<fenced_core::Error> for ApiError {
             // this request's first attempt (128 random bits drawn by the server collide
             // with nothing).
             E::LeaseExists => StatusCode::CONFLICT,
+            E::InvalidNames { .. } => StatusCode::BAD_REQUEST,
         };
         e.details().into_iter().fold(ApiError::new(status, e.code(), e.to_string()), |a, (k, v)| a.with(k, v))
     }

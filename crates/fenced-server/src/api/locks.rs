@@ -7,7 +7,8 @@ use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use fenced_core::{
-    Acquire, Answer, Command, Error, LeaseId, LeaseRef, LockInfo, LockName, RequestId, Token, HOLDER_BYTES_MAX,
+    Acquire, AcquireAll, Answer, Command, Error, LeaseId, LeaseRef, LockInfo, LockName, RequestId, Token,
+    HOLDER_BYTES_MAX, LOCK_NAMES_MAX,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -40,6 +41,37 @@ pub struct AcquireBody {
     /// lock views and events, never a secret.
     #[schema(min_length = 1, max_length = 256)]
     holder: Option<String>,
+}
+
+/// Several locks at once, all or nothing (`POST /v1/locks/acquire`).
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = AcquireAllRequest)]
+pub struct AcquireAllBody {
+    /// 1 to 64 distinct lock names, in any order: granted together, never in part.
+    #[schema(min_items = 1, max_items = 64)]
+    names: Vec<String>,
+    /// As for one lock: a live lease, or with `ttl_ms` the implicit lease's own id.
+    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
+    lease_id: Option<String>,
+    /// An implicit lease holding every lock of the request.
+    ttl_ms: Option<u64>,
+    /// How long to wait for all of them together; 0 (the default) is a try-lock.
+    #[serde(default)]
+    wait_ms: u64,
+    #[serde(default)]
+    lock_delay_ms: u64,
+    #[schema(min_length = 1, max_length = 256)]
+    holder: Option<String>,
+}
+
+/// Every lock of an acquire of several, under one lease: one grant per name, in the
+/// names' sorted order, each with its own token.
+#[derive(Serialize, ToSchema)]
+pub struct GrantAll {
+    grants: Vec<Grant>,
+    #[schema(pattern = "^[0-9a-f]{32}$")]
+    lease_id: String,
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -139,6 +171,10 @@ pub async fn action(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    if rest == "acquire" {
+        let req: AcquireAllBody = app.json_body(&headers, body).await?;
+        return acquire_all(app, caller, req).await;
+    }
     let Some((name, action)) = rest.rsplit_once('/') else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -190,6 +226,20 @@ pub async fn action(
 #[allow(dead_code)]
 pub(super) fn doc_acquire() {}
 
+#[utoipa::path(post, path = "/v1/locks/acquire", tag = "locks", operation_id = "acquire_all", request_body = AcquireAllBody,
+    responses(
+        (status = 200, description = "every lock granted, under one lease", body = GrantAll),
+        (status = 400, description = "invalid_json, invalid_field, invalid_name, invalid_names (none, more than 64), invalid_holder, invalid_lease_id, ttl_out_of_range, wait_out_of_range, lock_delay_out_of_range", body = ErrorBody),
+        (status = 403, description = "forbidden: the lock right on every name is needed", body = ErrorBody),
+        (status = 404, description = "lease_not_found (also when the lease expires while waiting)", body = ErrorBody),
+        (status = 409, description = "lock_held (not all free within the wait; holder_token of one that is held; also when the lease holds some of the names but not all); lease_exists", body = ErrorBody),
+        (status = 413, description = "too_large", body = ErrorBody),
+        (status = 429, description = "too_many_locks, too_many_waiters, too_many_leases", body = ErrorBody),
+        (status = 503, description = "recovering (with retry_after_ms), not_leader, shutting_down", body = ErrorBody),
+    ))]
+#[allow(dead_code)]
+pub(super) fn doc_acquire_all() {}
+
 #[utoipa::path(post, path = "/v1/locks/{name}/release", tag = "locks", operation_id = "release", params(("name" = String, Path, description = "1 to lock_name_bytes_max bytes of UTF-8 without control characters; '/' may be sent as %2F or as it is", min_length = 1)), request_body = ReleaseBody,
     responses(
         (status = 200, description = "released", body = Released),
@@ -238,6 +288,24 @@ async fn acquire(app: App, caller: Caller, name: LockName, req: AcquireBody) -> 
     acquire_grant(app, &caller, name, req).await.map(|g| grant_response(&g))
 }
 
+async fn acquire_all(app: App, caller: Caller, req: AcquireAllBody) -> Result<Response, ApiError> {
+    let lease = match (&req.lease_id, req.ttl_ms) {
+        (Some(id), _) => Some(parse_lease_id(id)?),
+        (None, Some(_)) => None,
+        (None, None) => return Err(ApiError::bad_request("invalid_field", "give lease_id, ttl_ms, or both")),
+    };
+    if req.names.is_empty() || req.names.len() > LOCK_NAMES_MAX {
+        return Err(ApiError::from(Error::InvalidNames { names_max: LOCK_NAMES_MAX }));
+    }
+    let names = req.names.iter().map(|n| lock_name(&app, n)).collect::<Result<Vec<_>, _>>()?;
+    let holder = holder_label(req.holder)?;
+    let req = AcquireReq { lease, ttl_ms: req.ttl_ms, wait_ms: req.wait_ms, lock_delay_ms: req.lock_delay_ms, holder };
+    let grants = acquire_all_grants(app, &caller, names, req).await?;
+    let lease_id = grants.first().map(|g| g.lease.to_hex()).unwrap_or_default();
+    let grants = grants.iter().map(grant_view).collect();
+    Ok(reply(StatusCode::OK, &GrantAll { grants, lease_id }))
+}
+
 /// An acquire as every transport asks for it: `lease` (an existing lease), `ttl_ms` (an
 /// implicit lease the server names), or both (an implicit lease the caller named).
 pub struct AcquireReq {
@@ -277,6 +345,57 @@ async fn acquire_unaudited(
     req: AcquireReq,
 ) -> Result<fenced_core::Grant, ApiError> {
     caller.require(Op::Lock, name.as_str())?;
+    let (wait_ms, lock_delay_ms) = (req.wait_ms, req.lock_delay_ms);
+    let make = |lease, holder| Command::Acquire(Acquire { name, lease, wait_ms, lock_delay_ms, holder });
+    match acquire_answer(app, caller, req, make).await? {
+        Answer::Granted(g) => Ok(g),
+        other => unreachable!("an acquire answered {other:?}"),
+    }
+}
+
+/// Several locks together (HTTP and the wire protocol): one grant per name, in the
+/// names' sorted order, or why not. Dropping the future while it waits withdraws the
+/// request, as for one lock.
+pub async fn acquire_all_grants(
+    app: App,
+    caller: &Caller,
+    names: Vec<LockName>,
+    req: AcquireReq,
+) -> Result<Vec<fenced_core::Grant>, ApiError> {
+    let audit_names = app.audit.is_on().then(|| names.iter().map(LockName::as_str).collect::<Vec<_>>().join(","));
+    let r = async {
+        for name in &names {
+            caller.require(Op::Lock, name.as_str())?;
+        }
+        let (wait_ms, lock_delay_ms) = (req.wait_ms, req.lock_delay_ms);
+        let make = |lease, holder| Command::AcquireAll(AcquireAll { names, lease, wait_ms, lock_delay_ms, holder });
+        match acquire_answer(app.clone(), caller, req, make).await? {
+            Answer::GrantedAll(grants) => Ok(grants),
+            Answer::Granted(g) => Ok(vec![g]),
+            other => unreachable!("an acquire of several answered {other:?}"),
+        }
+    }
+    .await;
+    if let Some(names) = audit_names {
+        app.audit(
+            caller,
+            "acquire_all",
+            Some(&names),
+            r.as_ref().ok().and_then(|g| g.first()).map(|g| g.token.get()),
+            &r,
+        );
+    }
+    r
+}
+
+/// The lease of an acquire resolved, the command made with it, applied, and waited
+/// for: the answer, its grants under the caller's name for the lease.
+async fn acquire_answer(
+    app: App,
+    caller: &Caller,
+    req: AcquireReq,
+    make: impl FnOnce(LeaseRef, Option<String>) -> Command,
+) -> Result<Answer, ApiError> {
     let lease = match (req.lease, req.ttl_ms) {
         (Some(id), None) => LeaseRef::Existing(id),
         (None, Some(ttl_ms)) => LeaseRef::Implicit { id: new_lease_id()?, ttl_ms },
@@ -297,12 +416,8 @@ async fn acquire_unaudited(
         LeaseRef::Implicit { id, ttl_ms } => LeaseRef::Implicit { id: caller.identity.lease(id), ttl_ms },
     };
     let wait_ms = req.wait_ms;
-    let cmd = Command::Acquire(Acquire { name, lease, wait_ms, lock_delay_ms: req.lock_delay_ms, holder: req.holder });
-    let answer = match app.locks.apply(cmd).await {
-        Reply::Now(answer) => answer.map(|a| match a {
-            Answer::Granted(g) => g,
-            other => unreachable!("an acquire answered {other:?}"),
-        }),
+    let answer = match app.locks.apply(make(lease, req.holder)).await {
+        Reply::Now(answer) => answer,
         Reply::Queued { id, rx } => {
             let mut wait = Wait { locks: &app.locks, id, done: false };
             let outcome = rx.await;
@@ -313,10 +428,17 @@ async fn acquire_unaudited(
     if let (Ok(_), LeaseRef::Implicit { .. }) = (&answer, lease) {
         inc(&app.metrics.leases_created);
     }
-    answer.map(|g| fenced_core::Grant { lease: external, ..g }).map_err(|e| match e {
-        Error::LockHeld { holder } => lock_held(holder, wait_ms),
-        e => e.into(),
-    })
+    let external = |g: fenced_core::Grant| fenced_core::Grant { lease: external, ..g };
+    answer
+        .map(|a| match a {
+            Answer::Granted(g) => Answer::Granted(external(g)),
+            Answer::GrantedAll(gs) => Answer::GrantedAll(gs.into_iter().map(external).collect()),
+            other => other,
+        })
+        .map_err(|e| match e {
+            Error::LockHeld { holder } => lock_held(holder, wait_ms),
+            e => e.into(),
+        })
 }
 
 /// A queued acquire whose handler may be dropped (client gone): on drop, the request
@@ -343,10 +465,12 @@ fn lock_held(holder: Option<Token>, wait_ms: u64) -> ApiError {
     ApiError { message: format!("the lock was not granted within wait_ms {wait_ms}"), ..e }
 }
 
+fn grant_view(g: &fenced_core::Grant) -> Grant {
+    Grant { name: g.name.as_str().into(), token: g.token.get(), lease_id: g.lease.to_hex(), ttl_ms: g.ttl_ms }
+}
+
 fn grant_response(g: &fenced_core::Grant) -> Response {
-    let grant =
-        Grant { name: g.name.as_str().into(), token: g.token.get(), lease_id: g.lease.to_hex(), ttl_ms: g.ttl_ms };
-    reply(StatusCode::OK, &grant)
+    reply(StatusCode::OK, &grant_view(g))
 }
 
 /// Release (HTTP and the wire protocol): the released grant's token.

@@ -41,6 +41,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/leases/{lease_id}/keepalive"),
     ("delete", "/v1/leases/{lease_id}"),
     ("post", "/v1/locks/{name}/acquire"),
+    ("post", "/v1/locks/acquire"),
     ("post", "/v1/locks/{name}/release"),
     ("post", "/v1/locks/{name}/check"),
     ("post", "/v1/locks/{name}/revoke"),

@@ -360,3 +360,25 @@ impl TestServer {
         }
     }
 }
+
+/// A set of locks needs the lock right on every name: one name outside the identity's
+/// prefix refuses the whole set, and nothing of it is taken.
+#[test]
+fn a_set_of_locks_needs_the_lock_right_on_every_name() {
+    let dir = scratch_dir().join("multi-rights");
+    let (s, _) = setup(&dir, None);
+    let body = r#"{"names":["billing/a","other/b"],"ttl_ms":5000}"#;
+    let r = call_as(&s, "billing", "POST", "/v1/locks/acquire", body, &[]);
+    assert_eq!(outcome(&r), (403, "forbidden".into()), "{}", r.1);
+    let a = call_as(&s, "admin", "GET", "/v1/locks/billing/a", "", &[]);
+    assert_eq!((a.0, a.1["held"].as_bool()), (200, Some(false)), "billing/a untouched: {}", a.1);
+    let ok = call_as(
+        &s,
+        "billing",
+        "POST",
+        "/v1/locks/acquire",
+        r#"{"names":["billing/a","billing/b"],"ttl_ms":5000}"#,
+        &[],
+    );
+    assert_eq!(ok.0, 200, "{}", ok.1);
+}

@@ -7,6 +7,7 @@ mod harness;
 mod identities;
 mod input;
 mod limits;
+mod multi;
 mod openapi;
 mod restart;
 mod rules;
