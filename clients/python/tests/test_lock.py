@@ -277,3 +277,61 @@ def test_the_first_deadline_counts_from_the_acquires_send(server: Server, name: 
             assert t0 <= implied_send <= got - delay + 0.05, (implied_send - t0, got - implied_send)
     finally:
         slow.close()
+
+
+def test_lock_all_grants_a_set_together_and_release_frees_every_lock(server: Server, name: str) -> None:
+    c = client(server)
+    a, b, z = f"{name}/a", f"{name}/b", f"{name}/z"
+    with c.lock_all([b, a], ttl=5.0, wait=1.0, holder="job-1") as lock:
+        assert list(lock.tokens) == [a, b], "sorted"
+        ta, tb = lock.tokens[a], lock.tokens[b]
+        assert ta < tb and (lock.name, lock.token) == (a, ta)
+        assert c.lock_info(b)["token"] == tb and c.lock_info(b)["holder"] == "job-1"
+        with pytest.raises(fenced.LockHeld):
+            c.lock_all([b, z], ttl=5.0, wait=0.0)
+        assert c.lock_info(z)["held"] is False, "nothing of a refused set is taken"
+    assert c.lock_info(a)["held"] is False and c.lock_info(b)["held"] is False
+    with pytest.raises(fenced.BadRequest) as e:
+        c.lock_all([], ttl=5.0)
+    assert e.value.code == "invalid_names"
+
+
+def test_lock_all_callers_with_random_orders_never_deadlock_or_overlap(server: Server, name: str) -> None:
+    import random
+
+    names = [f"{name}/{k}" for k in "abcde"]
+    held: dict = {}
+    mu = threading.Lock()
+    failures: List[str] = []
+    counts = [0] * 6
+    stop_at = time.monotonic() + 4.0
+
+    def caller(i: int) -> None:
+        rng = random.Random(i)
+        c = client(server)
+        while time.monotonic() < stop_at:
+            want = rng.sample(names, rng.choice([2, 3]))
+            try:
+                lock = c.lock_all(want, ttl=10.0, wait=8.0)
+            except fenced.LockHeld:
+                failures.append(f"caller {i} waited 8 s for {want}: a deadlock")
+                return
+            with mu:
+                for n in want:
+                    if n in held:
+                        failures.append(f"{n} held by {held[n]} and {i}")
+                    held[n] = i
+            time.sleep(rng.uniform(0.001, 0.008))
+            with mu:
+                for n in want:
+                    held.pop(n, None)
+            lock.release()
+            counts[i] += 1
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30.0)
+    assert failures == []
+    assert all(n >= 3 for n in counts), counts

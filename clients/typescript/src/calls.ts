@@ -21,6 +21,8 @@ export interface GrantBody {
   token: number;
   leaseId: string;
   ttlMs: number;
+  /** A set acquired together: every name's token, in sorted order. */
+  tokens?: Map<string, number>;
 }
 
 /** A fenced write's answer. */
@@ -57,15 +59,15 @@ export class Calls {
    * attempt's outcome and whether the service answered it (a grant or a refusal that
    * left nothing behind).
    */
-  async acquireOnce(name: string, leaseId: string, ttlMs: number, waitMs: number, signal?: AbortSignal, holder?: string): Promise<{ tried: Tried; answered: boolean }> {
-    const path = `/v1/locks/${segment(name)}/acquire`;
+  async acquireOnce(name: string, leaseId: string, ttlMs: number, waitMs: number, signal?: AbortSignal, holder?: string, names?: string[]): Promise<{ tried: Tried; answered: boolean }> {
+    const path = names === undefined ? `/v1/locks/${segment(name)}/acquire` : "/v1/locks/acquire";
     const giveUpAt = performance.now() + waitMs;
     const deadline = giveUpAt + this.requestTimeoutMs;
     const tried = await this.members.each(
       deadline,
       (ep, s) => {
         const waitLeft = Math.max(0, Math.floor(giveUpAt - performance.now()));
-        const json = { lease_id: leaseId, ttl_ms: ttlMs, wait_ms: waitLeft, ...(holder !== undefined ? { holder } : {}) };
+        const json = { ...(names !== undefined ? { names } : {}), lease_id: leaseId, ttl_ms: ttlMs, wait_ms: waitLeft, ...(holder !== undefined ? { holder } : {}) };
         return ep.send({ method: "POST", path, json, timeoutMs: Math.max(1, deadline - performance.now()), signal: s });
       },
       { retrySingle: true, signal },
@@ -216,6 +218,22 @@ export function readGrant(a: Answer, name: string): GrantBody {
   if (typeof leaseId !== "string" || !/^[0-9a-f]{32}$/i.test(leaseId)) throw bad("acquire", "no lease id");
   if (typeof ttlMs !== "number" || !(ttlMs > 0)) throw bad("acquire", "no TTL");
   return { name, token, leaseId: leaseId.toLowerCase(), ttlMs };
+}
+
+/** The answer to `POST /v1/locks/acquire`: the first grant, with every name's token. */
+export function readGrantAll(a: Answer, names: readonly string[]): GrantBody {
+  const v = json(a, "acquire");
+  const grants = v.grants;
+  if (!Array.isArray(grants) || grants.length !== names.length) throw bad("acquire", `asked for locks ${JSON.stringify(names)}, granted ${JSON.stringify(v).slice(0, 200)}`);
+  const tokens = new Map<string, number>();
+  let first: GrantBody | undefined;
+  for (const [i, g] of grants.entries()) {
+    const one = readGrant({ ...a, body: Buffer.from(JSON.stringify(g)) }, names[i] as string);
+    if (first !== undefined && one.leaseId !== first.leaseId) throw bad("acquire", "the locks of one request were granted under different leases");
+    first ??= one;
+    tokens.set(one.name, one.token);
+  }
+  return { ...(first as GrantBody), tokens };
 }
 
 function readLease(a: Answer, what: string): { leaseId: string; ttlMs: number } {

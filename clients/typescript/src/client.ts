@@ -5,7 +5,7 @@ import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { createSecureContext } from "node:tls";
 
-import { Calls, GetResult, GrantBody, PutResult, checkName, isToken, readGrant, segment, unwrap } from "./calls.js";
+import { Calls, GetResult, GrantBody, PutResult, checkName, isToken, readGrant, readGrantAll, segment, unwrap } from "./calls.js";
 import { ServerApi, readServerApi } from "./compat.js";
 import {
   BadRequestError,
@@ -274,8 +274,27 @@ export class Client {
    * or `signal` aborts it, that lease is revoked in the background. `holder`, when
    * given, goes with every attempt as it is.
    */
-  async lock(name: string, options: LockOptions = {}): Promise<Lock> {
+  lock(name: string, options: LockOptions = {}): Promise<Lock> {
     checkName("lock name", name);
+    return this.#acquire(name, options);
+  }
+
+  /**
+   * Acquires every one of `names` together (`POST /v1/locks/acquire`), under one implicit
+   * lease, or none of them within `waitMs` (`LockHeldError`). Callers naming the same
+   * locks in any order never deadlock, and a waiter for several is not overtaken by later
+   * waiters for one of them. The lock's `tokens` has a token per name (sorted); `name`
+   * and `token` are the first's; its lost signal is the lease's, and `release()` ends the
+   * lease, which releases every one. Retries and failover as `lock`.
+   */
+  lockAll(names: readonly string[], options: LockOptions = {}): Promise<Lock> {
+    if (!Array.isArray(names) || names.length === 0) throw new BadRequestError("invalid_names", "lockAll needs one or more lock names");
+    for (const n of names) checkName("lock name", n);
+    const sorted = [...new Set(names)].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+    return this.#acquire(sorted[0] as string, options, sorted);
+  }
+
+  async #acquire(name: string, options: LockOptions, names?: string[]): Promise<Lock> {
     const ttlMs = wholeMs(options.ttlMs ?? 10_000, "ttlMs", 1);
     const waitMs = wholeMs(options.waitMs ?? 30_000, "waitMs", 0);
     const marginMs = options.marginMs === undefined ? undefined : wholeMs(options.marginMs, "marginMs", 0);
@@ -297,7 +316,7 @@ export class Client {
       const leaseId = newLeaseId();
       sentAt = performance.now();
       const waitLeft = Math.max(0, Math.floor(giveUpAt - sentAt));
-      const { tried, answered } = await this.calls.acquireOnce(name, leaseId, ttlMs, waitLeft, signal, holder);
+      const { tried, answered } = await this.calls.acquireOnce(name, leaseId, ttlMs, waitLeft, signal, holder, names);
       if (!answered) {
         this.#revokeInBackground(leaseId);
         const o = tried.outcome;
@@ -306,7 +325,7 @@ export class Client {
       const a = unwrap(tried.outcome);
       if (a.status === 200) {
         try {
-          grant = readGrant(a, name);
+          grant = names === undefined ? readGrant(a, name) : readGrantAll(a, names);
         } catch (e) {
           this.#revokeInBackground(leaseId);
           throw e;

@@ -21,6 +21,8 @@ export interface Grant {
   marginMs: number;
   /** performance.now() just before the acquire (or the renewal after a queue) was sent. */
   sentAt: number;
+  /** A set acquired together (`Client.lockAll`): every name's token, sorted. */
+  tokens?: Map<string, number>;
 }
 
 /** The client-side deadline of a lease last renewed by a request sent at `sentAt`. */
@@ -44,6 +46,9 @@ export class Lock {
   readonly ttlMs: number;
   /** Kept below the TTL in the deadline. */
   readonly marginMs: number;
+  /** Every lock held with its token: a set of `Client.lockAll` (sorted by name), or this one lock. Fence each resource with its own lock's. */
+  readonly tokens: ReadonlyMap<string, number>;
+  readonly #set: boolean;
 
   readonly #calls: Calls;
   #validUntil: number;
@@ -61,6 +66,8 @@ export class Lock {
     this.leaseId = grant.leaseId;
     this.ttlMs = grant.ttlMs;
     this.marginMs = grant.marginMs;
+    this.#set = grant.tokens !== undefined;
+    this.tokens = grant.tokens ?? new Map([[grant.name, grant.token]]);
     this.#calls = calls;
     this.#validUntil = validUntil(grant.sentAt, grant.ttlMs, grant.marginMs);
     this.#armDeadline();
@@ -118,7 +125,8 @@ export class Lock {
     this.#halt();
     let failure: unknown;
     try {
-      await this.#calls.release(this.name, this.leaseId);
+      // A set: ending its lease (below) releases every lock of it.
+      if (!this.#set) await this.#calls.release(this.name, this.leaseId);
     } catch (e) {
       failure = e;
     }

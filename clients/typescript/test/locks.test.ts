@@ -263,4 +263,51 @@ describe("locks", { skip: SKIP }, () => {
     await lock.release();
     assert.deepEqual(await client.check(name, lock.token), { current: false, token: null });
   });
+
+  it("lockAll grants a set together, a token each, or none of it; release frees every lock", async () => {
+    const base = unique("set");
+    const [a, b, z] = [`${base}/a`, `${base}/b`, `${base}/z`];
+    const lock = await client.lockAll([b, a], { ttlMs: 5000, waitMs: 1000, holder: "job-1" });
+    assert.deepEqual([...lock.tokens.keys()], [a, b], "sorted");
+    assert.ok((lock.tokens.get(a) as number) < (lock.tokens.get(b) as number));
+    assert.deepEqual([lock.name, lock.token], [a, lock.tokens.get(a)]);
+    assert.equal((await client.lockInfo(b)).holder, "job-1");
+    await assert.rejects(client.lockAll([b, z], { ttlMs: 5000, waitMs: 0 }), LockHeldError);
+    assert.equal((await client.lockInfo(z)).held, false, "nothing of a refused set is taken");
+    await lock.release();
+    assert.deepEqual([(await client.lockInfo(a)).held, (await client.lockInfo(b)).held], [false, false]);
+    assert.throws(() => client.lockAll([]), (e: unknown) => e instanceof BadRequestError && e.code === "invalid_names");
+  });
+
+  it("lockAll callers with random orders never deadlock or overlap", async () => {
+    const base = unique("sets");
+    const names = ["a", "b", "c", "d", "e"].map((k) => `${base}/${k}`);
+    const held = new Map<string, number>();
+    const counts = [0, 0, 0, 0, 0, 0];
+    const stopAt = performance.now() + 4000;
+    let seed = 7;
+    const rand = (n: number): number => {
+      seed = (seed * 1103515245 + 12345) % 2147483648;
+      return seed % n;
+    };
+    const caller = async (i: number): Promise<void> => {
+      while (performance.now() < stopAt) {
+        const pool = [...names];
+        const want: string[] = [];
+        const k = 2 + rand(2);
+        while (want.length < k) want.push(pool.splice(rand(pool.length), 1)[0] as string);
+        const lock = await client.lockAll(want, { ttlMs: 10_000, waitMs: 8000 });
+        for (const n of want) {
+          assert.ok(!held.has(n), `${n} held by ${String(held.get(n))} and ${i}`);
+          held.set(n, i);
+        }
+        await sleep(1 + rand(8));
+        for (const n of want) held.delete(n);
+        await lock.release();
+        counts[i] = (counts[i] as number) + 1;
+      }
+    };
+    await Promise.all(counts.map((_, i) => caller(i)));
+    assert.ok(counts.every((n) => n >= 3), `sets per caller: ${counts.join(", ")}`);
+  });
 });

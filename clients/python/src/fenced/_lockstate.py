@@ -23,6 +23,9 @@ class LockState:
         self._valid_until = _core.valid_until(sent_at, ttl, margin)
         #: The send time of the last successful acquire or keepalive.
         self.sent_at = sent_at
+        #: A set acquired together (:meth:`fenced.Client.lock_all`): every name and its
+        #: token, in sorted order; empty for one lock.
+        self.tokens: Dict[str, int] = {}
         self._mu = threading.Lock()
         self.reason: Optional[LostReason] = None
         self.released = False

@@ -163,6 +163,23 @@ class Client:
         state = self._acquire(name, ttl, wait, margin, holder)
         return Lock(self, state)
 
+    def lock_all(self, names: List[str], ttl: float = 10.0, wait: float = 30.0, *, margin: Optional[float] = None,
+                 holder: Optional[str] = None) -> "Lock":
+        """Acquires every one of ``names`` together (``POST /v1/locks/acquire``), under one
+        implicit lease of ``ttl`` seconds, or none of them within ``wait`` seconds
+        (:class:`fenced.LockHeld`). Callers naming the same locks in any order never
+        deadlock, and a waiter for several is not overtaken by later waiters for one of
+        them. The lock's :attr:`Lock.tokens` has a token per name (sorted); ``name`` and
+        ``token`` are the first's; its lost signal is the lease's, and :meth:`Lock.release`
+        ends the lease, which releases every one. Retries and failover as :meth:`lock`."""
+        if not isinstance(names, (list, tuple)) or not names:
+            raise BadRequest("lock_all needs a list of one or more names", code="invalid_names")
+        for n in names:
+            _core.check_name(n)
+        wanted = sorted(set(names))
+        state = self._acquire(wanted[0], ttl, wait, margin, holder, wanted)
+        return Lock(self, state)
+
     def try_lock(self, name: str, ttl: float = 10.0, *, margin: Optional[float] = None,
                  holder: Optional[str] = None) -> "Lock":
         """:meth:`lock` with no wait."""
@@ -248,7 +265,7 @@ class Client:
     # --- acquire ---------------------------------------------------------------------------
 
     def _acquire(self, name: str, ttl: float, wait: float, margin: Optional[float],
-                 holder: Optional[str] = None) -> LockState:
+                 holder: Optional[str] = None, names: Optional[List[str]] = None) -> LockState:
         _core.check_name(name)
         _core.check_holder(holder)
         ttl_ms, wait_ms = _core.ms(ttl), _core.ms(wait)
@@ -269,7 +286,7 @@ class Client:
             while True:
                 sent = _core.now()
                 try:
-                    grant = self._acquire_attempts(name, lease, ttl_ms, holder, give_up_at, deadline)
+                    grant = self._acquire_attempts(name, lease, ttl_ms, holder, give_up_at, deadline, names)
                     answered = True
                     sent_at = sent if sent_at is None else sent_at
                     break
@@ -302,13 +319,25 @@ class Client:
                 self._revoke_quietly(lease)
         assert sent_at is not None
         try:
-            return self._grant_state(name, grant, ttl_ms, margin, started, sent_at)
+            return self._grant_state(name, grant, ttl_ms, margin, started, sent_at, names)
         except BaseException:
             self._revoke_quietly(lease)  # a grant this call cannot hand out is given back
             raise
 
     def _grant_state(self, name: str, grant: Dict[str, Any], ttl_ms: int, margin: Optional[float],
-                     started: float, sent_at: float) -> LockState:
+                     started: float, sent_at: float, names: Optional[List[str]] = None) -> LockState:
+        tokens: Dict[str, int] = {}
+        if names is not None:
+            grants = grant.get("grants")
+            if not isinstance(grants, list) or [g.get("name") for g in grants if isinstance(g, dict)] != names:
+                raise ServerError(f"asked for locks {names}, granted {grant}", code="bad_response")
+            if any(g.get("lease_id") != grant.get("lease_id") for g in grants):
+                raise ServerError("the locks of one request were granted under different leases", code="bad_response")
+            for g in grants:
+                if not isinstance(g.get("token"), int) or g["token"] < 1:
+                    raise ServerError(f"a grant without a token: {g}", code="bad_response")
+                tokens[g["name"]] = g["token"]
+            grant = grants[0]
         if grant.get("name") != name:
             raise ServerError(f"asked for lock '{name}', granted '{grant.get('name')}'", code="bad_response")
         token = grant.get("token")
@@ -318,6 +347,7 @@ class Client:
         ttl = min(int(grant.get("ttl_ms", ttl_ms)), ttl_ms) / 1000.0
         m = _core.default_margin(ttl) if margin is None else float(margin)
         state = LockState(name, token, lease_id, ttl, m, sent_at)
+        state.tokens = tokens
         # A grant that came after a long wait in the queue may leave little of the deadline
         # counted from the send: renew once now, so the guard starts fresh.
         if _core.now() - started > ttl / 3:
@@ -332,21 +362,24 @@ class Client:
         return state
 
     def _acquire_attempts(self, name: str, lease: str, ttl_ms: int, holder: Optional[str], give_up_at: float,
-                          deadline: float) -> Dict[str, Any]:
+                          deadline: float, names: Optional[List[str]] = None) -> Dict[str, Any]:
         def attempt(i: int) -> Dict[str, Any]:
             wait_left = max(0.0, give_up_at - _core.now())
             return self._acquire_on(i, name, lease, ttl_ms, _core.ms(wait_left), self.request_timeout + wait_left,
-                                    holder)
+                                    holder, names)
 
         return self._call(attempt, deadline)
 
     def _acquire_on(self, i: int, name: str, lease_id: str, ttl_ms: int, wait_ms: int,
-                    timeout: float, holder: Optional[str] = None) -> Dict[str, Any]:
+                    timeout: float, holder: Optional[str] = None, names: Optional[List[str]] = None) -> Dict[str, Any]:
         """One acquire on member ``i`` under the implicit lease ``lease_id`` (the caller drew
-        it): ``{"lease_id", "ttl_ms", "wait_ms"}``, and ``"holder"`` when given. Sent twice
-        with the same id, it gets the same grant."""
-        path = f"/v1/locks/{_core.segment(name)}/acquire"
+        it): ``{"lease_id", "ttl_ms", "wait_ms"}``, and ``"holder"`` when given; with
+        ``names``, of every one of them together. Sent twice with the same id, it gets the
+        same grant."""
+        path = f"/v1/locks/{_core.segment(name)}/acquire" if names is None else "/v1/locks/acquire"
         body = _core.acquire_body(lease_id, ttl_ms, wait_ms, holder)
+        if names is not None:
+            body["names"] = names
         r = self._send(i, "POST", path, json.dumps(body).encode(), {"content-type": "application/json"}, timeout)
         if not r.ok():
             raise _named(r.error(), name)
@@ -370,11 +403,12 @@ class Client:
         return int(r["ttl_ms"])
 
     def _release(self, state: LockState) -> None:
-        """Releases the lock, then deletes its lease. Already released (not the holder, the
-        lease gone) counts as done."""
+        """Releases the lock, then deletes its lease (a set: only the lease, which releases
+        every lock of it). Already released (not the holder, the lease gone) counts as done."""
         path = f"/v1/locks/{_core.segment(state.name)}/release"
         try:
-            self._call(lambda i: self._json(i, "POST", path, {"lease_id": state.lease_id}))
+            if not state.tokens:
+                self._call(lambda i: self._json(i, "POST", path, {"lease_id": state.lease_id}))
         except (NotHolder, LeaseNotFound):
             pass
         try:
@@ -608,6 +642,12 @@ class Lock:
     def token(self) -> int:
         """The fencing token of this grant: pass it with every operation on the resource."""
         return self._state.token
+
+    @property
+    def tokens(self) -> Dict[str, int]:
+        """Every lock held with its token: the set of :meth:`Client.lock_all` (sorted by
+        name), or this one lock. Fence each resource with its own lock's token."""
+        return dict(self._state.tokens) or {self._state.name: self._state.token}
 
     @property
     def lease_id(self) -> str:
