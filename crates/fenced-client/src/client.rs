@@ -245,7 +245,7 @@ impl Client {
     /// waiters for one of them. The guard holds every lock: [`LockGuard::tokens`] has
     /// a token per name, in the names' sorted order (its `name` and `token` are the
     /// first's); its lost signal is the lease's, and `release()` ends the lease, which
-    /// releases every one. Over HTTP (not the wire protocol yet).
+    /// releases every one. Over HTTP and the wire protocol alike.
     pub fn lock_all<I, S>(&self, names: I) -> LockRequest
     where
         I: IntoIterator<Item = S>,

@@ -144,7 +144,7 @@ impl Endpoint {
     }
 
     /// Acquires every one of `names` together under the implicit lease `lease`
-    /// (`POST /v1/locks/acquire`; HTTP only for now).
+    /// (`POST /v1/locks/acquire`, or the wire protocol's ACQUIRE_ALL).
     pub async fn acquire_all(
         &self,
         names: &[LockName],
@@ -170,9 +170,23 @@ impl Endpoint {
                     Ok(Err(r.api_error()))
                 }
             }
-            Endpoint::Wire(_) => Err(Error::BadRequest(
-                "acquiring several locks at once goes over HTTP (the wire protocol has no frame for it yet)".into(),
-            )),
+            Endpoint::Wire(m) => {
+                let req = Request::AcquireAll {
+                    names: names.iter().map(LockName::as_str).collect(),
+                    lease: Some(lease),
+                    ttl_ms: Some(ttl_ms),
+                    wait_ms,
+                    lock_delay_ms: 0,
+                    holder,
+                };
+                match m.call(req, true, timeout).await? {
+                    Reply::GrantedAll { lease, ttl_ms, grants } => Ok(Ok(grants
+                        .into_iter()
+                        .map(|(name, token)| GrantBody { name, token: token.get(), lease_id: lease.to_hex(), ttl_ms })
+                        .collect())),
+                    other => unexpected(other),
+                }
+            }
         }
     }
 

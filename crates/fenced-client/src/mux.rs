@@ -35,6 +35,7 @@ pub(crate) enum Reply {
     Done,
     Lease { lease: LeaseId, ttl_ms: u64 },
     Granted { token: Token, lease: LeaseId, ttl_ms: u64 },
+    GrantedAll { lease: LeaseId, ttl_ms: u64, grants: Vec<(String, Token)> },
     Released,
     Checked { current: bool, token: Option<Token> },
     Written { highest_seen: Token },
@@ -380,6 +381,9 @@ fn owned(r: Response<'_>) -> Reply {
         Response::Done { .. } => Reply::Done,
         Response::Lease { lease, ttl_ms, .. } => Reply::Lease { lease, ttl_ms },
         Response::Granted { token, lease, ttl_ms } => Reply::Granted { token, lease, ttl_ms },
+        Response::GrantedAll { lease, ttl_ms, grants } => {
+            Reply::GrantedAll { lease, ttl_ms, grants: grants.into_iter().map(|(n, t)| (n.to_owned(), t)).collect() }
+        }
         Response::Released { .. } => Reply::Released,
         Response::Checked { current, token } => Reply::Checked { current, token },
         Response::Written { highest_seen, .. } => Reply::Written { highest_seen },

@@ -61,6 +61,11 @@ pub mod op {
     /// withdraw. No answer of its own: the target is answered `cancelled` unless it
     /// was answered already.
     pub const CANCEL: u8 = 10;
+    /// Several locks at once, all or none. Payload: ACQUIRE's fixed fields and holder,
+    /// then `count u8` (1 to 64) and `count` names, each `len u16` and its bytes.
+    /// Answer: `lease u128, ttl_ms u64, count u8`, then per lock (in the names' sorted
+    /// order) `token u64, len u16` and its name.
+    pub const ACQUIRE_ALL: u8 = 11;
     /// The answer kind of an error: `code_len u8`, the code (snake_case ASCII), then the
     /// HTTP API's JSON error body.
     pub const ERROR: u8 = 0;
@@ -85,6 +90,15 @@ pub enum Request<'a> {
     /// before the name); absent in frames of clients that do not send one.
     Acquire {
         name: &'a str,
+        lease: Option<LeaseId>,
+        ttl_ms: Option<u64>,
+        wait_ms: u64,
+        lock_delay_ms: u64,
+        holder: Option<&'a str>,
+    },
+    /// Several locks at once ([`op::ACQUIRE_ALL`]).
+    AcquireAll {
+        names: Vec<&'a str>,
         lease: Option<LeaseId>,
         ttl_ms: Option<u64>,
         wait_ms: u64,
@@ -130,6 +144,12 @@ pub enum Response<'a> {
         token: Token,
         lease: LeaseId,
         ttl_ms: u64,
+    },
+    /// Every lock of an ACQUIRE_ALL, each with its token.
+    GrantedAll {
+        lease: LeaseId,
+        ttl_ms: u64,
+        grants: Vec<(&'a str, Token)>,
     },
     Released {
         token: Token,
@@ -223,6 +243,63 @@ impl<'a> Reader<'a> {
     fn text(&mut self) -> Option<&'a str> {
         std::str::from_utf8(self.rest()).ok()
     }
+    /// `len u16` and that many bytes of UTF-8.
+    fn short_text(&mut self) -> Option<&'a str> {
+        let len = self.u16()?;
+        std::str::from_utf8(self.take(len as usize)?).ok()
+    }
+}
+
+/// The fields ACQUIRE and ACQUIRE_ALL share: `flags u8, lease u128, ttl_ms u64,
+/// wait_ms u64, lock_delay_ms u64`, then the holder label when flag 4 is set.
+struct AcquireFields<'a> {
+    lease: Option<LeaseId>,
+    ttl_ms: Option<u64>,
+    wait_ms: u64,
+    lock_delay_ms: u64,
+    holder: Option<&'a str>,
+}
+
+impl<'a> AcquireFields<'a> {
+    fn read(r: &mut Reader<'a>, bad: impl Fn(&'static str) -> FrameError) -> Result<Self, FrameError> {
+        let fields = "flags u8, lease u128, ttl_ms u64, wait_ms u64, lock_delay_ms u64, [holder], name";
+        let flags = r.u8().ok_or(bad(fields))?;
+        let lease = r.u128().ok_or(bad(fields))?;
+        let ttl_ms = r.u64().ok_or(bad(fields))?;
+        let wait_ms = r.u64().ok_or(bad(fields))?;
+        let lock_delay_ms = r.u64().ok_or(bad(fields))?;
+        let holder = if flags & 4 != 0 {
+            let len = r.u16().ok_or(bad("holder_len u16"))?;
+            let bytes = r.take(len as usize).ok_or(bad("the holder label is cut short"))?;
+            Some(std::str::from_utf8(bytes).map_err(|_| bad("the holder label is not UTF-8"))?)
+        } else {
+            None
+        };
+        let lease = (flags & 1 != 0).then_some(LeaseId(lease));
+        Ok(AcquireFields { lease, ttl_ms: (flags & 2 != 0).then_some(ttl_ms), wait_ms, lock_delay_ms, holder })
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        let (lease, ttl_ms, holder) = (self.lease, self.ttl_ms, self.holder);
+        let flags = u8::from(lease.is_some()) | (u8::from(ttl_ms.is_some()) << 1) | (u8::from(holder.is_some()) << 2);
+        out.push(flags);
+        out.extend_from_slice(&lease.map_or(0, |l| l.0).to_be_bytes());
+        out.extend_from_slice(&ttl_ms.unwrap_or(0).to_be_bytes());
+        out.extend_from_slice(&self.wait_ms.to_be_bytes());
+        out.extend_from_slice(&self.lock_delay_ms.to_be_bytes());
+        if let Some(h) = holder {
+            // Labels longer than u16 cannot be valid; send a length the server refuses.
+            put_short(out, h);
+        }
+    }
+}
+
+/// `len u16` and the bytes (cut at u16::MAX: longer cannot be valid, and the server
+/// refuses what it gets).
+fn put_short(out: &mut Vec<u8>, text: &str) {
+    let b = &text.as_bytes()[..text.len().min(u16::MAX as usize)];
+    out.extend_from_slice(&(b.len() as u16).to_be_bytes());
+    out.extend_from_slice(b);
 }
 
 /// Decodes a request's payload.
@@ -235,28 +312,25 @@ pub fn decode_request(id: u32, op: u8, payload: &[u8]) -> Result<Request<'_>, Fr
         op::KEEPALIVE => Request::Keepalive { lease: LeaseId(r.u128().ok_or(bad("lease u128"))?) },
         op::REVOKE => Request::Revoke { lease: LeaseId(r.u128().ok_or(bad("lease u128"))?) },
         op::ACQUIRE => {
-            let fields = "flags u8, lease u128, ttl_ms u64, wait_ms u64, lock_delay_ms u64, [holder], name";
-            let flags = r.u8().ok_or(bad(fields))?;
-            let lease = r.u128().ok_or(bad(fields))?;
-            let ttl_ms = r.u64().ok_or(bad(fields))?;
-            let wait_ms = r.u64().ok_or(bad(fields))?;
-            let lock_delay_ms = r.u64().ok_or(bad(fields))?;
-            let holder = if flags & 4 != 0 {
-                let len = r.u16().ok_or(bad("holder_len u16"))?;
-                let bytes = r.take(len as usize).ok_or(bad("the holder label is cut short"))?;
-                Some(std::str::from_utf8(bytes).map_err(|_| bad("the holder label is not UTF-8"))?)
-            } else {
-                None
-            };
+            let f = AcquireFields::read(&mut r, bad)?;
             let name = r.text().ok_or(bad("the name is not UTF-8"))?;
-            Request::Acquire {
-                name,
-                lease: (flags & 1 != 0).then_some(LeaseId(lease)),
-                ttl_ms: (flags & 2 != 0).then_some(ttl_ms),
-                wait_ms,
-                lock_delay_ms,
-                holder,
+            let (lease, ttl_ms, wait_ms, lock_delay_ms, holder) =
+                (f.lease, f.ttl_ms, f.wait_ms, f.lock_delay_ms, f.holder);
+            Request::Acquire { name, lease, ttl_ms, wait_ms, lock_delay_ms, holder }
+        }
+        op::ACQUIRE_ALL => {
+            let f = AcquireFields::read(&mut r, bad)?;
+            let count = r.u8().ok_or(bad("count u8"))?;
+            let mut names = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                names.push(r.short_text().ok_or(bad("a name (len u16, UTF-8) is cut short or not UTF-8"))?);
             }
+            if !r.0.is_empty() {
+                return Err(bad("bytes after the last name"));
+            }
+            let (lease, ttl_ms, wait_ms, lock_delay_ms, holder) =
+                (f.lease, f.ttl_ms, f.wait_ms, f.lock_delay_ms, f.holder);
+            Request::AcquireAll { names, lease, ttl_ms, wait_ms, lock_delay_ms, holder }
         }
         op::RELEASE => {
             let lease = LeaseId(r.u128().ok_or(bad("lease u128, name"))?);
@@ -305,6 +379,7 @@ pub fn encode_request(out: &mut Vec<u8>, id: u32, req: &Request<'_>) {
         Request::Keepalive { .. } => op::KEEPALIVE,
         Request::Revoke { .. } => op::REVOKE,
         Request::Acquire { .. } => op::ACQUIRE,
+        Request::AcquireAll { .. } => op::ACQUIRE_ALL,
         Request::Release { .. } => op::RELEASE,
         Request::Check { .. } => op::CHECK,
         Request::Put { .. } => op::PUT,
@@ -317,20 +392,18 @@ pub fn encode_request(out: &mut Vec<u8>, id: u32, req: &Request<'_>) {
         Request::CreateLease { ttl_ms } => out.extend_from_slice(&ttl_ms.to_be_bytes()),
         Request::Keepalive { lease } | Request::Revoke { lease } => out.extend_from_slice(&lease.0.to_be_bytes()),
         Request::Acquire { name, lease, ttl_ms, wait_ms, lock_delay_ms, holder } => {
-            let flags =
-                u8::from(lease.is_some()) | (u8::from(ttl_ms.is_some()) << 1) | (u8::from(holder.is_some()) << 2);
-            out.push(flags);
-            out.extend_from_slice(&lease.map_or(0, |l| l.0).to_be_bytes());
-            out.extend_from_slice(&ttl_ms.unwrap_or(0).to_be_bytes());
-            out.extend_from_slice(&wait_ms.to_be_bytes());
-            out.extend_from_slice(&lock_delay_ms.to_be_bytes());
-            if let Some(h) = holder {
-                // Labels longer than u16 cannot be valid; send a length the server refuses.
-                let h = &h.as_bytes()[..h.len().min(u16::MAX as usize)];
-                out.extend_from_slice(&(h.len() as u16).to_be_bytes());
-                out.extend_from_slice(h);
-            }
+            let (lease, ttl_ms, wait_ms, lock_delay_ms, holder) = (*lease, *ttl_ms, *wait_ms, *lock_delay_ms, *holder);
+            AcquireFields { lease, ttl_ms, wait_ms, lock_delay_ms, holder }.write(out);
             out.extend_from_slice(name.as_bytes());
+        }
+        Request::AcquireAll { names, lease, ttl_ms, wait_ms, lock_delay_ms, holder } => {
+            let (lease, ttl_ms, wait_ms, lock_delay_ms, holder) = (*lease, *ttl_ms, *wait_ms, *lock_delay_ms, *holder);
+            AcquireFields { lease, ttl_ms, wait_ms, lock_delay_ms, holder }.write(out);
+            // More than 255 cannot be valid; the count says so and the server refuses it.
+            out.push(names.len().min(u8::MAX as usize) as u8);
+            for name in names.iter().take(u8::MAX as usize) {
+                put_short(out, name);
+            }
         }
         Request::Release { name, lease } => {
             out.extend_from_slice(&lease.0.to_be_bytes());
@@ -362,6 +435,7 @@ pub fn encode_response(out: &mut Vec<u8>, id: u32, resp: &Response<'_>) {
     let kind = match resp {
         Response::Done { op } | Response::Lease { op, .. } => *op,
         Response::Granted { .. } => op::ACQUIRE,
+        Response::GrantedAll { .. } => op::ACQUIRE_ALL,
         Response::Released { .. } => op::RELEASE,
         Response::Checked { .. } => op::CHECK,
         Response::Written { .. } => op::PUT,
@@ -379,6 +453,15 @@ pub fn encode_response(out: &mut Vec<u8>, id: u32, resp: &Response<'_>) {
             out.extend_from_slice(&token.get().to_be_bytes());
             out.extend_from_slice(&lease.0.to_be_bytes());
             out.extend_from_slice(&ttl_ms.to_be_bytes());
+        }
+        Response::GrantedAll { lease, ttl_ms, grants } => {
+            out.extend_from_slice(&lease.0.to_be_bytes());
+            out.extend_from_slice(&ttl_ms.to_be_bytes());
+            out.push(grants.len().min(u8::MAX as usize) as u8);
+            for (name, token) in grants.iter().take(u8::MAX as usize) {
+                out.extend_from_slice(&token.get().to_be_bytes());
+                put_short(out, name);
+            }
         }
         Response::Released { token } => out.extend_from_slice(&token.get().to_be_bytes()),
         Response::Checked { current, token } => {
@@ -426,6 +509,17 @@ pub fn decode_response(id: u32, kind: u8, payload: &[u8]) -> Result<Response<'_>
             lease: LeaseId(r.u128().ok_or(bad("lease u128"))?),
             ttl_ms: r.u64().ok_or(bad("ttl_ms u64"))?,
         },
+        op::ACQUIRE_ALL => {
+            let lease = LeaseId(r.u128().ok_or(bad("lease u128"))?);
+            let ttl_ms = r.u64().ok_or(bad("ttl_ms u64"))?;
+            let count = r.u8().ok_or(bad("count u8"))?;
+            let mut grants = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                let t = token(r.u64())?;
+                grants.push((r.short_text().ok_or(bad("a name (len u16, UTF-8) is cut short or not UTF-8"))?, t));
+            }
+            Response::GrantedAll { lease, ttl_ms, grants }
+        }
         op::RELEASE => Response::Released { token: token(r.u64())? },
         op::CHECK => Response::Checked {
             current: r.u8().ok_or(bad("current u8"))? != 0,
@@ -467,6 +561,30 @@ mod tests {
         round_trip_request(Request::CreateLease { ttl_ms: 5000 });
         round_trip_request(Request::Keepalive { lease });
         round_trip_request(Request::Revoke { lease });
+        round_trip_request(Request::AcquireAll {
+            names: vec!["a", "é/b", ""],
+            lease: None,
+            ttl_ms: Some(100),
+            wait_ms: 3,
+            lock_delay_ms: 0,
+            holder: Some("job"),
+        });
+        // A name cut short, or bytes after the last: malformed, not misread.
+        let mut out = Vec::new();
+        let req = Request::AcquireAll {
+            names: vec!["ab"],
+            lease: Some(lease),
+            ttl_ms: None,
+            wait_ms: 0,
+            lock_delay_ms: 0,
+            holder: None,
+        };
+        encode_request(&mut out, 1, &req);
+        let (id, op, payload, _) = split_frame(&out, 1 << 20).unwrap().unwrap();
+        assert!(decode_request(id, op, &payload[..payload.len() - 1]).is_err());
+        let mut longer = payload.to_vec();
+        longer.push(b'x');
+        assert!(decode_request(id, op, &longer).is_err());
         round_trip_request(Request::Acquire {
             name: "a/b",
             lease: Some(lease),
@@ -507,6 +625,8 @@ mod tests {
         round_trip_response(Response::Lease { op: op::KEEPALIVE, lease, ttl_ms: 9 });
         round_trip_response(Response::Granted { token: t, lease, ttl_ms: 100 });
         round_trip_response(Response::Released { token: t });
+        let grants = vec![("a", t), ("é/b", Token::new(9).unwrap())];
+        round_trip_response(Response::GrantedAll { lease, ttl_ms: 100, grants });
         round_trip_response(Response::Checked { current: false, token: None });
         round_trip_response(Response::Written { token: t, highest_seen: t });
         round_trip_response(Response::Read { highest_seen: Some(t), value: b"v" });

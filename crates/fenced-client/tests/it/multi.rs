@@ -120,7 +120,14 @@ async fn a_set_guard_releases_every_lock_and_a_set_with_one_held_waits_or_fails_
     for n in ["g/a", "g/b"] {
         assert_eq!(client.lock_info(n).await.unwrap()["held"], false, "{n} released with the set");
     }
+    // The same over the wire protocol (ACQUIRE_ALL): a set, then a refused overlap.
     let wire = Server::start_wire(&[]).await;
-    let over_wire = wire.wire_client().lock_all(["x", "y"]).try_acquire().await;
-    assert!(matches!(over_wire, Err(Error::BadRequest(ref m)) if m.contains("HTTP")), "{over_wire:?}");
+    let wc = wire.wire_client();
+    let set = wc.lock_all(["x", "w"]).ttl(Duration::from_secs(5)).try_acquire().await.expect("over the wire");
+    let names: Vec<String> = set.tokens().into_iter().map(|(n, _)| n.to_string()).collect();
+    assert_eq!(names, ["w", "x"]);
+    assert!(matches!(wc.lock_all(["x", "y"]).try_acquire().await, Err(Error::LockHeld { .. })));
+    set.release().await.expect("released over the wire");
+    let after = wc.lock_all(["x", "y"]).try_acquire().await.expect("x was released with its set");
+    after.release().await.expect("released");
 }

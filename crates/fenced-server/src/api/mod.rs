@@ -27,7 +27,7 @@ use serde_json::Value;
 
 pub use error::ApiError;
 pub use leases::{create_lease, keepalive_lease, revoke_lease};
-pub use locks::{acquire_grant, check_token, holder_label, lock_name, release_lock, AcquireReq};
+pub use locks::{acquire_all_grants, acquire_grant, check_token, holder_label, lock_name, release_lock, AcquireReq};
 pub use store::{read_value, store_key, write_value};
 
 use crate::config::Config;

@@ -60,6 +60,7 @@ pub(super) enum Answer {
     Done(u8),
     Lease(u8, LeaseId, u64),
     Granted(Grant),
+    GrantedAll(Vec<Grant>),
     Released(Token),
     Checked(bool, Option<Token>),
     Written(Token),
@@ -274,7 +275,7 @@ impl Session {
         if api::forward::member_forwards(&self.app) {
             // A follower sends the frame as it came; an acquire's forwarding is cancellable
             // (a CANCEL drops it, and the leader withdraws the waiter).
-            let cancellable = matches!(req, Request::Acquire { .. });
+            let cancellable = matches!(req, Request::Acquire { .. } | Request::AcquireAll { .. });
             let call = super::forward::to_leader(self.app.clone(), caller, id, op, payload.to_vec());
             return self.start(id, cancellable, call);
         }
@@ -385,6 +386,11 @@ pub(super) fn encode_answer(out: &mut Vec<u8>, id: u32, answer: &Answer) {
         Answer::Done(op) => Response::Done { op: *op },
         Answer::Lease(op, lease, ttl_ms) => Response::Lease { op: *op, lease: *lease, ttl_ms: *ttl_ms },
         Answer::Granted(g) => Response::Granted { token: g.token, lease: g.lease, ttl_ms: g.ttl_ms },
+        Answer::GrantedAll(gs) => {
+            let (lease, ttl_ms) = gs.first().map_or((LeaseId(0), 0), |g| (g.lease, g.ttl_ms));
+            let grants = gs.iter().map(|g| (g.name.as_str(), g.token)).collect();
+            Response::GrantedAll { lease, ttl_ms, grants }
+        }
         Answer::Released(token) => Response::Released { token: *token },
         Answer::Checked(current, token) => Response::Checked { current: *current, token: *token },
         Answer::Written(t) => Response::Written { token: *t, highest_seen: *t },
@@ -446,6 +452,23 @@ pub(super) fn dispatch(app: &App, caller: Caller, req: Request<'_>) -> Call {
                     let req = api::AcquireReq { lease, ttl_ms, wait_ms, lock_delay_ms, holder };
                     return Call::later(true, async move {
                         answer(api::acquire_grant(app, &caller, name, req).await, Answer::Granted)
+                    });
+                }
+            }
+        }
+        Request::AcquireAll { names, lease, ttl_ms, wait_ms, lock_delay_ms, holder } => {
+            let names = if names.is_empty() || names.len() > fenced_core::LOCK_NAMES_MAX {
+                Err(fenced_core::Error::InvalidNames { names_max: fenced_core::LOCK_NAMES_MAX }.into())
+            } else {
+                names.into_iter().map(|n| api::lock_name(app, n)).collect::<Result<Vec<_>, _>>()
+            };
+            match (names, api::holder_label(holder.map(str::to_owned))) {
+                (Err(e), _) | (_, Err(e)) => Err(e),
+                (Ok(names), Ok(holder)) => {
+                    let app = app.clone();
+                    let req = api::AcquireReq { lease, ttl_ms, wait_ms, lock_delay_ms, holder };
+                    return Call::later(true, async move {
+                        answer(api::acquire_all_grants(app, &caller, names, req).await, Answer::GrantedAll)
                     });
                 }
             }
