@@ -335,3 +335,17 @@ def test_lock_all_callers_with_random_orders_never_deadlock_or_overlap(server: S
         t.join(30.0)
     assert failures == []
     assert all(n >= 3 for n in counts), counts
+
+
+def test_the_async_client_locks_a_set(server: Server, name: str) -> None:
+    import asyncio
+
+    async def main() -> None:
+        async with fenced.AsyncClient(server.url, request_timeout=5.0) as ac:
+            async with ac.lock_all([f"{name}/y", f"{name}/x"], ttl=5.0, wait=1.0) as lock:
+                assert list(lock.tokens) == [f"{name}/x", f"{name}/y"]
+                with pytest.raises(fenced.LockHeld):
+                    await ac.lock_all([f"{name}/y", f"{name}/z"], ttl=5.0, wait=0.0)
+            assert (await ac.lock_info(f"{name}/y"))["held"] is False
+
+    asyncio.run(asyncio.wait_for(main(), 30.0))

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import httpx
 
-from .errors import BadRequest, ConfigError, FencedError, Transport, UnsupportedServer
+from .errors import BadRequest, ConfigError, FencedError, ServerError, Transport, UnsupportedServer
 
 #: The endpoint used when neither the caller nor ``FENCED_ENDPOINT`` names one.
 ENDPOINT_DEFAULT = "http://127.0.0.1:7400"
@@ -223,6 +223,34 @@ def check_holder(holder: Any) -> Optional[str]:
     if holder is not None and not isinstance(holder, str):
         raise BadRequest(f"a holder label is a string, not {type(holder).__name__}", code="invalid_holder")
     return holder
+
+
+def check_names(names: Any) -> List[str]:
+    """The names of a set (``lock_all``): one or more valid names, sorted, repeats dropped,
+    the order the server grants them in."""
+    if not isinstance(names, (list, tuple)) or not names:
+        raise BadRequest("lock_all needs a list of one or more names", code="invalid_names")
+    for n in names:
+        check_name(n)
+    return sorted(set(names))
+
+
+def read_set_grant(answer: Dict[str, Any], names: Optional[List[str]]) -> Tuple[Dict[str, Any], Dict[str, int]]:
+    """``answer`` to one acquire (``names`` is ``None``) as it is; to a set, its first grant
+    and every name's token, checked against the names asked for."""
+    if names is None:
+        return answer, {}
+    grants = answer.get("grants")
+    if not isinstance(grants, list) or [g.get("name") for g in grants if isinstance(g, dict)] != names:
+        raise ServerError(f"asked for locks {names}, granted {answer}", code="bad_response")
+    if any(g.get("lease_id") != answer.get("lease_id") for g in grants):
+        raise ServerError("the locks of one request were granted under different leases", code="bad_response")
+    tokens: Dict[str, int] = {}
+    for g in grants:
+        if not isinstance(g.get("token"), int) or g["token"] < 1:
+            raise ServerError(f"a grant without a token: {g}", code="bad_response")
+        tokens[g["name"]] = g["token"]
+    return grants[0], tokens
 
 
 def acquire_body(lease_id: str, ttl_ms: int, wait_ms: int, holder: Optional[str]) -> Dict[str, Any]:

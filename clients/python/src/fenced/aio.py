@@ -97,6 +97,13 @@ class AsyncClient:
         ``invalid_holder``, from the server)."""
         return _Acquire(self, name, ttl, wait, margin, cancel_on_loss, holder)
 
+    def lock_all(self, names: List[str], ttl: float = 10.0, wait: float = 30.0, *, margin: Optional[float] = None,
+                 cancel_on_loss: bool = False, holder: Optional[str] = None) -> "_Acquire":
+        """Every one of ``names`` together under one implicit lease, or none within
+        ``wait``, as :meth:`fenced.Client.lock_all`: ``async with client.lock_all([...]) as
+        lock:``; :attr:`AsyncLock.tokens` has a token per name."""
+        return _Acquire(self, "", ttl, wait, margin, cancel_on_loss, holder, _core.check_names(names))
+
     def try_lock(self, name: str, ttl: float = 10.0, *, margin: Optional[float] = None,
                  cancel_on_loss: bool = False, holder: Optional[str] = None) -> "_Acquire":
         return self.lock(name, ttl, 0.0, margin=margin, cancel_on_loss=cancel_on_loss, holder=holder)
@@ -160,7 +167,7 @@ class AsyncClient:
     # --- acquire ---------------------------------------------------------------------------
 
     async def _acquire(self, name: str, ttl: float, wait: float, margin: Optional[float],
-                       holder: Optional[str] = None) -> LockState:
+                       holder: Optional[str] = None, names: Optional[List[str]] = None) -> LockState:
         _core.check_name(name)
         _core.check_holder(holder)
         ttl_ms, wait_ms = _core.ms(ttl), _core.ms(wait)
@@ -184,7 +191,7 @@ class AsyncClient:
                     grant = await self._call(
                         lambda i: self._acquire_on(i, name, lease, ttl_ms, _core.ms(max(0.0, give_up_at - _core.now())),
                                                    self.request_timeout + max(0.0, give_up_at - _core.now()),
-                                                   holder),
+                                                   holder, names),
                         deadline)
                     answered = True
                     sent_at = sent if sent_at is None else sent_at
@@ -216,13 +223,14 @@ class AsyncClient:
                 self._revoke_in_background(lease)
         assert sent_at is not None
         try:
-            return await self._grant_state(name, grant, ttl_ms, margin, started, sent_at)
+            return await self._grant_state(name, grant, ttl_ms, margin, started, sent_at, names)
         except BaseException:
             self._revoke_in_background(lease)  # a grant this call cannot hand out is given back
             raise
 
     async def _grant_state(self, name: str, grant: Dict[str, Any], ttl_ms: int, margin: Optional[float],
-                           started: float, sent_at: float) -> LockState:
+                           started: float, sent_at: float, names: Optional[List[str]] = None) -> LockState:
+        grant, tokens = _core.read_set_grant(grant, names)
         if grant.get("name") != name:
             raise ServerError(f"asked for lock '{name}', granted '{grant.get('name')}'", code="bad_response")
         token, lease_id = grant.get("token"), grant.get("lease_id")
@@ -231,6 +239,7 @@ class AsyncClient:
         granted_ttl = min(int(grant.get("ttl_ms", ttl_ms)), ttl_ms) / 1000.0
         m = _core.default_margin(granted_ttl) if margin is None else float(margin)
         state = LockState(name, token, lease_id, granted_ttl, m, sent_at)
+        state.tokens = tokens
         if _core.now() - started > granted_ttl / 3:
             renewed = _core.now()
             try:
@@ -242,11 +251,14 @@ class AsyncClient:
         return state
 
     async def _acquire_on(self, i: int, name: str, lease_id: str, ttl_ms: int, wait_ms: int,
-                          timeout: float, holder: Optional[str] = None) -> Dict[str, Any]:
+                          timeout: float, holder: Optional[str] = None,
+                          names: Optional[List[str]] = None) -> Dict[str, Any]:
         """One acquire on member ``i`` under the implicit lease ``lease_id`` (``"holder"``
-        in the body when given)."""
-        path = f"/v1/locks/{_core.segment(name)}/acquire"
+        in the body when given); with ``names``, of every one of them together."""
+        path = f"/v1/locks/{_core.segment(name)}/acquire" if names is None else "/v1/locks/acquire"
         body = _core.acquire_body(lease_id, ttl_ms, wait_ms, holder)
+        if names is not None:
+            body["names"] = names
         r = await self._send(i, "POST", path, json.dumps(body).encode(), {"content-type": "application/json"},
                              timeout)
         if not r.ok():
@@ -290,7 +302,8 @@ class AsyncClient:
     async def _release(self, state: LockState) -> None:
         path = f"/v1/locks/{_core.segment(state.name)}/release"
         try:
-            await self._call(lambda i: self._json(i, "POST", path, {"lease_id": state.lease_id}))
+            if not state.tokens:  # a set: ending its lease (below) releases every lock of it
+                await self._call(lambda i: self._json(i, "POST", path, {"lease_id": state.lease_id}))
         except (NotHolder, LeaseNotFound):
             pass
         try:
@@ -649,13 +662,13 @@ class _Acquire:
     """What ``AsyncClient.lock`` returns: awaitable (the lock) and an async context manager."""
 
     def __init__(self, client: AsyncClient, name: str, ttl: float, wait: float, margin: Optional[float],
-                 cancel_on_loss: bool, holder: Optional[str] = None) -> None:
-        self._args = (client, name, ttl, wait, margin, cancel_on_loss, holder)
+                 cancel_on_loss: bool, holder: Optional[str] = None, names: Optional[List[str]] = None) -> None:
+        self._args = (client, names[0] if names else name, ttl, wait, margin, cancel_on_loss, holder, names)
         self._lock: Optional[AsyncLock] = None
 
     async def _get(self) -> "AsyncLock":
-        client, name, ttl, wait, margin, cancel_on_loss, holder = self._args
-        state = await client._acquire(name, ttl, wait, margin, holder)
+        client, name, ttl, wait, margin, cancel_on_loss, holder, names = self._args
+        state = await client._acquire(name, ttl, wait, margin, holder, names)
         return AsyncLock(client, state, cancel_on_loss)
 
     def __await__(self) -> Any:
@@ -722,6 +735,11 @@ class AsyncLock:
     @property
     def token(self) -> int:
         return self._state.token
+
+    @property
+    def tokens(self) -> Dict[str, int]:
+        """Every lock held with its token (a set of :meth:`AsyncClient.lock_all`, sorted)."""
+        return dict(self._state.tokens) or {self._state.name: self._state.token}
 
     @property
     def lease_id(self) -> str:

@@ -172,11 +172,7 @@ class Client:
         them. The lock's :attr:`Lock.tokens` has a token per name (sorted); ``name`` and
         ``token`` are the first's; its lost signal is the lease's, and :meth:`Lock.release`
         ends the lease, which releases every one. Retries and failover as :meth:`lock`."""
-        if not isinstance(names, (list, tuple)) or not names:
-            raise BadRequest("lock_all needs a list of one or more names", code="invalid_names")
-        for n in names:
-            _core.check_name(n)
-        wanted = sorted(set(names))
+        wanted = _core.check_names(names)
         state = self._acquire(wanted[0], ttl, wait, margin, holder, wanted)
         return Lock(self, state)
 
@@ -326,18 +322,7 @@ class Client:
 
     def _grant_state(self, name: str, grant: Dict[str, Any], ttl_ms: int, margin: Optional[float],
                      started: float, sent_at: float, names: Optional[List[str]] = None) -> LockState:
-        tokens: Dict[str, int] = {}
-        if names is not None:
-            grants = grant.get("grants")
-            if not isinstance(grants, list) or [g.get("name") for g in grants if isinstance(g, dict)] != names:
-                raise ServerError(f"asked for locks {names}, granted {grant}", code="bad_response")
-            if any(g.get("lease_id") != grant.get("lease_id") for g in grants):
-                raise ServerError("the locks of one request were granted under different leases", code="bad_response")
-            for g in grants:
-                if not isinstance(g.get("token"), int) or g["token"] < 1:
-                    raise ServerError(f"a grant without a token: {g}", code="bad_response")
-                tokens[g["name"]] = g["token"]
-            grant = grants[0]
+        grant, tokens = _core.read_set_grant(grant, names)
         if grant.get("name") != name:
             raise ServerError(f"asked for lock '{name}', granted '{grant.get('name')}'", code="bad_response")
         token = grant.get("token")
