@@ -211,6 +211,7 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = {
   // 404
   lease_not_found: LeaseNotFoundError,
   not_found: NotFoundError,
+  not_signing: NotFoundError,
   // 409
   lock_held: LockHeldError,
   not_holder: NotHolderError,

@@ -192,6 +192,21 @@ pub fn duration_ms(s: &str) -> Result<u64, String> {
     n.checked_mul(scale).ok_or_else(|| format!("'{s}' is too large"))
 }
 
+/// The bytes a grant's signature covers: a domain tag, the service's identity, the lock
+/// name and the token, so that a signature proves the service issued that token for that
+/// lock (and no other lock, and no other service sharing the key). What every verifier
+/// (the Rust, Python and TypeScript gates) rebuilds.
+pub fn grant_message(service: &str, name: &str, token: u64) -> Vec<u8> {
+    let mut m = Vec::with_capacity(24 + service.len() + name.len());
+    m.extend_from_slice(b"fenced-grant-v1\0");
+    m.extend_from_slice(service.as_bytes());
+    m.push(0);
+    m.extend_from_slice(name.as_bytes());
+    m.push(0);
+    m.extend_from_slice(&token.to_be_bytes());
+    m
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

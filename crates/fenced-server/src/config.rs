@@ -42,6 +42,17 @@ pub struct Config {
     /// the one presented; identities may then be found by `cert_subject`, and without
     /// `identities_file` a verified certificate is required on every call.
     pub client_ca: Option<PathBuf>,
+    /// The Ed25519 private key (PKCS#8 PEM) every grant is signed with; none: grants
+    /// carry no signature. Every member of a cluster is given the same key.
+    pub grant_signing_key: Option<PathBuf>,
+    /// The service's identity in every signature (a verifier checks it), so that two
+    /// services sharing a key cannot pass each other's tokens.
+    pub grant_service: String,
+    /// A verifying key retired by a rotation (64 hex digits): published at `/v1/keys`
+    /// until `grant_retired_key_until`, so tokens it signed stay verifiable meanwhile.
+    pub grant_retired_key: Option<String>,
+    /// Until when (Unix seconds) the retired key is published; 0 with no retired key.
+    pub grant_retired_key_until: u64,
     /// Address of the peer listener, where this member serves the raft RPCs (`/raft/*`)
     /// to the other members and nothing else; none: the peer routes are on `listen`.
     /// The URLs in `peers` are where the peer routes are served.
@@ -177,6 +188,10 @@ impl Default for Config {
             tls_cert: None,
             tls_key: None,
             client_ca: None,
+            grant_signing_key: None,
+            grant_service: "fenced".into(),
+            grant_retired_key: None,
+            grant_retired_key_until: 0,
             peer_listen: None,
             peer_cert: None,
             peer_key: None,
@@ -283,6 +298,8 @@ impl Config {
                 "tls_cert",
                 "tls_key",
                 "client_ca",
+                "grant_signing_key",
+                "grant_retired_key",
                 "peer_listen",
                 "peer_cert",
                 "peer_key",
@@ -297,6 +314,14 @@ impl Config {
         let bad = |m: &str| Err(ConfigError::Invalid(m.to_string()));
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return bad("tls_cert and tls_key go together");
+        }
+        if self.grant_retired_key.is_some() && (self.grant_signing_key.is_none() || self.grant_retired_key_until == 0) {
+            return bad(
+                "grant_retired_key needs grant_signing_key (the key that replaced it) and grant_retired_key_until",
+            );
+        }
+        if self.grant_service.is_empty() || self.grant_service.len() > 256 || self.grant_service.contains('\0') {
+            return bad("grant_service must be 1 to 256 bytes without a NUL");
         }
         if self.client_ca.is_some() && self.tls_cert.is_none() {
             return bad("client_ca needs tls_cert and tls_key: client certificates come with TLS");
@@ -475,6 +500,9 @@ fn typed(key: &str, raw: &str) -> Result<toml::Value, ConfigError> {
             | "tls_cert"
             | "tls_key"
             | "client_ca"
+            | "grant_signing_key"
+            | "grant_service"
+            | "grant_retired_key"
             | "peer_listen"
             | "peer_cert"
             | "peer_key"

@@ -19,6 +19,7 @@ mod metrics;
 mod migrate;
 mod notify;
 pub mod restore;
+pub mod signing;
 mod subject;
 mod tls;
 mod wire;
@@ -206,6 +207,7 @@ pub async fn run_with_wire(
         shutdown: stop_rx.clone(),
         openapi: api::doc::document(&config),
         disk,
+        signer: signing::GrantSigner::load(&config).map_err(ServerError::Setup)?.map(Arc::new),
     });
     let router = api::router(app.clone());
     // Registered here, before the server answers: a SIGHUP that comes once it serves

@@ -382,6 +382,7 @@ ERROR_CODES: Dict[str, Type[FencedError]] = {
     "token_not_issued": TokenNotIssued,
     "token_required": TokenRequired,
     "not_found": NotFound,
+    "not_signing": NotFound,
     "unfenced_key": UnfencedKey,
     "store_full": StorageFull,
     "insufficient_storage": StorageFull,

@@ -43,6 +43,7 @@ use crate::config::Config;
         store::read,
         ops::events,
         ops::cluster,
+        ops::keys,
         ops::add_member,
         ops::remove_member,
         ops::snapshot,

@@ -120,6 +120,15 @@ pub struct Grant {
     #[schema(pattern = "^[0-9a-f]{32}$")]
     lease_id: String,
     ttl_ms: u64,
+    /// With `grant_signing_key`: the Ed25519 signature (hex) over the service, the lock
+    /// name and the token (docs/server.md, *Signed grants*).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[0-9a-f]{128}$")]
+    signature: Option<String>,
+    /// The key that made `signature` (`GET /v1/keys`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[0-9a-f]{16}$")]
+    key_id: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -285,7 +294,8 @@ async fn acquire(app: App, caller: Caller, name: LockName, req: AcquireBody) -> 
     };
     let holder = holder_label(req.holder)?;
     let req = AcquireReq { lease, ttl_ms: req.ttl_ms, wait_ms: req.wait_ms, lock_delay_ms: req.lock_delay_ms, holder };
-    acquire_grant(app, &caller, name, req).await.map(|g| grant_response(&g))
+    let granted = acquire_grant(app.clone(), &caller, name, req).await;
+    granted.map(|g| grant_response(&app, &g))
 }
 
 async fn acquire_all(app: App, caller: Caller, req: AcquireAllBody) -> Result<Response, ApiError> {
@@ -300,9 +310,9 @@ async fn acquire_all(app: App, caller: Caller, req: AcquireAllBody) -> Result<Re
     let names = req.names.iter().map(|n| lock_name(&app, n)).collect::<Result<Vec<_>, _>>()?;
     let holder = holder_label(req.holder)?;
     let req = AcquireReq { lease, ttl_ms: req.ttl_ms, wait_ms: req.wait_ms, lock_delay_ms: req.lock_delay_ms, holder };
-    let grants = acquire_all_grants(app, &caller, names, req).await?;
+    let grants = acquire_all_grants(app.clone(), &caller, names, req).await?;
     let lease_id = grants.first().map(|g| g.lease.to_hex()).unwrap_or_default();
-    let grants = grants.iter().map(grant_view).collect();
+    let grants = grants.iter().map(|g| grant_view(&app, g)).collect();
     Ok(reply(StatusCode::OK, &GrantAll { grants, lease_id }))
 }
 
@@ -465,12 +475,15 @@ fn lock_held(holder: Option<Token>, wait_ms: u64) -> ApiError {
     ApiError { message: format!("the lock was not granted within wait_ms {wait_ms}"), ..e }
 }
 
-fn grant_view(g: &fenced_core::Grant) -> Grant {
-    Grant { name: g.name.as_str().into(), token: g.token.get(), lease_id: g.lease.to_hex(), ttl_ms: g.ttl_ms }
+fn grant_view(app: &AppInner, g: &fenced_core::Grant) -> Grant {
+    let signed = app.signer.as_ref().map(|s| s.sign(g.name.as_str(), g.token.get()));
+    let (signature, key_id) = signed.map(|s| (s.signature, s.key_id)).unzip();
+    let (name, token, lease_id, ttl_ms) = (g.name.as_str().into(), g.token.get(), g.lease.to_hex(), g.ttl_ms);
+    Grant { name, token, lease_id, ttl_ms, signature, key_id }
 }
 
-fn grant_response(g: &fenced_core::Grant) -> Response {
-    reply(StatusCode::OK, &grant_view(g))
+fn grant_response(app: &AppInner, g: &fenced_core::Grant) -> Response {
+    reply(StatusCode::OK, &grant_view(app, g))
 }
 
 /// Release (HTTP and the wire protocol): the released grant's token.

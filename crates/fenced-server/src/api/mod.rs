@@ -56,6 +56,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/readyz"),
     ("get", "/openapi.json"),
     ("get", "/v1/cluster"),
+    ("get", "/v1/keys"),
     ("post", "/v1/cluster/members"),
     ("delete", "/v1/cluster/members/{id}"),
     ("get", "/v1/cluster/snapshot"),
@@ -88,6 +89,8 @@ pub struct AppInner {
     pub openapi: String,
     /// The data directory's free space against `min_free_bytes`.
     pub disk: Arc<crate::disk::DiskGuard>,
+    /// Signs every grant (`grant_signing_key`); none: grants are not signed.
+    pub signer: Option<Arc<crate::signing::GrantSigner>>,
 }
 
 pub type App = Arc<AppInner>;
@@ -137,6 +140,7 @@ fn v1_routes(app: App, lab: Router<App>) -> Router<App> {
         .route("/v1/store/{*key}", get(store::read).put(store::write))
         .route("/v1/events", get(ops::events))
         .route("/v1/cluster", get(ops::cluster))
+        .route("/v1/keys", get(ops::keys))
         .route("/v1/cluster/members", post(ops::add_member))
         .route("/v1/cluster/members/{id}", axum::routing::delete(ops::remove_member))
         .route("/v1/cluster/snapshot", get(ops::snapshot))

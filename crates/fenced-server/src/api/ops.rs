@@ -270,6 +270,48 @@ fn cluster_view(app: &App) -> ClusterView {
     }
 }
 
+/// One verifying key of `GET /v1/keys`.
+#[derive(Serialize, ToSchema)]
+pub struct KeyView {
+    /// The first 8 bytes of the public key, in hex: a grant's `key_id`.
+    key_id: String,
+    /// Always `ed25519`.
+    algorithm: String,
+    /// The 32-byte Ed25519 public key, in hex.
+    public_key: String,
+    /// `active` (signs grants now) or `retired` (verifies what it signed, until `valid_until_unix`).
+    status: String,
+    #[schema(required = true)]
+    valid_until_unix: Option<u64>,
+}
+
+/// `GET /v1/keys`.
+#[derive(Serialize, ToSchema)]
+pub struct KeysView {
+    /// The service's identity, in every signature.
+    service: String,
+    keys: Vec<KeyView>,
+}
+
+/// `GET /v1/keys`: the keys that verify grant signatures (docs/server.md, *Signed
+/// grants*); 404 `not_signing` when grants are not signed.
+#[utoipa::path(get, path = "/v1/keys", tag = "locks",
+    responses(
+        (status = 200, description = "the service's identity and its verifying keys", body = KeysView),
+        (status = 404, description = "not_signing: this server signs no grants (no grant_signing_key)", body = ErrorBody),
+    ))]
+pub async fn keys(State(app): State<App>) -> Result<Response, ApiError> {
+    let Some(signer) = &app.signer else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_signing",
+            "this server signs no grants: start it with grant_signing_key",
+        ));
+    };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    Ok(reply(StatusCode::OK, &signer.keys_view(now)))
+}
+
 /// `GET /v1/cluster`: the members, the leader, the term and the commit index, as this
 /// member sees them (a single server answers as a cluster of one). With
 /// `?digest=true` also this member's `applied_index` and `state_hash`, taken together:

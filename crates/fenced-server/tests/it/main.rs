@@ -11,6 +11,7 @@ mod multi;
 mod openapi;
 mod restart;
 mod rules;
+mod signing;
 mod tls;
 mod unfenced;
 mod watch;
