@@ -378,7 +378,15 @@ pub fn late_lost_signals(ops: &[Op]) -> (Option<u64>, Vec<String>) {
     for w in ops.iter().filter(|o| o.kind == OpKind::Write && o.lost_signalled == Some(false)) {
         let Some(&granted_us) = own.get(&(w.worker, w.cycle)) else { continue };
         let first = grants.partition_point(|g| g.end_us <= granted_us);
-        let next = grants[first..].iter().take_while(|g| g.end_us < w.start_us).find(|g| g.worker != w.worker);
+        // A grant with a lower token than the writer's was issued before the writer's own
+        // (its answer only arrived later, to a holder that was slow to hear it): it does
+        // not supersede the writer. Without tokens, the order of the answers decides.
+        let newer = |g: &&&Op| match (g.token, w.token) {
+            (Some(theirs), Some(mine)) => theirs > mine,
+            _ => true,
+        };
+        let next =
+            grants[first..].iter().take_while(|g| g.end_us < w.start_us).filter(|g| g.worker != w.worker).find(newer);
         if let Some(g) = next {
             n += 1;
             if proofs.len() < PROOFS_MAX {
@@ -627,6 +635,17 @@ mod tests {
         h[1].cycle = 2;
         h[2].start_us = 700_000;
         assert_eq!(late_lost_signals(&h).0, Some(0));
+        // A lower token whose answer reached its (slow) worker after the writer's grant
+        // was issued before it: the writer's lock was not taken by it (seen in CI: token
+        // 218's answer arrived after token 234's).
+        let mut h = zombie_write(Some(false));
+        h[1].token = None;
+        assert_eq!(late_lost_signals(&h).0, Some(1), "without tokens the answers' order decides");
+        let mut stale = zombie_write(Some(false));
+        for o in &mut stale {
+            o.token = Some(if o.worker == 0 { 234 } else { 218 });
+        }
+        assert_eq!(late_lost_signals(&stale).0, Some(0));
     }
 
     #[test]
