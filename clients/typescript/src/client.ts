@@ -274,7 +274,7 @@ export class Client {
    * or `signal` aborts it, that lease is revoked in the background. `holder`, when
    * given, goes with every attempt as it is.
    */
-  lock(name: string, options: LockOptions = {}): Promise<Lock> {
+  async lock(name: string, options: LockOptions = {}): Promise<Lock> {
     checkName("lock name", name);
     return this.#acquire(name, options);
   }
@@ -287,7 +287,7 @@ export class Client {
    * and `token` are the first's; its lost signal is the lease's, and `release()` ends the
    * lease, which releases every one. Retries and failover as `lock`.
    */
-  lockAll(names: readonly string[], options: LockOptions = {}): Promise<Lock> {
+  async lockAll(names: readonly string[], options: LockOptions = {}): Promise<Lock> {
     if (!Array.isArray(names) || names.length === 0) throw new BadRequestError("invalid_names", "lockAll needs one or more lock names");
     for (const n of names) checkName("lock name", n);
     const sorted = [...new Set(names)].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));

@@ -276,7 +276,7 @@ describe("locks", { skip: SKIP }, () => {
     assert.equal((await client.lockInfo(z)).held, false, "nothing of a refused set is taken");
     await lock.release();
     assert.deepEqual([(await client.lockInfo(a)).held, (await client.lockInfo(b)).held], [false, false]);
-    assert.throws(() => client.lockAll([]), (e: unknown) => e instanceof BadRequestError && e.code === "invalid_names");
+    await assert.rejects(client.lockAll([]), (e: unknown) => e instanceof BadRequestError && e.code === "invalid_names");
   });
 
   it("lockAll callers with random orders never deadlock or overlap", async () => {
