@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
+import subprocess
 import threading
-from typing import Any, Iterator, List
+from typing import Any, Iterator, List, Tuple
 
 import pytest
 
@@ -119,6 +120,75 @@ def race_of_writers_the_highest_token_wins(g: Any, key: str, n: int = 16) -> Non
         g.read(key, token=n - 1)
 
 
+def a_forged_token_is_refused_with_keys_and_taken_without(signer: Tuple[fenced.Client, fenced.GrantKeys],
+                                                          g: Any, tag: str) -> None:
+    """Signed grants: the gate behind :class:`gates.Verified` refuses another lock's real,
+    higher token, a forged number with a real signature and no signature at all, before
+    the resource is touched; the same gate without keys takes the other lock's token and
+    then shuts the real holder out (the control)."""
+    c, keys = signer
+    n = next(_n)
+    with c.lock(f"signed/{tag}/{n}", ttl=10.0) as real, c.lock(f"other/{tag}/{n}", ttl=10.0) as other:
+        assert other.token > real.token and real.signature and other.signature
+        kv = gates.Verified(g, keys, lock=real.name)
+        key = f"signed-{tag}-{n}"
+        for token, sig in [(other.token, other.signature), (2**63 - 1, real.signature), (real.token, None)]:
+            with pytest.raises(fenced.BadSignature) as e:
+                kv.write(key, b"hijack", token=token, signature=sig)
+            assert (e.value.token, e.value.lock) == (token, real.name)
+            with pytest.raises(fenced.BadSignature):
+                kv.read(key, token=token, signature=sig)
+        kv.write(key, b"100", token=real.token, signature=real.signature)
+        assert kv.read(key, token=real.token, signature=real.signature) == b"100"
+        control = key + "-control"
+        g.write(control, b"hijack", token=other.token)
+        with pytest.raises(fenced.StaleToken):
+            g.write(control, b"100", token=real.token)
+
+
+@pytest.fixture(scope="module")
+def signer(tmp_path_factory: Any) -> Iterator[Tuple[fenced.Client, fenced.GrantKeys]]:
+    """A server that signs its grants (a key made as a user would, with openssl), its
+    store's keys under ``acct/`` taking signed tokens only; a client and the keys."""
+    d = tmp_path_factory.mktemp("signing")
+    key = d / "grant.pem"
+    subprocess.run(["openssl", "genpkey", "-algorithm", "ed25519", "-out", str(key)], check=True, capture_output=True)
+    (d / "fenced.toml").write_text(f'grant_signing_key = "{key}"\nsigned_key_prefix = "acct/"\n')
+    s = Server(["--config", str(d / "fenced.toml")])
+    c = fenced.Client(s.url)
+    yield c, c.grant_keys()
+    c.close()
+    s.stop()
+
+
+def test_signed_grants_and_the_stores_signed_keys(signer: Tuple[fenced.Client, fenced.GrantKeys],
+                                                 client: fenced.Client) -> None:
+    c, keys = signer
+    with c.lock("acct/1", ttl=10.0) as real, c.lock("elsewhere", ttl=10.0) as other:
+        assert keys.verifies("acct/1", real.token, real.signature)
+        assert not keys.verifies("acct/1", other.token, other.signature), "another lock's signature"
+        with pytest.raises(fenced.BadSignature) as e:
+            c.store.put("acct/1", b"hijack", token=other.token, signature=other.signature)
+        assert (e.value.code, e.value.token, e.value.lock) == ("bad_signature", other.token, "acct/1")
+        with pytest.raises(fenced.BadSignature) as e:
+            c.store.put("acct/1", b"unsigned", token=real.token)
+        assert e.value.code == "signature_required"
+        assert c.store.put("acct/1", b"100", token=real.token, signature=real.signature) == real.token
+        assert c.store.get("acct/1", token=real.token, signature=real.signature) == b"100"
+        assert c.store.put("plain/1", b"x", token=other.token) == other.token, "outside the prefix: fenced as ever"
+    with c.lock_all(["set/a", "set/b"], ttl=10.0) as both:
+        assert sorted(both.signatures) == ["set/a", "set/b"]
+        for n, t in both.tokens.items():
+            assert keys.verifies(n, t, both.signatures[n])
+    # A server that does not sign: no signature, and no keys to fetch.
+    with client.lock("unsigned", ttl=5.0) as plain:
+        assert plain.signature is None and plain.signatures == {}
+    with pytest.raises(fenced.NotFound):
+        client.grant_keys()
+    with pytest.raises(fenced.BadRequest):
+        fenced.GrantKeys("svc", ["not a key"])
+
+
 def every_scenario(c: fenced.Client, g: Any, tag: str) -> None:
     k = f"{tag}-{next(_n)}"
     stale_token_is_refused_and_changes_nothing(g, f"{k}/stale")
@@ -134,9 +204,10 @@ def client(server: Server) -> fenced.Client:
 # --- SQLite ---------------------------------------------------------------------------------
 
 
-def test_sqlite(client: fenced.Client, tmp_path: Any) -> None:
+def test_sqlite(client: fenced.Client, signer: Any, tmp_path: Any) -> None:
     g = gates.SqliteKv(str(tmp_path / "kv.db"))
     every_scenario(client, g, "sqlite")
+    a_forged_token_is_refused_with_keys_and_taken_without(signer, g, "sqlite")
     race_of_writers_the_highest_token_wins(g, "race")
     # Another connection to the same file sees the gate's work.
     other = gates.SqliteKv(str(tmp_path / "kv.db"))
@@ -177,9 +248,10 @@ def _pg_connect(pg: Postgres) -> Any:
     return psycopg.connect(pg.conninfo, autocommit=True)
 
 
-def test_postgres(client: fenced.Client, pg: Postgres) -> None:
+def test_postgres(client: fenced.Client, signer: Any, pg: Postgres) -> None:
     g = gates.PgKv(_pg_connect(pg))
     every_scenario(client, g, "pg")
+    a_forged_token_is_refused_with_keys_and_taken_without(signer, g, "pg")
 
     # The race, one connection per writer (psycopg connections are not for sharing).
     class PerThread:
@@ -231,9 +303,10 @@ def moto() -> Iterator[Moto]:
     m.stop()
 
 
-def test_s3(client: fenced.Client, moto: Moto) -> None:
+def test_s3(client: fenced.Client, signer: Any, moto: Moto) -> None:
     g = gates.S3Gate(moto.client(), Moto.BUCKET)
     every_scenario(client, g, "s3")
+    a_forged_token_is_refused_with_keys_and_taken_without(signer, g, "s3")
     race_of_writers_the_highest_token_wins(g, "race")
     raw = moto.client().get_object(Bucket=Moto.BUCKET, Key="race")
     assert raw["Body"].read() == b"fenced-token:16\nw16", "the mark is the object's first line"
@@ -285,12 +358,32 @@ def dynamo() -> Iterator[DynamoLocal]:
     d.stop()
 
 
-def test_dynamodb(client: fenced.Client, dynamo: DynamoLocal) -> None:
+def test_dynamodb(client: fenced.Client, signer: Any, dynamo: DynamoLocal) -> None:
     g = gates.DynamoGate(dynamo.client(), f"fenced-{next(_n)}")
     g.create_table()
     g.create_table()  # it exists: nothing to do
     every_scenario(client, g, "ddb")
+    a_forged_token_is_refused_with_keys_and_taken_without(signer, g, "ddb")
     race_of_writers_the_highest_token_wins(g, "race")
     assert g.value("race") == b"w16"
     with pytest.raises(fenced.NotFound):
         gates.DynamoGate(dynamo.client(), "no-such-table").write("k", b"v", token=1)
+
+
+def test_the_async_client_carries_signatures_too(signer: Tuple[fenced.Client, fenced.GrantKeys]) -> None:
+    import asyncio
+
+    c, keys = signer
+    url = c.endpoints[0]
+
+    async def main() -> None:
+        async with fenced.AsyncClient(url) as a:
+            assert (await a.grant_keys()).service == keys.service
+            async with a.lock("acct/async", ttl=5.0) as lock:
+                assert keys.verifies("acct/async", lock.token, lock.signature)
+                with pytest.raises(fenced.BadSignature):
+                    await a.store.put("acct/async", b"unsigned", token=lock.token)
+                assert await a.store.put("acct/async", b"v", token=lock.token, signature=lock.signature) == lock.token
+                assert await a.store.get("acct/async", token=lock.token, signature=lock.signature) == b"v"
+
+    asyncio.run(asyncio.wait_for(main(), timeout=60))

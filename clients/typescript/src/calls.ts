@@ -23,6 +23,8 @@ export interface GrantBody {
   ttlMs: number;
   /** A set acquired together: every name's token, in sorted order. */
   tokens?: Map<string, number>;
+  /** The service's signature (hex) of every lock's token, when it signs grants. */
+  signatures?: Map<string, string>;
 }
 
 /** A fenced write's answer. */
@@ -159,10 +161,10 @@ export class Calls {
    * as stale leaves the first attempt's fate unknown, so that refusal is reported as
    * `UnavailableError`, never as a clean `StaleTokenError`.
    */
-  async put(key: string, value: Uint8Array, token: number): Promise<PutResult> {
+  async put(key: string, value: Uint8Array, token: number, signature?: string): Promise<PutResult> {
     const deadline = performance.now() + this.requestTimeoutMs;
     const path = `/v1/store/${segment(key)}`;
-    const headers = { "fencing-token": String(token) };
+    const headers: Record<string, string> = { "fencing-token": String(token), ...signed(signature) };
     const tried = await this.members.each(deadline, (ep, s) => ep.send({ method: "PUT", path, headers, bytes: value, timeoutMs: Math.max(1, deadline - performance.now()), signal: s }), { retrySingle: true });
     const a = unwrap(tried.outcome);
     if (a.status === 200 || a.status === 201) {
@@ -178,9 +180,9 @@ export class Calls {
   }
 
   /** A read, fenced when `token` is given; `null` when the key holds no value. */
-  async get(key: string, token: number | undefined): Promise<GetResult | null> {
+  async get(key: string, token: number | undefined, signature?: string): Promise<GetResult | null> {
     const deadline = performance.now() + this.requestTimeoutMs;
-    const headers: Record<string, string> = token === undefined ? {} : { "fencing-token": String(token) };
+    const headers: Record<string, string> = token === undefined ? {} : { "fencing-token": String(token), ...signed(signature) };
     const tried = await this.members.each(deadline, (ep, s) => ep.send({ method: "GET", path: `/v1/store/${segment(key)}`, headers, timeoutMs: Math.max(1, deadline - performance.now()), signal: s }), { retrySingle: true });
     const a = unwrap(tried.outcome);
     const header = a.headers["fencing-highest-seen"];
@@ -210,6 +212,11 @@ export function unwrap(o: Outcome): Answer {
 }
 
 /** Reads a grant: `{"name","token","lease_id","ttl_ms"}`. */
+/** The store's `Fencing-Signature` header, when a signature is given. */
+function signed(signature: string | undefined): Record<string, string> {
+  return signature === undefined ? {} : { "fencing-signature": signature };
+}
+
 export function readGrant(a: Answer, name: string): GrantBody {
   const v = json(a, "acquire");
   const { token, lease_id: leaseId, ttl_ms: ttlMs } = v;
@@ -217,7 +224,8 @@ export function readGrant(a: Answer, name: string): GrantBody {
   if (!isToken(token)) throw bad("acquire", `the token ${JSON.stringify(token)} is not a positive integer below 2^53`);
   if (typeof leaseId !== "string" || !/^[0-9a-f]{32}$/i.test(leaseId)) throw bad("acquire", "no lease id");
   if (typeof ttlMs !== "number" || !(ttlMs > 0)) throw bad("acquire", "no TTL");
-  return { name, token, leaseId: leaseId.toLowerCase(), ttlMs };
+  const signatures = typeof v.signature === "string" ? new Map([[name, v.signature]]) : undefined;
+  return { name, token, leaseId: leaseId.toLowerCase(), ttlMs, ...(signatures ? { signatures } : {}) };
 }
 
 /** The answer to `POST /v1/locks/acquire`: the first grant, with every name's token. */
@@ -226,14 +234,19 @@ export function readGrantAll(a: Answer, names: readonly string[]): GrantBody {
   const grants = v.grants;
   if (!Array.isArray(grants) || grants.length !== names.length) throw bad("acquire", `asked for locks ${JSON.stringify(names)}, granted ${JSON.stringify(v).slice(0, 200)}`);
   const tokens = new Map<string, number>();
+  const signatures = new Map<string, string>();
   let first: GrantBody | undefined;
   for (const [i, g] of grants.entries()) {
     const one = readGrant({ ...a, body: Buffer.from(JSON.stringify(g)) }, names[i] as string);
     if (first !== undefined && one.leaseId !== first.leaseId) throw bad("acquire", "the locks of one request were granted under different leases");
     first ??= one;
     tokens.set(one.name, one.token);
+    const sig = one.signatures?.get(one.name);
+    if (sig !== undefined) signatures.set(one.name, sig);
   }
-  return { ...(first as GrantBody), tokens };
+  // Signed, every grant carries one; a set signed only in part is no signed set.
+  const signed = signatures.size === grants.length ? { signatures } : { signatures: undefined };
+  return { ...(first as GrantBody), tokens, ...signed };
 }
 
 function readLease(a: Answer, what: string): { leaseId: string; ttlMs: number } {

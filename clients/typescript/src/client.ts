@@ -5,6 +5,7 @@ import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { createSecureContext } from "node:tls";
 
+import { GrantKeys } from "./signing.js";
 import { Calls, GetResult, GrantBody, PutResult, checkName, isToken, readGrant, readGrantAll, segment, unwrap } from "./calls.js";
 import { ServerApi, readServerApi } from "./compat.js";
 import {
@@ -143,6 +144,13 @@ function wholeMs(v: unknown, what: string, min: number): number {
   return v;
 }
 
+function checkSignature(signature: unknown): string | undefined {
+  if (signature !== undefined && (typeof signature !== "string" || !/^[0-9a-fA-F]{128}$/.test(signature))) {
+    throw badArgument("a signature is 128 hex digits (Lock.signature)");
+  }
+  return signature;
+}
+
 /** The fenced key-value store in the server: `PUT`/`GET /v1/store/{key}` with `Fencing-Token`. */
 export class Store {
   readonly #client: Client;
@@ -157,14 +165,15 @@ export class Store {
    * `highestSeen`) and changes nothing; a token the service never issued throws
    * `TokenNotIssuedError`.
    */
-  async put(key: string, value: string | Uint8Array, options: { token: number }): Promise<PutResult> {
+  async put(key: string, value: string | Uint8Array, options: { token: number; signature?: string }): Promise<PutResult> {
     checkName("store key", key);
     const token = options?.token;
     if (!isToken(token)) throw badArgument(`a fenced write needs a token, a positive integer below 2^53; not ${String(token)}`);
     const bytes = typeof value === "string" ? Buffer.from(value, "utf8") : value;
     if (!(bytes instanceof Uint8Array)) throw badArgument("the value must be a string or a Uint8Array");
+    const signature = checkSignature(options.signature);
     await this.#client.serverApi();
-    return this.#client.calls.put(key, bytes, token);
+    return this.#client.calls.put(key, bytes, token, signature);
   }
 
   /**
@@ -172,12 +181,13 @@ export class Store {
    * (a new holder's first read shuts out every older holder) and throws
    * `StaleTokenError` for a stale one. `null` when the key holds no value.
    */
-  async get(key: string, options: { token?: number } = {}): Promise<GetResult | null> {
+  async get(key: string, options: { token?: number; signature?: string } = {}): Promise<GetResult | null> {
     checkName("store key", key);
     const token = options.token;
     if (token !== undefined && !isToken(token)) throw badArgument(`the token must be a positive integer below 2^53; not ${String(token)}`);
+    const signature = checkSignature(options.signature);
     await this.#client.serverApi();
-    return this.#client.calls.get(key, token);
+    return this.#client.calls.get(key, token, signature);
   }
 }
 
@@ -416,6 +426,16 @@ export class Client {
     if (!isToken(token)) throw badArgument(`the token must be a positive integer below 2^53; not ${String(token)}`);
     await this.serverApi();
     return this.calls.check(name, token);
+  }
+
+  /**
+   * `GET /v1/keys`: the keys that verify this service's grant signatures, for a
+   * `Verified` gate (fetch once, or configure them). The server answers 404
+   * `not_signing` (`NotFoundError`) when it does not sign.
+   */
+  async grantKeys(): Promise<GrantKeys> {
+    await this.serverApi();
+    return GrantKeys.fromJson(await this.calls.view("reading the grant keys", "/v1/keys"));
   }
 
   /** One lock as the server describes it: `{name, held, token, expires_in_ms, waiters, blocked_for_ms, holder}` (`holder`: the holder's label, `null` when it gave none or the lock is free). */

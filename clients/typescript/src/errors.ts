@@ -98,6 +98,22 @@ export class TokenNotIssuedError extends FencedError {
   }
 }
 
+/**
+ * A gate given the service's verifying keys refused a token without a valid signature
+ * for the lock that guards the resource (a forged number, another lock's token, another
+ * service's): the server's store for a key under `signed_key_prefix` (403
+ * `bad_signature`, 428 `signature_required`), or a `Verified` gate. Nothing was done.
+ */
+export class BadSignatureError extends FencedError {
+  get token(): number {
+    return num(this.details.token) ?? 0;
+  }
+  /** The lock whose signature the gate asked for. */
+  get lock(): string {
+    return typeof this.details.lock === "string" ? this.details.lock : "";
+  }
+}
+
 /** A write to a fenced key without a token (428 `token_required`). */
 export class TokenRequiredError extends FencedError {}
 
@@ -218,6 +234,8 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = {
   lease_exists: LeaseExistsError,
   stale_token: StaleTokenError,
   token_not_issued: TokenNotIssuedError,
+  bad_signature: BadSignatureError,
+  signature_required: BadSignatureError,
   membership_change_failed: MembershipChangeError,
   // 410: a watch's resume point is no longer held
   compacted: MissedEventsError,

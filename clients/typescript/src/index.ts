@@ -4,6 +4,8 @@
 export { Client, ENDPOINT_DEFAULT, Store, newLeaseId, parseDurationMs } from "./client.js";
 export type { ClientOptions, LockContext, LockOptions } from "./client.js";
 export { Lock, validUntil, defaultMargin } from "./lock.js";
+export { GrantKeys, Verified, grantMessage, storeGate } from "./signing.js";
+export type { FencedGate, LockOf } from "./signing.js";
 export type { GetResult, PutResult } from "./calls.js";
 export { Watch, WATCH_RETRY_FOR_MS, WATCH_SILENCE_MS } from "./watch.js";
 export type { ExpiredEvent, GrantedEvent, OtherEvent, ReleasedEvent, StoreAcceptedEvent, StoreRejectedEvent, WatchEvent, WatchOptions } from "./watch.js";
@@ -12,6 +14,7 @@ export { ATTEMPT_TIMEOUT_DEFAULT_MS, ATTEMPT_TIMEOUT_MIN_MS } from "./failover.j
 export {
   BadRequestError,
   BadResponseError,
+  BadSignatureError,
   ERROR_CLASSES,
   FencedError,
   ForbiddenError,

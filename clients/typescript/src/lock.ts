@@ -23,6 +23,8 @@ export interface Grant {
   sentAt: number;
   /** A set acquired together (`Client.lockAll`): every name's token, sorted. */
   tokens?: Map<string, number>;
+  /** The service's signature (hex) of every lock's token, when it signs grants. */
+  signatures?: Map<string, string>;
 }
 
 /** The client-side deadline of a lease last renewed by a request sent at `sentAt`. */
@@ -48,6 +50,14 @@ export class Lock {
   readonly marginMs: number;
   /** Every lock held with its token: a set of `Client.lockAll` (sorted by name), or this one lock. Fence each resource with its own lock's. */
   readonly tokens: ReadonlyMap<string, number>;
+  /**
+   * The service's signature of `token` for this lock (hex), when it signs grants
+   * (`grant_signing_key`): what a gate given the keys asks for (`Verified`, a key under
+   * the server's `signed_key_prefix`). `undefined` otherwise.
+   */
+  readonly signature: string | undefined;
+  /** Every lock's signature (hex), as `tokens`; empty when the service does not sign. */
+  readonly signatures: ReadonlyMap<string, string>;
   readonly #set: boolean;
 
   readonly #calls: Calls;
@@ -68,6 +78,8 @@ export class Lock {
     this.marginMs = grant.marginMs;
     this.#set = grant.tokens !== undefined;
     this.tokens = grant.tokens ?? new Map([[grant.name, grant.token]]);
+    this.signatures = grant.signatures ?? new Map();
+    this.signature = this.signatures.get(grant.name);
     this.#calls = calls;
     this.#validUntil = validUntil(grant.sentAt, grant.ttlMs, grant.marginMs);
     this.#armDeadline();

@@ -409,6 +409,17 @@ impl Client {
         })
     }
 
+    /// `GET /v1/keys`: the keys that verify this service's grant signatures, for a
+    /// [`Verified`](crate::Verified) gate (fetch them once, or configure them). The
+    /// server answers 404 `not_signing` (here `Error::NotFound`) when it does not sign.
+    pub async fn grant_keys(&self) -> Result<crate::GrantKeys, Error> {
+        let timeout = self.conn.request_timeout();
+        let body =
+            self.conn.get_bytes("reading the grant keys", "/v1/keys", timeout).await?.map_err(|e| e.into_error())?;
+        let doc: serde_json::Value = serde_json::from_slice(&body).map_err(|e| wire::bad_answer(&e.to_string()))?;
+        crate::GrantKeys::from_json(&doc)
+    }
+
     /// The server's built-in fenced key-value store.
     pub fn store(&self) -> Store {
         Store::new(self.conn.clone())
@@ -531,6 +542,7 @@ impl LockRequest {
             name,
             token: wire::token(body.token)?,
             also: vec![],
+            signatures: body.signature.into_iter().collect(),
             lease_id: wire::lease_id(&body.lease_id)?,
             ttl: granted_ttl,
             margin,
@@ -586,10 +598,13 @@ impl LockRequest {
         }
         let granted_ttl = Duration::from_millis(first.ttl_ms.min(ttl_ms));
         let margin = margin.unwrap_or_else(|| validity::default_margin(granted_ttl));
+        // Signed, every grant carries one; a set signed only in part is no signed set.
+        let signatures: Vec<String> = bodies.iter().map_while(|b| b.signature.clone()).collect();
+        let signatures = if signatures.len() == bodies.len() { signatures } else { vec![] };
         let mut tokens = names.into_iter().zip(&bodies).map(|(n, b)| Ok((n, wire::token(b.token)?)));
         let (name, token) = tokens.next().expect("one name or more")?;
         let also = tokens.collect::<Result<Vec<_>, Error>>()?;
-        let grant = Grant { name, token, also, lease_id, ttl: granted_ttl, margin, sent_at };
+        let grant = Grant { name, token, also, signatures, lease_id, ttl: granted_ttl, margin, sent_at };
         self.start_guard(grant, grant_started).await
     }
 

@@ -25,6 +25,16 @@ pub(crate) type Answer<T> = Result<T, ApiError>;
 
 /// The header carrying the operation's token.
 const FENCING_TOKEN: &str = "fencing-token";
+const FENCING_SIGNATURE: &str = "fencing-signature";
+
+/// A signed store call on a fenced:// endpoint: its frames have no room for the signature.
+fn unsigned_on_wire() -> Error {
+    Error::BadRequest(
+        "the wire protocol's PUT and GET frames carry no signature: use an http(s):// endpoint for keys \
+         under the server's signed_key_prefix"
+            .into(),
+    )
+}
 /// The header carrying the key's mark on a read.
 const FENCING_HIGHEST_SEEN: &str = "fencing-highest-seen";
 
@@ -131,11 +141,12 @@ impl Endpoint {
                     holder,
                 };
                 match m.call(req, true, timeout).await? {
-                    Reply::Granted { token, lease, ttl_ms } => Ok(Ok(GrantBody {
+                    Reply::Granted { token, lease, ttl_ms, signature } => Ok(Ok(GrantBody {
                         name: name.to_string(),
                         token: token.get(),
                         lease_id: lease.to_hex(),
                         ttl_ms,
+                        signature,
                     })),
                     other => unexpected(other),
                 }
@@ -182,7 +193,13 @@ impl Endpoint {
                 match m.call(req, true, timeout).await? {
                     Reply::GrantedAll { lease, ttl_ms, grants } => Ok(Ok(grants
                         .into_iter()
-                        .map(|(name, token)| GrantBody { name, token: token.get(), lease_id: lease.to_hex(), ttl_ms })
+                        .map(|(name, token, signature)| GrantBody {
+                            name,
+                            token: token.get(),
+                            lease_id: lease.to_hex(),
+                            ttl_ms,
+                            signature,
+                        })
                         .collect())),
                     other => unexpected(other),
                 }
@@ -288,12 +305,20 @@ impl Endpoint {
         }
     }
 
-    /// A fenced write: the key's new mark.
-    pub async fn put(&self, key: &str, token: Token, value: &[u8]) -> Result<Answer<Token>, Error> {
+    /// A fenced write: the key's new mark. `signature`: the grant's, for a key under
+    /// the server's `signed_key_prefix` (HTTP only: the wire protocol's PUT has none).
+    pub async fn put(
+        &self,
+        key: &str,
+        token: Token,
+        value: &[u8],
+        signature: Option<&str>,
+    ) -> Result<Answer<Token>, Error> {
         match self {
             Endpoint::Http(t) => {
                 let path = format!("/v1/store/{}", segment(key));
-                let headers = [(FENCING_TOKEN, token.get().to_string())];
+                let mut headers = vec![(FENCING_TOKEN, token.get().to_string())];
+                headers.extend(signature.map(|s| (FENCING_SIGNATURE, s.to_string())));
                 let r = t
                     .send(Method::PUT, &path, &headers, Some(Bytes::copy_from_slice(value)), t.request_timeout)
                     .await?;
@@ -309,6 +334,7 @@ impl Endpoint {
                     _ => Ok(Err(r.api_error())),
                 }
             }
+            Endpoint::Wire(_) if signature.is_some() => Err(unsigned_on_wire()),
             Endpoint::Wire(m) => {
                 let req = Request::Put { key, token: Some(token), value };
                 match m.call(req, false, m.request_timeout).await? {
@@ -320,11 +346,17 @@ impl Endpoint {
     }
 
     /// A read, fenced when `token` is given; an absent key reads as no value.
-    pub async fn get(&self, key: &str, token: Option<Token>) -> Result<Answer<StoreRead>, Error> {
+    pub async fn get(
+        &self,
+        key: &str,
+        token: Option<Token>,
+        signature: Option<&str>,
+    ) -> Result<Answer<StoreRead>, Error> {
         match self {
             Endpoint::Http(t) => {
                 let path = format!("/v1/store/{}", segment(key));
-                let headers: Vec<_> = token.map(|t| (FENCING_TOKEN, t.get().to_string())).into_iter().collect();
+                let mut headers: Vec<_> = token.map(|t| (FENCING_TOKEN, t.get().to_string())).into_iter().collect();
+                headers.extend(signature.map(|s| (FENCING_SIGNATURE, s.to_string())));
                 let r = t.send(Method::GET, &path, &headers, None, t.request_timeout).await?;
                 let highest_seen = r
                     .headers
@@ -342,6 +374,7 @@ impl Endpoint {
                     _ => Ok(Err(r.api_error())),
                 }
             }
+            Endpoint::Wire(_) if signature.is_some() => Err(unsigned_on_wire()),
             Endpoint::Wire(m) => match m.call(Request::Get { key, token }, false, m.request_timeout).await? {
                 Reply::Read { highest_seen, value } => Ok(Ok(StoreRead { value: Some(value), highest_seen })),
                 Reply::Error(api) if api.code == "not_found" => {
@@ -622,9 +655,15 @@ impl Conn {
     /// refused as stale leaves the first attempt's fate unknown (it may have landed
     /// before the newer writer), so that refusal is reported as `Unavailable`, never as
     /// a clean rejection.
-    pub async fn put(&self, key: &str, token: Token, value: &[u8]) -> Result<Answer<Token>, Error> {
+    pub async fn put(
+        &self,
+        key: &str,
+        token: Token,
+        value: &[u8],
+        signature: Option<&str>,
+    ) -> Result<Answer<Token>, Error> {
         let deadline = Instant::now() + self.request_timeout();
-        let tried = self.members.each_by(deadline, |e| e.put(key, token, value), moves_on).await;
+        let tried = self.members.each_by(deadline, |e| e.put(key, token, value, signature), moves_on).await;
         match tried.result {
             Ok(Err(e)) if tried.uncertain && matches!(e.refusal, Some(fenced_core::Error::StaleToken { .. })) => {
                 Err(Error::unavailable(format!(
@@ -637,8 +676,13 @@ impl Conn {
         }
     }
 
-    pub async fn get(&self, key: &str, token: Option<Token>) -> Result<Answer<StoreRead>, Error> {
-        self.each(|e| e.get(key, token)).await
+    pub async fn get(
+        &self,
+        key: &str,
+        token: Option<Token>,
+        signature: Option<&str>,
+    ) -> Result<Answer<StoreRead>, Error> {
+        self.each(|e| e.get(key, token, signature)).await
     }
 }
 

@@ -40,6 +40,18 @@ pub enum Error {
         /// The resource's mark, higher than `token`.
         highest_seen: Token,
     },
+    /// A gate given the service's verifying keys refused a token that carries no valid
+    /// signature of the service for the lock that guards the resource (a forged
+    /// number, another lock's token, another service's): the server's store for a
+    /// key under `signed_key_prefix` (`bad_signature`, `signature_required`), or a
+    /// [`Verified`](crate::resource::Verified) gate. Nothing was done.
+    #[error("token {token} carries no valid signature for lock '{lock}'")]
+    BadSignature {
+        /// The token refused.
+        token: Token,
+        /// The lock whose signature the gate asked for.
+        lock: String,
+    },
     /// The request was malformed or out of limits (400, 413, 422, or a bad argument here).
     #[error("bad request: {0}")]
     BadRequest(String),
@@ -206,6 +218,13 @@ impl ApiError {
             }
             Some(other) => return Error::Refused(other),
             None => {}
+        }
+        if matches!(self.code.as_str(), "bad_signature" | "signature_required") {
+            let token = self.detail_u64("token").and_then(Token::new);
+            let lock = self.details.get("lock").and_then(serde_json::Value::as_str);
+            if let (Some(token), Some(lock)) = (token, lock) {
+                return Error::BadSignature { token, lock: lock.to_string() };
+            }
         }
         if self.unauthorised() {
             return Error::Unauthorised(message);

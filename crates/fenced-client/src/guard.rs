@@ -42,6 +42,8 @@ struct Shared {
     token: Token,
     /// The other locks of a set acquired together, with their tokens.
     also: Vec<(LockName, Token)>,
+    /// The service's signatures (hex), in the order of `tokens()`; empty when it does not sign.
+    signatures: Vec<String>,
     /// The lease the lock is held under; only this guard uses it.
     lease_id: LeaseId,
     /// The lease's TTL as the server granted it.
@@ -77,6 +79,16 @@ impl Shared {
     }
 }
 
+/// A fencing token with the service's signature for the lock it was granted for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignedToken {
+    /// The lock the token was granted for.
+    pub lock: LockName,
+    pub token: Token,
+    /// The Ed25519 signature over the service's identity, the lock and the token (hex).
+    pub signature: String,
+}
+
 /// What the lock request produced, before the guard starts its keepalive.
 pub(crate) struct Grant {
     /// The lock granted.
@@ -85,6 +97,9 @@ pub(crate) struct Grant {
     pub token: Token,
     /// The other locks of a set acquired together, with their tokens.
     pub also: Vec<(LockName, Token)>,
+    /// The service's signatures (hex), the lock's first, then `also`'s; none when it
+    /// does not sign grants.
+    pub signatures: Vec<String>,
     /// The implicit lease created for this grant alone.
     pub lease_id: LeaseId,
     /// The lease's TTL as granted.
@@ -101,6 +116,7 @@ impl LockGuard {
             name: grant.name,
             token: grant.token,
             also: grant.also,
+            signatures: grant.signatures,
             lease_id: grant.lease_id,
             ttl: grant.ttl,
             margin: grant.margin,
@@ -118,6 +134,23 @@ impl LockGuard {
     /// sorted order, for a set acquired together (each resource gets its own lock's).
     pub fn tokens(&self) -> Vec<(LockName, Token)> {
         std::iter::once((self.shared.name.clone(), self.shared.token)).chain(self.shared.also.iter().cloned()).collect()
+    }
+
+    /// The token with the service's signature for its lock, when the service signs
+    /// grants (`grant_signing_key`): what a gate given the verifying keys asks for
+    /// (a key under the server's `signed_key_prefix`, a [`Verified`](crate::resource::Verified) gate).
+    pub fn signed(&self) -> Option<SignedToken> {
+        self.signed_tokens().into_iter().next()
+    }
+
+    /// Every lock this guard holds with its token and signature, in the order of
+    /// [`tokens`](Self::tokens); empty when the service does not sign grants.
+    pub fn signed_tokens(&self) -> Vec<SignedToken> {
+        let tokens = self.tokens().into_iter();
+        tokens
+            .zip(&self.shared.signatures)
+            .map(|((lock, token), signature)| SignedToken { lock, token, signature: signature.clone() })
+            .collect()
     }
 
     /// The fencing token of this grant: pass it with every operation on the resource.

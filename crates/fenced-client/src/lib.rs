@@ -31,6 +31,7 @@ mod guard;
 mod http;
 mod mux;
 pub mod resource;
+pub mod signing;
 pub mod validity;
 mod watch;
 mod wire;
@@ -41,7 +42,8 @@ pub use client::{Client, ClientBuilder, LockOptions, LockRequest, ENDPOINT_DEFAU
 pub use error::{Error, LostReason};
 pub use failover::{ATTEMPT_TIMEOUT_DEFAULT, ATTEMPT_TIMEOUT_MIN};
 pub use fenced_core::{LeaseId, LockName, Token};
-pub use guard::LockGuard;
-pub use resource::{Fenced, FencedResource, Store, StoreRead};
+pub use guard::{LockGuard, SignedToken};
+pub use resource::{Fenced, FencedResource, Store, StoreRead, Verified};
+pub use signing::GrantKeys;
 pub use tokio_util::sync::CancellationToken;
 pub use watch::{EventKind, Leader, LeaderChange, Observe, Watch, WatchEvent};

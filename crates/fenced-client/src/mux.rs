@@ -33,13 +33,34 @@ const READ_CHUNK_BYTES: usize = 16 << 10;
 #[derive(Debug)]
 pub(crate) enum Reply {
     Done,
-    Lease { lease: LeaseId, ttl_ms: u64 },
-    Granted { token: Token, lease: LeaseId, ttl_ms: u64 },
-    GrantedAll { lease: LeaseId, ttl_ms: u64, grants: Vec<(String, Token)> },
+    Lease {
+        lease: LeaseId,
+        ttl_ms: u64,
+    },
+    /// `signature`: hex, when the service signs grants.
+    Granted {
+        token: Token,
+        lease: LeaseId,
+        ttl_ms: u64,
+        signature: Option<String>,
+    },
+    GrantedAll {
+        lease: LeaseId,
+        ttl_ms: u64,
+        grants: Vec<(String, Token, Option<String>)>,
+    },
     Released,
-    Checked { current: bool, token: Option<Token> },
-    Written { highest_seen: Token },
-    Read { highest_seen: Option<Token>, value: Vec<u8> },
+    Checked {
+        current: bool,
+        token: Option<Token>,
+    },
+    Written {
+        highest_seen: Token,
+    },
+    Read {
+        highest_seen: Option<Token>,
+        value: Vec<u8>,
+    },
     Error(ApiError),
 }
 
@@ -380,9 +401,13 @@ fn owned(r: Response<'_>) -> Reply {
     match r {
         Response::Done { .. } => Reply::Done,
         Response::Lease { lease, ttl_ms, .. } => Reply::Lease { lease, ttl_ms },
-        Response::Granted { token, lease, ttl_ms } => Reply::Granted { token, lease, ttl_ms },
-        Response::GrantedAll { lease, ttl_ms, grants } => {
-            Reply::GrantedAll { lease, ttl_ms, grants: grants.into_iter().map(|(n, t)| (n.to_owned(), t)).collect() }
+        Response::Granted { token, lease, ttl_ms, signature } => {
+            Reply::Granted { token, lease, ttl_ms, signature: signature.map(fenced_core::hex) }
+        }
+        Response::GrantedAll { lease, ttl_ms, grants, signatures } => {
+            let mut signatures = signatures.into_iter().map(fenced_core::hex);
+            let grants = grants.into_iter().map(|(n, t)| (n.to_owned(), t, signatures.next())).collect();
+            Reply::GrantedAll { lease, ttl_ms, grants }
         }
         Response::Released { .. } => Reply::Released,
         Response::Checked { current, token } => Reply::Checked { current, token },

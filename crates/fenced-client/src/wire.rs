@@ -13,6 +13,9 @@ pub(crate) struct GrantBody {
     pub token: u64,
     pub lease_id: String,
     pub ttl_ms: u64,
+    /// The service's signature (hex), when it signs grants.
+    #[serde(default)]
+    pub signature: Option<String>,
 }
 
 /// `POST /v1/locks/acquire` → 200: every lock of the set, under one lease.

@@ -23,4 +23,4 @@ pub use gate::{Admission, FenceGate, Op};
 pub use replica::Batch;
 pub use store::{Quota, Quotas, Record, Store, StoreAnswer, StoreCommand};
 pub use table::{Effect, Grant, LeaseInfo, Limits, LockInfo, LockTable, ReleaseReason, StoreOutcome, WaitEnd};
-pub use types::{duration_ms, grant_message, LeaseId, LockName, NameError, Token};
+pub use types::{duration_ms, grant_message, hex, unhex, LeaseId, LockName, NameError, Token};

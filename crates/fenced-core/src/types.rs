@@ -207,6 +207,21 @@ pub fn grant_message(service: &str, name: &str, token: u64) -> Vec<u8> {
     m
 }
 
+/// Bytes as lowercase hex (a grant's signature, a key).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Hex (either case) as bytes; `None` for an odd length or a non-hex digit.
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    let digit = |b: u8| (b as char).to_digit(16);
+    let bytes = text.as_bytes();
+    if !bytes.len().is_multiple_of(2) {
+        return None;
+    }
+    bytes.chunks(2).map(|p| Some((digit(p[0])? * 16 + digit(p[1])?) as u8)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -166,6 +166,15 @@ pub struct Config {
     /// `INCR`): the gate rule is the same, only the check that this server issued the
     /// token is off for them, since it cannot know. Empty, the default: none.
     pub foreign_token_prefix: String,
+    /// Fenced-store keys starting with this take signed tokens only: a write or fenced
+    /// read carries `Fencing-Signature`, the grant's signature (see `grant_signing_key`)
+    /// for the lock that guards the key, `signed_lock_prefix` followed by the rest of
+    /// the key; a token of any other lock, or a number nobody signed, is refused even
+    /// when it is higher than the key's mark. Needs `grant_signing_key`. Empty: none.
+    pub signed_key_prefix: String,
+    /// What replaces `signed_key_prefix` to name a signed key's lock; empty: the lock
+    /// has the key's own name.
+    pub signed_lock_prefix: String,
     /// Threads of the async runtime that serves requests. 0, the default: one fewer
     /// than the cores, at least one, since the log's writer thread is the other busy
     /// thread (on two cores, one runtime thread is 12% less CPU per lock cycle than
@@ -231,6 +240,8 @@ impl Default for Config {
             peer_routes: String::new(),
             snapshot_entries: 5_000,
             foreign_token_prefix: String::new(),
+            signed_key_prefix: String::new(),
+            signed_lock_prefix: String::new(),
             worker_threads: 0,
         }
     }
@@ -344,6 +355,7 @@ impl Config {
         if self.foreign_token_prefix.chars().any(char::is_control) {
             return bad("foreign_token_prefix must not hold control characters");
         }
+        self.validate_signed_keys()?;
         if self.body_bytes_in_flight_max < self.body_bytes_max || self.body_bytes_in_flight_max > u32::MAX as usize {
             return bad("body_bytes_in_flight_max must be at least body_bytes_max and below 4 GiB");
         }
@@ -444,6 +456,39 @@ impl Config {
         !self.unfenced_prefix.is_empty() && key.starts_with(&self.unfenced_prefix)
     }
 
+    /// The lock whose signed tokens alone may fence `key`: none unless `key` is under
+    /// `signed_key_prefix`.
+    pub fn guarding_lock(&self, key: &str) -> Option<String> {
+        let rest = key.strip_prefix(&self.signed_key_prefix).filter(|_| !self.signed_key_prefix.is_empty())?;
+        if self.signed_lock_prefix.is_empty() {
+            return Some(key.to_string());
+        }
+        Some(format!("{}{rest}", self.signed_lock_prefix))
+    }
+
+    fn validate_signed_keys(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_string()));
+        let (keys, locks) = (&self.signed_key_prefix, &self.signed_lock_prefix);
+        if keys.chars().chain(locks.chars()).any(char::is_control) {
+            return bad("signed_key_prefix and signed_lock_prefix must not hold control characters");
+        }
+        if keys.is_empty() {
+            return if locks.is_empty() { Ok(()) } else { bad("signed_lock_prefix needs signed_key_prefix") };
+        }
+        if self.grant_signing_key.is_none() {
+            return bad("signed_key_prefix needs grant_signing_key: the store checks the service's own signatures");
+        }
+        // A key under two rules would be asked for a signature and also be taken without
+        // one (unfenced) or with another service's token (foreign): neither is kept apart.
+        let overlaps = |other: &String| {
+            !other.is_empty() && (keys.starts_with(other.as_str()) || other.starts_with(keys.as_str()))
+        };
+        if overlaps(&self.unfenced_prefix) || overlaps(&self.foreign_token_prefix) {
+            return bad("signed_key_prefix must not overlap unfenced_prefix or foreign_token_prefix");
+        }
+        Ok(())
+    }
+
     /// Whether `key` is under `foreign_token_prefix` (never, when the prefix is empty).
     pub fn takes_foreign_tokens(&self, key: &str) -> bool {
         !self.foreign_token_prefix.is_empty() && key.starts_with(&self.foreign_token_prefix)
@@ -511,6 +556,8 @@ fn typed(key: &str, raw: &str) -> Result<toml::Value, ConfigError> {
             | "peers"
             | "peer_routes"
             | "foreign_token_prefix"
+            | "signed_key_prefix"
+            | "signed_lock_prefix"
     );
     if is_string {
         return Ok(toml::Value::String(raw.to_string()));

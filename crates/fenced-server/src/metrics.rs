@@ -27,6 +27,9 @@ pub struct Metrics {
     pub stale_reads_rejected: AtomicU64,
     /// Fenced-store operations refused for a token above every token issued.
     pub tokens_not_issued: AtomicU64,
+    /// Fenced-store operations on a signed key refused for a token without a valid
+    /// signature for the key's lock.
+    pub bad_signatures: AtomicU64,
     pub connections_refused: AtomicU64,
     /// Request bodies refused because the budget of bodies in flight was spent.
     pub bodies_refused: AtomicU64,
@@ -75,7 +78,7 @@ impl Metrics {
 
     pub fn render(&self, g: &Gauges, raft: &RaftFigures, log: &LogMetrics) -> String {
         let mut out = String::with_capacity(4096);
-        let counters: [(&str, &str, u64); 23] = [
+        let counters: [(&str, &str, u64); 24] = [
             ("fenced_grants_total", "Locks granted.", self.grants.load(Relaxed)),
             ("fenced_releases_total", "Locks released explicitly.", self.releases.load(Relaxed)),
             ("fenced_revoked_releases_total", "Locks released by a lease revoke.", self.revoked_releases.load(Relaxed)),
@@ -108,6 +111,11 @@ impl Metrics {
                 "fenced_tokens_not_issued_total",
                 "Fenced-store operations refused for a token the service never issued.",
                 self.tokens_not_issued.load(Relaxed),
+            ),
+            (
+                "fenced_bad_signatures_total",
+                "Fenced-store operations on signed keys refused for a token without this service's signature for the key's lock.",
+                self.bad_signatures.load(Relaxed),
             ),
             (
                 "fenced_connections_refused_total",

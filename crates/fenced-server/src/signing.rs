@@ -10,7 +10,8 @@
 
 use std::path::Path;
 
-use ring::signature::{Ed25519KeyPair, KeyPair};
+use fenced_core::{hex, unhex};
+use ring::signature::{Ed25519KeyPair, KeyPair, UnparsedPublicKey, ED25519};
 use serde_json::{json, Value};
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::PrivatePkcs8KeyDer;
@@ -22,14 +23,11 @@ pub fn key_id(public_key: &[u8]) -> String {
     hex(&public_key[..8.min(public_key.len())])
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// A verifying key that no longer signs, published until `until_unix`.
 #[derive(Debug)]
 struct Retired {
     public_hex: String,
+    public: Vec<u8>,
     until_unix: u64,
 }
 
@@ -64,7 +62,9 @@ impl GrantSigner {
                 if !ok {
                     return Err("grant_retired_key must be an Ed25519 public key: 64 hex digits".into());
                 }
-                Some(Retired { public_hex: h.to_ascii_lowercase(), until_unix: config.grant_retired_key_until })
+                let public_hex = h.to_ascii_lowercase();
+                let public = unhex(&public_hex).ok_or("grant_retired_key: not hex")?;
+                Some(Retired { public_hex, public, until_unix: config.grant_retired_key_until })
             }
         };
         let (key_id, public_hex) = (key_id(&public), hex(&public));
@@ -73,8 +73,22 @@ impl GrantSigner {
 
     /// The signature of `token` for lock `name`.
     pub fn sign(&self, name: &str, token: u64) -> Signature {
-        let sig = self.key.sign(&fenced_core::grant_message(&self.service, name, token));
-        Signature { key_id: self.key_id.clone(), signature: hex(sig.as_ref()) }
+        Signature { key_id: self.key_id.clone(), signature: hex(&self.sign_bytes(name, token)) }
+    }
+
+    /// The signature's 64 bytes, as the wire protocol's grant frames carry it.
+    pub fn sign_bytes(&self, name: &str, token: u64) -> Vec<u8> {
+        self.key.sign(&fenced_core::grant_message(&self.service, name, token)).as_ref().to_vec()
+    }
+
+    /// Whether `signature` (hex) is this service's for `token` of lock `name`, by the
+    /// active key or by the retired one while it is still published.
+    pub fn verifies(&self, name: &str, token: u64, signature: &str, now_unix: u64) -> bool {
+        let Some(sig) = unhex(signature).filter(|s| s.len() == 64) else { return false };
+        let message = fenced_core::grant_message(&self.service, name, token);
+        let check = |public: &[u8]| UnparsedPublicKey::new(&ED25519, public).verify(&message, &sig).is_ok();
+        check(self.key.public_key().as_ref())
+            || self.retired.as_ref().is_some_and(|r| r.until_unix > now_unix && check(&r.public))
     }
 
     /// `GET /v1/keys`: the service's identity and every key a verifier should accept.

@@ -45,7 +45,8 @@ pub mod op {
     pub const REVOKE: u8 = 4;
     /// Payload: `flags u8` (1: lease given, 2: ttl given; exactly one), `lease u128`,
     /// `ttl_ms u64`, `wait_ms u64`, `lock_delay_ms u64`, then the name (the rest).
-    /// Answer: `token u64, lease u128, ttl_ms u64`.
+    /// Answer: `token u64, lease u128, ttl_ms u64`, then, when the service signs its
+    /// grants, the 64-byte Ed25519 signature (what HTTP's `signature` holds, in binary).
     pub const ACQUIRE: u8 = 5;
     /// Payload: `lease u128`, then the name. Answer: `token u64`.
     pub const RELEASE: u8 = 6;
@@ -64,7 +65,8 @@ pub mod op {
     /// Several locks at once, all or none. Payload: ACQUIRE's fixed fields and holder,
     /// then `count u8` (1 to 64) and `count` names, each `len u16` and its bytes.
     /// Answer: `lease u128, ttl_ms u64, count u8`, then per lock (in the names' sorted
-    /// order) `token u64, len u16` and its name.
+    /// order) `token u64, len u16` and its name; then, when the service signs its
+    /// grants, one 64-byte signature per lock in the same order.
     pub const ACQUIRE_ALL: u8 = 11;
     /// The answer kind of an error: `code_len u8`, the code (snake_case ASCII), then the
     /// HTTP API's JSON error body.
@@ -140,16 +142,20 @@ pub enum Response<'a> {
         lease: LeaseId,
         ttl_ms: u64,
     },
+    /// `signature`: the grant's, 64 bytes, when the service signs grants.
     Granted {
         token: Token,
         lease: LeaseId,
         ttl_ms: u64,
+        signature: Option<&'a [u8]>,
     },
-    /// Every lock of an ACQUIRE_ALL, each with its token.
+    /// Every lock of an ACQUIRE_ALL, each with its token; `signatures`: none, or one
+    /// per grant in the same order.
     GrantedAll {
         lease: LeaseId,
         ttl_ms: u64,
         grants: Vec<(&'a str, Token)>,
+        signatures: Vec<&'a [u8]>,
     },
     Released {
         token: Token,
@@ -449,18 +455,22 @@ pub fn encode_response(out: &mut Vec<u8>, id: u32, resp: &Response<'_>) {
             out.extend_from_slice(&lease.0.to_be_bytes());
             out.extend_from_slice(&ttl_ms.to_be_bytes());
         }
-        Response::Granted { token, lease, ttl_ms } => {
+        Response::Granted { token, lease, ttl_ms, signature } => {
             out.extend_from_slice(&token.get().to_be_bytes());
             out.extend_from_slice(&lease.0.to_be_bytes());
             out.extend_from_slice(&ttl_ms.to_be_bytes());
+            out.extend_from_slice(signature.unwrap_or_default());
         }
-        Response::GrantedAll { lease, ttl_ms, grants } => {
+        Response::GrantedAll { lease, ttl_ms, grants, signatures } => {
             out.extend_from_slice(&lease.0.to_be_bytes());
             out.extend_from_slice(&ttl_ms.to_be_bytes());
             out.push(grants.len().min(u8::MAX as usize) as u8);
             for (name, token) in grants.iter().take(u8::MAX as usize) {
                 out.extend_from_slice(&token.get().to_be_bytes());
                 put_short(out, name);
+            }
+            for signature in signatures.iter().take(grants.len().min(u8::MAX as usize)) {
+                out.extend_from_slice(signature);
             }
         }
         Response::Released { token } => out.extend_from_slice(&token.get().to_be_bytes()),
@@ -486,6 +496,18 @@ pub fn encode_response(out: &mut Vec<u8>, id: u32, resp: &Response<'_>) {
     finish(out, at);
 }
 
+/// The signatures after a grant's fields: none, or exactly `count` of 64 bytes.
+fn signatures(rest: &[u8], count: usize) -> Option<Vec<&[u8]>> {
+    match rest.len() {
+        0 => Some(Vec::new()),
+        n if n == count * SIGNATURE_BYTES => Some(rest.chunks(SIGNATURE_BYTES).collect()),
+        _ => None,
+    }
+}
+
+/// An Ed25519 signature's length.
+pub const SIGNATURE_BYTES: usize = 64;
+
 /// Decodes an answer's payload; `kind` is the frame's op byte.
 pub fn decode_response(id: u32, kind: u8, payload: &[u8]) -> Result<Response<'_>, FrameError> {
     let mut r = Reader(payload);
@@ -508,6 +530,7 @@ pub fn decode_response(id: u32, kind: u8, payload: &[u8]) -> Result<Response<'_>
             token: token(r.u64())?,
             lease: LeaseId(r.u128().ok_or(bad("lease u128"))?),
             ttl_ms: r.u64().ok_or(bad("ttl_ms u64"))?,
+            signature: signatures(r.rest(), 1).ok_or(bad("a signature is 64 bytes"))?.pop(),
         },
         op::ACQUIRE_ALL => {
             let lease = LeaseId(r.u128().ok_or(bad("lease u128"))?);
@@ -518,7 +541,8 @@ pub fn decode_response(id: u32, kind: u8, payload: &[u8]) -> Result<Response<'_>
                 let t = token(r.u64())?;
                 grants.push((r.short_text().ok_or(bad("a name (len u16, UTF-8) is cut short or not UTF-8"))?, t));
             }
-            Response::GrantedAll { lease, ttl_ms, grants }
+            let signatures = signatures(r.rest(), grants.len()).ok_or(bad("one 64-byte signature per grant"))?;
+            Response::GrantedAll { lease, ttl_ms, grants, signatures }
         }
         op::RELEASE => Response::Released { token: token(r.u64())? },
         op::CHECK => Response::Checked {
@@ -623,10 +647,18 @@ mod tests {
         let t = Token::new(5).unwrap();
         round_trip_response(Response::Done { op: op::REVOKE });
         round_trip_response(Response::Lease { op: op::KEEPALIVE, lease, ttl_ms: 9 });
-        round_trip_response(Response::Granted { token: t, lease, ttl_ms: 100 });
+        round_trip_response(Response::Granted { token: t, lease, ttl_ms: 100, signature: None });
+        round_trip_response(Response::Granted { token: t, lease, ttl_ms: 100, signature: Some(&[7; 64]) });
         round_trip_response(Response::Released { token: t });
         let grants = vec![("a", t), ("é/b", Token::new(9).unwrap())];
-        round_trip_response(Response::GrantedAll { lease, ttl_ms: 100, grants });
+        round_trip_response(Response::GrantedAll { lease, ttl_ms: 100, grants: grants.clone(), signatures: vec![] });
+        let signatures = vec![&[1u8; 64][..], &[2u8; 64][..]];
+        round_trip_response(Response::GrantedAll { lease, ttl_ms: 100, grants, signatures });
+        // Signatures that do not add up to one per grant are refused, not half read.
+        let mut out = Vec::new();
+        encode_response(&mut out, 7, &Response::Granted { token: t, lease, ttl_ms: 1, signature: Some(&[3; 10]) });
+        let (id, kind, payload, _) = split_frame(&out, 1 << 20).unwrap().unwrap();
+        assert!(matches!(decode_response(id, kind, payload), Err(FrameError::Malformed { .. })));
         round_trip_response(Response::Checked { current: false, token: None });
         round_trip_response(Response::Written { token: t, highest_seen: t });
         round_trip_response(Response::Read { highest_seen: Some(t), value: b"v" });

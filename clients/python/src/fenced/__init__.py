@@ -13,9 +13,11 @@ SQLite, S3 and DynamoDB (``fenced.gates``).
 from .client import Client, Lock, Store, StoreRead, Watch
 from .aio import AsyncClient, AsyncLock, AsyncStore, AsyncWatch
 from ._watch import WatchEvent
+from .signing import GrantKeys
 from .errors import (
     ERROR_CODES,
     BadRequest,
+    BadSignature,
     Busy,
     ConfigError,
     CorruptRecord,

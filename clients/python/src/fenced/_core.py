@@ -235,11 +235,14 @@ def check_names(names: Any) -> List[str]:
     return sorted(set(names))
 
 
-def read_set_grant(answer: Dict[str, Any], names: Optional[List[str]]) -> Tuple[Dict[str, Any], Dict[str, int]]:
+def read_set_grant(answer: Dict[str, Any],
+                   names: Optional[List[str]]) -> Tuple[Dict[str, Any], Dict[str, int], Dict[str, str]]:
     """``answer`` to one acquire (``names`` is ``None``) as it is; to a set, its first grant
-    and every name's token, checked against the names asked for."""
+    and every name's token, checked against the names asked for. Last, every lock's
+    signature (hex) when the service signs grants (all of them, or none)."""
     if names is None:
-        return answer, {}
+        sig = answer.get("signature")
+        return answer, {}, ({answer.get("name", ""): sig} if isinstance(sig, str) else {})
     grants = answer.get("grants")
     if not isinstance(grants, list) or [g.get("name") for g in grants if isinstance(g, dict)] != names:
         raise ServerError(f"asked for locks {names}, granted {answer}", code="bad_response")
@@ -250,7 +253,8 @@ def read_set_grant(answer: Dict[str, Any], names: Optional[List[str]]) -> Tuple[
         if not isinstance(g.get("token"), int) or g["token"] < 1:
             raise ServerError(f"a grant without a token: {g}", code="bad_response")
         tokens[g["name"]] = g["token"]
-    return grants[0], tokens
+    signatures = {g["name"]: g["signature"] for g in grants if isinstance(g.get("signature"), str)}
+    return grants[0], tokens, (signatures if len(signatures) == len(grants) else {})
 
 
 def acquire_body(lease_id: str, ttl_ms: int, wait_ms: int, holder: Optional[str]) -> Dict[str, Any]:

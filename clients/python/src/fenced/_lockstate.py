@@ -26,6 +26,8 @@ class LockState:
         #: A set acquired together (:meth:`fenced.Client.lock_all`): every name and its
         #: token, in sorted order; empty for one lock.
         self.tokens: Dict[str, int] = {}
+        #: The service's signature (hex) of every lock's token, when it signs grants.
+        self.signatures: Dict[str, str] = {}
         self._mu = threading.Lock()
         self.reason: Optional[LostReason] = None
         self.released = False

@@ -19,6 +19,7 @@ from . import _core, _watch
 from ._lockstate import LockState
 from ._watch import WatchEvent
 from .client import StoreRead, _held_token, _mark, _named, _Reply, _revoked_token, _stale_after_retry, log
+from .signing import GrantKeys, signed_headers as _signed
 from .errors import (
     BadRequest,
     FencedError,
@@ -113,6 +114,12 @@ class AsyncClient:
         path = f"/v1/locks/{_core.segment(_core.check_name(name))}/check"
         r = await self._call(lambda i: self._json(i, "POST", path, body))
         return bool(r.get("current")), r.get("token")
+
+    async def grant_keys(self) -> GrantKeys:
+        """``GET /v1/keys``: the keys that verify this service's grant signatures, for a
+        :class:`fenced.gates.Verified` gate (fetch once, or configure them). Raises
+        :class:`fenced.NotFound` (``not_signing``) when the service does not sign."""
+        return GrantKeys.from_json(await self._call(lambda i: self._json(i, "GET", "/v1/keys", None)))
 
     async def lock_info(self, name: str) -> Dict[str, Any]:
         """``GET /v1/locks/{name}``, as :meth:`fenced.Client.lock_info` (``holder`` included)."""
@@ -230,7 +237,7 @@ class AsyncClient:
 
     async def _grant_state(self, name: str, grant: Dict[str, Any], ttl_ms: int, margin: Optional[float],
                            started: float, sent_at: float, names: Optional[List[str]] = None) -> LockState:
-        grant, tokens = _core.read_set_grant(grant, names)
+        grant, tokens, signatures = _core.read_set_grant(grant, names)
         if grant.get("name") != name:
             raise ServerError(f"asked for lock '{name}', granted '{grant.get('name')}'", code="bad_response")
         token, lease_id = grant.get("token"), grant.get("lease_id")
@@ -240,6 +247,7 @@ class AsyncClient:
         m = _core.default_margin(granted_ttl) if margin is None else float(margin)
         state = LockState(name, token, lease_id, granted_ttl, m, sent_at)
         state.tokens = tokens
+        state.signatures = signatures
         if _core.now() - started > granted_ttl / 3:
             renewed = _core.now()
             try:
@@ -742,6 +750,18 @@ class AsyncLock:
         return dict(self._state.tokens) or {self._state.name: self._state.token}
 
     @property
+    def signature(self) -> Optional[str]:
+        """The service's signature of :attr:`token` for this lock (hex), when it signs
+        grants (``grant_signing_key``); ``None`` otherwise. What a gate given the keys asks
+        for (:class:`fenced.gates.Verified`, a key under the server's ``signed_key_prefix``)."""
+        return self._state.signatures.get(self._state.name)
+
+    @property
+    def signatures(self) -> Dict[str, str]:
+        """Every lock's signature (hex), as :attr:`tokens`; empty when the service does not sign."""
+        return dict(self._state.signatures)
+
+    @property
     def lease_id(self) -> str:
         return self._state.lease_id
 
@@ -887,7 +907,7 @@ class AsyncStore:
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
 
-    async def put(self, key: str, value: bytes, token: int) -> int:
+    async def put(self, key: str, value: bytes, token: int, signature: Optional[str] = None) -> int:
         _core.check_name(key, "store key")
         token = _core.check_token(token)
         if not isinstance(value, (bytes, bytearray, memoryview)):
@@ -896,7 +916,7 @@ class AsyncStore:
         c = self._client
 
         async def put(i: int) -> int:
-            r = await c._send(i, "PUT", path, bytes(value), {"fencing-token": str(token),
+            r = await c._send(i, "PUT", path, bytes(value), {**_signed(signature), "fencing-token": str(token),
                                                               "content-type": "application/octet-stream"},
                               c.request_timeout)
             if not r.ok():
@@ -915,12 +935,13 @@ class AsyncStore:
                 raise _stale_after_retry(e, token) from e
             raise
 
-    async def get(self, key: str, token: Optional[int] = None) -> Optional[bytes]:
-        return (await self.read(key, token)).value
+    async def get(self, key: str, token: Optional[int] = None, signature: Optional[str] = None) -> Optional[bytes]:
+        return (await self.read(key, token, signature)).value
 
-    async def read(self, key: str, token: Optional[int] = None) -> StoreRead:
+    async def read(self, key: str, token: Optional[int] = None, signature: Optional[str] = None) -> StoreRead:
         _core.check_name(key, "store key")
         headers = {"fencing-token": str(_core.check_token(token))} if token is not None else {}
+        headers.update(_signed(signature))
         path = f"/v1/store/{_core.segment(key)}"
         c = self._client
 

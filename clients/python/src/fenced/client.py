@@ -23,6 +23,7 @@ import httpx
 from . import _core, _watch
 from ._lockstate import LockState, LostEvent
 from ._watch import WatchEvent
+from .signing import GrantKeys, signed_headers as _signed
 from .errors import (
     BadRequest,
     FencedError,
@@ -189,6 +190,12 @@ class Client:
         r = self._call(lambda i: self._json(i, "POST", path, body))
         return bool(r.get("current")), r.get("token")
 
+    def grant_keys(self) -> GrantKeys:
+        """``GET /v1/keys``: the keys that verify this service's grant signatures, for a
+        :class:`fenced.gates.Verified` gate (fetch once, or configure them). Raises
+        :class:`fenced.NotFound` (``not_signing``) when the service does not sign."""
+        return GrantKeys.from_json(self._call(lambda i: self._json(i, "GET", "/v1/keys", None)))
+
     def lock_info(self, name: str) -> Dict[str, Any]:
         """``GET /v1/locks/{name}``: held, token, expires_in_ms, waiters, blocked_for_ms,
         holder (the holder's label, ``None`` when it gave none or the lock is free)."""
@@ -322,7 +329,7 @@ class Client:
 
     def _grant_state(self, name: str, grant: Dict[str, Any], ttl_ms: int, margin: Optional[float],
                      started: float, sent_at: float, names: Optional[List[str]] = None) -> LockState:
-        grant, tokens = _core.read_set_grant(grant, names)
+        grant, tokens, signatures = _core.read_set_grant(grant, names)
         if grant.get("name") != name:
             raise ServerError(f"asked for lock '{name}', granted '{grant.get('name')}'", code="bad_response")
         token = grant.get("token")
@@ -333,6 +340,7 @@ class Client:
         m = _core.default_margin(ttl) if margin is None else float(margin)
         state = LockState(name, token, lease_id, ttl, m, sent_at)
         state.tokens = tokens
+        state.signatures = signatures
         # A grant that came after a long wait in the queue may leave little of the deadline
         # counted from the send: renew once now, so the guard starts fresh.
         if _core.now() - started > ttl / 3:
@@ -635,6 +643,18 @@ class Lock:
         return dict(self._state.tokens) or {self._state.name: self._state.token}
 
     @property
+    def signature(self) -> Optional[str]:
+        """The service's signature of :attr:`token` for this lock (hex), when it signs
+        grants (``grant_signing_key``); ``None`` otherwise. What a gate given the keys asks
+        for (:class:`fenced.gates.Verified`, a key under the server's ``signed_key_prefix``)."""
+        return self._state.signatures.get(self._state.name)
+
+    @property
+    def signatures(self) -> Dict[str, str]:
+        """Every lock's signature (hex), as :attr:`tokens`; empty when the service does not sign."""
+        return dict(self._state.signatures)
+
+    @property
     def lease_id(self) -> str:
         return self._state.lease_id
 
@@ -816,7 +836,7 @@ class Store:
     def __init__(self, client: Client) -> None:
         self._client = client
 
-    def put(self, key: str, value: bytes, token: int) -> int:
+    def put(self, key: str, value: bytes, token: int, signature: Optional[str] = None) -> int:
         """A fenced write: ``PUT /v1/store/{key}`` with ``Fencing-Token``. Returns the key's
         mark after it. Raises :class:`fenced.StaleToken` (``token``, ``highest_seen``) when a
         newer holder got there, :class:`fenced.TokenNotIssued` for a token never issued.
@@ -831,7 +851,7 @@ class Store:
         c = self._client
 
         def put(i: int) -> int:
-            r = c._send(i, "PUT", path, bytes(value), {"fencing-token": str(token),
+            r = c._send(i, "PUT", path, bytes(value), {**_signed(signature), "fencing-token": str(token),
                                                         "content-type": "application/octet-stream"},
                         c.request_timeout)
             if not r.ok():
@@ -851,15 +871,16 @@ class Store:
                 raise _stale_after_retry(e, token) from e
             raise
 
-    def get(self, key: str, token: Optional[int] = None) -> Optional[bytes]:
+    def get(self, key: str, token: Optional[int] = None, signature: Optional[str] = None) -> Optional[bytes]:
         """The value under ``key`` (``None`` if absent); with ``token`` a fenced read, which
         advances the mark and raises :class:`fenced.StaleToken` below it."""
-        return self.read(key, token).value
+        return self.read(key, token, signature).value
 
-    def read(self, key: str, token: Optional[int] = None) -> StoreRead:
+    def read(self, key: str, token: Optional[int] = None, signature: Optional[str] = None) -> StoreRead:
         """:meth:`get` with the key's mark after the read."""
         _core.check_name(key, "store key")
         headers = {"fencing-token": str(_core.check_token(token))} if token is not None else {}
+        headers.update(_signed(signature))
         path = f"/v1/store/{_core.segment(key)}"
         c = self._client
 

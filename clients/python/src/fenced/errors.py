@@ -104,6 +104,26 @@ class StaleToken(FencedError):
         return self._int("highest_seen")
 
 
+class BadSignature(FencedError):
+    """A gate given the service's verifying keys refused a token without a valid signature
+    for the lock that guards the resource (a forged number, another lock's token, another
+    service's): the server's store for a key under ``signed_key_prefix``
+    (``bad_signature``, ``signature_required``), or :class:`fenced.gates.Verified`.
+    Nothing was done."""
+
+    default_code = "bad_signature"
+
+    @property
+    def token(self) -> Optional[int]:
+        return self._int("token")
+
+    @property
+    def lock(self) -> Optional[str]:
+        """The lock whose signature the gate asked for."""
+        v = self.details.get("lock")
+        return v if isinstance(v, str) else None
+
+
 class TokenNotIssued(FencedError):
     """The store refused a token above every token the service ever issued."""
 
@@ -380,6 +400,8 @@ ERROR_CODES: Dict[str, Type[FencedError]] = {
     # the fenced store
     "stale_token": StaleToken,
     "token_not_issued": TokenNotIssued,
+    "bad_signature": BadSignature,
+    "signature_required": BadSignature,
     "token_required": TokenRequired,
     "not_found": NotFound,
     "not_signing": NotFound,

@@ -11,6 +11,8 @@ use std::future::Future;
 use fenced_core::Token;
 
 use crate::error::Error;
+use crate::guard::SignedToken;
+use crate::signing::GrantKeys;
 
 #[cfg(any(feature = "s3", feature = "dynamodb"))]
 mod aws_http;
@@ -100,5 +102,53 @@ pub(crate) fn ident(name: &str) -> Result<&str, Error> {
         Ok(name)
     } else {
         Err(Error::BadRequest(format!("'{name}' is not a plain SQL identifier (letters, digits, _)")))
+    }
+}
+
+/// A gate that also asks for the service's signature: given the verifying keys
+/// ([`GrantKeys`]) and the rule naming the lock that guards each key, it refuses a
+/// token without a valid signature for that lock (`Error::BadSignature`, and nothing
+/// is sent to the resource) before the inner gate applies its mark. So a forged number
+/// (a client that sends 2^63−1 to shut a row for good) and a real token of another
+/// lock (higher, since every lock draws from one counter) are both refused.
+pub struct Verified<R> {
+    inner: R,
+    keys: GrantKeys,
+    lock_of: Box<dyn Fn(&str) -> String + Send + Sync>,
+}
+
+impl<R: FencedResource + Sync> Verified<R> {
+    /// `inner` behind the signature check; `lock_of` names the lock that guards a key.
+    pub fn new(inner: R, keys: GrantKeys, lock_of: impl Fn(&str) -> String + Send + Sync + 'static) -> Verified<R> {
+        Verified { inner, keys, lock_of: Box::new(lock_of) }
+    }
+
+    /// Every key guarded by the lock of the same name.
+    pub fn same_name(inner: R, keys: GrantKeys) -> Verified<R> {
+        Verified::new(inner, keys, str::to_string)
+    }
+
+    /// Every key guarded by one lock.
+    pub fn one_lock(inner: R, keys: GrantKeys, lock: &str) -> Verified<R> {
+        let lock = lock.to_string();
+        Verified::new(inner, keys, move |_| lock.clone())
+    }
+
+    /// The inner gate's write, if `token` is signed for the key's lock.
+    pub async fn write(&self, key: &str, token: &SignedToken, value: &[u8]) -> Result<Fenced<()>, Error> {
+        self.keys.check(&(self.lock_of)(key), token.token, Some(&token.signature))?;
+        self.inner.write(key, token.token, value).await
+    }
+
+    /// The inner gate's fenced read (it moves the mark too), if `token` is signed for
+    /// the key's lock.
+    pub async fn read(&self, key: &str, token: &SignedToken) -> Result<Fenced<Option<Vec<u8>>>, Error> {
+        self.keys.check(&(self.lock_of)(key), token.token, Some(&token.signature))?;
+        self.inner.read(key, token.token).await
+    }
+
+    /// The gate without the check.
+    pub fn inner(&self) -> &R {
+        &self.inner
     }
 }

@@ -6,6 +6,7 @@ use hyper::Method;
 
 use crate::conn::Conn;
 use crate::error::{ApiError, Error};
+use crate::guard::SignedToken;
 use crate::http::segment;
 use crate::resource::{Fenced, FencedResource};
 
@@ -32,7 +33,18 @@ impl Store {
 
     /// `PUT /v1/store/{key}`: accepted with the new mark, or rejected.
     pub async fn put(&self, key: &str, token: Token, value: &[u8]) -> Result<Fenced<Token>, Error> {
-        match self.conn.put(key, token, value).await? {
+        self.put_with(key, token, value, None).await
+    }
+
+    /// `PUT /v1/store/{key}` with the grant's signature, for a key under the server's
+    /// `signed_key_prefix` (`Error::BadSignature` when it does not verify for the
+    /// key's lock). HTTP endpoints only.
+    pub async fn put_signed(&self, key: &str, token: &SignedToken, value: &[u8]) -> Result<Fenced<Token>, Error> {
+        self.put_with(key, token.token, value, Some(&token.signature)).await
+    }
+
+    async fn put_with(&self, key: &str, token: Token, value: &[u8], sig: Option<&str>) -> Result<Fenced<Token>, Error> {
+        match self.conn.put(key, token, value, sig).await? {
             Ok(mark) => Ok(Fenced::Accepted(mark)),
             Err(e) => stale_or_error(e, token),
         }
@@ -55,7 +67,16 @@ impl Store {
 
     /// `GET /v1/store/{key}`, fenced when `token` is given.
     pub async fn get(&self, key: &str, token: Option<Token>) -> Result<Fenced<StoreRead>, Error> {
-        match (self.conn.get(key, token).await?, token) {
+        self.get_with(key, token, None).await
+    }
+
+    /// A fenced read with the grant's signature (see [`put_signed`](Self::put_signed)).
+    pub async fn get_signed(&self, key: &str, token: &SignedToken) -> Result<Fenced<StoreRead>, Error> {
+        self.get_with(key, Some(token.token), Some(&token.signature)).await
+    }
+
+    async fn get_with(&self, key: &str, token: Option<Token>, sig: Option<&str>) -> Result<Fenced<StoreRead>, Error> {
+        match (self.conn.get(key, token, sig).await?, token) {
             (Ok(read), _) => Ok(Fenced::Accepted(read)),
             (Err(e), Some(t)) => stale_or_error(e, t),
             (Err(e), None) => Err(e.into_error()),

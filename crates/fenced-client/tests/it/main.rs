@@ -8,6 +8,7 @@ mod guard;
 mod multi;
 mod resources;
 mod secure;
+mod signed;
 mod support;
 mod watch;
 mod wire;

@@ -17,6 +17,7 @@ use crate::locks::Reply;
 
 const FENCING_TOKEN: &str = "fencing-token";
 const HIGHEST_SEEN: &str = "fencing-highest-seen";
+const FENCING_SIGNATURE: &str = "fencing-signature";
 
 /// A key of the store with its mark (null: none) and its value's size (null: only a
 /// fenced read touched the key).
@@ -78,14 +79,15 @@ pub async fn list(
 
 /// `PUT /v1/store/{key}` with `Fencing-Token: N`; the body is the value. A key under
 /// the configured `unfenced_prefix` takes the write without a token instead.
-#[utoipa::path(put, path = "/v1/store/{key}", tag = "store", operation_id = "write_value", params(("key" = String, Path, description = "1 to store_key_bytes_max bytes of UTF-8 without control characters", min_length = 1), ("Fencing-Token" = Option<u64>, Header, description = "the writer's fencing token, a positive integer below 2^64; exactly one header line", minimum = 1)),
+#[utoipa::path(put, path = "/v1/store/{key}", tag = "store", operation_id = "write_value", params(("key" = String, Path, description = "1 to store_key_bytes_max bytes of UTF-8 without control characters", min_length = 1), ("Fencing-Token" = Option<u64>, Header, description = "the writer's fencing token, a positive integer below 2^64; exactly one header line", minimum = 1), ("Fencing-Signature" = Option<String>, Header, description = "for a key under signed_key_prefix: the grant's signature (128 hex digits) for the lock that guards the key")),
     request_body(content = Option<Vec<u8>>, content_type = "application/octet-stream", description = "the value, at most value_bytes_max bytes; none is the empty value"),
     responses(
         (status = 200, description = "written", body = StoreWrite),
         (status = 400, description = "invalid_token, invalid_key, unfenced_key", body = ErrorBody),
         (status = 409, description = "stale_token (with token and highest_seen), token_not_issued (with token and highest_issued)", body = ErrorBody),
         (status = 413, description = "too_large", body = ErrorBody),
-        (status = 428, description = "token_required", body = ErrorBody),
+        (status = 403, description = "forbidden; bad_signature (a key under signed_key_prefix, a token without this service's signature for its lock; with token and lock)", body = ErrorBody),
+        (status = 428, description = "token_required; signature_required (a key under signed_key_prefix, with token and lock)", body = ErrorBody),
         (status = 503, description = "not_leader (with leader_id when known)", body = ErrorBody),
         (status = 507, description = "store_full (with what and limit); insufficient_storage (the disk is below min_free_bytes, with free_bytes and min_free_bytes)", body = ErrorBody),
     ))]
@@ -105,7 +107,8 @@ pub async fn write(
         return Ok(reply(StatusCode::OK, &StoreWrite::Unfenced { key, unfenced: true }));
     }
     let value = read_body(&app, &headers, body, app.config.value_bytes_max, "value").await?;
-    let highest_seen = write_value(&app, &caller, key.clone(), token, value.to_vec()).await?;
+    let signature = fencing_signature(&headers);
+    let highest_seen = write_value(&app, &caller, key.clone(), token, value.to_vec(), signature.as_deref()).await?;
     let t = highest_seen.get();
     Ok(reply(StatusCode::OK, &StoreWrite::Fenced { key, token: t, highest_seen: t }))
 }
@@ -128,16 +131,18 @@ async fn write_unfenced(
 
 /// A fenced write (HTTP and the wire protocol) of a checked key: the new mark when
 /// accepted. No token is 428 `token_required`; a stale one is 409 `stale_token`.
-/// Answered once the write is committed and applied: every member holds it.
+/// Answered once the write is committed and applied: every member holds it. A key
+/// under `signed_key_prefix` needs `signature` too (see [`check_signed`]).
 pub async fn write_value(
     app: &AppInner,
     caller: &Caller,
     key: String,
     token: Option<Token>,
     value: Vec<u8>,
+    signature: Option<&str>,
 ) -> Result<Token, ApiError> {
     let audit_key = app.audit.is_on().then(|| key.clone());
-    let r = write_unaudited(app, caller, key, token, value).await;
+    let r = write_unaudited(app, caller, key, token, value, signature).await;
     if let Some(key) = audit_key {
         app.audit(caller, "store_write", Some(&key), token.map(Token::get), &r);
     }
@@ -150,6 +155,7 @@ async fn write_unaudited(
     key: String,
     token: Option<Token>,
     value: Vec<u8>,
+    signature: Option<&str>,
 ) -> Result<Token, ApiError> {
     caller.require(Op::StoreWrite, &key)?;
     if value.len() > app.config.value_bytes_max {
@@ -165,6 +171,7 @@ async fn write_unaudited(
             "a write to the fenced store needs a Fencing-Token header",
         ));
     };
+    check_signed(app, &key, token, signature)?;
     disk_room(app, value.len())?;
     let foreign = app.config.takes_foreign_tokens(&key);
     let cmd = StoreCommand::Write { key: key.clone(), token, value, foreign, quotas: quotas(app) };
@@ -176,13 +183,15 @@ async fn write_unaudited(
 }
 
 /// `GET /v1/store/{key}`, a fenced read when `Fencing-Token` is present.
-#[utoipa::path(get, path = "/v1/store/{key}", tag = "store", operation_id = "read_value", params(("key" = String, Path, description = "1 to store_key_bytes_max bytes of UTF-8 without control characters", min_length = 1), ("Fencing-Token" = Option<u64>, Header, description = "the writer's fencing token, a positive integer below 2^64; exactly one header line", minimum = 1)),
+#[utoipa::path(get, path = "/v1/store/{key}", tag = "store", operation_id = "read_value", params(("key" = String, Path, description = "1 to store_key_bytes_max bytes of UTF-8 without control characters", min_length = 1), ("Fencing-Token" = Option<u64>, Header, description = "the writer's fencing token, a positive integer below 2^64; exactly one header line", minimum = 1), ("Fencing-Signature" = Option<String>, Header, description = "for a key under signed_key_prefix: the grant's signature (128 hex digits) for the lock that guards the key")),
     responses(
         (status = 200, description = "the value", content_type = "application/octet-stream", body = Vec<u8>,
             headers(("Fencing-Highest-Seen" = u64, description = "the key's mark, when it has one"))),
         (status = 400, description = "invalid_token, invalid_key, unfenced_key", body = ErrorBody),
         (status = 404, description = "not_found (with highest_seen when the key has a mark)", body = ErrorBody),
+        (status = 403, description = "forbidden; bad_signature (a fenced read of a key under signed_key_prefix)", body = ErrorBody),
         (status = 409, description = "stale_token, token_not_issued", body = ErrorBody),
+        (status = 428, description = "signature_required (a fenced read of a key under signed_key_prefix)", body = ErrorBody),
         (status = 503, description = "not_leader (with leader_id when known)", body = ErrorBody),
         (status = 507, description = "store_full (a fenced read that needs a new key past store_keys_max), insufficient_storage (a fenced read of a new key with the disk below min_free_bytes, with free_bytes and min_free_bytes)", body = ErrorBody),
     ))]
@@ -194,7 +203,8 @@ pub async fn read(
 ) -> Result<Response, ApiError> {
     let key = store_key(&app, key)?;
     let token = fencing_token(&headers)?;
-    let (mark, value) = read_value(&app, &caller, key, token).await?;
+    let signature = fencing_signature(&headers);
+    let (mark, value) = read_value(&app, &caller, key, token, signature.as_deref()).await?;
     let mut resp = (StatusCode::OK, [(header::CONTENT_TYPE, "application/octet-stream")], value).into_response();
     if let Some(m) = mark {
         resp.headers_mut().insert(HIGHEST_SEEN, HeaderValue::from(m.get()));
@@ -205,15 +215,16 @@ pub async fn read(
 /// A read of a checked key (HTTP and the wire protocol), fenced when `token` is
 /// given: the key's mark and its value. Absent is 404 `not_found` (with the mark). A
 /// fenced read moves the mark, so it goes through the log like a write; a plain read is
-/// a ReadIndex read.
+/// a ReadIndex read. A fenced read of a key under `signed_key_prefix` needs `signature`.
 pub async fn read_value(
     app: &AppInner,
     caller: &Caller,
     key: String,
     token: Option<Token>,
+    signature: Option<&str>,
 ) -> Result<(Option<Token>, Vec<u8>), ApiError> {
     let audit_key = app.audit.is_on().then(|| key.clone());
-    let r = read_unaudited(app, caller, key, token).await;
+    let r = read_unaudited(app, caller, key, token, signature).await;
     // A fenced read moves the key's mark: a decision like a write. A plain read that
     // found nothing is no refusal.
     let refused = r.as_ref().is_err_and(|e| e.code != "not_found");
@@ -229,6 +240,7 @@ async fn read_unaudited(
     caller: &Caller,
     key: String,
     token: Option<Token>,
+    signature: Option<&str>,
 ) -> Result<(Option<Token>, Vec<u8>), ApiError> {
     caller.require(Op::StoreRead, &key)?;
     if token.is_some() && app.config.is_unfenced(&key) {
@@ -236,6 +248,7 @@ async fn read_unaudited(
     }
     let (mark, value) = match token {
         Some(token) => {
+            check_signed(app, &key, token, signature)?;
             let foreign = app.config.takes_foreign_tokens(&key);
             // A fenced read of a new key creates its mark: new room, which a disk below
             // its reserve does not give. With the disk low the read is proposed with no
@@ -333,6 +346,44 @@ pub fn store_key(app: &AppInner, key: String) -> Result<String, ApiError> {
         .with("len_max", max));
     }
     Ok(key)
+}
+
+/// A key under `signed_key_prefix` takes a token only with the service's signature
+/// for the lock that guards it (`Config::guarding_lock`): none is 428
+/// `signature_required`, one that does not verify (a forged number, another lock's
+/// token, another service's) 403 `bad_signature`. Checked on the member that took the
+/// request, before anything is proposed: a signature is the same on every member.
+fn check_signed(app: &AppInner, key: &str, token: Token, signature: Option<&str>) -> Result<(), ApiError> {
+    let Some(lock) = app.config.guarding_lock(key) else { return Ok(()) };
+    let Some(signer) = app.signer.as_ref() else {
+        return Err(ApiError::internal("signed_key_prefix without a signing key (refused at start)"));
+    };
+    let with = |e: ApiError| e.with("token", token.get()).with("lock", lock.clone());
+    let Some(signature) = signature else {
+        return Err(with(ApiError::new(
+            StatusCode::PRECONDITION_REQUIRED,
+            "signature_required",
+            format!(
+                "key '{key}' takes signed tokens only: send the grant's signature for lock '{lock}' in a \
+                 Fencing-Signature header (HTTP; the wire protocol's PUT and GET frames carry none)"
+            ),
+        )));
+    };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    if signer.verifies(&lock, token.get(), signature.trim(), now) {
+        return Ok(());
+    }
+    crate::metrics::inc(&app.metrics.bad_signatures);
+    Err(with(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "bad_signature",
+        format!("token {token} carries no signature of this service for lock '{lock}', which guards key '{key}'"),
+    )))
+}
+
+/// The `Fencing-Signature` header, if present and text.
+fn fencing_signature(headers: &HeaderMap) -> Option<String> {
+    headers.get(FENCING_SIGNATURE).and_then(|v| v.to_str().ok()).map(str::to_string)
 }
 
 /// The header, if present; present but not a token is 400.

@@ -59,8 +59,10 @@ pub(super) enum Answer {
     Frame(Vec<u8>),
     Done(u8),
     Lease(u8, LeaseId, u64),
-    Granted(Grant),
-    GrantedAll(Vec<Grant>),
+    /// A grant and, when the service signs grants, its signature.
+    Granted(Grant, Option<Vec<u8>>),
+    /// Every grant of a set and, when the service signs, a signature for each.
+    GrantedAll(Vec<Grant>, Vec<Vec<u8>>),
     Released(Token),
     Checked(bool, Option<Token>),
     Written(Token),
@@ -385,11 +387,14 @@ pub(super) fn encode_answer(out: &mut Vec<u8>, id: u32, answer: &Answer) {
         Answer::Frame(frame) => return out.extend_from_slice(frame),
         Answer::Done(op) => Response::Done { op: *op },
         Answer::Lease(op, lease, ttl_ms) => Response::Lease { op: *op, lease: *lease, ttl_ms: *ttl_ms },
-        Answer::Granted(g) => Response::Granted { token: g.token, lease: g.lease, ttl_ms: g.ttl_ms },
-        Answer::GrantedAll(gs) => {
+        Answer::Granted(g, signature) => {
+            Response::Granted { token: g.token, lease: g.lease, ttl_ms: g.ttl_ms, signature: signature.as_deref() }
+        }
+        Answer::GrantedAll(gs, signatures) => {
             let (lease, ttl_ms) = gs.first().map_or((LeaseId(0), 0), |g| (g.lease, g.ttl_ms));
             let grants = gs.iter().map(|g| (g.name.as_str(), g.token)).collect();
-            Response::GrantedAll { lease, ttl_ms, grants }
+            let signatures = signatures.iter().map(Vec::as_slice).collect();
+            Response::GrantedAll { lease, ttl_ms, grants, signatures }
         }
         Answer::Released(token) => Response::Released { token: *token },
         Answer::Checked(current, token) => Response::Checked { current: *current, token: *token },
@@ -451,7 +456,12 @@ pub(super) fn dispatch(app: &App, caller: Caller, req: Request<'_>) -> Call {
                     let app = app.clone();
                     let req = api::AcquireReq { lease, ttl_ms, wait_ms, lock_delay_ms, holder };
                     return Call::later(true, async move {
-                        answer(api::acquire_grant(app, &caller, name, req).await, Answer::Granted)
+                        let signer = app.signer.clone();
+                        let sign = |g: Grant| {
+                            let signature = signer.as_ref().map(|s| s.sign_bytes(g.name.as_str(), g.token.get()));
+                            Answer::Granted(g, signature)
+                        };
+                        answer(api::acquire_grant(app, &caller, name, req).await, sign)
                     });
                 }
             }
@@ -468,7 +478,14 @@ pub(super) fn dispatch(app: &App, caller: Caller, req: Request<'_>) -> Call {
                     let app = app.clone();
                     let req = api::AcquireReq { lease, ttl_ms, wait_ms, lock_delay_ms, holder };
                     return Call::later(true, async move {
-                        answer(api::acquire_all_grants(app, &caller, names, req).await, Answer::GrantedAll)
+                        let signer = app.signer.clone();
+                        let sign = |gs: Vec<Grant>| {
+                            let sign_one =
+                                |g: &Grant| signer.as_ref().map(|s| s.sign_bytes(g.name.as_str(), g.token.get()));
+                            let signatures = gs.iter().filter_map(sign_one).collect();
+                            Answer::GrantedAll(gs, signatures)
+                        };
+                        answer(api::acquire_all_grants(app, &caller, names, req).await, sign)
                     });
                 }
             }
@@ -498,7 +515,7 @@ pub(super) fn dispatch(app: &App, caller: Caller, req: Request<'_>) -> Call {
             Ok(key) => {
                 let (app, value) = (app.clone(), value.to_vec());
                 return Call::later(false, async move {
-                    answer(api::write_value(&app, &caller, key, token, value).await, Answer::Written)
+                    answer(api::write_value(&app, &caller, key, token, value, None).await, Answer::Written)
                 });
             }
         },
@@ -507,7 +524,7 @@ pub(super) fn dispatch(app: &App, caller: Caller, req: Request<'_>) -> Call {
             Ok(key) => {
                 let app = app.clone();
                 return Call::later(false, async move {
-                    answer(api::read_value(&app, &caller, key, token).await, |(m, v)| Answer::Read(m, v))
+                    answer(api::read_value(&app, &caller, key, token, None).await, |(m, v)| Answer::Read(m, v))
                 });
             }
         },

@@ -109,3 +109,88 @@ fn a_rotation_publishes_the_retired_key_until_its_time_and_a_bad_key_is_refused_
     let bad_retired = Config { grant_retired_key: Some("xyz".into()), ..config(later) };
     assert!(GrantSigner::load(&bad_retired).unwrap_err().contains("grant_retired_key"));
 }
+
+fn put(s: &TestServer, key: &str, token: u64, signature: Option<&str>, value: &[u8]) -> (u16, Value) {
+    let t = token.to_string();
+    let mut headers = vec![("Fencing-Token", t.as_str())];
+    headers.extend(signature.map(|sig| ("Fencing-Signature", sig)));
+    let r = s.request("PUT", &format!("/v1/store/{key}"), &headers, value);
+    (r.status, serde_json::from_slice(&r.body).unwrap_or(Value::Null))
+}
+
+/// The built-in store as a signing gate: a key under `signed_key_prefix` is guarded by
+/// the lock the rule names, and takes only that lock's signed tokens. The outside
+/// test's attack (the holder of an unrelated lock writes `acct/1` with its higher
+/// token, so that the real holder is refused) is refused with the rule, and succeeds
+/// without it: the control.
+#[test]
+fn a_signed_key_refuses_another_locks_token_and_a_forged_one_and_takes_its_own() {
+    let dir = scratch_dir();
+    let key = openssl_key(&dir.join("keys"));
+    let k2 = key.clone();
+    let s = TestServer::with(move |c| {
+        c.grant_signing_key = Some(k2);
+        c.signed_key_prefix = "acct/".into();
+        c.signed_lock_prefix = "lock/acct/".into();
+    });
+    let (_, real) = s.acquire("lock/acct/1", r#"{"ttl_ms":5000}"#);
+    let (_, other) = s.acquire("unrelated", r#"{"ttl_ms":5000}"#);
+    let (t1, sig1) = (real["token"].as_u64().unwrap(), real["signature"].as_str().unwrap().to_string());
+    let (t2, sig2) = (other["token"].as_u64().unwrap(), other["signature"].as_str().unwrap().to_string());
+    assert!(t2 > t1);
+
+    // Another lock's real, higher, signed token: refused, nothing changes.
+    let (st, e) = put(&s, "acct/1", t2, Some(&sig2), b"hijack");
+    assert_eq!((st, e["error"]["code"].as_str()), (403, Some("bad_signature")), "{e}");
+    assert_eq!((e["error"]["token"].as_u64(), e["error"]["lock"].as_str()), (Some(t2), Some("lock/acct/1")), "{e}");
+    // A forged token: the right lock, a number with the real holder's signature.
+    let (st, e) = put(&s, "acct/1", t1 + 1, Some(&sig1), b"forged");
+    assert_eq!((st, e["error"]["code"].as_str()), (403, Some("bad_signature")), "{e}");
+    let (st, e) = put(&s, "acct/1", t1, Some("not hex"), b"junk");
+    assert_eq!((st, e["error"]["code"].as_str()), (403, Some("bad_signature")), "{e}");
+    // No signature at all: 428, as no token is.
+    let (st, e) = put(&s, "acct/1", t1, None, b"unsigned");
+    assert_eq!((st, e["error"]["code"].as_str()), (428, Some("signature_required")), "{e}");
+    // A fenced read is a decision too (it moves the mark).
+    let t2s = t2.to_string();
+    let r = s.request("GET", "/v1/store/acct/1", &[("Fencing-Token", &t2s), ("Fencing-Signature", &sig2)], b"");
+    assert_eq!(r.status, 403, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(s.get("/v1/store/acct/1").status, 404, "nothing was written, no mark was made");
+
+    // The real holder is served, and its token's signature opens the key.
+    let (st, w) = put(&s, "acct/1", t1, Some(&sig1), b"100");
+    assert_eq!((st, w["highest_seen"].as_u64()), (200, Some(t1)), "{w}");
+    let t1s = t1.to_string();
+    let r = s.request("GET", "/v1/store/acct/1", &[("Fencing-Token", &t1s), ("Fencing-Signature", &sig1)], b"");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"100"[..]));
+    // Keys outside the prefix are fenced as before.
+    assert_eq!(put(&s, "plain", t2, None, b"x").0, 200);
+    let metrics = String::from_utf8(s.get("/metrics").body).unwrap();
+    assert!(metrics.contains("fenced_bad_signatures_total 4"), "{metrics}");
+
+    // The wire protocol's PUT has no signature: a signed key refuses it, and says why.
+    let mut wire = crate::wire::Wire::open(s.wire);
+    let req = fenced_wire::Request::Put { key: "acct/1", token: fenced_core::Token::new(t1), value: b"via wire" };
+    assert_eq!(wire.call(1, &req).code(), "signature_required");
+
+    // The control: the same attack on a server without the rule succeeds, and shuts
+    // the real holder out with a stale_token.
+    let plain = TestServer::with(move |c| c.grant_signing_key = Some(key));
+    let (_, real) = plain.acquire("acct/1", r#"{"ttl_ms":5000}"#);
+    let (_, other) = plain.acquire("unrelated", r#"{"ttl_ms":5000}"#);
+    let (t1, t2) = (real["token"].as_u64().unwrap(), other["token"].as_u64().unwrap());
+    assert_eq!(put(&plain, "acct/1", t2, None, b"hijack").0, 200, "unsigned keys take another lock's token");
+    let (st, e) = put(&plain, "acct/1", t1, None, b"100");
+    assert_eq!((st, e["error"]["code"].as_str()), (409, Some("stale_token")), "{e}");
+}
+
+#[test]
+fn a_signed_key_rule_is_checked_at_start() {
+    let refused = |file: &str| Config::layered(Some(file), [], &[]).unwrap_err().to_string();
+    assert!(refused("signed_key_prefix = \"acct/\"").contains("needs grant_signing_key"));
+    assert!(refused("signed_lock_prefix = \"l/\"").contains("needs signed_key_prefix"));
+    let overlap = "grant_signing_key = \"k.pem\"\nsigned_key_prefix = \"a/\"\nunfenced_prefix = \"a/demo/\"";
+    assert!(refused(overlap).contains("must not overlap"), "{}", refused(overlap));
+    let ok = Config::layered(Some("grant_signing_key = \"k.pem\"\nsigned_key_prefix = \"a/\""), [], &[]).unwrap();
+    assert_eq!((ok.guarding_lock("a/x").as_deref(), ok.guarding_lock("b/x")), (Some("a/x"), None));
+}

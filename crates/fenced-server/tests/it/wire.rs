@@ -13,13 +13,13 @@ use serde_json::Value;
 use crate::harness::TestServer;
 
 /// One raw wire connection.
-struct Wire {
+pub struct Wire {
     s: TcpStream,
     buf: Vec<u8>,
 }
 
 /// An answer frame: id, kind, payload.
-struct Frame(u32, u8, Vec<u8>);
+pub struct Frame(u32, u8, Vec<u8>);
 
 impl Frame {
     fn decode(&self) -> Response<'_> {
@@ -38,13 +38,13 @@ impl Frame {
         }
     }
 
-    fn code(&self) -> String {
+    pub fn code(&self) -> String {
         self.error().1["error"]["code"].as_str().unwrap_or_default().to_string()
     }
 }
 
 impl Wire {
-    fn open(addr: SocketAddr) -> Wire {
+    pub fn open(addr: SocketAddr) -> Wire {
         let mut w = Wire::raw(addr);
         w.s.write_all(&PREAMBLE).unwrap();
         w
@@ -82,7 +82,7 @@ impl Wire {
         }
     }
 
-    fn call(&mut self, id: u32, req: &Request<'_>) -> Frame {
+    pub fn call(&mut self, id: u32, req: &Request<'_>) -> Frame {
         self.send(id, req);
         let f = self.recv();
         assert_eq!(f.0, id, "answers of one-at-a-time calls come in order");
@@ -130,7 +130,7 @@ fn every_op_round_trips_on_the_same_table_as_http() {
     let implicit =
         Request::Acquire { name: "c", lease: None, ttl_ms: Some(2000), wait_ms: 0, lock_delay_ms: 0, holder: None };
     let (t2, l2) = match w.call(8, &implicit).decode() {
-        Response::Granted { token, lease, ttl_ms: 2000 } => (token, lease),
+        Response::Granted { token, lease, ttl_ms: 2000, signature: None } => (token, lease),
         other => panic!("{other:?}"),
     };
     assert!(t2 > t1);

@@ -11,6 +11,10 @@ the key holds no value). The drivers are imported only when a gate is used:
 - :class:`PgKv`, :class:`PgFence`: psycopg 3 (``pip install 'fenced-client[postgres]'``);
 - :class:`S3Gate`: boto3 (``fenced-client[s3]``), a conditional put on the ETag;
 - :class:`DynamoGate`: boto3 (``fenced-client[dynamodb]``), a condition expression.
+
+:class:`Verified` wraps any of them behind the check of the service's signature (signed
+grants, ``fenced-client[signing]``): a token without a valid signature for the key's lock
+raises :class:`fenced.BadSignature` before the resource is touched.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ _WHERE = {
     "PgFence": "postgres",
     "S3Gate": "s3",
     "DynamoGate": "dynamodb",
+    "Verified": "verified",
 }
 
 __all__ = ["FENCE_COLUMN_DEFAULT", *_WHERE]
