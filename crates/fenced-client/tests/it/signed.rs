@@ -7,14 +7,15 @@
 
 use std::process::Command;
 
+#[cfg(feature = "sqlite")]
 use fenced_client::resource::sqlite::SqliteKv;
-use fenced_client::{Error, Fenced, SignedToken, Token, Verified};
+use fenced_client::{Error, Fenced, FencedResource, SignedToken, Token, Verified};
 
 use crate::support::{Server, TempDir};
 
 /// A server that signs grants, with keys under `acct/` taking signed tokens only; its
 /// wire listener too.
-async fn signing_server(dir: &TempDir) -> Server {
+pub async fn signing_server(dir: &TempDir) -> Server {
     let key = dir.path().join("grant.pem");
     let out = Command::new("openssl").args(["genpkey", "-algorithm", "ed25519", "-out"]).arg(&key).output();
     let out = out.expect("openssl (installed by .ci/run)");
@@ -29,40 +30,57 @@ fn forged(of: &SignedToken, token: u64) -> SignedToken {
     SignedToken { token: Token::new(token).unwrap(), ..of.clone() }
 }
 
-#[tokio::test]
-async fn a_verified_gate_refuses_forged_and_borrowed_tokens_and_the_unverified_one_takes_them() {
+/// The scenario every adapter runs (SQLite here; PostgreSQL, S3 and DynamoDB in their
+/// own files): behind [`Verified`], another lock's real, higher, signed token and a
+/// forged number with a real signature are refused before the resource is touched, and
+/// the holder's own token is taken; the same gate without keys (`inner()`) takes the
+/// unrelated lock's token, and then refuses the real holder (the control).
+pub async fn a_forged_token_is_refused_with_keys_and_taken_without<R: FencedResource + Sync>(gate: R, tag: &str) {
     let dir = TempDir::new("signed");
     let server = signing_server(&dir).await;
     let client = server.client();
     let keys = client.grant_keys().await.expect("GET /v1/keys");
-    let real = client.lock("acct/1").acquire().await.expect("lock");
+    let lock = format!("signed/{tag}");
+    let real = client.lock(&lock).acquire().await.expect("lock");
     let other = client.lock("unrelated").acquire().await.expect("lock");
     let (real_t, other_t) = (real.signed().expect("signed"), other.signed().expect("signed"));
     assert!(other_t.token > real_t.token, "one counter: the unrelated lock's token is higher");
-    assert!(keys.verifies("acct/1", real_t.token, &real_t.signature));
+    assert!(keys.verifies(&lock, real_t.token, &real_t.signature));
 
-    let gate = Verified::same_name(SqliteKv::open(dir.path().join("v.sqlite"), "kv").unwrap(), keys.clone());
-    // Another lock's real, higher, signed token; a forged number with a real signature.
-    for attack in [other_t.clone(), forged(&real_t, u64::MAX >> 1)] {
-        match gate.write("acct/1", &attack, b"hijack").await {
-            Err(Error::BadSignature { token, lock }) => assert_eq!((token, lock.as_str()), (attack.token, "acct/1")),
+    let gate = Verified::one_lock(gate, keys.clone(), &lock);
+    let key = format!("{tag}-acct");
+    for attack in [other_t.clone(), forged(&real_t, (u64::MAX >> 1) - 1)] {
+        match gate.write(&key, &attack, b"hijack").await {
+            Err(Error::BadSignature { token, lock: l }) => {
+                assert_eq!((token, l.as_str()), (attack.token, lock.as_str()))
+            }
             r => panic!("expected a BadSignature refusal, got {r:?}"),
         }
-        assert!(matches!(gate.read("acct/1", &attack).await, Err(Error::BadSignature { .. })));
+        assert!(matches!(gate.read(&key, &attack).await, Err(Error::BadSignature { .. })));
     }
-    assert_eq!(gate.write("acct/1", &real_t, b"100").await.unwrap(), Fenced::Accepted(()));
-    assert_eq!(gate.read("acct/1", &real_t).await.unwrap(), Fenced::Accepted(Some(b"100".to_vec())));
-    // One lock guarding every key: acct/1's signature opens another key too.
-    let one = Verified::one_lock(SqliteKv::open(dir.path().join("o.sqlite"), "kv").unwrap(), keys, "acct/1");
-    assert!(one.write("rows/7", &real_t, b"x").await.unwrap().is_accepted());
-    assert!(matches!(one.write("rows/7", &other_t, b"x").await, Err(Error::BadSignature { .. })));
+    assert_eq!(gate.write(&key, &real_t, b"100").await.unwrap(), Fenced::Accepted(()));
+    assert_eq!(gate.read(&key, &real_t).await.unwrap(), Fenced::Accepted(Some(b"100".to_vec())));
 
-    // The control: the same SQLite gate without keys takes the unrelated lock's token,
-    // and then refuses the real holder.
-    use fenced_client::FencedResource;
-    let plain = SqliteKv::open(dir.path().join("p.sqlite"), "kv").unwrap();
-    assert!(plain.write("acct/1", other_t.token, b"hijack").await.unwrap().is_accepted());
-    assert!(!plain.write("acct/1", real_t.token, b"100").await.unwrap().is_accepted(), "the holder is shut out");
+    let plain = gate.inner();
+    let control = format!("{tag}-control");
+    assert!(plain.write(&control, other_t.token, b"hijack").await.unwrap().is_accepted());
+    assert!(!plain.write(&control, real_t.token, b"100").await.unwrap().is_accepted(), "the holder is shut out");
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn a_verified_sqlite_gate_refuses_forged_and_borrowed_tokens() {
+    let dir = TempDir::new("signed-sqlite");
+    let kv = SqliteKv::open(dir.path().join("v.sqlite"), "kv").unwrap();
+    a_forged_token_is_refused_with_keys_and_taken_without(kv, "sqlite").await;
+    // The rule naming a key's lock: the key's own name.
+    let server = signing_server(&dir).await;
+    let client = server.client();
+    let keys = client.grant_keys().await.unwrap();
+    let g = client.lock("rows/7").acquire().await.unwrap().signed().unwrap();
+    let same = Verified::same_name(SqliteKv::open(dir.path().join("s.sqlite"), "kv").unwrap(), keys);
+    assert!(same.write("rows/7", &g, b"x").await.unwrap().is_accepted());
+    assert!(matches!(same.write("rows/8", &g, b"x").await, Err(Error::BadSignature { .. })), "another key's lock");
 }
 
 #[tokio::test]

@@ -146,3 +146,9 @@ async fn dynamodb_race_of_many_writers_the_highest_token_wins() {
         assert_eq!(gate.read(&key, t(15)).await.expect("read"), Fenced::Rejected { token: t(15), highest_seen: t(16) });
     }
 }
+
+#[tokio::test]
+async fn dynamodb_behind_a_signature_check() {
+    let Some(d) = dynamo_local() else { return };
+    crate::signed::a_forged_token_is_refused_with_keys_and_taken_without(gate(&d).await, "ddb").await;
+}

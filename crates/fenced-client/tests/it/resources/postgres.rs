@@ -137,3 +137,10 @@ async fn postgres_gate_on_an_existing_table() {
     assert!(matches!(fence.update(&db, &2i64, t(9), "balance = 0", &[]).await, Err(Error::NotFound(_))));
     assert!(matches!(fence.read(&db, &2i64, t(9), "balance").await.expect("read"), Fenced::Accepted(None)));
 }
+
+#[tokio::test]
+async fn postgres_behind_a_signature_check() {
+    let Some(pg) = Pg::start() else { return };
+    let kv = PgKv::open(pg.connect().await, "fenced_signed").await.expect("open");
+    crate::signed::a_forged_token_is_refused_with_keys_and_taken_without(kv, "pg").await;
+}

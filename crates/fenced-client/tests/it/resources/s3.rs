@@ -188,3 +188,9 @@ async fn s3_an_object_without_a_mark_line_is_refused_not_guessed() {
     let err = gate.read("plain", t(3)).await.expect_err("no mark, no read");
     assert!(matches!(&err, Error::Server { code, .. } if code == "corrupt_record"), "{err}");
 }
+
+#[tokio::test]
+async fn s3_behind_a_signature_check() {
+    let Some(m) = moto() else { return };
+    crate::signed::a_forged_token_is_refused_with_keys_and_taken_without(gate(&m), "s3").await;
+}
