@@ -47,7 +47,44 @@ pub(crate) enum Endpoint {
     Wire(Arc<Mux>),
 }
 
+/// An open watch: the HTTP event stream (SSE), or a WATCH's frames.
+pub(crate) enum EventSource {
+    Http(hyper::body::Incoming),
+    Wire(crate::mux::Stream),
+}
+
 impl Endpoint {
+    /// A watch of `prefix` after `since` on this member. Over the wire protocol the
+    /// first frame tells whether it opened (its start marker) or was refused.
+    async fn open_watch(
+        &self,
+        prefix: &str,
+        since: Option<u64>,
+        timeout: Duration,
+    ) -> Result<Answer<EventSource>, Error> {
+        match self {
+            Endpoint::Http(t) => {
+                let mut path = format!("/v1/events?prefix={}", segment(prefix));
+                if let Some(p) = since {
+                    path.push_str(&format!("&since={p}"));
+                }
+                match t.open_stream(&path, timeout).await? {
+                    crate::http::StreamAnswer::Open(body) => Ok(Ok(EventSource::Http(body))),
+                    crate::http::StreamAnswer::Refused(e) => Ok(Err(e)),
+                }
+            }
+            Endpoint::Wire(m) => {
+                let mut stream = m.stream(Request::Watch { prefix, since, tail: None }).await?;
+                match tokio::time::timeout(timeout, stream.peek()).await {
+                    Ok(Some(Reply::Error(e))) => Ok(Err(e.clone())),
+                    Ok(Some(_)) => Ok(Ok(EventSource::Wire(stream))),
+                    Ok(None) => Err(Error::unavailable(format!("{}: the watch closed before it opened", m.endpoint))),
+                    Err(_) => Err(Error::unavailable(format!("{}: no answer to the watch in time", m.endpoint))),
+                }
+            }
+        }
+    }
+
     pub fn new(
         endpoint: &str,
         auth: Option<&str>,
@@ -514,18 +551,14 @@ impl Conn {
         self.members.each_by(Instant::now() + timeout, call, moves_on).await.result
     }
 
-    /// Opens an event stream (`GET path`) on whichever member answers.
-    pub async fn open_events(&self, path: &str) -> Result<Answer<hyper::body::Incoming>, Error> {
+    /// Opens a watch of `prefix` after `since` on whichever member answers: the event
+    /// stream over HTTP, a WATCH over the wire protocol.
+    pub async fn open_watch(&self, prefix: &str, since: Option<u64>) -> Result<Answer<EventSource>, Error> {
         let timeout = self.request_timeout();
-        let call = |e| async move {
-            match Endpoint::http(e, "watching events")?.open_stream(path, timeout).await? {
-                crate::http::StreamAnswer::Open(body) => Ok(Ok(body)),
-                crate::http::StreamAnswer::Refused(e) => Ok(Err(e)),
-            }
-        };
+        let call = |e| async move { Endpoint::open_watch(e, prefix, since, timeout).await };
         let first = self.members.each_by(Instant::now() + timeout, call, moves_on).await.result?;
         match first {
-            Err(e) if e.code == "compacted" => Ok(self.open_events_elsewhere(path, e).await),
+            Err(e) if e.code == "compacted" => Ok(self.open_watch_elsewhere(prefix, since, e).await),
             answer => Ok(answer),
         }
     }
@@ -535,12 +568,11 @@ impl Conn {
     /// one that still holds the events after the position. Indexes are the same on
     /// every member, so the stream resumes exactly where it was. `compacted` only when
     /// none does, or none could be asked.
-    async fn open_events_elsewhere(&self, path: &str, compacted: ApiError) -> Answer<hyper::body::Incoming> {
+    async fn open_watch_elsewhere(&self, prefix: &str, since: Option<u64>, compacted: ApiError) -> Answer<EventSource> {
         let timeout = self.request_timeout();
         for member in self.members.current_first().skip(1) {
-            let Ok(endpoint) = Endpoint::http(member, "watching events") else { continue };
-            if let Ok(crate::http::StreamAnswer::Open(body)) = endpoint.open_stream(path, timeout).await {
-                return Ok(body);
+            if let Ok(Ok(source)) = member.open_watch(prefix, since, timeout).await {
+                return Ok(source);
             }
         }
         Err(compacted)

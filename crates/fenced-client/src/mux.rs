@@ -26,6 +26,9 @@ use tokio::sync::{oneshot, Notify};
 
 use crate::error::{ApiError, Error};
 
+/// Frames of one watch delivered and not yet read before the watch is dropped.
+const STREAM_QUEUED: usize = 1024;
+
 /// Bytes kept free in the read buffer before each read.
 const READ_CHUNK_BYTES: usize = 16 << 10;
 
@@ -61,6 +64,15 @@ pub(crate) enum Reply {
         highest_seen: Option<Token>,
         value: Vec<u8>,
     },
+    /// A watch's event: its index and JSON object.
+    Event {
+        index: u64,
+        data: Vec<u8>,
+    },
+    /// A watch's position marker.
+    Mark(u64),
+    /// A watch fell behind the member's events.
+    Lagged(u64),
     Error(ApiError),
 }
 
@@ -112,6 +124,10 @@ struct Slots {
 #[derive(Debug)]
 enum Slot {
     Waiting(oneshot::Sender<Reply>),
+    /// A watch: every frame of its id, until an error frame ends it. A reader that
+    /// falls [`STREAM_QUEUED`] frames behind loses the stream (it resumes from its
+    /// position), so that one slow watcher cannot hold up the connection's answers.
+    Stream(tokio::sync::mpsc::Sender<Reply>),
     /// An acquire whose caller stopped waiting: its answer, if it still comes, is
     /// dropped (the caller retries under the same lease, or revokes it).
     Abandoned,
@@ -219,6 +235,25 @@ impl Mux {
     pub async fn call(&self, req: Request<'_>, abandon: bool, timeout: Duration) -> Result<Reply, Error> {
         let mut replies = self.call_many(&[(req, abandon)], timeout).await?;
         Ok(replies.pop().expect("one answer per request"))
+    }
+
+    /// Opens a stream (a WATCH): its frames, as they come, until an error frame (or the
+    /// connection's end) closes the channel. Dropping the [`Stream`] sends CANCEL.
+    pub async fn stream(&self, req: Request<'_>) -> Result<Stream, Error> {
+        let link = self.link().await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(STREAM_QUEUED);
+        let id = {
+            let mut slots = link.slots.lock().expect("slots lock");
+            if slots.dead {
+                return Err(Error::unavailable("the connection closed"));
+            }
+            let id = link.id();
+            slots.map.insert(id, Slot::Stream(tx));
+            id
+        };
+        w::encode_request(&mut link.out.lock().expect("out lock"), id, &req);
+        link.wake.notify_one();
+        Ok(Stream { link, id, rx, peeked: None })
     }
 
     /// Whether the member answers an `AUTH` (with this client's own token, so that an
@@ -354,10 +389,18 @@ impl Link {
                 refusal: None,
             }),
         };
-        let slot = self.slots.lock().expect("slots lock").map.remove(&id);
-        match slot {
+        let mut slots = self.slots.lock().expect("slots lock");
+        if let Some(Slot::Stream(tx)) = slots.map.get(&id) {
+            let last = matches!(reply, Reply::Error(_));
+            // Full: the reader is too slow; dropping the sender ends its stream.
+            if tx.try_send(reply).is_err() || last {
+                slots.map.remove(&id);
+            }
+            return;
+        }
+        match slots.map.remove(&id) {
             Some(Slot::Waiting(tx)) => drop(tx.send(reply)),
-            Some(Slot::Abandoned) | None => {}
+            Some(Slot::Stream(_) | Slot::Abandoned) | None => {}
         }
     }
 
@@ -371,6 +414,44 @@ impl Link {
         };
         drop(waiting);
         self.wake.notify_one();
+    }
+}
+
+/// An open stream's frames; dropped, it is forgotten and withdrawn with CANCEL.
+pub(crate) struct Stream {
+    link: Arc<Link>,
+    id: u32,
+    rx: tokio::sync::mpsc::Receiver<Reply>,
+    peeked: Option<Reply>,
+}
+
+impl Stream {
+    /// The next frame; `None` once the stream ended (after its error frame), its reader
+    /// fell too far behind, or the connection broke.
+    pub async fn next(&mut self) -> Option<Reply> {
+        match self.peeked.take() {
+            Some(r) => Some(r),
+            None => self.rx.recv().await,
+        }
+    }
+
+    /// The next frame, left for `next`.
+    pub async fn peek(&mut self) -> Option<&Reply> {
+        if self.peeked.is_none() {
+            self.peeked = self.rx.recv().await;
+        }
+        self.peeked.as_ref()
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let mut slots = self.link.slots.lock().expect("slots lock");
+        let open = slots.map.remove(&self.id).is_some();
+        if open && !slots.dead {
+            drop(slots);
+            self.link.send_forgotten(&Request::Cancel { target: self.id });
+        }
     }
 }
 
@@ -413,6 +494,9 @@ fn owned(r: Response<'_>) -> Reply {
         Response::Checked { current, token } => Reply::Checked { current, token },
         Response::Written { highest_seen, .. } => Reply::Written { highest_seen },
         Response::Read { highest_seen, value } => Reply::Read { highest_seen, value: value.to_vec() },
+        Response::Event { index, data } => Reply::Event { index, data: data.to_vec() },
+        Response::Mark { index } => Reply::Mark(index),
+        Response::Lagged { missed } => Reply::Lagged(missed),
         Response::Error { code, body } => Reply::Error(ApiError::parse(None, Some(code), body)),
     }
 }

@@ -16,9 +16,9 @@ use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use crate::conn::Conn;
+use crate::conn::{Conn, EventSource};
 use crate::error::Error;
-use crate::http::segment;
+use crate::mux::Reply;
 
 /// No byte for this long (the server sends a comment at least every 15 s): the stream
 /// is taken for dead and reopened.
@@ -84,7 +84,7 @@ pub struct Watch {
     position: Option<u64>,
     /// Whether a stream was ever open: from then on, a reconnect needs the position.
     started: bool,
-    body: Option<hyper::body::Incoming>,
+    source: Option<EventSource>,
     buf: Vec<u8>,
     ready: VecDeque<WatchEvent>,
     /// How long the watch keeps trying to reopen a broken stream before `next` fails.
@@ -98,7 +98,7 @@ impl Watch {
             prefix: prefix.to_string(),
             position: since,
             started: since.is_some(),
-            body: None,
+            source: None,
             buf: Vec::new(),
             ready: VecDeque::new(),
             retry_for,
@@ -115,12 +115,12 @@ impl Watch {
     /// from then on are this watch's (read the state after this, not before, and no
     /// change between the two is missed). `next` does it by itself otherwise.
     pub async fn ready(&mut self) -> Result<(), Error> {
-        if self.body.is_none() {
+        if self.source.is_none() {
             self.open().await?;
         }
         while self.position.is_none() {
             if self.read_block().await?.is_none() {
-                self.body = None;
+                self.source = None;
                 return Err(Error::unavailable("the event stream closed before it told its position"));
             }
         }
@@ -137,7 +137,7 @@ impl Watch {
             if let Some(e) = self.ready.pop_front() {
                 return Ok(e);
             }
-            if self.body.is_none() {
+            if self.source.is_none() {
                 match self.open().await {
                     Ok(()) => {}
                     Err(e @ Error::Unavailable { .. }) => {
@@ -155,7 +155,7 @@ impl Watch {
             match self.read_block().await? {
                 Some(()) => {}
                 None => {
-                    self.body = None;
+                    self.source = None;
                     self.buf.clear();
                 }
             }
@@ -163,21 +163,16 @@ impl Watch {
     }
 
     async fn open(&mut self) -> Result<(), Error> {
-        let mut path = format!("/v1/events?prefix={}", segment(&self.prefix));
-        match self.position {
-            Some(p) => path.push_str(&format!("&since={p}")),
-            // A stream that broke before it said where it started cannot resume.
-            None if self.started => {
-                return Err(Error::Missed {
-                    oldest_index: None,
-                    message: "the stream broke before the server told its position".into(),
-                })
-            }
-            None => {}
+        // A stream that broke before it said where it started cannot resume.
+        if self.position.is_none() && self.started {
+            return Err(Error::Missed {
+                oldest_index: None,
+                message: "the stream broke before the server told its position".into(),
+            });
         }
-        match self.conn.open_events(&path).await? {
-            Ok(body) => {
-                self.body = Some(body);
+        match self.conn.open_watch(&self.prefix, self.position).await? {
+            Ok(source) => {
+                self.source = Some(source);
                 self.started = true;
                 Ok(())
             }
@@ -189,8 +184,30 @@ impl Watch {
         }
     }
 
-    /// Reads until one SSE block is whole and handles it; `None` when the stream broke.
+    /// Reads one item of the stream and handles it; `None` when the stream broke.
     async fn read_block(&mut self) -> Result<Option<()>, Error> {
+        match self.source.as_mut().expect("a stream is open") {
+            EventSource::Http(_) => self.read_sse_block().await,
+            EventSource::Wire(stream) => {
+                let reply = match tokio::time::timeout(SILENCE_MAX, stream.next()).await {
+                    Ok(Some(reply)) => reply,
+                    // Silent too long, ended (shutting down, cancelled), or broken: reopen.
+                    _ => return Ok(None),
+                };
+                match reply {
+                    Reply::Event { index, data } => self.on_item(Some(index), None, Some(&data))?,
+                    Reply::Mark(index) => self.on_item(Some(index), None, None)?,
+                    Reply::Lagged(missed) => return Err(self.lagged(Some(missed))),
+                    Reply::Error(_) => return Ok(None),
+                    other => return Err(crate::wire::bad_answer(&format!("a watch answered {other:?}"))),
+                }
+                Ok(Some(()))
+            }
+        }
+    }
+
+    /// Reads until one SSE block is whole and handles it; `None` when the stream broke.
+    async fn read_sse_block(&mut self) -> Result<Option<()>, Error> {
         loop {
             if let Some(end) = find_block_end(&self.buf) {
                 let block: Vec<u8> = self.buf.drain(..end).collect();
@@ -200,7 +217,7 @@ impl Watch {
             if self.buf.len() > BLOCK_BYTES_MAX {
                 return Ok(None);
             }
-            let body = self.body.as_mut().expect("a stream is open");
+            let Some(EventSource::Http(body)) = self.source.as_mut() else { return Ok(None) };
             let frame = match tokio::time::timeout(SILENCE_MAX, body.frame()).await {
                 Ok(Some(Ok(frame))) => frame,
                 // Silent too long, ended, or broken: reopen from the position.
@@ -224,16 +241,27 @@ impl Watch {
                 data = Some(v.trim_start().to_string());
             }
         }
-        if kind.as_deref() == Some("lagged") {
-            self.body = None;
-            self.buf.clear();
-            return Err(Error::Missed {
-                oldest_index: None,
-                message: format!("the stream fell behind what the server holds after index {:?}", self.position),
-            });
+        self.on_item(id, kind.as_deref(), data.as_deref().map(str::as_bytes))
+    }
+
+    /// The stream fell behind what the server holds (by `missed` positions, when it said).
+    fn lagged(&mut self, missed: Option<u64>) -> Error {
+        self.source = None;
+        self.buf.clear();
+        let by = missed.map_or(String::new(), |n| format!(" by {n} positions"));
+        Error::Missed {
+            oldest_index: None,
+            message: format!("the stream fell behind what the server holds{by} after index {:?}", self.position),
+        }
+    }
+
+    /// One item of either transport: a position (`id`), its kind, its event's JSON.
+    fn on_item(&mut self, id: Option<u64>, kind: Option<&str>, data: Option<&[u8]>) -> Result<(), Error> {
+        if kind == Some("lagged") {
+            return Err(self.lagged(None));
         }
         if let Some(data) = data {
-            let event: WatchEvent = serde_json::from_str(&data).map_err(|e| Error::Server {
+            let event: WatchEvent = serde_json::from_slice(data).map_err(|e| Error::Server {
                 status: None,
                 code: "bad_response".into(),
                 message: format!("an event did not parse: {e}"),

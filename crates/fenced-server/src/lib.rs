@@ -22,6 +22,7 @@ pub mod restore;
 pub mod signing;
 mod subject;
 mod tls;
+pub mod watcher;
 mod wire;
 
 use std::future::Future;

@@ -68,6 +68,20 @@ pub mod op {
     /// order) `token u64, len u16` and its name; then, when the service signs its
     /// grants, one 64-byte signature per lock in the same order.
     pub const ACQUIRE_ALL: u8 = 11;
+    /// A watch of the events of lock names and store keys that start with a prefix, as
+    /// `GET /v1/events`. Payload: `flags u8` (1: `since` given, 2: `tail` given; not
+    /// both), `since u64`, `tail u32`, then the prefix (the rest, UTF-8). Answered by a
+    /// stream of frames with the watch's id: events (this kind: `index u64`, then the
+    /// event's JSON object, as the HTTP stream's `data:`), [`WATCH_MARK`] and
+    /// [`WATCH_LAGGED`], until an error frame ends it (`compacted` with `oldest_index`
+    /// at the start, `cancelled` after a CANCEL of the watch, `shutting_down`).
+    pub const WATCH: u8 = 12;
+    /// A watch's position marker: `index u64`, every position up to it was read.
+    pub const WATCH_MARK: u8 = 13;
+    /// A watch fell behind what the member holds: `missed u64` positions at least.
+    /// The stream goes on after the gap; a client that must miss nothing resumes from
+    /// its last position elsewhere, or reads the state again.
+    pub const WATCH_LAGGED: u8 = 14;
     /// The answer kind of an error: `code_len u8`, the code (snake_case ASCII), then the
     /// HTTP API's JSON error body.
     pub const ERROR: u8 = 0;
@@ -127,6 +141,12 @@ pub enum Request<'a> {
     Cancel {
         target: u32,
     },
+    /// A watch ([`op::WATCH`]): after `since`, or the last `tail` events held, or from now.
+    Watch {
+        prefix: &'a str,
+        since: Option<u64>,
+        tail: Option<u32>,
+    },
 }
 
 /// An answer, borrowing from the frame it was read from.
@@ -176,6 +196,19 @@ pub enum Response<'a> {
     Error {
         code: &'a str,
         body: &'a [u8],
+    },
+    /// One event of a watch: its index and its JSON object.
+    Event {
+        index: u64,
+        data: &'a [u8],
+    },
+    /// A watch's position marker.
+    Mark {
+        index: u64,
+    },
+    /// A watch fell behind by at least `missed` positions.
+    Lagged {
+        missed: u64,
     },
 }
 
@@ -358,6 +391,16 @@ pub fn decode_request(id: u32, op: u8, payload: &[u8]) -> Result<Request<'_>, Fr
             Request::Get { token, key: r.text().ok_or(bad("the key is not UTF-8"))? }
         }
         op::CANCEL => Request::Cancel { target: r.u32().ok_or(bad("target u32"))? },
+        op::WATCH => {
+            let fields = "flags u8, since u64, tail u32, prefix";
+            let flags = r.u8().ok_or(bad(fields))?;
+            let (since, tail) = (r.u64().ok_or(bad(fields))?, r.u32().ok_or(bad(fields))?);
+            if flags & 3 == 3 || flags & !3 != 0 {
+                return Err(bad("flags: 1 (since) or 2 (tail), not both"));
+            }
+            let prefix = r.text().ok_or(bad("the prefix is not UTF-8"))?;
+            Request::Watch { prefix, since: (flags & 1 != 0).then_some(since), tail: (flags & 2 != 0).then_some(tail) }
+        }
         _ => return Err(FrameError::UnknownOp { id, op }),
     };
     Ok(req)
@@ -391,6 +434,7 @@ pub fn encode_request(out: &mut Vec<u8>, id: u32, req: &Request<'_>) {
         Request::Put { .. } => op::PUT,
         Request::Get { .. } => op::GET,
         Request::Cancel { .. } => op::CANCEL,
+        Request::Watch { .. } => op::WATCH,
     };
     let at = begin(out, id, op);
     match req {
@@ -432,6 +476,12 @@ pub fn encode_request(out: &mut Vec<u8>, id: u32, req: &Request<'_>) {
             out.extend_from_slice(key.as_bytes());
         }
         Request::Cancel { target } => out.extend_from_slice(&target.to_be_bytes()),
+        Request::Watch { prefix, since, tail } => {
+            out.push(u8::from(since.is_some()) | (u8::from(tail.is_some()) << 1));
+            out.extend_from_slice(&since.unwrap_or(0).to_be_bytes());
+            out.extend_from_slice(&tail.unwrap_or(0).to_be_bytes());
+            out.extend_from_slice(prefix.as_bytes());
+        }
     }
     finish(out, at);
 }
@@ -447,6 +497,9 @@ pub fn encode_response(out: &mut Vec<u8>, id: u32, resp: &Response<'_>) {
         Response::Written { .. } => op::PUT,
         Response::Read { .. } => op::GET,
         Response::Error { .. } => op::ERROR,
+        Response::Event { .. } => op::WATCH,
+        Response::Mark { .. } => op::WATCH_MARK,
+        Response::Lagged { .. } => op::WATCH_LAGGED,
     };
     let at = begin(out, id, kind);
     match resp {
@@ -492,6 +545,12 @@ pub fn encode_response(out: &mut Vec<u8>, id: u32, resp: &Response<'_>) {
             out.extend_from_slice(code);
             out.extend_from_slice(body);
         }
+        Response::Event { index, data } => {
+            out.extend_from_slice(&index.to_be_bytes());
+            out.extend_from_slice(data);
+        }
+        Response::Mark { index } => out.extend_from_slice(&index.to_be_bytes()),
+        Response::Lagged { missed } => out.extend_from_slice(&missed.to_be_bytes()),
     }
     finish(out, at);
 }
@@ -553,6 +612,9 @@ pub fn decode_response(id: u32, kind: u8, payload: &[u8]) -> Result<Response<'_>
         op::GET => {
             Response::Read { highest_seen: Token::new(r.u64().ok_or(bad("highest_seen u64"))?), value: r.rest() }
         }
+        op::WATCH => Response::Event { index: r.u64().ok_or(bad("index u64, event"))?, data: r.rest() },
+        op::WATCH_MARK => Response::Mark { index: r.u64().ok_or(bad("index u64"))? },
+        op::WATCH_LAGGED => Response::Lagged { missed: r.u64().ok_or(bad("missed u64"))? },
         _ => return Err(FrameError::UnknownOp { id, op: kind }),
     };
     Ok(resp)
@@ -639,6 +701,9 @@ mod tests {
         round_trip_request(Request::Put { key: "k", token: None, value: b"" });
         round_trip_request(Request::Get { key: "k", token: t });
         round_trip_request(Request::Cancel { target: 99 });
+        round_trip_request(Request::Watch { prefix: "jobs/", since: Some(7), tail: None });
+        round_trip_request(Request::Watch { prefix: "", since: None, tail: Some(100) });
+        round_trip_request(Request::Watch { prefix: "é", since: None, tail: None });
     }
 
     #[test]
@@ -663,6 +728,9 @@ mod tests {
         round_trip_response(Response::Written { token: t, highest_seen: t });
         round_trip_response(Response::Read { highest_seen: Some(t), value: b"v" });
         round_trip_response(Response::Error { code: "lock_held", body: br#"{"error":{}}"# });
+        round_trip_response(Response::Event { index: 41, data: br#"{"type":"granted"}"# });
+        round_trip_response(Response::Mark { index: 40 });
+        round_trip_response(Response::Lagged { missed: 9 });
     }
 
     #[test]

@@ -1,9 +1,8 @@
 //! Operations endpoints: health, metrics, the OpenAPI document, the event stream
 //! and the placeholder page at `/`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Query, State};
@@ -16,7 +15,8 @@ use utoipa::ToSchema;
 
 use super::error::ErrorBody;
 use super::{reply, ApiError, App};
-use crate::events::{EventLog, Indexed, Start};
+use crate::events::{Compacted, Indexed, Start};
+use crate::watcher::{Item, Watcher};
 
 /// `{"status":"live"}`, or why the server is not ready (`shutting_down`, `no_leader`).
 #[derive(Serialize, ToSchema)]
@@ -78,7 +78,7 @@ pub struct ClusterView {
 /// missed at least this many positions (some of them may not have been events).
 #[derive(Serialize, ToSchema)]
 pub struct Lagged {
-    missed: u64,
+    pub missed: u64,
 }
 
 /// The data of one SSE event of `/v1/events` (its `event:` field is the type).
@@ -395,7 +395,10 @@ pub async fn events(
 }
 
 /// Where a watcher starts, from its query and headers.
-fn event_start(headers: &axum::http::HeaderMap, query: &HashMap<String, String>) -> Result<(Start, String), ApiError> {
+pub fn event_start(
+    headers: &axum::http::HeaderMap,
+    query: &HashMap<String, String>,
+) -> Result<(Start, String), ApiError> {
     let bad = |m: String| ApiError::bad_request("invalid_query", m);
     if let Some(k) = query.keys().find(|k| !["prefix", "since", "tail"].contains(&k.as_str())) {
         return Err(bad(format!("unknown parameter '{k}' (prefix, since, tail)")));
@@ -425,104 +428,35 @@ fn open_events(
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
     let (start, prefix) = event_start(headers, &query)?;
-    let log = app.locks.events.clone();
-    // Subscribed before the cursor is placed: nothing appended after it is missed.
-    let changed = log.subscribe();
-    let cursor = log.start(start).map_err(|c| {
-        ApiError::new(
-            StatusCode::GONE,
-            "compacted",
-            "events after this index are no longer all held here; resume from oldest_index - 1 or list the locks again",
-        )
-        .with("oldest_index", c.oldest_index)
-    })?;
-    let watcher = Watcher {
-        log,
-        changed,
-        shutdown: app.shutdown.clone(),
-        identity: caller.identity,
-        prefix,
-        cursor,
-        announced: None,
-        marked_at: tokio::time::Instant::now(),
-        batch: VecDeque::new(),
-    };
-    let s = stream::unfold(watcher, |mut w| async move { w.next().await.map(|ev| (Ok::<_, Infallible>(ev), w)) });
+    let watcher = Watcher::open(&app, caller.identity, start, prefix).map_err(compacted)?;
+    let s =
+        stream::unfold(watcher, |mut w| async move { w.next().await.map(|item| (Ok::<_, Infallible>(sse(item)), w)) });
     // Comments keep the stream from looking idle to the connection's idle timeout.
     let idle_ms = app.config.idle_timeout_ms;
     let every_ms = if idle_ms == 0 { 15_000 } else { (idle_ms / 3).clamp(10, 15_000) };
     Ok(Sse::new(s).keep_alive(KeepAlive::new().interval(Duration::from_millis(every_ms))).into_response())
 }
 
-/// One event stream's reader of the member's event log.
-struct Watcher {
-    log: Arc<EventLog>,
-    changed: tokio::sync::watch::Receiver<u64>,
-    shutdown: tokio::sync::watch::Receiver<bool>,
-    identity: Arc<crate::identity::Identity>,
-    prefix: String,
-    /// Every event up to this index was sent or passed over.
-    cursor: u64,
-    /// The last position the client was told (an event's `id:`, or a marker).
-    announced: Option<u64>,
-    marked_at: tokio::time::Instant,
-    batch: VecDeque<Arc<Indexed>>,
+/// 410 `compacted`: the watch's start is older than every event held.
+pub fn compacted(c: Compacted) -> ApiError {
+    ApiError::new(
+        StatusCode::GONE,
+        "compacted",
+        "events after this index are no longer all held here; resume from oldest_index - 1 or list the locks again",
+    )
+    .with("oldest_index", c.oldest_index)
 }
 
-/// How often at most a position marker tells a filtered watcher how far it has read.
-const MARK_EVERY: Duration = Duration::from_secs(1);
-
-impl Watcher {
-    async fn next(&mut self) -> Option<SseEvent> {
-        loop {
-            if *self.shutdown.borrow() {
-                return None;
-            }
-            while let Some(e) = self.batch.pop_front() {
-                // An identity sees the events of the names it may lock or read, and no other.
-                let (op, subject) = e.event.subject();
-                if e.matches(&self.prefix) && self.identity.allows(op, subject) {
-                    self.announced = Some(e.index);
-                    let ev = SseEvent::default().id(e.index.to_string()).event(e.event.kind());
-                    return Some(ev.data(data(EventData::Event((*e).clone()))));
-                }
-            }
-            if self.announced.is_none() {
-                // First thing: where this stream starts, so a reconnect before any
-                // event resumes from here.
-                return Some(self.mark());
-            }
-            self.changed.borrow_and_update();
-            let mut got = Vec::new();
-            match self.log.read(self.cursor, &mut got) {
-                Ok(next) if next != self.cursor => {
-                    self.cursor = next;
-                    self.batch.extend(got);
-                }
-                Ok(_) => {
-                    // Events passed over (filtered) move the position too: say so now
-                    // and then, so a reconnect need not read them again.
-                    let behind = self.announced != Some(self.cursor);
-                    let mark_at = self.marked_at + MARK_EVERY;
-                    tokio::select! {
-                        r = self.changed.changed() => r.ok()?,
-                        _ = self.shutdown.changed() => return None,
-                        _ = tokio::time::sleep_until(mark_at), if behind => return Some(self.mark()),
-                    }
-                }
-                Err((missed, at)) => {
-                    self.cursor = at;
-                    return Some(SseEvent::default().event("lagged").data(data(EventData::Lagged(Lagged { missed }))));
-                }
-            }
+/// One item of a watch as an SSE event: an event's `id:` is its index and its `event:`
+/// its type; a position marker is an `id:` with no data (an EventSource keeps it as its
+/// last event id, dispatching nothing).
+fn sse(item: Item) -> SseEvent {
+    match item {
+        Item::Event(e) => {
+            let ev = SseEvent::default().id(e.index.to_string()).event(e.event.kind());
+            ev.data(data(EventData::Event((*e).clone())))
         }
-    }
-
-    /// A position marker: an `id:` with no data (an EventSource keeps it as its
-    /// last event id, dispatching nothing).
-    fn mark(&mut self) -> SseEvent {
-        self.announced = Some(self.cursor);
-        self.marked_at = tokio::time::Instant::now();
-        SseEvent::default().id(self.cursor.to_string()).comment("position")
+        Item::Mark(at) => SseEvent::default().id(at.to_string()).comment("position"),
+        Item::Lagged(missed) => SseEvent::default().event("lagged").data(data(EventData::Lagged(Lagged { missed }))),
     }
 }

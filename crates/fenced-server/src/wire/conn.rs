@@ -30,6 +30,14 @@ use crate::metrics::inc;
 /// reading until some finish (the client's further requests wait in the socket).
 pub const IN_FLIGHT_MAX: usize = 1024;
 
+/// Watches one connection may hold open at once (WATCH); past it a WATCH is refused
+/// `too_busy`.
+pub const WATCHES_MAX: usize = 16;
+
+/// Frames of a connection's watches waiting to be written: a watcher whose client
+/// does not read waits here, then falls behind the member's events (`lagged`).
+const WATCH_FRAMES_QUEUED: usize = 256;
+
 /// Bytes kept free in the read buffer before each read.
 const READ_CHUNK_BYTES: usize = 16 << 10;
 
@@ -94,6 +102,19 @@ struct Session {
     pending: FuturesUnordered<Pending>,
     /// Waiting acquires, by request id, for CANCEL.
     cancels: HashMap<u32, AbortHandle>,
+    /// Open watches, by request id: their tasks, for CANCEL and for the end of the
+    /// connection (every one is stopped then: see `Drop`).
+    watches: HashMap<u32, tokio::task::AbortHandle>,
+    /// What the watches send: the request id, an encoded frame, whether it is the last.
+    watch_tx: tokio::sync::mpsc::Sender<(u32, Vec<u8>, bool)>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        for (_, task) in self.watches.drain() {
+            task.abort();
+        }
+    }
 }
 
 pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
@@ -108,6 +129,7 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
     let frame_max = app.config.body_bytes_max + w::FRAME_OVERHEAD_BYTES;
     // Before any AUTH: the open server's identity, or the certificate's.
     let open = app.identity(None, subject.as_deref());
+    let (watch_tx, mut watch_rx) = tokio::sync::mpsc::channel(WATCH_FRAMES_QUEUED);
     let mut s = Session {
         authed: open.is_some(),
         caller: open.map(|identity| Caller { identity, remote }),
@@ -119,6 +141,8 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
         out: Vec::with_capacity(4096),
         pending: FuturesUnordered::new(),
         cancels: HashMap::new(),
+        watches: HashMap::new(),
+        watch_tx,
     };
     let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut start = 0;
@@ -192,6 +216,9 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
         while let Some(Some((id, answer))) = s.pending.next().now_or_never() {
             s.finished(id, answer);
         }
+        while let Ok((id, frame, last)) = watch_rx.try_recv() {
+            s.watched(id, &frame, last);
+        }
         if !s.out.is_empty() {
             if stream.write_all(&s.out).await.is_err() {
                 return;
@@ -228,7 +255,9 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
                 Ok(_) => last_io = Instant::now(),
             },
             Some((id, answer)) = s.pending.next(), if !s.pending.is_empty() => s.finished(id, answer),
-            _ = &mut idle_sleep, if idle.is_some() && s.pending.is_empty() => {
+            Some((id, frame, last)) = watch_rx.recv() => s.watched(id, &frame, last),
+            // A connection with a watch open is waiting for events, not idle.
+            _ = &mut idle_sleep, if idle.is_some() && s.pending.is_empty() && s.watches.is_empty() => {
                 let deadline = last_io + idle.expect("idle is set");
                 if Instant::now() >= deadline {
                     return;
@@ -263,6 +292,10 @@ impl Session {
                 if let Some(h) = self.cancels.remove(&target) {
                     h.abort();
                 }
+                if let Some(task) = self.watches.remove(&target) {
+                    task.abort();
+                    self.reply(target, Answer::Error(cancelled()));
+                }
                 return;
             }
             _ => {}
@@ -274,6 +307,10 @@ impl Session {
             let refused = api::unauthorized_with(self.app.config.client_ca.is_some(), self.subject.as_deref());
             return self.reply(id, Answer::Error(refused));
         };
+        if let Request::Watch { prefix, since, tail } = req {
+            // Every member holds the events (the same indexes everywhere): served here.
+            return self.watch(id, caller, prefix, since, tail);
+        }
         if api::forward::member_forwards(&self.app) {
             // A follower sends the frame as it came; an acquire's forwarding is cancellable
             // (a CANCEL drops it, and the leader withdraws the waiter).
@@ -314,6 +351,53 @@ impl Session {
             }));
         } else {
             self.pending.push(Box::pin(async move { (id, call.await) }));
+        }
+    }
+
+    /// WATCH: a task reads the member's event log for this caller and sends each item
+    /// as a frame of the request's id, until CANCEL, the end of the connection or the
+    /// server's shutdown (a last `shutting_down` frame).
+    fn watch(&mut self, id: u32, caller: Caller, prefix: &str, since: Option<u64>, tail: Option<u32>) {
+        if self.watches.len() >= WATCHES_MAX || self.watches.contains_key(&id) {
+            let m = format!("a connection holds at most {WATCHES_MAX} watches open, each under its own id");
+            return self.reply(id, Answer::Error(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_busy", m)));
+        }
+        if prefix.len() > fenced_core::LockName::LEN_MAX.max(1024) {
+            let e = ApiError::bad_request("invalid_query", "the prefix is longer than any name or key");
+            return self.reply(id, Answer::Error(e));
+        }
+        let start = match (since, tail) {
+            (Some(n), _) => crate::events::Start::After(n),
+            (None, Some(n)) => crate::events::Start::Tail(n as usize),
+            (None, None) => crate::events::Start::Now,
+        };
+        let watcher = crate::watcher::Watcher::open(&self.app, caller.identity, start, prefix.to_string());
+        let mut watcher = match watcher {
+            Ok(w) => w,
+            Err(c) => return self.reply(id, Answer::Error(api::ops::compacted(c))),
+        };
+        let tx = self.watch_tx.clone();
+        let task = tokio::spawn(async move {
+            while let Some(item) = watcher.next().await {
+                if tx.send((id, watch_frame(id, item), false)).await.is_err() {
+                    return;
+                }
+            }
+            let mut frame = Vec::new();
+            encode_answer(&mut frame, id, &Answer::Error(fenced_core::Error::ShuttingDown.into()));
+            let _ = tx.send((id, frame, true)).await;
+        });
+        self.watches.insert(id, task.abort_handle());
+    }
+
+    /// A frame of a watch, to write; after its last one the watch is gone.
+    fn watched(&mut self, id: u32, frame: &[u8], last: bool) {
+        // A watch cancelled meanwhile was answered `cancelled`: nothing more of it.
+        if self.watches.contains_key(&id) {
+            self.out.extend_from_slice(frame);
+        }
+        if last {
+            self.watches.remove(&id);
         }
     }
 
@@ -426,8 +510,8 @@ impl Call {
 /// `caller` through the API's handlers.
 pub(super) fn dispatch(app: &App, caller: Caller, req: Request<'_>) -> Call {
     let answer = match req {
-        Request::Auth { .. } | Request::Cancel { .. } => {
-            Err(ApiError::bad_request("invalid_frame", "AUTH and CANCEL are answered by the connection itself"))
+        Request::Auth { .. } | Request::Cancel { .. } | Request::Watch { .. } => {
+            Err(ApiError::bad_request("invalid_frame", "AUTH, CANCEL and WATCH are answered by the connection itself"))
         }
         Request::CreateLease { ttl_ms } => {
             let app = app.clone();
@@ -537,6 +621,21 @@ fn answer<T>(r: Result<T, ApiError>, ok: impl FnOnce(T) -> Answer) -> Answer {
         Ok(v) => ok(v),
         Err(e) => Answer::Error(e),
     }
+}
+
+/// One item of a watch as its frame.
+fn watch_frame(id: u32, item: crate::watcher::Item) -> Vec<u8> {
+    use crate::watcher::Item;
+    let mut out = Vec::new();
+    match item {
+        Item::Event(e) => {
+            let data = serde_json::to_vec(&*e).expect("an event serializes");
+            w::encode_response(&mut out, id, &Response::Event { index: e.index, data: &data });
+        }
+        Item::Mark(index) => w::encode_response(&mut out, id, &Response::Mark { index }),
+        Item::Lagged(missed) => w::encode_response(&mut out, id, &Response::Lagged { missed }),
+    }
+    out
 }
 
 fn cancelled() -> ApiError {

@@ -472,3 +472,81 @@ fn a_holder_label_travels_over_the_wire() {
     let (_, v) = server.call("GET", "/v1/locks/w2", "");
     assert_eq!(v["held"], false, "{v}");
 }
+
+/// WATCH: a stream of frames under the watch's id, the same events and indexes as
+/// `GET /v1/events`; a start marker first; `since` resumes exactly after it; CANCEL ends
+/// it with `cancelled` and nothing more; a connection holds 16 at most.
+#[test]
+fn a_watch_streams_events_resumes_and_ends_on_cancel() {
+    let server = TestServer::start();
+    let mut w = Wire::open(server.wire);
+    w.send(5, &Request::Watch { prefix: "wt/", since: None, tail: None });
+    let start = match w.recv() {
+        f if f.0 == 5 => match f.decode() {
+            Response::Mark { index } => index,
+            other => panic!("the first frame is the start marker, not {other:?}"),
+        },
+        f => panic!("a frame of id {}", f.0),
+    };
+    let (_, g) = server.acquire("wt/a", r#"{"ttl_ms":5000}"#);
+    let _ = server.acquire("elsewhere", r#"{"ttl_ms":5000}"#); // outside the prefix: not sent
+    let event = |f: &Frame| match f.decode() {
+        Response::Event { index, data } => (index, serde_json::from_slice::<Value>(data).unwrap()),
+        other => panic!("expected an event, got {other:?}"),
+    };
+    let f = w.recv();
+    let (index, e) = event(&f);
+    assert_eq!((f.0, e["type"].as_str(), e["name"].as_str()), (5, Some("granted"), Some("wt/a")), "{e}");
+    assert_eq!((e["index"].as_u64(), e["token"].as_u64()), (Some(index), g["token"].as_u64()));
+    assert!(index > start);
+
+    // A second watch from the start position gets the same event, with the same index.
+    w.send(6, &Request::Watch { prefix: "wt/", since: Some(start), tail: None });
+    assert!(matches!(w.recv().decode(), Response::Mark { index } if index == start));
+    let again = w.recv();
+    assert_eq!((again.0, event(&again).0), (6, index));
+
+    // CANCEL: `cancelled`, and later events reach only the other watch.
+    w.send(7, &Request::Cancel { target: 5 });
+    let f = w.recv();
+    assert_eq!((f.0, f.code()), (5, "cancelled".to_string()));
+    let _ = server.acquire("wt/b", r#"{"ttl_ms":5000}"#);
+    let f = w.recv();
+    assert_eq!((f.0, event(&f).1["name"].as_str()), (6, Some("wt/b")));
+
+    // The sixteenth watch opens, the seventeenth is refused; every other call goes on.
+    for id in 100..115 {
+        w.send(id, &Request::Watch { prefix: "zz/", since: None, tail: None });
+        assert!(matches!(w.recv().decode(), Response::Mark { .. }));
+    }
+    w.send(200, &Request::Watch { prefix: "zz/", since: None, tail: None });
+    let f = w.recv();
+    assert_eq!((f.0, f.code()), (200, "too_busy".to_string()));
+    let lease = w.lease(5000);
+    assert_ne!(lease.0, 0);
+}
+
+/// A watch from a position older than every event held: `compacted` with the oldest
+/// index, as over HTTP.
+#[test]
+fn a_watch_from_a_position_no_longer_held_is_refused_compacted() {
+    let server = TestServer::with(|c| c.events_retained = 4);
+    for _ in 0..6 {
+        let (_, g) = server.acquire("wc/x", r#"{"ttl_ms":5000}"#);
+        let body = format!(r#"{{"lease_id":"{}"}}"#, g["lease_id"].as_str().unwrap());
+        assert_eq!(server.call("POST", "/v1/locks/wc/x/release", &body).0, 200);
+    }
+    let mut w = Wire::open(server.wire);
+    let (code, body) = w.call(1, &Request::Watch { prefix: "wc/", since: Some(0), tail: None }).error();
+    assert_eq!(code, "compacted");
+    assert!(body["error"]["oldest_index"].as_u64().unwrap() > 1, "{body}");
+    // `tail` starts with the last events held.
+    w.send(2, &Request::Watch { prefix: "wc/", since: None, tail: Some(2) });
+    let mut kinds = vec![];
+    while kinds.len() < 2 {
+        if let Response::Event { data, .. } = w.recv().decode() {
+            kinds.push(serde_json::from_slice::<Value>(data).unwrap()["type"].as_str().unwrap().to_string());
+        }
+    }
+    assert_eq!(kinds, ["granted", "released"]);
+}
