@@ -516,23 +516,9 @@ impl LockRequest {
         let conn = &self.client.conn;
         let give_up_at = Instant::now() + wait;
         let grant_started = Instant::now();
-        let (body, sent_at) = loop {
-            let sent_at = Instant::now();
-            let api = match conn.acquire(&name, ttl_ms, self.holder.as_deref(), give_up_at).await? {
-                Ok(body) => break (body, sent_at),
-                Err(api) => api,
-            };
-            match api.refusal {
-                Some(fenced_core::Error::LockHeld { .. }) => return Err(Error::LockHeld { name: name.to_string() }),
-                // The server refuses grants right after a crash, until every lease that
-                // could have been held has run out. Nothing was granted: retrying is safe.
-                _ if api.retryable() && Instant::now() < give_up_at => {
-                    let pause = api.retry_after().unwrap_or(Duration::from_millis(200));
-                    tokio::time::sleep_until((Instant::now() + pause).min(give_up_at)).await;
-                }
-                _ => return Err(api.into_error()),
-            }
-        };
+        let holder = self.holder.as_deref();
+        let attempt = || conn.acquire(&name, ttl_ms, holder, give_up_at);
+        let (body, sent_at) = until_answered(give_up_at, || name.to_string(), attempt).await?;
         if body.name != name.as_str() {
             return Err(wire::bad_answer(&format!("asked for lock '{}', granted '{}'", name, body.name)));
         }
@@ -567,25 +553,10 @@ impl LockRequest {
         let conn = &self.client.conn;
         let give_up_at = Instant::now() + wait;
         let grant_started = Instant::now();
-        let (bodies, sent_at) = loop {
-            let sent_at = Instant::now();
-            let api = match conn.acquire_all(&names, ttl_ms, self.holder.as_deref(), give_up_at).await? {
-                Ok(bodies) => break (bodies, sent_at),
-                Err(api) => api,
-            };
-            match api.refusal {
-                Some(fenced_core::Error::LockHeld { .. }) => {
-                    return Err(Error::LockHeld {
-                        name: names.iter().map(LockName::as_str).collect::<Vec<_>>().join(","),
-                    })
-                }
-                _ if api.retryable() && Instant::now() < give_up_at => {
-                    let pause = api.retry_after().unwrap_or(Duration::from_millis(200));
-                    tokio::time::sleep_until((Instant::now() + pause).min(give_up_at)).await;
-                }
-                _ => return Err(api.into_error()),
-            }
-        };
+        let holder = self.holder.as_deref();
+        let attempt = || conn.acquire_all(&names, ttl_ms, holder, give_up_at);
+        let held = || names.iter().map(LockName::as_str).collect::<Vec<_>>().join(",");
+        let (bodies, sent_at) = until_answered(give_up_at, held, attempt).await?;
         let granted: Vec<&str> = bodies.iter().map(|b| b.name.as_str()).collect();
         let asked: Vec<&str> = names.iter().map(LockName::as_str).collect();
         if granted != asked {
@@ -624,6 +595,36 @@ impl LockRequest {
             }
         }
         Ok(LockGuard::start(grant, conn.clone()))
+    }
+}
+
+/// Runs `attempt` until the service answers it, retrying while it refuses for a reason
+/// that granted nothing (right after a crash it refuses grants until every lease that
+/// could have been held has run out) and the wait lasts: the answer and the send time
+/// of the attempt that got it. `lock_held` is `Error::LockHeld` naming `held()`.
+async fn until_answered<T, F, Fut>(
+    give_up_at: Instant,
+    held: impl Fn() -> String,
+    mut attempt: F,
+) -> Result<(T, Instant), Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Result<T, crate::error::ApiError>, Error>>,
+{
+    loop {
+        let sent_at = Instant::now();
+        let api = match attempt().await? {
+            Ok(answer) => return Ok((answer, sent_at)),
+            Err(api) => api,
+        };
+        match api.refusal {
+            Some(fenced_core::Error::LockHeld { .. }) => return Err(Error::LockHeld { name: held() }),
+            _ if api.retryable() && Instant::now() < give_up_at => {
+                let pause = api.retry_after().unwrap_or(Duration::from_millis(200));
+                tokio::time::sleep_until((Instant::now() + pause).min(give_up_at)).await;
+            }
+            _ => return Err(api.into_error()),
+        }
     }
 }
 

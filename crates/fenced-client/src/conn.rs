@@ -607,24 +607,8 @@ impl Conn {
         holder: Option<&str>,
         give_up_at: Instant,
     ) -> Result<Answer<GrantBody>, Error> {
-        let lease = random_lease_id()?;
-        let mut pending = Pending { conn: self, lease, answered: false };
-        let deadline = give_up_at.max(Instant::now()) + self.request_timeout();
-        let wait_for = |e: &Endpoint| {
-            let wait_left = give_up_at.saturating_duration_since(Instant::now());
-            let wait_ms = u64::try_from(wait_left.as_millis()).unwrap_or(u64::MAX);
-            (wait_ms, e.request_timeout() + wait_left)
-        };
-        let each = |e| {
-            let (wait_ms, timeout) = wait_for(e);
-            e.acquire(name, lease, ttl_ms, wait_ms, holder, timeout)
-        };
-        let result = self.members.each_by(deadline, each, moves_on).await.result;
-        // The leader's answer (a grant, or a refusal that left nothing behind): nothing
-        // to undo. A transport error or a follower's refusal leaves earlier attempts
-        // unknown.
-        pending.answered = !moves_on(&result);
-        result
+        self.implicit(give_up_at, |e, lease, wait_ms, timeout| e.acquire(name, lease, ttl_ms, wait_ms, holder, timeout))
+            .await
     }
 
     /// [`acquire`](Self::acquire) for several names, all or none, under one implicit lease.
@@ -635,19 +619,32 @@ impl Conn {
         holder: Option<&str>,
         give_up_at: Instant,
     ) -> Result<Answer<Vec<GrantBody>>, Error> {
+        self.implicit(give_up_at, |e, lease, wait_ms, timeout| {
+            e.acquire_all(names, lease, ttl_ms, wait_ms, holder, timeout)
+        })
+        .await
+    }
+
+    /// One acquire under a fresh implicit lease on the members in turn (see
+    /// [`acquire`](Self::acquire)): `attempt` gets the endpoint, the lease, the wait left
+    /// and the attempt's time-out.
+    async fn implicit<'a, T, F, Fut>(&'a self, give_up_at: Instant, attempt: F) -> Result<Answer<T>, Error>
+    where
+        F: Fn(&'a Endpoint, LeaseId, u64, Duration) -> Fut,
+        Fut: Future<Output = Result<Answer<T>, Error>> + 'a,
+    {
         let lease = random_lease_id()?;
         let mut pending = Pending { conn: self, lease, answered: false };
         let deadline = give_up_at.max(Instant::now()) + self.request_timeout();
-        let wait_for = |e: &Endpoint| {
+        let each = |e: &'a Endpoint| {
             let wait_left = give_up_at.saturating_duration_since(Instant::now());
             let wait_ms = u64::try_from(wait_left.as_millis()).unwrap_or(u64::MAX);
-            (wait_ms, e.request_timeout() + wait_left)
-        };
-        let each = |e| {
-            let (wait_ms, timeout) = wait_for(e);
-            e.acquire_all(names, lease, ttl_ms, wait_ms, holder, timeout)
+            attempt(e, lease, wait_ms, e.request_timeout() + wait_left)
         };
         let result = self.members.each_by(deadline, each, moves_on).await.result;
+        // The leader's answer (a grant, or a refusal that left nothing behind): nothing
+        // to undo. A transport error or a follower's refusal leaves earlier attempts
+        // unknown.
         pending.answered = !moves_on(&result);
         result
     }

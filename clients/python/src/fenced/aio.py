@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional
 import httpx
 
 from . import _core, _watch
-from ._lockstate import LockState
+from ._lockstate import GrantView, LockState
 from ._watch import WatchEvent
 from .client import StoreRead, _held_token, _mark, _named, _Reply, _revoked_token, _stale_after_retry, log
 from .signing import GrantKeys, signed_headers as _signed
@@ -724,7 +724,7 @@ def _uncancel(task: Optional["asyncio.Task[Any]"]) -> None:
         task.uncancel()
 
 
-class AsyncLock:
+class AsyncLock(GrantView):
     """``fenced.Lock``'s twin: ``token``, ``lease_id``, ``valid_until``, ``lost`` (an
     :class:`asyncio.Event`), ``check()``, ``await release()``. Dropped unreleased, it stops
     its tasks and is released in the background, best effort."""
@@ -735,58 +735,6 @@ class AsyncLock:
         self.lost: asyncio.Event = _LostAsyncEvent(state)
         self._keeper = _AsyncKeeper(client, state, self.lost, cancel_on_loss)
         self._finalizer = weakref.finalize(self, self._keeper.abandon)
-
-    @property
-    def name(self) -> str:
-        return self._state.name
-
-    @property
-    def token(self) -> int:
-        return self._state.token
-
-    @property
-    def tokens(self) -> Dict[str, int]:
-        """Every lock held with its token (a set of :meth:`AsyncClient.lock_all`, sorted)."""
-        return dict(self._state.tokens) or {self._state.name: self._state.token}
-
-    @property
-    def signature(self) -> Optional[str]:
-        """The service's signature of :attr:`token` for this lock (hex), when it signs
-        grants (``grant_signing_key``); ``None`` otherwise. What a gate given the keys asks
-        for (:class:`fenced.gates.Verified`, a key under the server's ``signed_key_prefix``)."""
-        return self._state.signatures.get(self._state.name)
-
-    @property
-    def signatures(self) -> Dict[str, str]:
-        """Every lock's signature (hex), as :attr:`tokens`; empty when the service does not sign."""
-        return dict(self._state.signatures)
-
-    @property
-    def lease_id(self) -> str:
-        return self._state.lease_id
-
-    @property
-    def ttl(self) -> float:
-        return self._state.ttl
-
-    @property
-    def margin(self) -> float:
-        return self._state.margin
-
-    @property
-    def valid_until(self) -> float:
-        return self._state.valid_until
-
-    @property
-    def lost_reason(self) -> Optional[LostReason]:
-        self._state.past_deadline()
-        return self._state.reason
-
-    def is_valid(self) -> bool:
-        return not self._state.released and not self._state.past_deadline()
-
-    def check(self) -> int:
-        return self._state.check()
 
     async def release(self) -> None:
         if self._state.released:

@@ -21,7 +21,7 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tu
 import httpx
 
 from . import _core, _watch
-from ._lockstate import LockState, LostEvent
+from ._lockstate import GrantView, LockState, LostEvent
 from ._watch import WatchEvent
 from .signing import GrantKeys, signed_headers as _signed
 from .errors import (
@@ -602,7 +602,7 @@ class Client:
             self._checked[i] = version
 
 
-class Lock:
+class Lock(GrantView):
     """A held lock: the grant, a background keepalive every TTL/3, and an honest lost signal.
 
     ``valid_until`` (on :func:`time.monotonic`) is the send time of the last successful
@@ -625,65 +625,7 @@ class Lock:
         # unreleased, the finalizer stops them and gives the lock back.
         self._finalizer = weakref.finalize(self, self._keeper.abandon)
 
-    # --- the grant -----------------------------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        return self._state.name
-
-    @property
-    def token(self) -> int:
-        """The fencing token of this grant: pass it with every operation on the resource."""
-        return self._state.token
-
-    @property
-    def tokens(self) -> Dict[str, int]:
-        """Every lock held with its token: the set of :meth:`Client.lock_all` (sorted by
-        name), or this one lock. Fence each resource with its own lock's token."""
-        return dict(self._state.tokens) or {self._state.name: self._state.token}
-
-    @property
-    def signature(self) -> Optional[str]:
-        """The service's signature of :attr:`token` for this lock (hex), when it signs
-        grants (``grant_signing_key``); ``None`` otherwise. What a gate given the keys asks
-        for (:class:`fenced.gates.Verified`, a key under the server's ``signed_key_prefix``)."""
-        return self._state.signatures.get(self._state.name)
-
-    @property
-    def signatures(self) -> Dict[str, str]:
-        """Every lock's signature (hex), as :attr:`tokens`; empty when the service does not sign."""
-        return dict(self._state.signatures)
-
-    @property
-    def lease_id(self) -> str:
-        return self._state.lease_id
-
-    @property
-    def ttl(self) -> float:
-        """The lease's TTL as granted, in seconds."""
-        return self._state.ttl
-
-    @property
-    def margin(self) -> float:
-        return self._state.margin
-
-    @property
-    def valid_until(self) -> float:
-        """The client-side deadline, on :func:`time.monotonic`."""
-        return self._state.valid_until
-
-    @property
-    def lost_reason(self) -> Optional[LostReason]:
-        self._state.past_deadline()
-        return self._state.reason
-
-    def is_valid(self) -> bool:
-        """Not lost and before ``valid_until``, reading the clock itself."""
-        return not self._state.released and not self._state.past_deadline()
-
-    def check(self) -> int:
-        """The token if the lock can still be trusted now; :class:`fenced.LockLost` otherwise."""
-        return self._state.check()
+    # --- the grant is GrantView's; giving it back ---------------------------------------------
 
     def release(self) -> None:
         """Stops the keepalive, releases the lock and deletes its lease. Raises

@@ -232,6 +232,12 @@ pub struct LockTable {
     leases: HashMap<LeaseId, Lease, FxBuildHasher>,
     locks: BTreeMap<LockName, Lock>,
     waiters: HashMap<RequestId, Waiter, FxBuildHasher>,
+    /// The names every queued waiter waits for, a set counting each of its names: what
+    /// `waiters_max` bounds, so that the widest sets cannot hold 64 times the memory
+    /// (and snapshot bytes) of single waiters. Derived from `waiters`; `None` until it
+    /// is counted again after a restore.
+    #[cfg_attr(feature = "serde", serde(skip))]
+    waiting_names: Option<usize>,
     /// Queued requests that were granted, and the lock: the driver may still withdraw
     /// them. Entries leave with their holder.
     granted: HashMap<RequestId, LockName, FxBuildHasher>,
@@ -284,6 +290,7 @@ impl LockTable {
             leases: HashMap::default(),
             locks: BTreeMap::new(),
             waiters: HashMap::default(),
+            waiting_names: Some(0),
             granted: HashMap::default(),
             granted_all: HashMap::default(),
             timers: Timers::default(),
@@ -555,6 +562,16 @@ impl LockTable {
         Ok(LeaseInfo { id, ttl_ms: lease.ttl_ms, expires_at_ms: lease.expires_at_ms })
     }
 
+    /// A retried acquire answered with the grant its first attempt got is a sign of life
+    /// of the lease, as a keepalive is: renewed, so that the answer's `ttl_ms` holds
+    /// from now (the caller counts its deadline from the retry's send at the latest).
+    fn renew(&mut self, id: LeaseId) {
+        let now_ms = self.now_ms;
+        if let Some(lease) = self.leases.get_mut(&id) {
+            lease.expires_at_ms = lease.expires_at_ms.max(now_ms + lease.ttl_ms);
+        }
+    }
+
     fn revoke(&mut self, id: LeaseId) -> Result<(), Error> {
         if !self.leases.contains_key(&id) {
             return Err(Error::LeaseNotFound);
@@ -576,6 +593,7 @@ impl LockTable {
                         // A retried request must not mint a second token.
                         holder.told = holder.told.saturating_add(1);
                         let grant = Grant { name: req.name, token: holder.token, lease: id, ttl_ms: lease.ttl_ms };
+                        self.renew(id);
                         return Ok(Some(Answer::Granted(grant)));
                     }
                 }
@@ -592,6 +610,7 @@ impl LockTable {
                         if holder.lease == id {
                             holder.told = holder.told.saturating_add(1);
                             let grant = Grant { name: req.name, token: holder.token, lease: id, ttl_ms };
+                            self.renew(id);
                             return Ok(Some(Answer::Granted(grant)));
                         }
                     }
@@ -723,6 +742,7 @@ impl LockTable {
     /// The grants `lease` already has on `names` (every one held), told once more.
     fn tell_again(&mut self, names: &[LockName], lease: LeaseId) -> Vec<Grant> {
         let ttl_ms = self.leases.get(&lease).map_or(0, |l| l.ttl_ms);
+        self.renew(lease);
         let mut grants = Vec::with_capacity(names.len());
         for name in names {
             let holder = self.locks.get_mut(name).and_then(|l| l.holder.as_mut()).expect("held, checked by the caller");
@@ -858,6 +878,23 @@ impl LockTable {
         self.timers.push(at_ms, timer);
     }
 
+    /// The names all queued waiters wait for (see `waiting_names`).
+    fn waiting_names(&mut self) -> usize {
+        if self.waiting_names.is_none() {
+            self.waiting_names = Some(self.waiters.values().map(|w| 1 + w.also.len()).sum());
+        }
+        self.waiting_names.expect("counted above")
+    }
+
+    /// Removes a waiter from the registry, keeping `waiting_names` true.
+    fn take_waiter(&mut self, request: &RequestId) -> Option<Waiter> {
+        let w = self.waiters.remove(request)?;
+        if let Some(n) = self.waiting_names.as_mut() {
+            *n -= 1 + w.also.len();
+        }
+        Some(w)
+    }
+
     fn enqueue(&mut self, request: RequestId, req: Acquire) -> Result<(), Error> {
         self.enqueue_names(request, vec![req.name], req.lease, req.wait_ms, req.lock_delay_ms, req.holder)
     }
@@ -872,7 +909,7 @@ impl LockTable {
         lock_delay_ms: u64,
         label: Option<String>,
     ) -> Result<(), Error> {
-        if self.waiters.len() >= self.limits.waiters_max {
+        if self.waiting_names() + names.len() > self.limits.waiters_max {
             return Err(Error::TooManyWaiters { waiters_max: self.limits.waiters_max });
         }
         let per_lock = names.iter().map(|n| self.locks.get(n).map_or(0, |l| l.queue.len())).max().unwrap_or(0);
@@ -915,6 +952,9 @@ impl LockTable {
         let mut names = names.into_iter();
         let name = names.next().expect("one name or more");
         let w = Waiter { name, lease: lease_id, lock_delay_ms, label, also: names.collect() };
+        if let Some(n) = self.waiting_names.as_mut() {
+            *n += 1 + w.also.len();
+        }
         self.waiters.insert(request, w);
         Ok(())
     }
@@ -968,7 +1008,7 @@ impl LockTable {
         // queue's next waiter may be another of them.
         let mut left = Vec::new();
         for waiter in lease.waiting {
-            if let Some(w) = self.waiters.remove(&waiter) {
+            if let Some(w) = self.take_waiter(&waiter) {
                 for name in w.names() {
                     if let Some(lock) = self.locks.get_mut(name) {
                         lock.queue.retain(|q| *q != waiter);
@@ -1036,7 +1076,7 @@ impl LockTable {
     }
 
     fn end_wait(&mut self, waiter: RequestId, reason: WaitEnd) {
-        let w = self.waiters.remove(&waiter).expect("caller checked the waiter");
+        let w = self.take_waiter(&waiter).expect("caller checked the waiter");
         for name in w.names() {
             if let Some(lock) = self.locks.get_mut(name) {
                 lock.queue.retain(|q| *q != waiter);
@@ -1092,7 +1132,7 @@ impl LockTable {
     /// names (a retried request).
     fn grant_waiter(&mut self, first: RequestId) {
         let now_ms = self.now_ms;
-        let w = self.waiters.remove(&first).expect("queued waiters are registered");
+        let w = self.take_waiter(&first).expect("queued waiters are registered");
         let names: Vec<LockName> = w.names().cloned().collect();
         for name in &names {
             let popped = self.locks.get_mut(name).and_then(|l| l.queue.pop_front());
@@ -1133,7 +1173,7 @@ impl LockTable {
             lease.waiting.iter().copied().filter(|id| self.waiters[id].is_for(&names)).collect();
         lease.waiting.retain(|q| !twins.contains(q));
         for twin in twins {
-            self.waiters.remove(&twin);
+            self.take_waiter(&twin);
             for name in &names {
                 self.locks.get_mut(name).expect("just granted").queue.retain(|q| *q != twin);
                 let holder = self.locks.get_mut(name).and_then(|l| l.holder.as_mut()).expect("just granted");

@@ -85,6 +85,26 @@ fn free_names_are_granted_together_in_sorted_order_and_a_held_one_grants_none() 
     assert_eq!(m.answer(r), Some(Err(Error::InvalidNames { names_max: LOCK_NAMES_MAX })));
 }
 
+/// `waiters_max` bounds the names waited for, a set counting each of its names: the
+/// widest sets cannot hold 64 times what single waiters may.
+#[test]
+fn a_waiting_set_counts_each_of_its_names_against_waiters_max() {
+    let mut m = M::new(4);
+    m.t.set_limits(Limits { waiters_max: 4, ..Limits::default() });
+    let held = m.run(all(&["a", "b", "c"], 1, 0), 1);
+    assert_eq!(tokens(m.answer(held)).len(), 3);
+    let three = m.run(all(&["a", "b", "c"], 2, 60_000), 2);
+    assert!(m.answer(three).is_none(), "queued: 3 of 4 waiting names");
+    let two = m.run(all(&["a", "b"], 3, 60_000), 3);
+    assert_eq!(m.answer(two), Some(Err(Error::TooManyWaiters { waiters_max: 4 })), "3 + 2 names is past 4");
+    let single = m.run(one("a", 3, 60_000), 4);
+    assert!(m.answer(single).is_none(), "3 + 1 fits");
+    // A restored table counts again from its waiters.
+    m.t.waiting_names = None;
+    let again = m.run(one("b", 4, 60_000), 5);
+    assert_eq!(m.answer(again), Some(Err(Error::TooManyWaiters { waiters_max: 4 })));
+}
+
 #[test]
 fn opposite_orders_never_deadlock() {
     // Lease 1 holds a, lease 2 holds b; 3 waits for {a, b}, 4 for {b, a}: with one lock
@@ -252,6 +272,8 @@ mod props {
             for (id, w) in &t.waiters {
                 prop_assert!(!w.names().all(|nm| t.free_for(nm, *id)), "waiter {:?} left waiting with all free", id);
             }
+            let counted: usize = t.waiters.values().map(|w| 1 + w.also.len()).sum();
+            prop_assert_eq!(t.waiting_names, Some(counted), "the count of waiting names drifted");
             if let Some(oldest) = t.waiters.keys().min() {
                 for nm in t.waiters[oldest].names() {
                     let front = t.locks[nm].queue.front();

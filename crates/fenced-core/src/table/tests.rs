@@ -781,6 +781,10 @@ fn a_retried_implicit_acquire_gets_the_grant_its_first_attempt_got() {
     let retry = t.acquire(implicit("a", 7, TTL, 0), 300).unwrap();
     assert_eq!(granted_token(retry), first, "the same grant, the same token");
     assert_eq!(t.lease_count(), 1, "no second lease");
+    // The answer's TTL holds from the retry: the retry renewed the lease, as a
+    // keepalive would (an outside fuzzer found the lock expiring at the first
+    // attempt's TTL while the retry's answer promised a full one).
+    assert_eq!(t.t.lease(LeaseId(7)).unwrap().expires_at_ms, 300 + TTL);
     // The lease keeps the TTL of its grant, and the lock is released with it.
     assert_eq!(t.release(&name("a"), LeaseId(7), 400), Ok(Token::new(first).unwrap()));
     // An implicit id naming another lock's lease, or an explicit lease, is refused.

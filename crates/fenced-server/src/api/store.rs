@@ -355,6 +355,14 @@ pub fn store_key(app: &AppInner, key: String) -> Result<String, ApiError> {
 /// request, before anything is proposed: a signature is the same on every member.
 fn check_signed(app: &AppInner, key: &str, token: Token, signature: Option<&str>) -> Result<(), ApiError> {
     let Some(lock) = app.config.guarding_lock(key) else { return Ok(()) };
+    if lock.len() > app.config.lock_name_bytes_max || fenced_core::LockName::new(&lock).is_err() {
+        // No grant can exist for it: say so rather than refuse every signature.
+        let max = app.config.lock_name_bytes_max;
+        let m = format!(
+            "key '{key}' maps to lock '{lock}' by the signed-key rule, which is no lock name (1 to {max} bytes)"
+        );
+        return Err(ApiError::bad_request("invalid_key", m).with("lock", lock));
+    }
     let Some(signer) = app.signer.as_ref() else {
         return Err(ApiError::internal("signed_key_prefix without a signing key (refused at start)"));
     };
@@ -381,9 +389,16 @@ fn check_signed(app: &AppInner, key: &str, token: Token, signature: Option<&str>
     )))
 }
 
-/// The `Fencing-Signature` header, if present and text.
+/// The `Fencing-Signature` header, if present. Two of them are one signature that
+/// verifies nothing (refused `bad_signature` whatever their order), as two tokens are
+/// refused: which one would the caller mean?
 fn fencing_signature(headers: &HeaderMap) -> Option<String> {
-    headers.get(FENCING_SIGNATURE).and_then(|v| v.to_str().ok()).map(str::to_string)
+    let mut all = headers.get_all(FENCING_SIGNATURE).iter();
+    let first = all.next()?;
+    if all.next().is_some() {
+        return Some(String::new());
+    }
+    Some(first.to_str().map_or_else(|_| String::new(), str::to_string))
 }
 
 /// The header, if present; present but not a token is 400.

@@ -148,6 +148,18 @@ fn a_signed_key_refuses_another_locks_token_and_a_forged_one_and_takes_its_own()
     assert_eq!((st, e["error"]["code"].as_str()), (403, Some("bad_signature")), "{e}");
     let (st, e) = put(&s, "acct/1", t1, Some("not hex"), b"junk");
     assert_eq!((st, e["error"]["code"].as_str()), (403, Some("bad_signature")), "{e}");
+    // Two signatures, a good one among them: refused in either order.
+    let t1s_ = t1.to_string();
+    for pair in [[sig1.as_str(), "00"], ["00", sig1.as_str()]] {
+        let headers =
+            [("Fencing-Token", t1s_.as_str()), ("Fencing-Signature", pair[0]), ("Fencing-Signature", pair[1])];
+        let r = s.request("PUT", "/v1/store/acct/1", &headers, b"two");
+        assert_eq!(r.status, 403, "{}", String::from_utf8_lossy(&r.body));
+    }
+    // A key whose lock by the rule is no lock name: a clear 400, not a refusal.
+    let long = format!("acct/{}", "k".repeat(250));
+    let (st, e) = put(&s, &long, t1, Some(&sig1), b"x");
+    assert_eq!((st, e["error"]["code"].as_str()), (400, Some("invalid_key")), "{e}");
     // No signature at all: 428, as no token is.
     let (st, e) = put(&s, "acct/1", t1, None, b"unsigned");
     assert_eq!((st, e["error"]["code"].as_str()), (428, Some("signature_required")), "{e}");
@@ -166,7 +178,7 @@ fn a_signed_key_refuses_another_locks_token_and_a_forged_one_and_takes_its_own()
     // Keys outside the prefix are fenced as before.
     assert_eq!(put(&s, "plain", t2, None, b"x").0, 200);
     let metrics = String::from_utf8(s.get("/metrics").body).unwrap();
-    assert!(metrics.contains("fenced_bad_signatures_total 4"), "{metrics}");
+    assert!(metrics.contains("fenced_bad_signatures_total 6"), "{metrics}");
 
     // The wire protocol's PUT has no signature: a signed key refuses it, and says why.
     let mut wire = crate::wire::Wire::open(s.wire);
