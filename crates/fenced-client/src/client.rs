@@ -509,10 +509,7 @@ impl LockRequest {
         }
         let name = LockName::new(&self.name).map_err(|e| Error::BadRequest(e.to_string()))?;
         let LockOptions { ttl, wait, margin } = self.options;
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        if ttl_ms == 0 {
-            return Err(Error::BadRequest("the TTL must be at least 1 ms".into()));
-        }
+        let ttl_ms = ttl_ms(ttl)?;
         let conn = &self.client.conn;
         let give_up_at = Instant::now() + wait;
         let grant_started = Instant::now();
@@ -546,10 +543,7 @@ impl LockRequest {
         names.sort_unstable();
         names.dedup();
         let LockOptions { ttl, wait, margin } = self.options;
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        if ttl_ms == 0 {
-            return Err(Error::BadRequest("the TTL must be at least 1 ms".into()));
-        }
+        let ttl_ms = ttl_ms(ttl)?;
         let conn = &self.client.conn;
         let give_up_at = Instant::now() + wait;
         let grant_started = Instant::now();
@@ -595,6 +589,14 @@ impl LockRequest {
             }
         }
         Ok(LockGuard::start(grant, conn.clone()))
+    }
+}
+
+/// A lock's TTL in whole milliseconds, at least 1.
+fn ttl_ms(ttl: Duration) -> Result<u64, Error> {
+    match u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX) {
+        0 => Err(Error::BadRequest("the TTL must be at least 1 ms".into())),
+        ms => Ok(ms),
     }
 }
 
