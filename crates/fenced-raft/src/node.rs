@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, Notify};
 #[cfg(feature = "fault-injection")]
 use crate::fault;
 
-use crate::log_store::{Db, LogStore};
+use crate::log_store::{Db, Linger, LogStore};
 use crate::network::{Hello, Network};
 use crate::state_machine::{Applied, StateMachine, NO_REQUEST};
 use crate::{Batch, NodeId, Raft};
@@ -117,6 +117,8 @@ pub struct NodeOptions {
     /// The most bytes of client commands waiting for the log at once (see
     /// `PROPOSALS_MAX`): past it a client's command is refused `too_busy`.
     pub proposal_bytes_max: u64,
+    /// How the log writer gathers a group of entries into one commit.
+    pub log_linger: Linger,
 }
 
 impl NodeOptions {
@@ -138,6 +140,7 @@ impl NodeOptions {
             join: false,
             peer_routes: BTreeMap::new(),
             proposal_bytes_max: PROPOSAL_BYTES_MAX,
+            log_linger: Linger::DEFAULT,
         }
     }
 }
@@ -309,7 +312,7 @@ impl Node {
         // replays the log from the start would miss it.
         let base_unsnapshotted = db.base()?.is_some() && db.snapshot()?.is_none();
         let db_closed = db.closed_flag();
-        let log = LogStore::open(db.clone())?;
+        let log = LogStore::open(db.clone(), opts.log_linger)?;
         let sm = StateMachine::open(db, opts.limits.clone(), applied)?;
         // A leader that restarts may take office again in its old term without an
         // election (openraft's leader restore), but only a member alone may: a follower

@@ -126,6 +126,10 @@ pub struct Config {
     /// for a batch, or in a batch not yet committed); past it, or past 65,536 commands,
     /// a command is refused 503 `too_busy` at once rather than held.
     pub proposal_bytes_max: u64,
+    /// The log writer's wait for more entries to share a commit: while entries keep
+    /// arriving, each within a tenth of the last commit's time, up to this fraction of
+    /// it, in percent (0: no wait; at most 100).
+    pub log_linger_percent: u32,
     /// Keys the fenced store may hold (a key only a fenced read marked counts too);
     /// past it a write of a new key is refused 507 `store_full`.
     pub store_keys_max: u64,
@@ -229,6 +233,7 @@ impl Default for Config {
             body_timeout_ms: 30_000,
             body_bytes_in_flight_max: 64 << 20,
             proposal_bytes_max: fenced_raft::node::PROPOSAL_BYTES_MAX,
+            log_linger_percent: 50,
             lab_api: true,
             store_keys_max: 1_000_000,
             store_bytes_max: 1 << 30,
@@ -361,6 +366,9 @@ impl Config {
         }
         if self.proposal_bytes_max < 1 << 20 || self.proposal_bytes_max > 1 << 34 {
             return bad("proposal_bytes_max must be between 1 MiB and 16 GiB");
+        }
+        if self.log_linger_percent > 100 {
+            return bad("log_linger_percent must be between 0 and 100");
         }
         if self.worker_threads > 1024 {
             return bad("worker_threads must be at most 1024 (0: one fewer than the cores)");

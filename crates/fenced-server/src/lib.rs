@@ -126,6 +126,7 @@ pub async fn run_with_wire(
     opts.base = old.as_mut().and_then(|o| o.base.take());
     opts.snapshot_every = config.snapshot_entries;
     opts.proposal_bytes_max = config.proposal_bytes_max;
+    opts.log_linger = fenced_raft::log_store::Linger { frac: f64::from(config.log_linger_percent) / 100.0 };
     opts.peer_routes = config.routes().map_err(|e| ServerError::Setup(e.to_string()))?;
     if peer_tls.is_none() {
         // Without certificates the members present the client token to each other
