@@ -11,6 +11,7 @@
 //! waited for it (no coordinated omission); a `pacer` thread keeps the open loops'
 //! schedules. See [`driver`] for each target's recipe.
 
+pub mod ceiling;
 pub mod driver;
 mod keepalive;
 mod pacer;
@@ -487,6 +488,32 @@ pub struct BenchReport {
     pub client_cpu_s: Option<f64>,
     /// With repeated runs, every run's throughput; this report is the median run.
     pub runs_ops_per_s: Vec<f64>,
+    /// A spawned Fenced of one node, closed loop, uncontended or store: what the same
+    /// clients get in this workload's operations from the log Fenced writes with no
+    /// other work ([`ceiling`]), measured right after the row on the same disk.
+    pub log_ceiling_ops_per_s: Option<f64>,
+    /// This row's throughput as a share of that ceiling.
+    pub of_log_ceiling: Option<f64>,
+}
+
+/// Measures the zero-work ceiling of the log a Fenced server of one writes (a redb
+/// table, the server's adaptive linger), with this row's clients and duration, in the
+/// directory the spawned servers keep their data in, and puts it and the row's share
+/// beside the row. A lock cycle is two commits, a store write one. Only for rows the
+/// ceiling models: a contended cycle waits for the holder before it, which the ceiling's
+/// independent clients do not, and an open loop's rate is not the disk's.
+pub fn add_log_ceiling(r: &mut BenchReport) -> std::io::Result<()> {
+    let modelled = matches!(r.workload, Workload::Uncontended | Workload::Store);
+    if r.target != BenchTarget::Fenced || r.rate_per_s.is_some() || !modelled {
+        return Ok(());
+    }
+    let duration = Duration::from_millis(r.duration_ms.max(1000));
+    let cfg = ceiling::CeilingConfig::server_log(r.clients as usize, duration, &std::env::temp_dir());
+    let c = ceiling::measure(&cfg)?;
+    let ops_per_s = if r.workload == Workload::Store { c.cycles_per_s * 2.0 } else { c.cycles_per_s };
+    r.log_ceiling_ops_per_s = Some(ops_per_s);
+    r.of_log_ceiling = (ops_per_s > 0.0).then(|| r.ops_per_s / ops_per_s);
+    Ok(())
 }
 
 /// What a run is doing, for a progress bar.
@@ -546,7 +573,7 @@ pub fn median(mut runs: Vec<BenchReport>) -> Option<BenchReport> {
 fn recipe(target: BenchTarget, w: Workload) -> &'static str {
     match (target, w) {
         (BenchTarget::Fenced, Workload::Store) => "PUT /v1/store/{key} with the writer's token (fenced-client)",
-        (BenchTarget::Fenced, Workload::Keepalive) => "fenced-client keepalive, one connection per bench connection (fenced:// when spawned)",
+        (BenchTarget::Fenced, Workload::Keepalive) => "fenced-client keepalive, up to 64 in flight on each bench connection (fenced:// when spawned)",
         (BenchTarget::Fenced, _) => "fenced-client: acquire with its own lease; release and end the lease",
         (BenchTarget::Etcd, Workload::Store) => "Put",
         (BenchTarget::Etcd, _) => "a session lease per client, kept alive; Lock with it, Unlock",
@@ -555,7 +582,9 @@ fn recipe(target: BenchTarget, w: Workload) -> &'static str {
             "Curator's InterProcessMutex: an ephemeral sequential node, getChildren, a watch on the one before; delete"
         }
         (BenchTarget::Redis | BenchTarget::RedisAof, Workload::Store) => "SET",
-        (BenchTarget::Redis | BenchTarget::RedisAof, Workload::Keepalive) => "a key with a TTL, PEXPIRE",
+        (BenchTarget::Redis | BenchTarget::RedisAof, Workload::Keepalive) => {
+            "a key with a TTL, PEXPIRE, up to 64 in flight on each connection"
+        }
         (BenchTarget::Redis | BenchTarget::RedisAof, _) => "SET NX PX, compare-and-delete (EVALSHA); waiters poll every 1 ms",
         (BenchTarget::Postgres, Workload::Store) => "fenced-client PgKv: one conditional upsert",
         (BenchTarget::Postgres, _) => {
@@ -605,6 +634,8 @@ fn blank_report(cfg: &BenchConfig) -> BenchReport {
         server_cpu_s: None,
         server_cpu_us_per_op: None,
         client_cpu_s: None,
+        log_ceiling_ops_per_s: None,
+        of_log_ceiling: None,
         runs_ops_per_s: Vec::new(),
     }
 }

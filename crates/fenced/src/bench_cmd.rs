@@ -186,7 +186,12 @@ async fn run_all(
             let label = if repeat > 1 { format!(" ({}/{repeat})", i + 1) } else { String::new() };
             runs.push(one(cfg, p, &label).await?);
         }
-        reports.extend(bench::median(runs));
+        if let Some(mut r) = bench::median(runs) {
+            if spawn {
+                r = tokio::task::spawn_blocking(move || bench::add_log_ceiling(&mut r).map(|()| r)).await??;
+            }
+            reports.push(r);
+        }
     }
     Ok(reports)
 }
@@ -223,6 +228,15 @@ fn cpu(r: &BenchReport) -> String {
         s += &format!("{}bench CPU {c:.2} s", if s.is_empty() { "" } else { "; " });
     }
     s
+}
+
+/// The row's share of its log's zero-work ceiling, when it was measured.
+fn ceiling(r: &BenchReport) -> Option<String> {
+    let (ceiling, share) = (r.log_ceiling_ops_per_s?, r.of_log_ceiling?);
+    Some(format!(
+        "{:.0}% of its log's zero-work ceiling ({ceiling:.0} ops/s: raft.redb with the server's linger, the same clients, nothing else, measured after it)",
+        share * 100.0
+    ))
 }
 
 fn text(r: &BenchReport) -> String {
@@ -268,6 +282,9 @@ fn text(r: &BenchReport) -> String {
     let c = cpu(r);
     if !c.is_empty() {
         s += &format!("  {c}\n");
+    }
+    if let Some(line) = ceiling(r) {
+        s += &format!("  {line}\n");
     }
     if let Some(e) = &r.first_error {
         s += &format!("  first error: {e}\n");
@@ -335,6 +352,9 @@ fn table(reports: &[BenchReport]) -> String {
             let c = cpu(r);
             if !c.is_empty() && w == Workload::Keepalive {
                 s += &format!("{:<12} {c}\n", "");
+            }
+            if let Some(line) = ceiling(r) {
+                s += &format!("{:<12} {line}\n", "");
             }
         }
         s += "\n";

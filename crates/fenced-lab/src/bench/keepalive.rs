@@ -5,7 +5,9 @@
 //! by the [`Pacer`]'s thread, not tokio's millisecond timer.
 //!
 //! The first third of a TTL creates the leases (on the same schedule, not measured);
-//! the measured window follows. Fenced is driven through its client's lease calls, one
+//! the measured window follows. A connection sends each keepalive when it is due
+//! without waiting for the ones before it (up to [`IN_FLIGHT_MAX`] in flight), so the
+//! figure is the server's and not one round trip after another on 16 connections. Fenced is driven through its client's lease calls, one
 //! client (one connection) per bench connection, over whichever transport the endpoint
 //! names; Redis's lease is a key with a TTL, kept alive by `PEXPIRE`.
 
@@ -17,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use fenced_client::{Client, LeaseId};
 use tokio::time::{sleep_until, timeout, Instant};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 
 use super::driver::redis_connect;
 use super::pacer::{self, Pacer};
@@ -76,9 +78,8 @@ pub async fn run(
     let pacer = Pacer::start(&schedules.iter().map(|&(_, first, slot)| (first, slot)).collect::<Vec<_>>(), end);
     for (c, (link, (n, first, slot))) in links.into_iter().zip(schedules).enumerate() {
         let (ops, bell) = (ops.clone(), pacer.bell(c));
-        handles.push(tokio::spawn(async move {
-            one_connection(link, n, ttl, first, slot, measure_from, end, ops, bell).await
-        }));
+        let schedule = Schedule { n, ttl, first, slot, measure_from, end };
+        handles.push(tokio::spawn(async move { one_connection(link, schedule, ops, bell).await }));
     }
     let cpu_at = |pid: Option<u32>| pid.and_then(cpu_time);
     sleep_until(measure_from).await;
@@ -113,6 +114,12 @@ pub async fn run(
 /// The bound on one request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The most keepalives one connection has in flight: enough that the server, not the
+/// round trip of one request after another, sets the pace (the clients multiplex a
+/// connection: Fenced's wire protocol by request id, Redis's by pipelining).
+pub const IN_FLIGHT_MAX: usize = 64;
+
+#[derive(Clone)]
 struct Lease {
     /// Fenced's lease id, or Redis's key.
     id: String,
@@ -120,6 +127,7 @@ struct Lease {
     sent_ok: Instant,
 }
 
+#[derive(Default)]
 struct ConnOutcome {
     tally: Tally,
     false_expiries: u64,
@@ -127,92 +135,141 @@ struct ConnOutcome {
     unsent: u64,
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn one_connection(
-    mut link: Link,
+/// One connection's leases and what its requests found, shared by its requests in flight.
+struct ConnState {
+    /// Each lease of the connection: none until created; `busy` while a request for it
+    /// is in flight (a lease whose last keepalive has not come back is not sent again).
+    leases: Vec<Option<Lease>>,
+    busy: Vec<bool>,
+    out: ConnOutcome,
+}
+
+/// What one connection's loop needs besides its link.
+struct Schedule {
     n: usize,
     ttl: Duration,
     first: Instant,
     slot: Duration,
     measure_from: Instant,
     end: Instant,
-    ops: Arc<AtomicU64>,
-    bell: Arc<Notify>,
-) -> ConnOutcome {
-    let mut out = ConnOutcome { tally: Tally::default(), false_expiries: 0, late: 0, unsent: 0 };
-    let mut leases: Vec<Lease> = Vec::with_capacity(n);
+}
+
+/// Sends each of the connection's keepalives at its due time without waiting for the
+/// ones before it to come back, at most [`IN_FLIGHT_MAX`] at once; the first round
+/// creates the leases. Returns once the window is over and every request came back.
+async fn one_connection(link: Link, s: Schedule, ops: Arc<AtomicU64>, bell: Arc<Notify>) -> ConnOutcome {
+    let state = Arc::new(std::sync::Mutex::new(ConnState {
+        leases: vec![None; s.n],
+        busy: vec![false; s.n],
+        out: ConnOutcome::default(),
+    }));
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT_MAX));
+    let mut requests = tokio::task::JoinSet::new();
     let mut k: u64 = 0;
+    let mut unsent = 0;
+    if s.n == 0 {
+        return ConnOutcome::default();
+    }
     loop {
-        let due = first + Duration::from_nanos((slot.as_nanos() as u64).saturating_mul(k));
-        if due >= end || n == 0 {
-            return out;
+        let due = s.first + Duration::from_nanos((s.slot.as_nanos() as u64).saturating_mul(k));
+        if due >= s.end {
+            break;
         }
-        if Instant::now() >= end {
+        if Instant::now() >= s.end {
             // Behind schedule at the end: what was due and not sent is counted, not sent.
-            let behind = end.saturating_duration_since(due.max(measure_from));
-            out.unsent = (behind.as_nanos() / slot.as_nanos().max(1)) as u64 + 1;
-            return out;
+            let behind = s.end.saturating_duration_since(due.max(s.measure_from));
+            unsent = (behind.as_nanos() / s.slot.as_nanos().max(1)) as u64 + 1;
+            break;
         }
-        let i = (k % n as u64) as usize;
+        let i = (k % s.n as u64) as usize;
         k += 1;
         pacer::until(&bell, due).await;
-        let sent = Instant::now();
-        if i >= leases.len() {
-            // The creation pass.
-            match link.create(ttl).await {
-                Ok(id) => leases.push(Lease { id, sent_ok: sent }),
-                Err(e) => {
-                    out.tally.failed(&e);
-                    // Without its lease this connection has nothing to keep alive.
-                    return out;
-                }
+        let Ok(permit) = slots.clone().acquire_owned().await else { break };
+        while requests.try_join_next().is_some() {}
+        let lease = {
+            let mut st = lock(&state);
+            if st.busy[i] {
+                // Its last request is still out: this one is due and not sent.
+                st.out.unsent += u64::from(due >= s.measure_from);
+                continue;
             }
-            continue;
+            st.busy[i] = true;
+            st.leases[i].clone()
+        };
+        let (link, state, ops) = (link.clone(), state.clone(), ops.clone());
+        let (ttl, measured) = (s.ttl, due >= s.measure_from);
+        requests.spawn(async move {
+            let _permit = permit;
+            one_request(link, &state, i, lease, ttl, due, measured, &ops).await;
+            lock(&state).busy[i] = false;
+        });
+    }
+    // Each request is bounded by the client's timeout.
+    while requests.join_next().await.is_some() {}
+    let mut out = std::mem::take(&mut lock(&state).out);
+    out.unsent += unsent;
+    out
+}
+
+fn lock(state: &std::sync::Mutex<ConnState>) -> std::sync::MutexGuard<'_, ConnState> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One lease's request: its creation, or a keepalive (and a new lease if it expired).
+#[allow(clippy::too_many_arguments)]
+async fn one_request(
+    mut link: Link,
+    state: &std::sync::Mutex<ConnState>,
+    i: usize,
+    lease: Option<Lease>,
+    ttl: Duration,
+    due: Instant,
+    measured: bool,
+    ops: &AtomicU64,
+) {
+    let sent = Instant::now();
+    let Some(lease) = lease else {
+        // The creation pass (or a creation that failed before: tried again).
+        match link.create(ttl).await {
+            Ok(id) => lock(state).leases[i] = Some(Lease { id, sent_ok: sent }),
+            Err(e) => lock(state).out.tally.failed(&e),
         }
-        let alive = link.keepalive(&leases[i].id, ttl).await;
-        let now = Instant::now();
-        let measured = due >= measure_from;
-        match alive {
-            Ok(true) => {
-                if now > leases[i].sent_ok + ttl {
-                    out.late += u64::from(measured);
-                }
-                leases[i].sent_ok = sent;
-                if measured {
-                    record(&mut out.tally.latency, now - due);
-                    out.tally.ops += 1;
-                    ops.fetch_add(1, Ordering::Relaxed);
-                }
+        return;
+    };
+    let alive = link.keepalive(&lease.id, ttl).await;
+    let now = Instant::now();
+    let mut st = lock(state);
+    match alive {
+        Ok(true) => {
+            if now > lease.sent_ok + ttl {
+                st.out.late += u64::from(measured);
             }
-            Ok(false) => {
-                out.false_expiries += u64::from(measured);
-                match link.create(ttl).await {
-                    Ok(id) => leases[i] = Lease { id, sent_ok: sent },
-                    Err(e) => {
-                        out.tally.failed(&e);
-                        return out;
-                    }
-                }
-            }
-            Err(e) => {
-                out.tally.failed(&e);
-                if link.reconnect().await.is_err() {
-                    return out;
-                }
+            st.leases[i] = Some(Lease { id: lease.id, sent_ok: sent });
+            if measured {
+                record(&mut st.out.tally.latency, now - due);
+                st.out.tally.ops += 1;
+                ops.fetch_add(1, Ordering::Relaxed);
             }
         }
+        Ok(false) => {
+            st.out.false_expiries += u64::from(measured);
+            // Created again on its next turn.
+            st.leases[i] = None;
+        }
+        Err(e) => st.out.tally.failed(&e),
     }
 }
 
-/// One connection of the keepalive workload.
+/// One connection of the keepalive workload (clones share it).
+#[derive(Clone)]
 enum Link {
     /// Fenced's own client: one connection (a `fenced://` wire connection, or
     /// keep-alive HTTP/1.1 for an `http://` endpoint).
     Fenced(Client),
     Redis {
         conn: redis::aio::MultiplexedConnection,
-        next_key: u64,
-        prefix: String,
+        next_key: Arc<AtomicU64>,
+        prefix: Arc<str>,
     },
 }
 
@@ -232,15 +289,10 @@ impl Link {
                 static N: AtomicU64 = AtomicU64::new(0);
                 let conn = redis_connect(endpoint, REQUEST_TIMEOUT).await.with_context(unreachable)?;
                 let prefix = format!("bench:lease:{}:{}:", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
-                Ok(Link::Redis { conn, next_key: 0, prefix })
+                Ok(Link::Redis { conn, next_key: Arc::new(AtomicU64::new(0)), prefix: prefix.into() })
             }
             other => bail!("the keepalive workload is built for fenced and redis, not {other}"),
         }
-    }
-
-    /// After a failed request: the clients reconnect by themselves on the next call.
-    async fn reconnect(&mut self) -> Result<()> {
-        Ok(())
     }
 
     /// A new lease of `ttl`.
@@ -248,8 +300,7 @@ impl Link {
         match self {
             Link::Fenced(c) => Ok(c.create_lease(ttl).await?.to_hex()),
             Link::Redis { conn, next_key, prefix } => {
-                let key = format!("{prefix}{next_key}");
-                *next_key += 1;
+                let key = format!("{prefix}{}", next_key.fetch_add(1, Ordering::Relaxed));
                 redis::cmd("SET")
                     .arg(&key)
                     .arg(1)

@@ -75,6 +75,13 @@ fn fenced_lock_workloads_report_figures_and_fairness() {
     assert_eq!(runs[0]["clients"], 4);
     check_fairness(&runs[1]);
     assert!(runs[0]["server_cpu_s"].is_number(), "a spawned server's CPU is measured: {}", runs[0]);
+    // Beside the uncontended row, its log's zero-work ceiling with the same clients and
+    // the row's share of it; the contended row is not what the ceiling models.
+    let (ceiling, share) = (runs[0]["log_ceiling_ops_per_s"].as_f64(), runs[0]["of_log_ceiling"].as_f64());
+    assert!(ceiling.is_some_and(|c| c > 0.0), "the ceiling is measured: {}", runs[0]);
+    let expected = runs[0]["ops_per_s"].as_f64().unwrap() / ceiling.unwrap();
+    assert!(share.is_some_and(|s| (s - expected).abs() < 1e-9), "the share is the row's over the ceiling: {}", runs[0]);
+    assert!(runs[1]["log_ceiling_ops_per_s"].is_null(), "{}", runs[1]);
 }
 
 #[test]
@@ -152,6 +159,7 @@ fn redis_both_durabilities_and_the_comparison_table() {
     assert!(text.status.success(), "{}", String::from_utf8_lossy(&text.stderr));
     let table = String::from_utf8_lossy(&text.stdout);
     assert!(table.contains("fenced÷") && table.contains("redis") && table.contains("1.00×"), "{table}");
+    assert!(table.contains("of its log's zero-work ceiling"), "the Fenced row's share of its ceiling: {table}");
 }
 
 #[test]
