@@ -281,12 +281,18 @@ impl Ensemble {
             let cfg = home.join("zoo.cfg");
             fs::write(&cfg, zoo_cfg(&home.join("data"), *client, &view))
                 .with_context(|| format!("write {}", cfg.display()))?;
-            let args: Vec<OsString> =
-                ["-Xmx256m", "-cp", ZOOKEEPER_JAR, "org.apache.zookeeper.server.quorum.QuorumPeerMain"]
-                    .iter()
-                    .map(OsString::from)
-                    .chain([cfg.into()])
-                    .collect();
+            let args: Vec<OsString> = [
+                "-Xmx256m",
+                "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+                "-cp",
+                &zk_classpath(),
+                "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            ]
+            .iter()
+            .map(OsString::from)
+            .chain([cfg.into()])
+            .collect();
             members.push(Member {
                 client: SocketAddr::from(([127, 0, 0, 1], *client)),
                 wire: None,
@@ -758,6 +764,19 @@ mod router {
             return None;
         }
         cols.get(9)?.parse().ok().filter(|&inode| inode != 0)
+    }
+}
+
+/// The servers' class path: ZooKeeper's jar, and slf4j's simple logger when it is
+/// there (Debian's `libslf4j-java`, which ZooKeeper's package pulls in, ships it but
+/// the jar's manifest names only slf4j's API, so without it the servers log nothing):
+/// each member's log then says what its election and quorum connections do.
+fn zk_classpath() -> String {
+    const SIMPLE_LOGGER: &str = "/usr/share/java/slf4j-simple.jar";
+    if Path::new(SIMPLE_LOGGER).exists() {
+        format!("{ZOOKEEPER_JAR}:{SIMPLE_LOGGER}")
+    } else {
+        ZOOKEEPER_JAR.to_owned()
     }
 }
 
