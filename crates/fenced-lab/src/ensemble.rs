@@ -189,6 +189,10 @@ pub enum Links {
 impl Ensemble {
     /// `n` etcd members (`--initial-cluster` naming them all), default durability.
     pub fn etcd(n: usize, links: Links) -> Result<Ensemble> {
+        on_free_ports(|| Ensemble::etcd_once(n, links))
+    }
+
+    fn etcd_once(n: usize, links: Links) -> Result<Ensemble> {
         let program = find_program("etcd", "apt-get install -y etcd-server")?;
         let dir = TempDir::new("lab-etcd-cluster")?;
         // The members' ports stay bound until they start: the proxies' own ports
@@ -267,6 +271,10 @@ impl Ensemble {
     /// are ([`zoo_cfg`]): its own line names the ports it binds, the others' the fault
     /// proxies of its links to them.
     pub fn zookeeper(n: usize, links: Links) -> Result<Ensemble> {
+        on_free_ports(|| Ensemble::zookeeper_once(n, links))
+    }
+
+    fn zookeeper_once(n: usize, links: Links) -> Result<Ensemble> {
         const HINT: &str = "apt-get install -y zookeeper";
         let java = find_program("java", HINT)?;
         if !Path::new(ZOOKEEPER_JAR).exists() {
@@ -579,7 +587,13 @@ impl Ensemble {
             if let Some(child) = &mut self.members[i].child {
                 if let Some(status) = child.try_wait()? {
                     self.members[i].child = None;
-                    bail!("{} member {i} exited ({status}) before serving{}", self.kind.name(), self.tails());
+                    let why =
+                        format!("{} member {i} exited ({status}) before serving{}", self.kind.name(), self.tails());
+                    let log = fs::read_to_string(&self.members[i].log).unwrap_or_default();
+                    if log.to_lowercase().contains("address already in use") {
+                        return Err(PortTaken(why).into());
+                    }
+                    bail!(why);
                 }
             }
             if Instant::now() > deadline {
@@ -659,6 +673,40 @@ impl Drop for Ensemble {
     fn drop(&mut self) {
         for i in 0..self.members.len() {
             self.kill(i);
+        }
+    }
+}
+
+/// A member could not bind a port it was given ("Address already in use").
+#[derive(Debug)]
+struct PortTaken(String);
+
+impl std::fmt::Display for PortTaken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PortTaken {}
+
+/// `start`, tried again on new ports (three times at most) while a member could not
+/// bind one it was given: each port is free when chosen and held until the members
+/// start, but between its release and the member's bind (a JVM's start, a second or
+/// two) another socket on the machine can take it (another test's listener, or an
+/// outgoing connection's ephemeral port): seen once in ten runs of the `fenced-lab`
+/// suite, its tests in parallel.
+fn on_free_ports(start: impl Fn() -> Result<Ensemble>) -> Result<Ensemble> {
+    let mut attempt = 1;
+    loop {
+        match start() {
+            Err(e) if attempt < 3 && e.is::<PortTaken>() => {
+                eprintln!(
+                    "ensemble: {}; starting again on new ports",
+                    e.to_string().lines().next().unwrap_or_default()
+                );
+                attempt += 1;
+            }
+            started => return started,
         }
     }
 }
