@@ -21,7 +21,9 @@
 //!   election connection from a server with a lower id drops it and calls back at the
 //!   address that server declared for itself, its real port; those callbacks bypass
 //!   the proxies. The quorum links (leader to followers: every proposal, commit and
-//!   heartbeat) all go through them.
+//!   heartbeat) all go through them. A ZooKeeper link's proxy holds a connection its
+//!   server refuses for up to `ZK_LINK_PATIENCE`, trying again, as the follower
+//!   whose connection it is would have (`ZK_LINK_PATIENCE` says why).
 //! - **etcd** keeps one peer address per member in its membership, the same for every
 //!   member: each member listens on its real peer port and advertises a *router*'s
 //!   address instead; the router finds which member opened each connection (the
@@ -50,6 +52,22 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long one member may take to serve again after a restart.
 const RESTART_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a ZooKeeper link's proxy holds a connection that its server refuses,
+/// trying again, before it closes it ([`DelayProxy::start_patient`]).
+///
+/// A newly elected leader binds its quorum port only once it has become leader, and
+/// its followers connect the moment they have voted; a follower that finds the port
+/// not yet bound is refused and tries again (five times, 100 ms apart). Through a
+/// proxy that closed at once what its server refused, that follower saw a connection
+/// open and close instead ("Successfully connected to leader", then "Exception when
+/// following the leader: java.io.EOFException", "Was connected for 1ms"), which it
+/// takes for a failed leader: it runs a new election, in which the leader's vote from
+/// the round before does not count, while the leader waits `initLimit` ticks (20 s)
+/// for a follower before it gives up ("Timeout while waiting for epoch from quorum").
+/// With two live servers of three that is 20 s without a leader, again at each retry
+/// that loses the same race. One second covers the follower's own retries.
+const ZK_LINK_PATIENCE: Duration = Duration::from_secs(1);
 
 /// What the members are.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -138,9 +156,10 @@ impl Net {
         self.rt.as_ref().expect("the runtime lives as long as the ensemble")
     }
 
-    /// A proxy to `upstream` on link `(from, to)`; its address.
-    fn link(&mut self, from: usize, to: usize, upstream: SocketAddr) -> Result<SocketAddr> {
-        let proxy = self.rt().block_on(DelayProxy::start(upstream))?;
+    /// A proxy to `upstream` on link `(from, to)`, which holds a connection upstream
+    /// refuses for up to `patience` ([`DelayProxy::start_patient`]); its address.
+    fn link(&mut self, from: usize, to: usize, upstream: SocketAddr, patience: Duration) -> Result<SocketAddr> {
+        let proxy = self.rt().block_on(DelayProxy::start_patient(upstream, patience))?;
         let addr = proxy.addr;
         self.links.entry((from, to)).or_default().push(proxy);
         Ok(addr)
@@ -170,6 +189,10 @@ pub enum Links {
 impl Ensemble {
     /// `n` etcd members (`--initial-cluster` naming them all), default durability.
     pub fn etcd(n: usize, links: Links) -> Result<Ensemble> {
+        on_free_ports(|| Ensemble::etcd_once(n, links))
+    }
+
+    fn etcd_once(n: usize, links: Links) -> Result<Ensemble> {
         let program = find_program("etcd", "apt-get install -y etcd-server")?;
         let dir = TempDir::new("lab-etcd-cluster")?;
         // The members' ports stay bound until they start: the proxies' own ports
@@ -188,7 +211,7 @@ impl Ensemble {
             };
             let mut routes = vec![None; n];
             for (i, route) in routes.iter_mut().enumerate().filter(|&(i, _)| i != j) {
-                *route = Some(net.link(i, j, real(j))?);
+                *route = Some(net.link(i, j, real(j), Duration::ZERO)?);
             }
             let pids = net.pids.clone();
             routers.push(net.rt().block_on(router::start(real(j), routes, pids))?);
@@ -248,6 +271,10 @@ impl Ensemble {
     /// are ([`zoo_cfg`]): its own line names the ports it binds, the others' the fault
     /// proxies of its links to them.
     pub fn zookeeper(n: usize, links: Links) -> Result<Ensemble> {
+        on_free_ports(|| Ensemble::zookeeper_once(n, links))
+    }
+
+    fn zookeeper_once(n: usize, links: Links) -> Result<Ensemble> {
         const HINT: &str = "apt-get install -y zookeeper";
         let java = find_program("java", HINT)?;
         if !Path::new(ZOOKEEPER_JAR).exists() {
@@ -272,8 +299,9 @@ impl Ensemble {
                 match net.as_mut().filter(|_| i != j) {
                     None => view.push((p[1], p[2])),
                     Some(net) => {
-                        let quorum = net.link(i, j, SocketAddr::from(([127, 0, 0, 1], p[1])))?;
-                        let election = net.link(i, j, SocketAddr::from(([127, 0, 0, 1], p[2])))?;
+                        let at = |port| SocketAddr::from(([127, 0, 0, 1], port));
+                        let quorum = net.link(i, j, at(p[1]), ZK_LINK_PATIENCE)?;
+                        let election = net.link(i, j, at(p[2]), ZK_LINK_PATIENCE)?;
                         view.push((quorum.port(), election.port()));
                     }
                 }
@@ -281,12 +309,18 @@ impl Ensemble {
             let cfg = home.join("zoo.cfg");
             fs::write(&cfg, zoo_cfg(&home.join("data"), *client, &view))
                 .with_context(|| format!("write {}", cfg.display()))?;
-            let args: Vec<OsString> =
-                ["-Xmx256m", "-cp", ZOOKEEPER_JAR, "org.apache.zookeeper.server.quorum.QuorumPeerMain"]
-                    .iter()
-                    .map(OsString::from)
-                    .chain([cfg.into()])
-                    .collect();
+            let args: Vec<OsString> = [
+                "-Xmx256m",
+                "-Dorg.slf4j.simpleLogger.showDateTime=true",
+                "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+                "-cp",
+                &zk_classpath(),
+                "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            ]
+            .iter()
+            .map(OsString::from)
+            .chain([cfg.into()])
+            .collect();
             members.push(Member {
                 client: SocketAddr::from(([127, 0, 0, 1], *client)),
                 wire: None,
@@ -553,7 +587,13 @@ impl Ensemble {
             if let Some(child) = &mut self.members[i].child {
                 if let Some(status) = child.try_wait()? {
                     self.members[i].child = None;
-                    bail!("{} member {i} exited ({status}) before serving{}", self.kind.name(), self.tails());
+                    let why =
+                        format!("{} member {i} exited ({status}) before serving{}", self.kind.name(), self.tails());
+                    let log = fs::read_to_string(&self.members[i].log).unwrap_or_default();
+                    if log.to_lowercase().contains("address already in use") {
+                        return Err(PortTaken(why).into());
+                    }
+                    bail!(why);
                 }
             }
             if Instant::now() > deadline {
@@ -633,6 +673,40 @@ impl Drop for Ensemble {
     fn drop(&mut self) {
         for i in 0..self.members.len() {
             self.kill(i);
+        }
+    }
+}
+
+/// A member could not bind a port it was given ("Address already in use").
+#[derive(Debug)]
+struct PortTaken(String);
+
+impl std::fmt::Display for PortTaken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PortTaken {}
+
+/// `start`, tried again on new ports (three times at most) while a member could not
+/// bind one it was given: each port is free when chosen and held until the members
+/// start, but between its release and the member's bind (a JVM's start, a second or
+/// two) another socket on the machine can take it (another test's listener, or an
+/// outgoing connection's ephemeral port): seen once in ten runs of the `fenced-lab`
+/// suite, its tests in parallel.
+fn on_free_ports(start: impl Fn() -> Result<Ensemble>) -> Result<Ensemble> {
+    let mut attempt = 1;
+    loop {
+        match start() {
+            Err(e) if attempt < 3 && e.is::<PortTaken>() => {
+                eprintln!(
+                    "ensemble: {}; starting again on new ports",
+                    e.to_string().lines().next().unwrap_or_default()
+                );
+                attempt += 1;
+            }
+            started => return started,
         }
     }
 }
@@ -761,6 +835,19 @@ mod router {
     }
 }
 
+/// The servers' class path: ZooKeeper's jar, and slf4j's simple logger when it is
+/// there (Debian's `libslf4j-java`, which ZooKeeper's package pulls in, ships it but
+/// the jar's manifest names only slf4j's API, so without it the servers log nothing):
+/// each member's log then says what its election and quorum connections do.
+fn zk_classpath() -> String {
+    const SIMPLE_LOGGER: &str = "/usr/share/java/slf4j-simple.jar";
+    if Path::new(SIMPLE_LOGGER).exists() {
+        format!("{ZOOKEEPER_JAR}:{SIMPLE_LOGGER}")
+    } else {
+        ZOOKEEPER_JAR.to_owned()
+    }
+}
+
 /// Server i's `zoo.cfg`: its data directory and client port, and `view[j]`, the
 /// (quorum, election) ports at which it reaches server j+1 (for j = i, the ports it
 /// binds; for the others, the proxies of its links to them).
@@ -845,43 +932,65 @@ mod tests {
         }
     }
 
+    /// The member of `among` that says it leads in the highest term, if that term is
+    /// later than `after` (any, when `None`), and its term; waits up to `timeout` for
+    /// one, then panics with `what` and the members' logs. A leader that was frozen
+    /// and has just been thawed can still say it leads, in its old term, until it
+    /// notices it has lost its followers: only a later term shows a new leader.
+    fn leader_after(e: &Ensemble, among: &[usize], after: Option<u64>, timeout: Duration, what: &str) -> (u64, usize) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let newest = among
+                .iter()
+                .filter(|&&i| e.running(i))
+                .filter_map(|&i| Some((term_if_leader(e.kind, e.members[i].client)?, i)))
+                .max();
+            if let Some((term, i)) = newest.filter(|&(term, _)| after.is_none_or(|a| term > a)) {
+                return (term, i);
+            }
+            assert!(Instant::now() < deadline, "{what} within {timeout:?}{}", e.tails());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// The handle's faults on a live ensemble: one leader; kill -9 of it brings
-    /// another; the killed member restarts and serves; a frozen leader is replaced
-    /// (when `freeze`); a leader cut off behind its link proxies is replaced.
+    /// another, in a later term; the killed member restarts and serves; a frozen leader
+    /// is replaced in a later term (when `freeze`); a leader cut off behind its link
+    /// proxies is replaced by one of the other two, in a later term. etcd and ZooKeeper
+    /// only: Fenced's `/readyz` has no term.
     fn exercise(mut e: Ensemble, freeze: bool) {
         assert_eq!(e.len(), 3);
-        let first = e.wait_leader(Duration::from_secs(20)).unwrap();
+        let all = [0, 1, 2];
+        let (term, first) = leader_after(&e, &all, None, Duration::from_secs(20), "no leader");
         let leaders = (0..3).filter(|&i| e.leads(i)).count();
         assert_eq!(leaders, 1, "one leader, not {leaders}");
         e.kill(first);
         assert!(!e.running(first));
-        let second = e.wait_leader(Duration::from_secs(30)).unwrap();
+        let (term, second) =
+            leader_after(&e, &all, Some(term), Duration::from_secs(30), "no new leader after a kill -9 of the leader");
         assert_ne!(second, first, "a killed member cannot lead");
         e.restart(first).unwrap();
         e.quorum_write().unwrap();
         if freeze {
             e.pause(second).unwrap();
-            let third = e.wait_leader(e.kind.election_timeout() * 10).unwrap();
-            assert_ne!(third, second, "a frozen leader was not replaced");
+            let others: Vec<usize> = (0..3).filter(|&i| i != second).collect();
+            let timeout = e.kind.election_timeout() * 10;
+            let (_, third) = leader_after(&e, &others, Some(term), timeout, "a frozen leader was not replaced");
+            assert_ne!(third, second);
             e.resume(second).unwrap();
             e.quorum_write().unwrap();
         }
         // Cut off behind its link proxies, a leader is replaced by the other two; once
-        // healed, the ensemble takes writes again.
-        let fourth = e.wait_leader(e.kind.election_timeout() * 10).unwrap();
+        // healed, the ensemble takes writes again. The leader cut off is the one in the
+        // highest term (a thawed one may still say it leads, in its old term).
+        let (term, fourth) = leader_after(&e, &all, None, e.kind.election_timeout() * 10, "no leader");
         let rest: Vec<usize> = (0..3).filter(|&i| i != fourth).collect();
         let cut = e.cut(&[fourth], &rest, true);
         assert_eq!(cut.len(), 4, "{cut:?}");
         let probe = e.probe();
-        let deadline = Instant::now() + e.kind.election_timeout() * 10;
-        let fifth = loop {
-            let leaders: Vec<usize> = rest.iter().copied().filter(|&i| e.leads(i)).collect();
-            if let Some(&l) = leaders.first() {
-                break l;
-            }
-            assert!(Instant::now() < deadline, "the isolated leader {fourth} was not replaced{}", e.tails());
-            std::thread::sleep(Duration::from_millis(100));
-        };
+        let what =
+            format!("the isolated leader {fourth} (term {term}) was not replaced by one of {rest:?} in a later term");
+        let (_, fifth) = leader_after(&e, &rest, Some(term), e.kind.election_timeout() * 10, &what);
         assert!(probe.leader_term().is_some(), "the probe sees a leader");
         e.heal();
         let healed = Instant::now() + Duration::from_secs(30);
@@ -916,13 +1025,16 @@ mod tests {
         }
     }
 
-    // With the ensemble's link proxies, ZooKeeper's two live servers sometimes elect no
-    // leader: within 40 s after a frozen leader in 2 of 5 runs, within 30 s after a
-    // killed one in a CI run (2026-12-01, not understood; RELIABILITY.md, *Limits*).
-    // Run by hand; the torture's ZooKeeper runs in CI assert the gate's safety, which
-    // does not rest on the ensemble electing quickly.
+    // Behind the link proxies, ZooKeeper's two live servers used to elect no leader for
+    // 20 s and more, at times (2 of 5 runs after a frozen leader, 1 CI run after a
+    // killed one): a follower that reached its new leader's proxy before the leader had
+    // bound its quorum port saw its connection close, not refused, and ran a new
+    // election instead of trying again (`ZK_LINK_PATIENCE`; RELIABILITY.md). Run alone
+    // on a shared 2-core machine (2026-12-04): 5 of 6 failed without the patience; with
+    // it, 30 of 30 passed in three batches of 10 (with the later-term checks and the
+    // port retry in the last), 9 to 15 s each; in the whole suite, 19 of 20 (the other
+    // run's ensemble never started: a port taken, now retried).
     #[test]
-    #[ignore = "ZooKeeper behind the link proxies sometimes elects no leader (RELIABILITY.md, Limits)"]
     fn a_zookeeper_ensemble_elects_again_when_its_leader_is_killed_or_frozen() {
         if let Some(e) = started(Ensemble::zookeeper(3, Links::Proxied)) {
             exercise(e, true);

@@ -8,6 +8,13 @@
 //! A proxy can also be *blocked*: every connection through it is cut at once and new
 //! ones are closed as soon as they are accepted, until it is unblocked (a partitioned
 //! link: the cluster nemesis puts one proxy on each directed link between members).
+//!
+//! A proxy accepts a connection before it knows whether its upstream will: where a
+//! direct connection would be refused (nothing listens there, or not yet), the client
+//! sees one that opened and then closed. [`DelayProxy::start`] closes it at once;
+//! [`DelayProxy::start_patient`] first tries upstream again for a while, as a client
+//! that retries a refused connection would (ZooKeeper's followers do: see
+//! `crate::ensemble`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,8 +40,17 @@ pub struct DelayProxy {
 }
 
 impl DelayProxy {
-    /// Listens on a free loopback port and forwards every connection to `upstream`.
+    /// Listens on a free loopback port and forwards every connection to `upstream`; one
+    /// that upstream refuses is closed at once.
     pub async fn start(upstream: SocketAddr) -> Result<DelayProxy> {
+        DelayProxy::start_patient(upstream, Duration::ZERO).await
+    }
+
+    /// [`DelayProxy::start`], but a connection that upstream refuses is held while the
+    /// proxy tries upstream again, every [`RETRY_EVERY`], for up to `patience`; only
+    /// then is it closed. Its bytes wait meanwhile, and go through once upstream
+    /// accepts.
+    pub async fn start_patient(upstream: SocketAddr, patience: Duration) -> Result<DelayProxy> {
         let listener = TcpListener::bind("127.0.0.1:0").await.context("bind the proxy")?;
         let addr = listener.local_addr()?;
         let delay_ms = Arc::new(AtomicU64::new(0));
@@ -52,8 +68,9 @@ impl DelayProxy {
                 let mut cut = block.subscribe();
                 conns.spawn(async move {
                     let relay = async {
-                        // Upstream down (a crashed server): the client sees its connection close.
-                        if let Ok(up) = TcpStream::connect(upstream).await {
+                        // Upstream down (a crashed server, or one not listening yet) past
+                        // the patience: the client sees its connection close.
+                        if let Some(up) = connect_within(upstream, patience).await {
                             let _ = (down.set_nodelay(true), up.set_nodelay(true));
                             let (dr, dw) = down.into_split();
                             let (ur, uw) = up.into_split();
@@ -95,6 +112,22 @@ impl Drop for DelayProxy {
     fn drop(&mut self) {
         // Aborting the accept task drops its JoinSet, which aborts every connection.
         self.accept.abort();
+    }
+}
+
+/// How often a patient proxy tries again an upstream that refused.
+pub const RETRY_EVERY: Duration = Duration::from_millis(50);
+
+/// A connection to `upstream`, tried again every [`RETRY_EVERY`] while it is refused,
+/// for up to `patience`; `None` if it never is accepted.
+async fn connect_within(upstream: SocketAddr, patience: Duration) -> Option<TcpStream> {
+    let deadline = Instant::now() + patience;
+    loop {
+        match TcpStream::connect(upstream).await {
+            Ok(up) => return Some(up),
+            Err(_) if Instant::now() + RETRY_EVERY <= deadline => tokio::time::sleep(RETRY_EVERY).await,
+            Err(_) => return None,
+        }
     }
 }
 
@@ -153,6 +186,43 @@ mod tests {
         s.write_all(b"ping").await?;
         let mut buf = [0u8; 4];
         tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await.map_err(std::io::Error::other)?
+    }
+
+    /// A loopback address nothing listens on (for now).
+    fn vacant() -> SocketAddr {
+        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_upstream_that_refuses_closes_the_connection_at_once_unless_the_proxy_is_patient() {
+        let proxy = DelayProxy::start(vacant()).await.unwrap();
+        let mut c = TcpStream::connect(proxy.addr).await.unwrap();
+        let mut buf = [0u8; 4];
+        let read = tokio::time::timeout(Duration::from_secs(1), c.read(&mut buf)).await;
+        assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "not closed at once: {read:?}");
+
+        // Patient, the proxy holds the connection until upstream listens, and the bytes
+        // written meanwhile go through.
+        let upstream = vacant();
+        let proxy = DelayProxy::start_patient(upstream, Duration::from_secs(2)).await.unwrap();
+        let mut c = TcpStream::connect(proxy.addr).await.unwrap();
+        c.write_all(b"ping").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let l = TcpListener::bind(upstream).await.unwrap();
+        let (mut s, _) = tokio::time::timeout(Duration::from_secs(2), l.accept()).await.unwrap().unwrap();
+        s.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"ping");
+        s.write_all(b"pong").await.unwrap();
+        c.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"pong");
+
+        // Past its patience, it closes the connection.
+        let proxy = DelayProxy::start_patient(vacant(), Duration::from_millis(300)).await.unwrap();
+        let started = Instant::now();
+        let mut c = TcpStream::connect(proxy.addr).await.unwrap();
+        let read = tokio::time::timeout(Duration::from_secs(2), c.read(&mut buf)).await;
+        assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "not closed: {read:?}");
+        assert!(started.elapsed() >= Duration::from_millis(250), "closed after {:?}", started.elapsed());
     }
 
     #[tokio::test]
