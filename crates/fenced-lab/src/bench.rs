@@ -497,7 +497,7 @@ pub struct BenchReport {
 }
 
 /// Measures the zero-work ceiling of the log a Fenced server of one writes (a redb
-/// table, the server's adaptive linger), with this row's clients and duration, in the
+/// table, the server's default linger), with this row's clients and duration, in the
 /// directory the spawned servers keep their data in, and puts it and the row's share
 /// beside the row. A lock cycle is two commits, a store write one. Only for rows the
 /// ceiling models: a contended cycle waits for the holder before it, which the ceiling's

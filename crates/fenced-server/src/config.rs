@@ -233,7 +233,7 @@ impl Default for Config {
             body_timeout_ms: 30_000,
             body_bytes_in_flight_max: 64 << 20,
             proposal_bytes_max: fenced_raft::node::PROPOSAL_BYTES_MAX,
-            log_linger_percent: 50,
+            log_linger_percent: 0,
             lab_api: true,
             store_keys_max: 1_000_000,
             store_bytes_max: 1 << 30,

@@ -5,7 +5,7 @@
 //! measures are a ceiling for any service that fsyncs before it answers, Fenced's
 //! cluster of one included, on this disk with this many clients. `fenced bench` runs
 //! it beside each Fenced row ([`CeilingConfig::server_log`]: the log Fenced writes, a
-//! redb table with the server's adaptive linger); `examples/disk_ceiling.rs` runs every
+//! redb table written as the server writes it); `examples/disk_ceiling.rs` runs every
 //! variant below.
 //!
 //! [`Log::File`]: each group is one `write` into the log file and one `fdatasync` (the
@@ -87,8 +87,8 @@ pub struct CeilingConfig {
 }
 
 impl CeilingConfig {
-    /// The log a Fenced server of one writes: a redb table, the adaptive linger at the
-    /// server's default (`log_linger_percent` 50).
+    /// The log a Fenced server of one writes: a redb table, with the server's default
+    /// linger (`log_linger_percent` 0: none).
     pub fn server_log(clients: usize, duration: Duration, dir: &Path) -> CeilingConfig {
         CeilingConfig {
             clients,
@@ -97,7 +97,7 @@ impl CeilingConfig {
             members: 1,
             writers: 1,
             linger: Duration::ZERO,
-            linger_frac: 0.5,
+            linger_frac: 0.0,
             dir: dir.to_path_buf(),
         }
     }
