@@ -3,10 +3,11 @@
 //! Every change to the lock service is a [`Command`] applied at a timestamp
 //! (`LockTable::apply`); the [`Output`] is complete: the answer to every request that
 //! got one (by [`RequestId`], the command's own and queued acquires that ended), the
-//! events observers see, and what must be durable before any of it leaves the driver.
-//! The driver executes the output its own way: the server writes `persist` and then
-//! answers sockets, the simulator turns answers into messages. A replicated log can
-//! carry the same commands, with the leader's timestamp, to every replica.
+//! events observers see, and the acquires left waiting. Nothing in it asks to be made
+//! durable: the log of commands is what is durable (the server answers only after a
+//! command's log entry is committed, and a restart applies the log again). The driver
+//! executes the output its own way: the server answers sockets and publishes events,
+//! the simulator turns answers into messages.
 
 use crate::error::Error;
 use crate::store::{StoreAnswer, StoreCommand};
@@ -175,27 +176,6 @@ pub enum Answer {
     Store(StoreAnswer),
 }
 
-/// What the lock table needs made durable, so that a restart keeps its promises.
-#[derive(Clone, PartialEq, Eq, Debug)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-pub enum Persist {
-    /// Every token issued is below this.
-    TokenCeiling(u64),
-    /// No lease that could hold a lock has a longer TTL: the crash grace.
-    TtlMsHwm(u64),
-    /// The lock-delay a lock must serve after a restart (its holder's lease may expire
-    /// meanwhile); `None` forgets it.
-    LockDelay { name: LockName, lock_delay_ms: Option<u64> },
-}
-
-impl Persist {
-    /// True when answers must wait for this write. Forgetting a lock-delay only makes a
-    /// restart more cautious than it needs to be, so it may be written lazily.
-    pub fn is_urgent(&self) -> bool {
-        !matches!(self, Persist::LockDelay { lock_delay_ms: None, .. })
-    }
-}
-
 /// Everything one `apply` produced, in order.
 #[derive(Clone, Debug, Default)]
 pub struct Output {
@@ -211,9 +191,6 @@ pub struct Output {
     /// The acquires that now wait in a lock's queue with no answer yet: their answer
     /// comes in a later output (a grant, or a wait's end), or never (withdrawn).
     pub queued: Vec<RequestId>,
-    /// To write, in order, before any answer or effect leaves the driver (when one of
-    /// them is urgent) or soon (when none is).
-    pub persist: Vec<Persist>,
 }
 
 impl Output {
@@ -221,7 +198,6 @@ impl Output {
         self.answers.clear();
         self.effects.clear();
         self.queued.clear();
-        self.persist.clear();
     }
 
     /// The position of `effects[i]` (the first effect a table ever produced is 1).
@@ -229,29 +205,9 @@ impl Output {
         self.effects_through - (self.effects.len() - 1 - i) as u64
     }
 
-    /// True when answers must wait for `persist` to be durable.
-    pub fn needs_sync(&self) -> bool {
-        self.persist.iter().any(Persist::is_urgent)
-    }
-
     /// The answer to `request`, if this output has one.
     pub fn take_answer(&mut self, request: RequestId) -> Option<Result<Answer, Error>> {
         let i = self.answers.iter().position(|(r, _)| *r == request)?;
         Some(self.answers.remove(i).1)
     }
-}
-
-/// What a table starts from: the durable state a previous run left behind (the
-/// default, for a fresh service).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Durable {
-    /// Every token issued before is below this (0 on a fresh service).
-    pub token_ceiling: u64,
-    /// The largest TTL of any lease that could have held a lock.
-    pub ttl_ms_hwm: u64,
-    /// Set when the previous run shut down cleanly: the longest a lease of it could
-    /// still live, measured at that shutdown.
-    pub clean_grace_ms: Option<u64>,
-    /// Locks that may owe a lock-delay.
-    pub lock_delays: Vec<(LockName, u64)>,
 }

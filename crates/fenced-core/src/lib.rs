@@ -15,12 +15,11 @@ pub mod table;
 mod types;
 
 pub use command::{
-    Acquire, AcquireAll, Answer, Command, Durable, LeaseRef, Output, Persist, RequestId, HOLDER_BYTES_MAX,
-    LOCK_NAMES_MAX,
+    Acquire, AcquireAll, Answer, Command, LeaseRef, Output, RequestId, HOLDER_BYTES_MAX, LOCK_NAMES_MAX,
 };
 pub use error::Error;
 pub use gate::{Admission, FenceGate, Op};
 pub use replica::Batch;
 pub use store::{Quota, Quotas, Record, Store, StoreAnswer, StoreCommand};
-pub use table::{Effect, Grant, LeaseInfo, Limits, LockInfo, LockTable, ReleaseReason, StoreOutcome, WaitEnd};
+pub use table::{Effect, Grant, LeaseInfo, Limits, LockInfo, LockTable, ReleaseReason, Resume, StoreOutcome, WaitEnd};
 pub use types::{duration_ms, grant_message, hex, unhex, LeaseId, LockName, NameError, Token};

@@ -81,7 +81,6 @@ pub(crate) fn speculate(
     let Some((_, table)) = slot.as_mut() else { return };
     let mut out = Output::default();
     table.apply_batch(Batch { items: items.to_vec(), now_ms }, &mut out, |out| {
-        out.persist.clear();
         out.effects.clear();
         out.queued.clear();
         sm.sink().applied(out);
@@ -95,10 +94,7 @@ pub(crate) fn answer_locally(sm: &StateMachine, request: RequestId, cmd: Command
     let mut st = sm.state();
     let now_ms = st.table.now_ms();
     let mut out = Output::default();
-    st.table.apply_batch(Batch::one(request, cmd, now_ms), &mut out, |out| {
-        out.persist.clear();
-        sm.sink().applied(out);
-    });
+    st.table.apply_batch(Batch::one(request, cmd, now_ms), &mut out, |out| sm.sink().applied(out));
 }
 
 /// A clock rate that can change while the node runs: the local clock is piecewise

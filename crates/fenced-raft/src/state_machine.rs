@@ -8,8 +8,9 @@
 //! reads a clock.
 //!
 //! What an apply produced goes to the node's [`Applied`] sink: the server routes
-//! answers to the callers waiting on this node and publishes events. The table's
-//! `Persist` requests are dropped: in the replicated service the log is what is durable.
+//! answers to the callers waiting on this node and publishes events. The log is what is
+//! durable: an entry is applied only once it is committed, and a restart applies it
+//! again.
 //!
 //! The table lives in memory. Snapshots (the serialized table, its last applied log id
 //! and membership, taken under one lock so they agree) are kept in `raft.redb`; after a
@@ -77,8 +78,25 @@ struct SnapshotBody {
 pub(crate) fn encode_table(table: &LockTable) -> io::Result<Vec<u8>> {
     #[derive(serde::Serialize)]
     struct Ref<'t> {
-        table: &'t LockTable,
+        table: Retired<'t>,
     }
+    /// The table with the four fields of the retired durability model (the token
+    /// ceiling and its block, the TTL mark, the lock-delay records). Releases before
+    /// their removal require them in a snapshot, though in the log they only fed
+    /// `Persist` writes that this state machine dropped: written with values that change
+    /// nothing there, so that such a member can still install a snapshot of this one
+    /// during a rolling upgrade. Never read here (unknown fields are skipped). Drop them
+    /// once no such release is in service.
+    #[derive(serde::Serialize)]
+    struct Retired<'t> {
+        #[serde(flatten)]
+        table: &'t LockTable,
+        ceiling: u64,
+        token_block: u64,
+        ttl_ms_hwm: u64,
+        delay_records: std::collections::BTreeMap<String, u64>,
+    }
+    let table = Retired { table, ceiling: 0, token_block: 1, ttl_ms_hwm: 0, delay_records: Default::default() };
     serde_json::to_vec(&Ref { table }).map_err(io_err)
 }
 
@@ -167,10 +185,7 @@ impl StateMachine {
     }
 
     fn apply_batch(&self, st: &mut SmState, batch: Batch, out: &mut Output) {
-        st.table.apply_batch(batch, out, |out| {
-            out.persist.clear();
-            self.sink.applied(out);
-        });
+        st.table.apply_batch(batch, out, |out| self.sink.applied(out));
     }
 
     fn snapshot_now(&self) -> io::Result<Snapshot> {
@@ -440,5 +455,21 @@ mod tests {
             }
         }
         assert!(caught >= 20, "the hash tells a replica without Promote apart in {caught} of 40 logs");
+    }
+
+    /// A snapshot still carries the fields of the retired durability model that earlier
+    /// releases require (a rolling upgrade), and decodes here to the same state.
+    #[test]
+    fn a_snapshot_carries_the_retired_fields_earlier_releases_require() {
+        let mut table = LockTable::new(Limits::default());
+        let lease = fenced_core::LeaseId(7);
+        table.apply(RequestId(1), fenced_core::Command::GrantLease { lease, ttl_ms: 1_000 }, 5);
+        let bytes = super::encode_table(&table).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        for field in ["ceiling", "token_block", "ttl_ms_hwm", "delay_records", "first_token", "leases"] {
+            assert!(v["table"].get(field).is_some(), "{field} in {v}");
+        }
+        let back = super::decode_table(&bytes, &Limits::default()).unwrap();
+        assert_eq!(state_hash(&back).unwrap(), state_hash(&table).unwrap());
     }
 }

@@ -144,9 +144,10 @@ pub struct Config {
     /// it runs simulations on the lock server's own cores (bounded, but an operator of a
     /// production server may want none of it).
     pub lab_api: bool,
-    /// Only for migrating a data directory of the single-node format (before the
-    /// replicated log): the token block that format reserved. Tokens now live in the log.
-    pub token_block: u64,
+    /// Settings of [`RETIRED_SETTINGS`] the config file set: ignored, and logged as
+    /// such when the server starts. Not a setting.
+    #[serde(skip)]
+    pub ignored_settings: Vec<String>,
     /// Fenced-store keys starting with this take writes without a `Fencing-Token`
     /// (last writer wins, no mark kept). Empty, the default: every key is fenced. For
     /// demonstrating what fencing prevents (`fenced demo --fencing off`), not for data
@@ -238,7 +239,7 @@ impl Default for Config {
             store_keys_max: 1_000_000,
             store_bytes_max: 1 << 30,
             min_free_bytes: 64 << 20,
-            token_block: 1_000_000,
+            ignored_settings: Vec::new(),
             unfenced_prefix: String::new(),
             node_id: 1,
             peers: String::new(),
@@ -251,6 +252,14 @@ impl Default for Config {
         }
     }
 }
+
+/// Settings a config file may still hold from earlier releases, which no longer mean
+/// anything: `token_block` (the tokens the single-node format reserved per durable
+/// ceiling write; tokens now live in the replicated log, and a migration continues from
+/// the old ceiling without it). A file that sets one loads, and the server logs that it
+/// is ignored: refusing to start over a setting that would change nothing would turn an
+/// upgrade into an outage, which the refusal of unknown settings (a typo) is not for.
+pub const RETIRED_SETTINGS: &[&str] = &["token_block"];
 
 /// A configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -272,9 +281,14 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         let mut table = toml::Table::try_from(Config::default()).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let keys: Vec<String> = Config::keys();
+        let mut ignored = Vec::new();
         if let Some(text) = file_text {
             let file: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Invalid(e.to_string()))?;
             for (k, v) in file {
+                if RETIRED_SETTINGS.contains(&k.as_str()) {
+                    ignored.push(k);
+                    continue;
+                }
                 if !keys.contains(&k) {
                     return Err(ConfigError::Invalid(format!("unknown setting '{k}' in the config file")));
                 }
@@ -290,8 +304,9 @@ impl Config {
         for (key, raw) in flags {
             table.insert(key.to_string(), typed(key, raw)?);
         }
-        let config: Config =
+        let mut config: Config =
             toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| ConfigError::Invalid(e.to_string()))?;
+        config.ignored_settings = ignored;
         config.validate()?;
         Ok(config)
     }
@@ -350,9 +365,6 @@ impl Config {
         }
         if self.value_bytes_max > self.body_bytes_max {
             return bad("value_bytes_max must not exceed body_bytes_max");
-        }
-        if self.token_block == 0 || self.token_block > 1 << 40 {
-            return bad("token_block must be between 1 and 2^40");
         }
         if self.unfenced_prefix.chars().any(char::is_control) {
             return bad("unfenced_prefix must not hold control characters");
@@ -588,6 +600,15 @@ fn typed(key: &str, raw: &str) -> Result<toml::Value, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_retired_setting_in_the_file_is_ignored_and_named_an_unknown_one_refused() {
+        let c = Config::layered(Some("token_block = 1000\nttl_ms_max = 6000"), vec![], &[]).unwrap();
+        assert_eq!((c.ignored_settings.as_slice(), c.ttl_ms_max), (&["token_block".to_string()][..], 6000));
+        assert!(!c.to_toml().contains("token_block"), "not a setting any more");
+        let e = Config::layered(Some("token_blok = 1000"), vec![], &[]).unwrap_err();
+        assert!(e.to_string().contains("unknown setting 'token_blok'"), "{e}");
+    }
 
     #[test]
     fn precedence_flags_env_file_defaults() {

@@ -37,7 +37,6 @@ pub use config::{Config, ConfigError};
 
 use crate::locks::Locks;
 use crate::metrics::Metrics;
-use fenced_store::StoreError;
 
 /// The OpenAPI 3.1 document a server with `config` serves at `/openapi.json`.
 pub fn openapi_json(config: &Config) -> String {
@@ -46,8 +45,6 @@ pub fn openapi_json(config: &Config) -> String {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("{0}")]
@@ -105,6 +102,13 @@ pub async fn run_with_wire(
         ),
     };
 
+    for setting in &config.ignored_settings {
+        tracing::warn!(
+            setting = %setting,
+            "ignored: a setting of the retired single-node durability model (tokens and lock-delays live in the \
+             replicated log); remove it from the config file"
+        );
+    }
     format::check_or_create(&config.data_dir).map_err(ServerError::Setup)?;
     let mut old = migrate::read(&config)?;
     let scheme = if config.peer_tls() { "https" } else { "http" };

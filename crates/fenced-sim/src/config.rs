@@ -27,7 +27,7 @@ pub enum Scenario {
     ClockDrift,
     /// Chubby's lock-delay after an expiry.
     LockDelay,
-    /// The lock service crashes and restarts from what it made durable.
+    /// The lock service crashes and restarts from its snapshot and its log.
     ServiceCrash,
     /// A replicated lock service that fails over on a timeout, without a majority.
     SplitBrain,
@@ -90,7 +90,7 @@ impl Scenario {
             }
             Scenario::LockDelay => "Chubby's lock-delay after an expiry, fencing off: zombie writes rarer, never zero",
             Scenario::ServiceCrash => {
-                "the lock service crashes and restarts from its durable state: tokens never go back"
+                "the lock service crashes and restarts from its snapshot and log: tokens never go back"
             }
             Scenario::SplitBrain => {
                 "a primary-backup lock service fails over on a timeout, without a majority: two holders, same tokens"
@@ -171,8 +171,8 @@ impl ServiceClock {
 /// What a crashed lock service restarts from.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum ServiceRestart {
-    /// What it made durable (`LockTable::recover`): the token ceiling, the TTL mark,
-    /// lock-delays.
+    /// Its durable state, as the server restarts: the last snapshot of its table, the
+    /// log after it applied again, then `Command::Promote`.
     Durable,
     /// Nothing, as if its disk were lost: the negative control, tokens start again.
     Empty,

@@ -91,7 +91,8 @@ pub struct Summary {
     pub delayed_messages: u64,
     /// Second copies of writes that the resource recognised and did not apply again.
     pub duplicates_absorbed: u64,
-    /// Lock service crashes, and whether it restarted from its durable state.
+    /// Lock service crashes, and whether it restarted from its durable state (its
+    /// snapshot and log) or from nothing.
     pub service_crashes: Option<u64>,
     pub service_restart_durable: bool,
     pub replication: Option<Replication>,

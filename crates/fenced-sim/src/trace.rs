@@ -41,7 +41,7 @@ pub enum Kind {
     ClockStep,
     /// The lock service crashed; everything it held in memory is gone.
     ServiceCrash,
-    /// The lock service started again from what it had made durable.
+    /// The lock service started again (from its snapshot and log, or from nothing).
     ServiceRestart,
     /// The replicas were cut apart, the clients with them (even ones stay with the
     /// leader of the moment, odd ones with the other replicas).

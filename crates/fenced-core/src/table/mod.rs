@@ -1,10 +1,10 @@
 //! The lock table: leases, exclusive named locks, FIFO waiters and token minting, and
 //! every rule of the lock service (implicit leases, twin requests of one lease,
-//! lock-delay, the restart grace, the token ceiling).
+//! lock-delay, `Promote`, and the start-up grace of a migrated data directory).
 //!
 //! A deterministic state machine: the only way to change it is [`LockTable::apply`],
 //! one [`Command`] at a timestamp, whose [`Output`] says everything that happened
-//! (answers by request, effects, what must be durable). Views borrow `&self`, never
+//! (answers by request, effects, queued acquires). Views borrow `&self`, never
 //! move time and never change anything; the table tells the driver its next deadline
 //! (`poll_timeout`) and the driver applies [`Command::Tick`] then (quinn-proto's four
 //! kinds of method, openraft's engine/runtime split).
@@ -18,9 +18,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use rustc_hash::FxBuildHasher;
 
-use crate::command::{
-    Acquire, AcquireAll, Answer, Command, Durable, LeaseRef, Output, Persist, RequestId, LOCK_NAMES_MAX,
-};
+use crate::command::{Acquire, AcquireAll, Answer, Command, LeaseRef, Output, RequestId, LOCK_NAMES_MAX};
 use crate::error::Error;
 use crate::store::{Store, StoreCommand};
 use crate::{LeaseId, LockName, Token};
@@ -206,6 +204,20 @@ impl Waiter {
     }
 }
 
+/// Where a table starts that continues a service whose state is not in a log: a data
+/// directory of the single-node format, migrated into the log once (the server's
+/// `migrate`, which reads that format). The previous run's leases are unknown, so it
+/// grants nothing for a while; everything else it knew is in these fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resume {
+    /// The first token the table mints: every token below it counts as issued.
+    pub next_token: Token,
+    /// Nothing is granted before this time on the table's clock (which starts at 0).
+    pub grants_resume_at_ms: u64,
+    /// Locks nobody is granted before a time (lock-delays the previous run may owe).
+    pub blocked_until: Vec<(LockName, u64)>,
+}
+
 /// The lock table. See the module documentation.
 #[derive(Clone, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -219,14 +231,6 @@ pub struct LockTable {
     last_token: Option<Token>,
     /// The first token of this run: everything below may have been issued before.
     first_token: Token,
-    /// Every token below this is covered by a durable ceiling.
-    ceiling: u64,
-    /// How far above the last token a new ceiling goes.
-    token_block: u64,
-    /// The durable TTL high-water mark.
-    ttl_ms_hwm: u64,
-    /// Locks with a durable lock-delay record, and its length.
-    delay_records: HashMap<LockName, u64, FxBuildHasher>,
     /// Start-up grace: nothing is granted before this time.
     grants_resume_at_ms: u64,
     leases: HashMap<LeaseId, Lease, FxBuildHasher>,
@@ -264,28 +268,22 @@ pub struct LockTable {
 }
 
 impl LockTable {
-    /// A table starting from what a previous run left (`Durable::default()` for a fresh
-    /// service), with its clock at 0. Returns the writes the driver must make durable
-    /// before it serves: the new token ceiling, `token_block` above the old one.
-    ///
-    /// The start-up grace is one maximal TTL after a crash (every lease of the previous
-    /// run has expired by then), the recorded one after a clean shutdown; a lock that
-    /// may owe a lock-delay is blocked for its delay past the grace.
-    pub fn recover(limits: Limits, token_block: u64, durable: Durable) -> (LockTable, Vec<Persist>) {
-        let token_block = token_block.max(1);
-        let first = Token::new(durable.token_ceiling.max(1)).expect("at least 1");
-        let grace_ms = durable.clean_grace_ms.unwrap_or(durable.ttl_ms_hwm);
-        let ceiling = first.get() + token_block;
+    /// A fresh table: no grace, tokens from 1, its clock at 0.
+    pub fn new(limits: Limits) -> LockTable {
+        let fresh = Resume { next_token: Token::new(1).expect("not 0"), grants_resume_at_ms: 0, blocked_until: vec![] };
+        LockTable::resume(limits, fresh)
+    }
+
+    /// A table that continues a service whose state is not in a log (see [`Resume`]),
+    /// with its clock at 0.
+    pub fn resume(limits: Limits, from: Resume) -> LockTable {
+        let Resume { next_token: first, grants_resume_at_ms: grace_ms, blocked_until } = from;
         let mut t = LockTable {
             limits,
             now_ms: 0,
             next_token: first,
             last_token: None,
             first_token: first,
-            ceiling,
-            token_block,
-            ttl_ms_hwm: durable.ttl_ms_hwm,
-            delay_records: HashMap::default(),
             grants_resume_at_ms: grace_ms,
             leases: HashMap::default(),
             locks: BTreeMap::new(),
@@ -303,18 +301,11 @@ impl LockTable {
         if grace_ms > 0 {
             t.timers.push(grace_ms, Timer::GrantsResume);
         }
-        for (name, delay_ms) in durable.lock_delays {
-            let until = grace_ms + delay_ms;
+        for (name, until) in blocked_until {
             t.locks.insert(name.clone(), Lock { blocked_until_ms: until, ..Lock::default() });
-            t.timers.push(until, Timer::LockDelayEnds(name.clone()));
-            t.delay_records.insert(name, delay_ms);
+            t.timers.push(until, Timer::LockDelayEnds(name));
         }
-        (t, vec![Persist::TokenCeiling(ceiling)])
-    }
-
-    /// A fresh table, for the simulator and tests: no grace, tokens from 1.
-    pub fn new(limits: Limits) -> LockTable {
-        LockTable::recover(limits, u64::MAX / 4, Durable::default()).0
+        t
     }
 
     /// Applies one command at `now_ms` (never earlier than the last one's).
@@ -371,7 +362,6 @@ impl LockTable {
         self.effects_seq += self.out.effects.len() as u64;
         out.effects.append(&mut self.out.effects);
         out.effects_through = self.effects_seq;
-        out.persist.append(&mut self.out.persist);
     }
 
     /// A store command, and for a fenced one the gate's decision as an effect (the
@@ -429,8 +419,9 @@ impl LockTable {
         self.last_token
     }
 
-    /// The highest token the service may have issued, in this run or before (after a
-    /// restart only the ceiling is known, so this errs high, never low).
+    /// The highest token the service may have issued, in this table or before it (a
+    /// resumed table counts every token below its first as issued: this errs high,
+    /// never low).
     pub fn highest_issued(&self) -> Option<Token> {
         self.last_token.or(Token::new(self.first_token.get() - 1))
     }
@@ -475,11 +466,6 @@ impl LockTable {
     /// current is read after one.
     pub fn is_due(&self, now_ms: u64) -> bool {
         self.poll_timeout().is_some_and(|t| t <= now_ms)
-    }
-
-    /// The clean-shutdown record: with no live lease, the next start needs no grace.
-    pub fn clean_shutdown_grace_ms(&self) -> Option<u64> {
-        self.leases.is_empty().then_some(0)
     }
 
     pub fn lease(&self, id: LeaseId) -> Option<LeaseInfo> {
@@ -534,8 +520,6 @@ impl LockTable {
         let lease = Lease { ttl_ms, expires_at_ms, pending_for: None, implicit: false, held: vec![], waiting: vec![] };
         self.leases.insert(id, lease);
         self.push_timer(expires_at_ms, Timer::LeaseExpiry(id));
-        // A lease the caller holds may take a lock at any time: the grace covers it now.
-        self.raise_ttl_hwm(ttl_ms);
         Ok(LeaseInfo { id, ttl_ms, expires_at_ms })
     }
 
@@ -855,13 +839,6 @@ impl LockTable {
         now_ms >= self.grants_resume_at_ms
     }
 
-    fn raise_ttl_hwm(&mut self, ttl_ms: u64) {
-        if ttl_ms > self.ttl_ms_hwm {
-            self.ttl_ms_hwm = ttl_ms;
-            self.out.persist.push(Persist::TtlMsHwm(ttl_ms));
-        }
-    }
-
     /// Arms a timer, first sweeping out dead entries when they outnumber the live
     /// subjects (see `timers.rs`).
     fn push_timer(&mut self, at_ms: u64, timer: Timer) {
@@ -1143,9 +1120,8 @@ impl LockTable {
         if lease.pending_for.take().is_some() {
             // An implicit lease's TTL starts at its grant.
             lease.expires_at_ms = now_ms + lease.ttl_ms;
-            let (at, ttl_ms) = (lease.expires_at_ms, lease.ttl_ms);
+            let at = lease.expires_at_ms;
             self.push_timer(at, Timer::LeaseExpiry(w.lease));
-            self.raise_ttl_hwm(ttl_ms);
         }
         let single = names.len() == 1;
         let mut grants = Vec::with_capacity(names.len());
@@ -1219,15 +1195,11 @@ impl LockTable {
             .is_some_and(|l| l.holder.is_none() && l.queue.is_empty() && l.blocked_until_ms <= now_ms)
         {
             self.locks.remove(name);
-            if self.delay_records.remove(name).is_some() {
-                self.out.persist.push(Persist::LockDelay { name: name.clone(), lock_delay_ms: None });
-            }
         }
     }
 
     /// Mints the next token and makes `lease` the holder: the one place a token is
-    /// born. A grant with a lock-delay first makes the delay durable, so that a restart
-    /// cannot forget it.
+    /// born.
     fn install_holder(
         &mut self,
         name: LockName,
@@ -1241,14 +1213,6 @@ impl LockTable {
         assert!(self.last_token.is_none_or(|last| token > last), "token {token} not above {:?}", self.last_token);
         self.next_token = token.next();
         self.last_token = Some(token);
-        if token.get() >= self.ceiling {
-            self.ceiling = token.get() + self.token_block;
-            self.out.persist.push(Persist::TokenCeiling(self.ceiling));
-        }
-        if lock_delay_ms > 0 && self.delay_records.get(&name).is_none_or(|d| *d < lock_delay_ms) {
-            self.delay_records.insert(name.clone(), lock_delay_ms);
-            self.out.persist.push(Persist::LockDelay { name: name.clone(), lock_delay_ms: Some(lock_delay_ms) });
-        }
         let l = self.leases.get_mut(&lease).expect("a holder's lease is live");
         l.held.push(name.clone());
         let ttl_ms = l.ttl_ms;

@@ -1,7 +1,6 @@
 //! Tests of the lock table through its one input, `apply`, and its views.
 
 use super::*;
-use crate::command::Durable;
 
 const TTL: u64 = 1_000;
 
@@ -16,7 +15,6 @@ struct T {
     next: u64,
     effects: Vec<Effect>,
     answers: Vec<(RequestId, Result<Answer, Error>)>,
-    persist: Vec<Persist>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -28,7 +26,7 @@ enum AcquireOutcome {
 
 impl T {
     fn on(t: LockTable) -> T {
-        T { t, next: 0, effects: vec![], answers: vec![], persist: vec![] }
+        T { t, next: 0, effects: vec![], answers: vec![] }
     }
     fn run(&mut self, cmd: Command, now: u64) -> (RequestId, Option<Result<Answer, Error>>) {
         self.next += 1;
@@ -37,7 +35,6 @@ impl T {
         let own = out.take_answer(r);
         self.effects.extend(out.effects);
         self.answers.extend(out.answers);
-        self.persist.extend(out.persist);
         (r, own)
     }
     fn grant_lease(&mut self, id: LeaseId, ttl_ms: u64, now: u64) -> Result<LeaseInfo, Error> {
@@ -377,8 +374,8 @@ fn retried_waiter_of_the_same_lease_gets_the_same_grant() {
 
 #[test]
 fn start_up_grace_grants_nothing_until_it_ends() {
-    let durable = Durable { token_ceiling: 1_000, ttl_ms_hwm: 5_000, ..Durable::default() };
-    let mut t = T::on(LockTable::recover(Limits::default(), 100, durable).0);
+    let from = Resume { next_token: Token::new(1_000).unwrap(), grants_resume_at_ms: 5_000, blocked_until: vec![] };
+    let mut t = T::on(LockTable::resume(Limits::default(), from));
     t.grant_lease(LeaseId(1), TTL * 10, 0).unwrap();
     assert_eq!(t.grace_left_ms(10), 4_990);
     assert_eq!(t.acquire(acq("a", 1, 0), 10), Err(Error::Recovering { retry_after_ms: 4_990 }));
@@ -498,22 +495,19 @@ fn a_withdrawn_grant_nobody_else_was_told_is_given_back() {
 fn an_implicit_lease_exists_only_for_a_grant() {
     let mut t = table();
     t.grant_lease(LeaseId(1), TTL, 0).unwrap();
-    t.persist.clear();
     t.acquire(acq("x", 1, 0), 0).unwrap();
-    // Review defect 3: a refused try-lock creates nothing and raises nothing durable.
+    // Review defect 3: a refused try-lock creates nothing.
     assert_eq!(
         t.acquire(implicit("x", 9, 300_000, 0), 1).unwrap(),
         AcquireOutcome::NotGranted { holder: Token::new(1) }
     );
-    assert_eq!((t.lease_count(), &t.persist[..]), (1, &[][..]));
+    assert_eq!(t.lease_count(), 1);
     // Queued, it cannot expire while it waits, however long past its TTL.
     let AcquireOutcome::Queued(w) = t.acquire(implicit("x", 9, 200, 100_000), 1).unwrap() else { panic!() };
-    assert_eq!(t.persist, [], "nothing durable for a lease that holds nothing");
     t.keepalive(LeaseId(1), 900).unwrap();
     t.keepalive(LeaseId(1), 1_800).unwrap();
     t.release(&name("x"), LeaseId(1), 2_000).unwrap();
     assert_eq!(answers(&mut t), [format!("{} granted token=2", w.0)]);
-    assert_eq!(t.persist, [], "a TTL of 200 is under the mark already");
     // Its TTL starts at the grant.
     assert_eq!(t.lease(LeaseId(9), 2_000).unwrap().expires_at_ms, 2_200);
     assert_eq!(t.lease(LeaseId(9), 2_200), None);
@@ -541,37 +535,18 @@ fn an_implicit_grant_withdrawn_ends_its_lease() {
 }
 
 #[test]
-fn the_ttl_mark_rises_only_for_leases_that_can_hold() {
-    let mut t = table();
-    t.grant_lease(LeaseId(1), 2_000, 0).unwrap();
-    t.grant_lease(LeaseId(2), 1_000, 0).unwrap();
-    assert_eq!(granted_token(t.acquire(implicit("y", 3, 5_000, 0), 0).unwrap()), 1);
-    assert_eq!(t.persist, [Persist::TtlMsHwm(2_000), Persist::TtlMsHwm(5_000)]);
-}
-
-#[test]
-fn lock_delay_is_durable_and_survives_a_restart() {
-    // Review defect 2: TTL 1 s, lock-delay 30 s, the lease left to expire, a restart.
-    let mut t = table();
-    t.grant_lease(LeaseId(1), TTL, 0).unwrap();
-    t.persist.clear();
-    t.acquire(Acquire { lock_delay_ms: 30_000, ..acq("x", 1, 0) }, 0).unwrap();
-    let record = Persist::LockDelay { name: name("x"), lock_delay_ms: Some(30_000) };
-    assert_eq!(t.persist, std::slice::from_ref(&record));
-    assert!(record.is_urgent(), "the grant waits for it");
-    // The restart finds the record (a crash: one maximal TTL of grace first).
-    let durable =
-        Durable { token_ceiling: 50, ttl_ms_hwm: TTL, lock_delays: vec![(name("x"), 30_000)], ..Durable::default() };
-    let mut r = T::on(LockTable::recover(Limits::default(), 100, durable).0);
+fn a_resumed_table_serves_the_lock_delays_it_was_given() {
+    // Review defect 2: TTL 1 s, lock-delay 30 s, the lease left to expire, a restart of
+    // the single-node format, which the migration resumes: one maximal TTL of grace,
+    // then the delay.
+    let blocked_until = vec![(name("x"), TTL + 30_000)];
+    let from = Resume { next_token: Token::new(50).unwrap(), grants_resume_at_ms: TTL, blocked_until };
+    let mut r = T::on(LockTable::resume(Limits::default(), from));
     r.grant_lease(LeaseId(2), 60_000, 0).unwrap();
     assert_eq!(r.acquire(acq("x", 2, 0), 1_500).unwrap(), AcquireOutcome::NotGranted { holder: None });
     assert_eq!(r.lock(&name("x"), 1_500).unwrap().blocked_until_ms, Some(31_000));
-    assert_eq!(granted_token(r.acquire(acq("x", 2, 0), 31_000).unwrap()), 50);
-    // When the lock is forgotten, so is the record, lazily.
-    r.release(&name("x"), LeaseId(2), 31_001).unwrap();
-    let forget = Persist::LockDelay { name: name("x"), lock_delay_ms: None };
-    assert!(!forget.is_urgent());
-    assert_eq!(r.persist.last(), Some(&forget));
+    assert_eq!(granted_token(r.acquire(acq("y", 2, 0), 1_500).unwrap()), 50, "other locks are free");
+    assert_eq!(granted_token(r.acquire(acq("x", 2, 0), 31_000).unwrap()), 51);
 }
 
 #[test]
@@ -589,17 +564,14 @@ fn a_grant_lost_in_the_same_tick_is_not_answered_as_a_grant() {
 }
 
 #[test]
-fn tokens_are_covered_by_a_durable_ceiling_before_they_leave() {
-    let (t, first) = LockTable::recover(Limits::default(), 3, Durable { token_ceiling: 10, ..Durable::default() });
-    assert_eq!(first, [Persist::TokenCeiling(13)]);
-    let mut t = T::on(t);
-    assert_eq!(t.highest_issued(), Token::new(9), "after a restart, everything below the old ceiling");
+fn a_resumed_table_counts_every_token_below_its_first_as_issued() {
+    let from = Resume { next_token: Token::new(10).unwrap(), grants_resume_at_ms: 0, blocked_until: vec![] };
+    let mut t = T::on(LockTable::resume(Limits::default(), from));
+    assert_eq!(t.highest_issued(), Token::new(9), "everything below the old ceiling");
     t.grant_lease(LeaseId(1), TTL, 0).unwrap();
-    t.persist.clear();
     for (n, want) in [("a", 10), ("b", 11), ("c", 12), ("d", 13)] {
         assert_eq!(granted_token(t.acquire(acq(n, 1, 0), 0).unwrap()), want);
     }
-    assert_eq!(t.persist, [Persist::TokenCeiling(16)], "token 13 reached the ceiling");
     assert_eq!(t.highest_issued(), Token::new(13));
 }
 

@@ -57,6 +57,13 @@ fn tokens_stay_above_every_token_of_before_a_restart() {
     assert_eq!(g["token"].as_u64(), Some(last + 1), "the next token, no jump: {g}");
 }
 
+/// The `fenced.redb` files of the formats before this one, each written by that
+/// format's own code (the fenced store of the release before its removal) and kept:
+/// `single-node-format` (token ceiling 1,000, TTL mark 500 ms, a 20 s lock-delay record
+/// for `delayed`, key `k` = "old" and a mark on `marked`, both at token 900) and
+/// `store-beside-log` (`both` = "side" at token 1, `side` = "only" at token 7).
+const OLD_FORMATS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+
 /// A data directory of the format before the replicated log (token ceiling, TTL mark,
 /// a lock-delay record): migrated once, tokens continue above the old ceiling, the old
 /// rule's grace holds back grants once, the lock-delay is served, and the migrated
@@ -65,26 +72,8 @@ fn tokens_stay_above_every_token_of_before_a_restart() {
 fn a_single_node_directory_of_the_old_format_is_migrated() {
     let dir = std::env::temp_dir().join(format!("fenced-migrate-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(async {
-            let (store, _, writer) = fenced_store::Store::open(&dir).unwrap();
-            let name = fenced_core::LockName::new("delayed").unwrap();
-            store
-                .persist(vec![
-                    fenced_core::Persist::TokenCeiling(1_000),
-                    fenced_core::Persist::TtlMsHwm(500),
-                    fenced_core::Persist::LockDelay { name, lock_delay_ms: Some(20_000) },
-                ])
-                .await
-                .unwrap();
-            let t = fenced_core::Token::new(900);
-            store.put("k".into(), t, b"old".to_vec()).await.unwrap();
-            store.fenced_read("marked".into(), t.unwrap()).await.unwrap();
-            drop(store);
-            writer.join().unwrap();
-        });
-    }
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(format!("{OLD_FORMATS}/single-node-format/fenced.redb"), dir.join("fenced.redb")).unwrap();
     let s = TestServer::on(Config { data_dir: dir.clone(), ..Config::default() });
     // The fenced store came along, marks and all, and the old file is kept aside.
     let r = s.get("/v1/store/k");
@@ -124,16 +113,7 @@ fn a_store_kept_beside_the_log_is_brought_into_it() {
     let t = g["token"].as_u64().unwrap().to_string();
     assert_eq!(s.request("PUT", "/v1/store/both", &[("Fencing-Token", &t)], b"log").status, 200);
     let dir = s.stop();
-    {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        rt.block_on(async {
-            let (store, _, writer) = fenced_store::Store::open(&dir).unwrap();
-            store.put("both".into(), fenced_core::Token::new(1), b"side".to_vec()).await.unwrap();
-            store.put("side".into(), fenced_core::Token::new(7), b"only".to_vec()).await.unwrap();
-            drop(store);
-            writer.join().unwrap();
-        });
-    }
+    std::fs::copy(format!("{OLD_FORMATS}/store-beside-log/fenced.redb"), dir.join("fenced.redb")).unwrap();
     let s = TestServer::on(Config { data_dir: dir.clone(), ..Config::default() });
     assert_eq!(s.get("/v1/store/both").body.as_slice(), b"log");
     let r = s.get("/v1/store/side");

@@ -15,7 +15,7 @@ use std::hash::{BuildHasherDefault, DefaultHasher};
 use fenced_core::checker::{Checker, Event, EventKind, FindingKind, Outcome};
 use fenced_core::gate::{FenceGate, Op};
 use fenced_core::{
-    Acquire, Answer, Batch, Command, Durable, Effect, Error, LeaseId, LeaseRef, Limits, LockName, LockTable, Output,
+    Acquire, Answer, Batch, Command, Effect, Error, LeaseId, LeaseRef, Limits, LockName, LockTable, Output,
     ReleaseReason, RequestId, Token,
 };
 
@@ -187,12 +187,8 @@ struct World<'a, S: TraceSink> {
     /// Faults of the lock service come from their own stream, so that they fall at the
     /// same moments whatever the clients do, and a run without them draws nothing.
     fault_rng: Rng,
-    /// What the lock service has made durable (crash runs).
-    durable: Durable,
     /// The lock service is down (crash runs).
     down: bool,
-    /// Holders the crashed service forgot: their grants end when its grace ends.
-    orphans: Vec<(u32, Token)>,
     /// Replicated runs: the replica that leads, and the cut between replicas if any.
     leader: usize,
     cut: Option<Cut>,
@@ -233,18 +229,13 @@ impl<'a, S: TraceSink> World<'a, S> {
             lock_delay_ms_max: u64::MAX / 4,
         };
         let locks = cfg.locks as usize;
-        let mut durable = Durable::default();
-        let first = if cfg.service_crash_every_ms.is_some() {
-            // A crashing service mints tokens in blocks under a durable ceiling, as the
-            // server does (a smaller block than the server's, so tokens stay short).
-            let (table, persist) = LockTable::recover(limits.clone(), service::TOKEN_BLOCK, Durable::default());
-            service::make_durable(&mut durable, persist);
-            table
-        } else {
-            LockTable::new(limits.clone())
-        };
         let replicas = cfg.replication.map_or(1, replicas::count);
-        let mut nodes = vec![Node::new(first)];
+        let mut nodes = vec![Node::new(LockTable::new(limits.clone()))];
+        if cfg.service_crash_every_ms.is_some() {
+            // A crashing service restarts from a snapshot and its log: a fresh log
+            // starts from the empty table.
+            nodes[0].snapshot = Some(LockTable::new(limits.clone()));
+        }
         for _ in 1..replicas {
             nodes.push(Node::new(LockTable::new(limits.clone())));
         }
@@ -259,9 +250,7 @@ impl<'a, S: TraceSink> World<'a, S> {
             limits,
             nodes,
             fault_rng: Rng::new(cfg.seed ^ 0x5eed_fa17_0000_0001),
-            durable,
             down: false,
-            orphans: Vec::new(),
             leader: 0,
             cut: None,
             granted_tokens: vec![HashSet::new(); if service::counts_duplicates(cfg) { locks } else { 0 }],
@@ -676,17 +665,12 @@ impl<'a, S: TraceSink> World<'a, S> {
         let name = self.names[self.clients[client as usize].lock as usize].clone();
         match msg {
             ServiceMsg::Acquire => {
-                let ttl_ms = self.cfg.lease_ms;
-                let (_, granted_lease) = self.service(node, Command::GrantLease { lease, ttl_ms });
-                self.lease_alive_at[client as usize] = self.now;
-                let wait_ms = self.cfg.wait_ms;
-                let lock_delay_ms = self.cfg.lock_delay_ms;
-                let req = Acquire { name, lease: LeaseRef::Existing(lease), wait_ms, lock_delay_ms, holder: None };
-                let (request, answer) = if matches!(granted_lease, Some(Ok(_))) {
-                    self.service(node, Command::Acquire(req))
-                } else {
-                    (RequestId(0), Some(Err(Error::LeaseNotFound)))
-                };
+                // An implicit lease the client names (one per attempt), as the real
+                // client acquires: it lives from the grant, and a retry names it again.
+                let (wait_ms, lock_delay_ms) = (self.cfg.wait_ms, self.cfg.lock_delay_ms);
+                let lease = LeaseRef::Implicit { id: lease, ttl_ms: self.cfg.lease_ms };
+                let req = Acquire { name, lease, wait_ms, lock_delay_ms, holder: None };
+                let (request, answer) = self.service(node, Command::Acquire(req));
                 match answer {
                     None => drop(self.waiters.insert(request, (client, lease_n, node))),
                     // Grants, immediate or later, reach the client through the effects.
@@ -740,13 +724,10 @@ impl<'a, S: TraceSink> World<'a, S> {
         if self.cfg.replication.is_some() {
             self.replicate(node, &batch);
         }
+        self.nodes[node].append(&batch);
         let mut own = None;
-        let crashes = self.cfg.service_crash_every_ms.is_some();
-        let (effects, answers, durable) = (&mut self.effects, &mut self.answers, &mut self.durable);
+        let (effects, answers) = (&mut self.effects, &mut self.answers);
         self.nodes[node].table.apply_batch(batch, &mut Output::default(), |out| {
-            if crashes {
-                service::make_durable(durable, std::mem::take(&mut out.persist));
-            }
             own = out.take_answer(request);
             effects.append(&mut out.effects);
             answers.append(&mut out.answers);
@@ -756,7 +737,6 @@ impl<'a, S: TraceSink> World<'a, S> {
 
     /// Carries out the effects of a node's table and re-arms its timer.
     fn after_service_call(&mut self, node: usize) {
-        self.expire_orphans_if_open();
         let mut effects = std::mem::take(&mut self.effects);
         let answers = std::mem::take(&mut self.answers);
         for e in effects.drain(..) {
@@ -777,6 +757,10 @@ impl<'a, S: TraceSink> World<'a, S> {
                         }
                     }
                     let (client, lease_n) = Self::client_of(grant.lease);
+                    if lease_n == self.clients[client as usize].lease_n {
+                        // The implicit lease's TTL runs from its grant.
+                        self.lease_alive_at[client as usize] = self.now;
+                    }
                     self.summary.grants += 1;
                     let token = grant.token;
                     self.granted(node, client, token);

@@ -18,10 +18,14 @@
 //!   election (every lease extended by the gap, never shortened), as Raft and the
 //!   design's cluster do.
 //!
+//! Either way the replica that takes over first applies `Command::Promote`, as the
+//! server's new leader does: every lease gets its full TTL again, counted from then,
+//! and the acquires queued in its copy of the table are withdrawn.
+//!
 //! When the cut heals, every replica follows the leader with the newest term again,
 //! rebuilt from its log.
 
-use fenced_core::{Batch, Command, LockTable, RequestId};
+use fenced_core::{Batch, Command, Effect, LockTable, RequestId};
 
 use super::{ClientMsg, Ev, Node, World};
 use crate::trace::{Detail, Kind, TraceSink};
@@ -160,16 +164,15 @@ impl<S: TraceSink> World<'_, S> {
             // The replicated timeline goes on from the last committed entry.
             Some(Replication::Majority) => self.nodes[new].table.now_ms() as i64 - self.now as i64,
         };
-        // Acquires it queued as a follower wait on the old leader's connections, not
-        // its own: it withdraws them, telling nobody (latest first, as above).
-        let queued: Vec<RequestId> = std::mem::take(&mut self.nodes[new].queued).into_iter().rev().collect();
-        for request in queued {
-            self.service(new, Command::Cancel { request });
-            self.effects.clear();
-            self.answers.clear();
-        }
+        // Its first batch in office is `Promote`, as a new leader's is in the server:
+        // every lease its full TTL again, and the acquires it queued as a follower
+        // withdrawn. Those wait on the old leader's connections, not its own, so the end
+        // of their wait tells nobody here.
         self.nodes[new].timer_at = None;
-        self.service(new, Command::Tick);
+        self.service(new, Command::Promote);
+        let waiters = &self.waiters;
+        let elsewhere = |r: &RequestId| waiters.get(r).is_none_or(|(_, _, node)| *node != new);
+        self.effects.retain(|e| !matches!(e, Effect::WaitEnded { request, .. } if elsewhere(request)));
         self.after_service_call(new);
     }
 

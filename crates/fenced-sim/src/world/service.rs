@@ -1,43 +1,47 @@
 //! The lock service's own faults on one node: a wall clock that steps forward, and
-//! crashes with a restart from what the service made durable (`LockTable::recover`,
-//! the server's own start-up path).
+//! crashes with a restart from the service's snapshot and its log, as the server
+//! restarts: the table of the last snapshot, every batch after it applied again through
+//! the core's one apply, then `Command::Promote` as the first batch (every lease its
+//! full TTL again, queued acquires withdrawn).
 //!
 //! Each node is a real `LockTable` reading its own clock: the simulator's time plus a
-//! skew. A wall-clock step adds to the skew; a restarted node's clock starts at 0, as a
-//! restarted server's monotonic clock does.
+//! skew. A wall-clock step adds to the skew. A restarted node's clock goes on from the
+//! last batch in its log (the server's leader anchors its clock there), so the time the
+//! service was down is not time any lease lived.
 
-use fenced_core::{Batch, Command, Durable, Effect, LockTable, Output, Persist, RequestId, Token};
+use fenced_core::{Batch, Command, LockTable, Output, Token};
 
 use super::{Ev, World};
 use crate::trace::{Actor, Detail, Kind, TraceSink};
 use crate::{Config, Scenario, ServiceClock, ServiceRestart};
 
-/// Tokens a crashing service mints under one durable ceiling (the server's default is
-/// a million; a smaller block keeps the simulator's tokens short). A restart continues
-/// above the ceiling, so it skips at most this many.
-pub(super) const TOKEN_BLOCK: u64 = 100;
-
 /// How long a crashed service stays down, uniform in this range.
 const SERVICE_DOWN_MS: (u64, u64) = (200, 2_000);
 
-/// One lock service process: its table and the clock it reads, and in replicated runs
-/// its log. Public as `fenced_sim::Replica` so that a test can drive the simulator's
-/// replica with the batches it drives the server's state machine with.
+/// A crashing service takes a snapshot of its table once its log holds this many
+/// batches, and keeps only the batches after it (the server compacts its log the same
+/// way, on a larger bound).
+pub(super) const SNAPSHOT_EVERY_BATCHES: usize = 1_024;
+
+/// One lock service process: its table and the clock it reads, and its log. Public as
+/// `fenced_sim::Replica` so that a test can drive the simulator's replica with the
+/// batches it drives the server's state machine with.
 pub struct Node {
     pub(super) table: LockTable,
     /// Added to the simulator's time to give this node's clock.
     pub(super) skew: i64,
     /// When its timer event is armed, in simulator time.
     pub(super) timer_at: Option<u64>,
-    /// Replicated runs: every batch it applied (one command each), in log order.
+    /// Every batch it applied (one command each), in log order: in replicated runs all
+    /// of them, in crash runs those after `snapshot`.
     pub(super) log: Vec<Batch>,
-    /// Replicated runs: acquires it queued as a follower that nothing has answered yet.
-    pub(super) queued: std::collections::BTreeSet<RequestId>,
+    /// Crash runs: the table as of the last snapshot, which the log continues.
+    pub(super) snapshot: Option<LockTable>,
 }
 
 impl Node {
     pub fn new(table: LockTable) -> Node {
-        Node { table, skew: 0, timer_at: None, log: Vec::new(), queued: Default::default() }
+        Node { table, skew: 0, timer_at: None, log: Vec::new(), snapshot: None }
     }
 
     /// The replica's table.
@@ -46,38 +50,38 @@ impl Node {
     }
 
     /// A follower applies one entry of its leader's log through the core's one apply;
-    /// what it answers goes nowhere, but it remembers the acquires it queued, which it
-    /// must withdraw if it takes over.
+    /// what it answers goes nowhere (its callers are the leader's).
     pub fn follow(&mut self, batch: Batch) {
         self.log.push(batch.clone());
-        let queued = &mut self.queued;
-        self.table.apply_batch(batch, &mut Output::default(), |out| {
-            queued.extend(out.queued.drain(..));
-            for (r, _) in &out.answers {
-                queued.remove(r);
-            }
-            for e in &out.effects {
-                if let Effect::WaitEnded { request, .. } = e {
-                    queued.remove(request);
-                }
-            }
-        });
+        self.table.apply_batch(batch, &mut Output::default(), |_| {});
     }
-}
 
-/// Records what the table asked to make durable, as the server's store would.
-pub(super) fn make_durable(d: &mut Durable, persist: Vec<Persist>) {
-    for p in persist {
-        match p {
-            Persist::TokenCeiling(c) => d.token_ceiling = c,
-            Persist::TtlMsHwm(t) => d.ttl_ms_hwm = t,
-            Persist::LockDelay { name, lock_delay_ms } => {
-                d.lock_delays.retain(|(n, _)| *n != name);
-                if let Some(ms) = lock_delay_ms {
-                    d.lock_delays.push((name, ms));
-                }
-            }
+    /// Crash runs: the batch is in the log before it is applied (the server answers
+    /// nothing before its entry is durable); a long log is folded into a snapshot.
+    pub(super) fn append(&mut self, batch: &Batch) {
+        let Some(snapshot) = self.snapshot.as_mut() else { return };
+        if self.log.len() >= SNAPSHOT_EVERY_BATCHES {
+            *snapshot = self.table.clone();
+            self.log.clear();
         }
+        self.log.push(batch.clone());
+    }
+
+    /// What a restart reads: the snapshot with the log after it applied again. Asserts
+    /// that it is the table the crashed process held (the log missed nothing).
+    fn restored(&self) -> Node {
+        let snapshot = self.snapshot.as_ref().expect("crash runs keep a snapshot");
+        let mut node = Node::new(snapshot.clone());
+        for batch in &self.log {
+            node.table.apply_batch(batch.clone(), &mut Output::default(), |_| {});
+        }
+        let view = |t: &LockTable| {
+            (t.now_ms(), t.last_token(), t.effects_seq(), t.lease_count(), t.lock_count(), t.waiter_count())
+        };
+        assert_eq!(view(&node.table), view(&self.table), "a restart from snapshot and log lost state");
+        node.snapshot = Some(snapshot.clone());
+        node.log = self.log.clone();
+        node
     }
 }
 
@@ -145,12 +149,6 @@ impl<S: TraceSink> World<'_, S> {
             *n += 1;
         }
         self.record_service(Kind::ServiceCrash, Detail::None);
-        for name in self.names.clone() {
-            if let Some((token, lease)) = self.nodes[0].table.lock(&name).and_then(|l| l.holder) {
-                let (client, _) = Self::client_of(lease.id);
-                self.orphans.push((client, token));
-            }
-        }
         let mut waiting: Vec<_> = self.waiters.drain().collect();
         waiting.sort_by_key(|(request, _)| *request);
         for (_, (client, lease_n, _)) in waiting {
@@ -163,37 +161,44 @@ impl<S: TraceSink> World<'_, S> {
         self.push(self.now + down_ms, Ev::ServiceRestart);
     }
 
-    /// The service starts again, from its durable state or (the negative control) from
-    /// nothing, with its clock at 0.
+    /// The service starts again: from its snapshot and its log, its clock going on from
+    /// the last batch, and `Promote` as its first batch, as the server does; or (the
+    /// negative control) from nothing, its clock at 0, having forgotten every grant.
     pub(super) fn on_service_restart(&mut self) {
-        if self.cfg.service_restart == ServiceRestart::Empty {
-            self.durable = Durable::default();
-        }
-        let (table, persist) = LockTable::recover(self.limits.clone(), TOKEN_BLOCK, self.durable.clone());
-        make_durable(&mut self.durable, persist);
-        let grace_ms = table.grace_left_ms(0);
-        let mut node = Node::new(table);
-        node.skew = -(self.now as i64);
-        self.nodes[0] = node;
+        let durable = self.cfg.service_restart == ServiceRestart::Durable;
+        let forgotten = if durable { Vec::new() } else { self.holders(0) };
+        self.nodes[0] = if durable {
+            let mut node = self.nodes[0].restored();
+            node.skew = node.table.now_ms() as i64 - self.now as i64;
+            node
+        } else {
+            let mut node = Node::new(LockTable::new(self.limits.clone()));
+            node.snapshot = Some(node.table.clone());
+            node.skew = -(self.now as i64);
+            node
+        };
         self.down = false;
         self.record_service(Kind::ServiceRestart, Detail::None);
-        self.expire_orphans_if_open();
+        // The grants a restart from nothing forgot end, for the checker, as it starts
+        // (it may grant those locks again at once).
+        for (client, token) in forgotten {
+            self.expired(client, token);
+        }
+        if durable {
+            self.service(0, Command::Promote);
+            self.after_service_call(0);
+        }
         self.arm_timer(0);
         let every = self.cfg.service_crash_every_ms.expect("crash runs only");
         let t = self.fault_rng.exponential(every as f64);
-        self.push(self.now + grace_ms + t, Ev::ServiceCrash);
+        self.push(self.now + t, Ev::ServiceCrash);
     }
 
-    /// The grants the crash forgot end when the restarted service's grace is over on
-    /// its own clock (which a wall-clock step can bring early): from then on it grants
-    /// again. Called before the effects of every call to the service.
-    pub(super) fn expire_orphans_if_open(&mut self) {
-        if self.orphans.is_empty() || self.down || self.nodes[0].table.grace_left_ms(self.node_now(0)) > 0 {
-            return;
-        }
-        for (client, token) in std::mem::take(&mut self.orphans) {
-            self.expired(client, token);
-        }
+    /// The holders `node`'s table knows, lock by lock: each one's client and token.
+    fn holders(&self, node: usize) -> Vec<(u32, Token)> {
+        let table = &self.nodes[node].table;
+        let held = self.names.iter().filter_map(|name| table.lock(name).and_then(|l| l.holder));
+        held.map(|(token, lease)| (Self::client_of(lease.id).0, token)).collect()
     }
 
     /// A grant ended by expiry: the trace and the checker.

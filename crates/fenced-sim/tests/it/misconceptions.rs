@@ -28,6 +28,17 @@ fn fencing_refuses_every_zombie(scenario: Scenario, seed: u64, off: &Summary) {
     assert_eq!(on.final_value, on.writes_accepted, "{scenario:?} seed {seed}");
 }
 
+/// Fencing on, same seed, where the gate may refuse a fenced read too: no zombie write,
+/// no lost update, and refusals whenever the run without fencing had zombie writes. The
+/// two runs are the same only up to the first refused read (that holder gives up
+/// without writing), so the counts need not match as in `fencing_refuses_every_zombie`.
+fn fencing_is_safe(scenario: Scenario, seed: u64, off: &Summary) {
+    let on = fenced(scenario, seed);
+    assert_eq!((on.zombie_writes, on.lost_updates), (0, 0), "{scenario:?} seed {seed}: {on:?}");
+    assert_eq!(on.final_value, on.writes_accepted, "{scenario:?} seed {seed}");
+    assert!(off.zombie_writes == 0 || on.stale_writes_rejected > 0, "{scenario:?} seed {seed}: {on:?}");
+}
+
 #[test]
 fn network_delay_writes_land_late_without_any_pause() {
     for seed in SEEDS {
@@ -103,7 +114,11 @@ fn a_wall_clock_that_steps_ends_leases_early_and_adds_zombie_writes() {
         mono_total += mono.zombie_writes;
         // The monotonic run is the default scenario's run: the clock is the only change.
         assert_eq!(mono.zombie_writes, run(Scenario::Default, seed).zombie_writes, "seed {seed}");
-        fencing_refuses_every_zombie(Scenario::ClockDrift, seed, &wall);
+        // A step can end a lease between its grant and the holder's fenced read (an
+        // implicit lease, as the real client's, lives from its grant: a step while the
+        // client waits no longer ends it first), and the gate refuses that read: the
+        // fenced run parts from the unfenced one there (seeds 1, 29, 37, 41 and 50).
+        fencing_is_safe(Scenario::ClockDrift, seed, &wall);
         // With no pause at all, every zombie write is the clock's doing.
         c.pauses = PauseModel::None;
         assert_eq!(run_cfg(&c).zombie_writes, 0, "seed {seed}: no pause, monotonic clock, nothing late");

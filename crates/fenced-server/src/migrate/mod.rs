@@ -3,10 +3,11 @@
 //! Two formats came before the one where everything lives in `raft.redb`:
 //!
 //! - **Single node, before the replicated log**: `fenced.redb` held the token ceiling,
-//!   the TTL high-water mark, lock-delays owed, and the fenced store. Its table is
-//!   rebuilt (tokens continue above the ceiling; leases lived in memory then, so grants
-//!   wait one maximal TTL, the old rule's grace) and, with the store's records, becomes
-//!   the state the log starts from.
+//!   the TTL high-water mark, lock-delays owed, and the fenced store (`old_file.rs`
+//!   reads it; nothing else in the server knows that format). Its table is rebuilt
+//!   (tokens continue above the ceiling; leases lived in memory then, so grants wait one
+//!   maximal TTL, the old rule's grace) and, with the store's records, becomes the state
+//!   the log starts from.
 //! - **The log beside a separate store**: `raft.redb` held the locks while the fenced
 //!   store stayed in `fenced.redb`. Its records are proposed into the log as one
 //!   `Import` once the node leads; keys the log's store already has keep their record.
@@ -15,12 +16,15 @@
 //! Only a lone server migrates: a member of a cluster would bring state that is its own,
 //! not the log's, so it refuses to start, with the way over in the message.
 
+mod old_file;
+
 use std::path::PathBuf;
 
 use fenced_core::{Command, LockTable, Output, Record, RequestId, StoreCommand, Token};
 
 use crate::config::Config;
 use crate::ServerError;
+use old_file::OldFile;
 
 const OLD_FILE: &str = "fenced.redb";
 
@@ -41,24 +45,16 @@ pub fn read(config: &Config) -> Result<Option<Old>, ServerError> {
     if !path.exists() {
         return Ok(None);
     }
-    let (store, durable, writer) = fenced_store::Store::open(&config.data_dir)?;
-    let records: Vec<(String, Record)> =
-        store.records()?.into_iter().map(|(key, mark, value)| (key, Record { mark, value })).collect();
-    drop(store);
-    let _ = writer.join();
-    let old_table = durable.token_ceiling > 1 || !durable.lock_delays.is_empty();
-    let has_content = old_table || !records.is_empty();
+    let mut old = OldFile::read(&path).map_err(ServerError::Setup)?;
+    let records = std::mem::take(&mut old.records);
+    let has_content = old.has_table() || !records.is_empty();
     if config.data_dir.join("raft.redb").exists() {
         return Ok(Some(Old { path, base: None, import: records, has_content }));
     }
     if !has_content {
         return Ok(Some(Old { path, base: None, import: Vec::new(), has_content }));
     }
-    let mut table = if old_table {
-        LockTable::recover(config.limits(), config.token_block, durable).0
-    } else {
-        LockTable::new(config.limits())
-    };
+    let mut table = if old.has_table() { old.table(config.limits()) } else { LockTable::new(config.limits()) };
     let keys = records.len();
     if !records.is_empty() {
         let mut out = Output::default();
