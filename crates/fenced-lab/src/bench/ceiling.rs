@@ -25,6 +25,7 @@
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -133,6 +134,8 @@ struct Queue {
 
 struct Shared {
     q: Mutex<Queue>,
+    /// `Queue::stop`, readable by the clients without taking the queue's lock.
+    stopped: AtomicBool,
     queued: Condvar,
     committed: Condvar,
 }
@@ -183,6 +186,7 @@ impl Shared {
 
     fn stop(&self) {
         self.lock().stop = true;
+        self.stopped.store(true, Relaxed);
         self.queued.notify_all();
         self.committed.notify_all();
     }
@@ -378,12 +382,12 @@ pub fn measure(cfg: &CeilingConfig) -> io::Result<Ceiling> {
     result
 }
 
-static RUN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-use std::sync::atomic::Ordering::Relaxed;
+static RUN: AtomicU64 = AtomicU64::new(0);
 
 fn measure_in(cfg: &CeilingConfig, dir: &Path) -> io::Result<Ceiling> {
     let shared = Arc::new(Shared {
         q: Mutex::new(Queue { on_disk: vec![0; cfg.members], ..Queue::default() }),
+        stopped: AtomicBool::new(false),
         queued: Condvar::new(),
         committed: Condvar::new(),
     });
@@ -396,7 +400,7 @@ fn measure_in(cfg: &CeilingConfig, dir: &Path) -> io::Result<Ceiling> {
             let s = shared.clone();
             std::thread::spawn(move || {
                 let mut cycles = 0u64;
-                while Instant::now() < deadline && !s.lock().stop {
+                while Instant::now() < deadline && !s.stopped.load(Relaxed) {
                     s.commit();
                     s.commit();
                     cycles += 1;

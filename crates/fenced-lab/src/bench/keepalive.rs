@@ -7,7 +7,8 @@
 //! The first third of a TTL creates the leases (on the same schedule, not measured);
 //! the measured window follows. A connection sends each keepalive when it is due
 //! without waiting for the ones before it (up to [`IN_FLIGHT_MAX`] in flight), so the
-//! figure is the server's and not one round trip after another on 16 connections. Fenced is driven through its client's lease calls, one
+//! figure is the server's and not one round trip after another on 16 connections.
+//! Fenced is driven through its client's lease calls, one
 //! client (one connection) per bench connection, over whichever transport the endpoint
 //! names; Redis's lease is a key with a TTL, kept alive by `PEXPIRE`.
 
@@ -158,6 +159,9 @@ struct Schedule {
 /// ones before it to come back, at most [`IN_FLIGHT_MAX`] at once; the first round
 /// creates the leases. Returns once the window is over and every request came back.
 async fn one_connection(link: Link, s: Schedule, ops: Arc<AtomicU64>, bell: Arc<Notify>) -> ConnOutcome {
+    if s.n == 0 {
+        return ConnOutcome::default();
+    }
     let state = Arc::new(std::sync::Mutex::new(ConnState {
         leases: vec![None; s.n],
         busy: vec![false; s.n],
@@ -167,9 +171,6 @@ async fn one_connection(link: Link, s: Schedule, ops: Arc<AtomicU64>, bell: Arc<
     let mut requests = tokio::task::JoinSet::new();
     let mut k: u64 = 0;
     let mut unsent = 0;
-    if s.n == 0 {
-        return ConnOutcome::default();
-    }
     loop {
         let due = s.first + Duration::from_nanos((s.slot.as_nanos() as u64).saturating_mul(k));
         if due >= s.end {
