@@ -763,13 +763,24 @@ impl Node {
     /// Waits until the state machine reflects every entry committed before the call, as
     /// confirmed by a quorum (ReadIndex): a read after this is linearizable.
     pub async fn linearize(&self) -> Result<(), NotLeader> {
-        match self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                tracing::debug!(error = %e, "a linearizable read was refused");
-                Err(self.not_leader())
-            }
+        self.await_office().await;
+        self.read_index().await.map_err(|()| self.not_leader())
+    }
+
+    /// A member elected but not yet in office (its `Promote` not yet applied; a
+    /// restarted cluster of one is elected at once, on its committed vote) waits for
+    /// office, up to the contact window, rather than tell its caller `not_leader`
+    /// naming itself (or forward the call to itself).
+    pub async fn await_office(&self) {
+        if !self.is_leading() && self.not_leader().leader == Some(self.id) {
+            self.wait_leading(self.contact_window).await;
         }
+    }
+
+    async fn read_index(&self) -> Result<(), ()> {
+        self.raft.ensure_linearizable(ReadPolicy::ReadIndex).await.map(drop).map_err(|e| {
+            tracing::debug!(error = %e, "a linearizable read was refused");
+        })
     }
 
     async fn propose_loop(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<(RequestId, Command)>) {
@@ -848,7 +859,8 @@ impl Node {
     }
 
     async fn take_office(&self, term: u64) {
-        if self.linearize().await.is_err() {
+        // Not `linearize`, which would wait for the office this is taking.
+        if self.read_index().await.is_err() {
             return;
         }
         // The blank entry of this term is applied once the last applied entry is of it.

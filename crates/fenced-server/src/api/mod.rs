@@ -244,6 +244,7 @@ async fn auth(State(app): State<App>, mut req: Request, next: Next) -> Response 
         return unauthorized_with(app.config.client_ca.is_some(), subject.as_deref()).into_response();
     };
     let caller = Caller { identity, remote };
+    app.locks.node.await_office().await;
     if forward::wanted(&app, req.method(), req.uri().path()) {
         return forward::to_leader(&app, &caller, req).await;
     }

@@ -27,8 +27,21 @@ pub const PATH: &str = "/wire";
 const SLACK: Duration = Duration::from_secs(15);
 
 /// The follower's side: frame `id` (`op`, `payload`) sent to the leader for `caller`,
-/// and the leader's answer frame.
+/// and the leader's answer frame. A member elected but not yet in office waits for
+/// office first ([`fenced_raft::Node::await_office`]) and then runs the frame itself,
+/// as the HTTP listener does.
 pub(super) async fn to_leader(app: App, caller: Caller, id: u32, op: u8, payload: Vec<u8>) -> Answer {
+    app.locks.node.await_office().await;
+    if !forward::member_forwards(&app) {
+        let call = match w::decode_request(id, op, &payload) {
+            Ok(req) => dispatch(&app, caller, req),
+            Err(e) => return Answer::Error(ApiError::bad_request("invalid_frame", format!("{e:?}"))),
+        };
+        return match call {
+            Call::Now(answer) => answer,
+            Call::Later { call, .. } => call.await,
+        };
+    }
     let mut body = Vec::with_capacity(5 + payload.len());
     body.extend_from_slice(&id.to_be_bytes());
     body.push(op);
