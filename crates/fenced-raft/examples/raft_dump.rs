@@ -1,5 +1,6 @@
 //! Post-mortem: prints a member's `raft.redb` (a copy: opening it may repair it) as
-//! JSON lines, the metadata first, then every log entry.
+//! lines, the metadata first, then every log entry decoded (a record that does not
+//! decode, a damaged one among them, is printed with the reason and its bytes).
 //!
 //!     cargo run --release -p fenced-raft --example raft_dump -- DATA_DIR/raft.redb
 
@@ -26,7 +27,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let log = txn.open_table(LOG)?;
     for row in log.iter()? {
         let (k, v) = row?;
-        println!("{} {}", k.value(), String::from_utf8_lossy(v.value()));
+        match fenced_raft::entry_format::decode(v.value(), k.value()) {
+            Ok(entry) => println!("{} {entry:?}", k.value()),
+            Err(e) => println!("{} REFUSED ({e}): {}", k.value(), String::from_utf8_lossy(v.value())),
+        }
     }
     Ok(())
 }

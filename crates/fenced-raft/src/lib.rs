@@ -6,6 +6,7 @@
 //!   request ids their answers are routed by, and the leader's timestamp. Applying a
 //!   batch (`LockTable::apply_batch`) is the only place tokens are minted, leases expire
 //!   and locks change hands ([`state_machine`]).
+//! - [`entry_format`] is a log entry on disk: versioned, checksummed, binary, by hand.
 //! - [`log_store`] keeps the log, the vote and the snapshots in one redb file; an append
 //!   returns to openraft only after fsync, and appends that queue meanwhile share the
 //!   next one (group commit).
@@ -14,6 +15,7 @@
 //! - [`network`] carries openraft's RPCs between members over HTTP/JSON.
 
 pub mod backup;
+pub mod entry_format;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
 pub mod log_store;

@@ -26,6 +26,7 @@ use openraft::{EntryPayload, LogState, OptionalSend, RaftLogReader};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
 
+use crate::entry_format;
 use crate::metrics::LogMetrics;
 use crate::{io_err, Entry, LogId, NodeId, SnapshotMeta, TypeConfig, Vote};
 
@@ -37,6 +38,8 @@ const COMMITTED: &str = "committed";
 const LAST_PURGED: &str = "last_purged";
 const SNAPSHOT_META: &str = "snapshot_meta";
 const SNAPSHOT_DATA: &str = "snapshot_data";
+/// CRC-32C of the snapshot's meta and bytes, written with them, checked when read.
+const SNAPSHOT_SUM: &str = "snapshot_crc32c";
 /// The state the log starts from when there is no snapshot: a migrated lock table.
 const BASE: &str = "base";
 
@@ -114,7 +117,7 @@ impl Db {
             let txn = self.db.begin_read().map_err(io_err)?;
             let log = txn.open_table(LOG).map_err(io_err)?;
             let last = log.last().map_err(io_err)?;
-            last.map(|(_, v)| decode(v.value(), "log entry")).transpose()?
+            last.map(|(k, v)| entry_format::decode(v.value(), k.value())).transpose()?
         };
         let last_id: Option<LogId> = match last_entry {
             Some(e) => Some(e.log_id),
@@ -135,7 +138,7 @@ impl Db {
         let txn = self.db.begin_write().map_err(io_err)?;
         {
             let mut log = txn.open_table(LOG).map_err(io_err)?;
-            log.insert(index, encode(&entry)?.as_slice()).map_err(io_err)?;
+            log.insert(index, entry_format::to_vec(&entry).as_slice()).map_err(io_err)?;
             let mut meta = txn.open_table(META).map_err(io_err)?;
             meta.insert(VOTE, encode(&vote)?.as_slice()).map_err(io_err)?;
         }
@@ -159,10 +162,16 @@ impl Db {
         let table = txn.open_table(META).map_err(io_err)?;
         let meta = table.get(SNAPSHOT_META).map_err(io_err)?.map(|v| v.value().to_vec());
         let data = table.get(SNAPSHOT_DATA).map_err(io_err)?.map(|v| v.value().to_vec());
-        match (meta, data) {
-            (Some(m), Some(d)) => Ok(Some((m, d))),
-            _ => Ok(None),
+        let sum = table.get(SNAPSHOT_SUM).map_err(io_err)?.map(|v| v.value().to_vec());
+        let (Some(meta), Some(data)) = (meta, data) else { return Ok(None) };
+        // A snapshot kept by a release before the checksum has none, and is read as is.
+        if sum.is_some_and(|sum| sum != snapshot_sum(&meta, &data)) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "raft.redb: the snapshot is refused: its checksum does not match (damaged or edited on disk)",
+            ));
         }
+        Ok(Some((meta, data)))
     }
 
     /// Keeps a snapshot, meta and bytes in one durable transaction, unless the one kept
@@ -182,6 +191,7 @@ impl Db {
             }
             table.insert(SNAPSHOT_META, bytes.as_slice()).map_err(io_err)?;
             table.insert(SNAPSHOT_DATA, data).map_err(io_err)?;
+            table.insert(SNAPSHOT_SUM, snapshot_sum(&bytes, data).as_slice()).map_err(io_err)?;
         }
         txn.commit().map_err(io_err)?;
         Ok(true)
@@ -195,6 +205,16 @@ impl Db {
     pub fn put_base(&self, data: &[u8]) -> io::Result<()> {
         self.put_meta(&[(BASE, data)])
     }
+}
+
+/// The checksum kept beside a snapshot: CRC-32C over its meta's length, its meta and
+/// its bytes, little-endian.
+fn snapshot_sum(meta: &[u8], data: &[u8]) -> [u8; 4] {
+    let mut digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+    digest.update(&(meta.len() as u64).to_le_bytes());
+    digest.update(meta);
+    digest.update(data);
+    (digest.finalize() as u32).to_le_bytes()
 }
 
 /// What readers see: the log since the last purge, the vote, the purge and commit marks.
@@ -329,13 +349,7 @@ impl LogStore {
             let log = txn.open_table(LOG).map_err(io_err)?;
             for row in log.iter().map_err(io_err)? {
                 let (k, v) = row.map_err(io_err)?;
-                let entry: Entry = decode(v.value(), "log entry")?;
-                if entry.index() != k.value() {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "raft.redb: a log entry under the wrong index",
-                    ));
-                }
+                let entry = entry_format::decode(v.value(), k.value())?;
                 mem.entries.insert(k.value(), entry);
                 mem.sized(k.value(), v.value().len());
             }
@@ -538,7 +552,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         {
             let mut mem = self.mem();
             for entry in entries {
-                let row = encode(&entry)?;
+                let row = entry_format::to_vec(&entry);
                 mem.sized(entry.index(), row.len());
                 rows.push((entry.index(), row));
                 mem.entries.insert(entry.index(), entry);
@@ -669,6 +683,60 @@ mod tests {
         assert!(db.put_snapshot(&meta_at(12), b"twelve").unwrap());
         assert_eq!(db.snapshot().unwrap().unwrap().1, b"twelve");
         drop(db);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Replaces the only occurrence of `from` in `dir/raft.redb` with `to` (same length).
+    fn edit_file(dir: &Path, from: &[u8], to: &[u8]) {
+        let path = dir.join("raft.redb");
+        let mut bytes = std::fs::read(&path).unwrap();
+        let hits: Vec<usize> =
+            bytes.windows(from.len()).enumerate().filter(|(_, w)| *w == from).map(|(i, _)| i).collect();
+        assert_eq!(hits.len(), 1, "{} copies of the bytes to edit", hits.len());
+        bytes[hits[0]..hits[0] + to.len()].copy_from_slice(to);
+        std::fs::write(&path, bytes).unwrap();
+    }
+
+    /// The outside test's attack on a closed `raft.redb`: a same-length edit of a store
+    /// write inside a log entry (`balance=1000` to `9000`) is refused when the log is
+    /// opened, naming the entry; so is an edit inside the snapshot. Before the records
+    /// had checksums, both were served.
+    #[test]
+    fn an_edit_of_a_closed_log_or_snapshot_is_refused_at_open() {
+        use fenced_core::{Batch, Command, Quotas, RequestId, StoreCommand, Token};
+        use openraft::vote::RaftLeaderIdExt;
+        let dir = std::env::temp_dir().join(format!("fenced-raft-edit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let db = Db::open(&dir).unwrap();
+        let write = StoreCommand::Write {
+            key: "acct".into(),
+            token: Token::new(21).unwrap(),
+            value: b"balance=1000".to_vec(),
+            foreign: false,
+            quotas: Quotas::default(),
+        };
+        let batch = Batch::one(RequestId(1), Command::Store(write), 5);
+        let leader = openraft::alias::LeaderIdOf::<TypeConfig>::new_committed(1, 1);
+        let entry = Entry { log_id: LogId::new(leader, 3), payload: EntryPayload::Normal(batch) };
+        let txn = db.db.begin_write().unwrap();
+        txn.open_table(LOG).unwrap().insert(3, entry_format::to_vec(&entry).as_slice()).unwrap();
+        txn.commit().unwrap();
+        assert!(db.put_snapshot(&meta_at(2), b"{\"store\":\"mark=0017\"}").unwrap());
+        drop(db);
+        // Untouched, both read back.
+        let db = Db::open(&dir).unwrap();
+        assert!(db.snapshot().unwrap().is_some());
+        let store = LogStore::open(db, Linger::DEFAULT).unwrap();
+        assert_eq!(store.mem().entries.len(), 1);
+        drop(store);
+        std::thread::sleep(Duration::from_millis(100));
+        edit_file(&dir, b"balance=1000", b"balance=9000");
+        let err = LogStore::open(Db::open(&dir).unwrap(), Linger::DEFAULT).err().expect("the edited entry was read");
+        assert!(err.to_string().contains("log entry 3 is refused: its checksum does not match"), "{err}");
+        edit_file(&dir, b"balance=9000", b"balance=1000");
+        edit_file(&dir, b"mark=0017", b"mark=0011");
+        let err = Db::open(&dir).unwrap().snapshot().unwrap_err();
+        assert!(err.to_string().contains("the snapshot is refused"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

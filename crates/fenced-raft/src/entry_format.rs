@@ -1,0 +1,456 @@
+//! A log entry as `raft.redb` keeps it: a versioned, checksummed, binary record,
+//! written and read by hand rather than derived from the core's types, so that
+//! renaming a field of `Command` cannot change the format on disk, and a record edited
+//! or damaged on disk is refused rather than applied.
+//!
+//! Version 1:
+//!
+//! ```text
+//! [1: version = 1][4: CRC-32C of the body, little-endian][body]
+//! body    = term, leader node id, index (varints), then one payload
+//! payload = 0 (blank) | 1 batch | 2 membership (its JSON, length-prefixed)
+//! batch   = now_ms, count, then count × (request id, command)
+//! ```
+//!
+//! Integers are LEB128 varints, lease ids 16 bytes little-endian, strings and byte
+//! strings a varint length and the bytes. Each command is a one-byte tag and its fields
+//! in a fixed order ([`put_command`]); the match there is exhaustive, so a new command
+//! does not compile until it has a tag here.
+//!
+//! Releases before this one wrote each entry as serde JSON (its first byte is `{`):
+//! such rows are still read, never written. A record of a version above
+//! [`VERSION`] is refused with a message saying a newer release wrote it.
+
+use std::io;
+
+use fenced_core::{
+    Acquire, AcquireAll, Batch, Command, LeaseId, LeaseRef, LockName, Quotas, Record, RequestId, StoreCommand, Token,
+};
+use openraft::alias::LeaderIdOf;
+use openraft::entry::RaftEntry;
+use openraft::vote::RaftLeaderIdExt;
+use openraft::EntryPayload;
+
+use crate::{Entry, LogId, TypeConfig};
+
+/// The version this release writes, and the newest it reads.
+pub const VERSION: u8 = 1;
+
+/// The first byte of a record written by a release before [`VERSION`] 1 (serde JSON).
+const LEGACY_JSON: u8 = b'{';
+
+/// The bytes before the body: the version and the checksum.
+const HEADER: usize = 5;
+
+fn crc(body: &[u8]) -> u32 {
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, body) as u32
+}
+
+/// Appends `entry`'s record to `out`.
+pub fn encode(entry: &Entry, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.push(VERSION);
+    out.extend_from_slice(&[0; 4]);
+    let log_id = entry.log_id();
+    put_u64(out, log_id.leader_id.term);
+    put_u64(out, log_id.leader_id.node_id);
+    put_u64(out, log_id.index);
+    match &entry.payload {
+        EntryPayload::Blank => out.push(0),
+        EntryPayload::Normal(batch) => {
+            out.push(1);
+            put_batch(out, batch);
+        }
+        EntryPayload::Membership(m) => {
+            out.push(2);
+            // A membership entry is rare and openraft's own type: its serde form is
+            // kept, inside the checksummed record.
+            put_bytes(out, &serde_json::to_vec(m).expect("a membership serializes"));
+        }
+    }
+    let sum = crc(&out[start + HEADER..]);
+    out[start + 1..start + HEADER].copy_from_slice(&sum.to_le_bytes());
+}
+
+/// The record of `entry`, on its own.
+pub fn to_vec(entry: &Entry) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    encode(entry, &mut out);
+    out
+}
+
+/// Reads the record kept under `index`: refused (`InvalidData`, naming the index)
+/// when its checksum does not match, its version is newer than this release's, its
+/// fields do not decode, bytes follow them, or it names another index.
+pub fn decode(bytes: &[u8], index: u64) -> io::Result<Entry> {
+    let entry = match bytes.first() {
+        Some(&LEGACY_JSON) => serde_json::from_slice(bytes).map_err(|e| invalid(index, &e.to_string()))?,
+        Some(&VERSION) => decode_v1(bytes).map_err(|why| invalid(index, &why))?,
+        Some(&v) => {
+            let why = format!(
+                "format version {v}: this release writes version {VERSION} and reads it and the JSON of earlier \
+                 releases; a newer release of Fenced wrote it (run that one), or the file is damaged"
+            );
+            return Err(invalid(index, &why));
+        }
+        None => return Err(invalid(index, "empty record")),
+    };
+    if entry.index() != index {
+        return Err(invalid(index, &format!("the record names index {}", entry.index())));
+    }
+    Ok(entry)
+}
+
+fn invalid(index: u64, why: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("raft.redb: log entry {index} is refused: {why}"))
+}
+
+fn decode_v1(bytes: &[u8]) -> Result<Entry, String> {
+    let (head, body) = bytes.split_at_checked(HEADER).ok_or("record shorter than its header")?;
+    let stored = u32::from_le_bytes(head[1..HEADER].try_into().expect("four bytes"));
+    if crc(body) != stored {
+        return Err("its checksum does not match (damaged or edited on disk)".into());
+    }
+    decode_body(body)
+}
+
+/// The body's fields, with no checksum check (the tests' negative control shows what
+/// an edit would decode to without it).
+fn decode_body(body: &[u8]) -> Result<Entry, String> {
+    let mut r = Reader { bytes: body };
+    let (term, node_id, index) = (r.u64()?, r.u64()?, r.u64()?);
+    let log_id = LogId::new(LeaderIdOf::<TypeConfig>::new_committed(term, node_id), index);
+    let payload = match r.u8()? {
+        0 => EntryPayload::Blank,
+        1 => EntryPayload::Normal(r.batch()?),
+        2 => EntryPayload::Membership(serde_json::from_slice(r.bytes()?).map_err(|e| format!("membership: {e}"))?),
+        t => return Err(format!("unknown payload tag {t}")),
+    };
+    if !r.bytes.is_empty() {
+        return Err(format!("{} bytes follow its fields", r.bytes.len()));
+    }
+    Ok(Entry { log_id, payload })
+}
+
+fn put_u64(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    put_u64(out, b.len() as u64);
+    out.extend_from_slice(b);
+}
+
+fn put_lease(out: &mut Vec<u8>, lease: LeaseId) {
+    out.extend_from_slice(&lease.0.to_le_bytes());
+}
+
+fn put_opt<T>(out: &mut Vec<u8>, v: Option<T>, put: impl FnOnce(&mut Vec<u8>, T)) {
+    match v {
+        None => out.push(0),
+        Some(v) => {
+            out.push(1);
+            put(out, v);
+        }
+    }
+}
+
+fn put_batch(out: &mut Vec<u8>, batch: &Batch) {
+    put_u64(out, batch.now_ms);
+    put_u64(out, batch.items.len() as u64);
+    for (request, cmd) in &batch.items {
+        put_u64(out, request.0);
+        put_command(out, cmd);
+    }
+}
+
+fn put_lease_ref(out: &mut Vec<u8>, lease: LeaseRef) {
+    match lease {
+        LeaseRef::Existing(id) => {
+            out.push(0);
+            put_lease(out, id);
+        }
+        LeaseRef::Implicit { id, ttl_ms } => {
+            out.push(1);
+            put_lease(out, id);
+            put_u64(out, ttl_ms);
+        }
+    }
+}
+
+fn put_wait(out: &mut Vec<u8>, lease: LeaseRef, wait_ms: u64, lock_delay_ms: u64, holder: Option<&String>) {
+    put_lease_ref(out, lease);
+    put_u64(out, wait_ms);
+    put_u64(out, lock_delay_ms);
+    put_opt(out, holder, |o, h| put_bytes(o, h.as_bytes()));
+}
+
+fn put_command(out: &mut Vec<u8>, cmd: &Command) {
+    match cmd {
+        Command::GrantLease { lease, ttl_ms } => {
+            out.push(0);
+            put_lease(out, *lease);
+            put_u64(out, *ttl_ms);
+        }
+        Command::Keepalive { lease } => {
+            out.push(1);
+            put_lease(out, *lease);
+        }
+        Command::Acquire(a) => {
+            out.push(2);
+            put_bytes(out, a.name.as_str().as_bytes());
+            put_wait(out, a.lease, a.wait_ms, a.lock_delay_ms, a.holder.as_ref());
+        }
+        Command::AcquireAll(a) => {
+            out.push(3);
+            put_u64(out, a.names.len() as u64);
+            a.names.iter().for_each(|n| put_bytes(out, n.as_str().as_bytes()));
+            put_wait(out, a.lease, a.wait_ms, a.lock_delay_ms, a.holder.as_ref());
+        }
+        Command::Release { name, lease } => {
+            out.push(4);
+            put_bytes(out, name.as_str().as_bytes());
+            put_lease(out, *lease);
+        }
+        Command::Revoke { lease } => {
+            out.push(5);
+            put_lease(out, *lease);
+        }
+        Command::RevokeLock { name, token } => {
+            out.push(6);
+            put_bytes(out, name.as_str().as_bytes());
+            put_opt(out, token.map(Token::get), put_u64);
+        }
+        Command::Cancel { request } => {
+            out.push(7);
+            put_u64(out, request.0);
+        }
+        Command::Tick => out.push(8),
+        Command::Promote => out.push(9),
+        Command::RaiseTokens { floor } => {
+            out.push(10);
+            put_u64(out, floor.get());
+        }
+        Command::Store(s) => {
+            out.push(11);
+            put_store(out, s);
+        }
+    }
+}
+
+fn put_quotas(out: &mut Vec<u8>, q: Quotas) {
+    put_u64(out, q.keys_max);
+    put_u64(out, q.bytes_max);
+}
+
+fn put_store(out: &mut Vec<u8>, cmd: &StoreCommand) {
+    match cmd {
+        StoreCommand::Write { key, token, value, foreign, quotas } => {
+            out.push(0);
+            put_bytes(out, key.as_bytes());
+            put_u64(out, token.get());
+            put_bytes(out, value);
+            out.push(u8::from(*foreign));
+            put_quotas(out, *quotas);
+        }
+        StoreCommand::FencedRead { key, token, foreign, quotas } => {
+            out.push(1);
+            put_bytes(out, key.as_bytes());
+            put_u64(out, token.get());
+            out.push(u8::from(*foreign));
+            put_quotas(out, *quotas);
+        }
+        StoreCommand::WriteUnfenced { key, value, quotas } => {
+            out.push(2);
+            put_bytes(out, key.as_bytes());
+            put_bytes(out, value);
+            put_quotas(out, *quotas);
+        }
+        StoreCommand::Import { records } => {
+            out.push(3);
+            put_u64(out, records.len() as u64);
+            for (key, record) in records {
+                put_bytes(out, key.as_bytes());
+                put_opt(out, record.mark.map(Token::get), put_u64);
+                put_opt(out, record.value.as_deref(), put_bytes);
+            }
+        }
+    }
+}
+
+/// Reads a body front to back; every read is bounded by the bytes left, so a damaged
+/// length is an error, never an allocation of what it claims.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn u8(&mut self) -> Result<u8, String> {
+        let (&b, rest) = self.bytes.split_first().ok_or("the record ends early")?;
+        self.bytes = rest;
+        Ok(b)
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        let mut v = 0u64;
+        for i in 0..10 {
+            let b = self.u8()?;
+            // The tenth byte carries the 64th bit alone.
+            if i == 9 && b > 1 {
+                break;
+            }
+            v |= u64::from(b & 0x7f) << (7 * i);
+            if b < 0x80 {
+                return Ok(v);
+            }
+        }
+        Err("a varint overflows".into())
+    }
+
+    /// A count of items each at least `item_min` bytes long: never more than the bytes
+    /// left could hold.
+    fn count(&mut self, item_min: usize) -> Result<usize, String> {
+        let n = self.u64()?;
+        match usize::try_from(n) {
+            Ok(n) if n.saturating_mul(item_min) <= self.bytes.len() => Ok(n),
+            _ => Err(format!("a count of {n} is more than the record holds")),
+        }
+    }
+
+    fn bytes(&mut self) -> Result<&'a [u8], String> {
+        let n = self.count(1)?;
+        let (b, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(b)
+    }
+
+    fn string(&mut self) -> Result<String, String> {
+        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| "a string is not UTF-8".into())
+    }
+
+    fn name(&mut self) -> Result<LockName, String> {
+        LockName::new(&self.string()?).map_err(|e| format!("lock name: {e}"))
+    }
+
+    fn token(&mut self) -> Result<Token, String> {
+        Token::new(self.u64()?).ok_or_else(|| "token 0".into())
+    }
+
+    fn flag(&mut self) -> Result<bool, String> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            b => Err(format!("a flag of {b}")),
+        }
+    }
+
+    fn opt<T>(&mut self, read: impl FnOnce(&mut Self) -> Result<T, String>) -> Result<Option<T>, String> {
+        if self.flag()? {
+            read(self).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn lease(&mut self) -> Result<LeaseId, String> {
+        let (b, rest) = self.bytes.split_at_checked(16).ok_or("the record ends early")?;
+        self.bytes = rest;
+        Ok(LeaseId(u128::from_le_bytes(b.try_into().expect("16 bytes"))))
+    }
+
+    fn lease_ref(&mut self) -> Result<LeaseRef, String> {
+        match self.u8()? {
+            0 => Ok(LeaseRef::Existing(self.lease()?)),
+            1 => Ok(LeaseRef::Implicit { id: self.lease()?, ttl_ms: self.u64()? }),
+            t => Err(format!("unknown lease tag {t}")),
+        }
+    }
+
+    fn quotas(&mut self) -> Result<Quotas, String> {
+        Ok(Quotas { keys_max: self.u64()?, bytes_max: self.u64()? })
+    }
+
+    fn batch(&mut self) -> Result<Batch, String> {
+        let now_ms = self.u64()?;
+        let n = self.count(2)?;
+        let mut items = Vec::with_capacity(n);
+        for _ in 0..n {
+            items.push((RequestId(self.u64()?), self.command()?));
+        }
+        Ok(Batch { items, now_ms })
+    }
+
+    fn command(&mut self) -> Result<Command, String> {
+        Ok(match self.u8()? {
+            0 => Command::GrantLease { lease: self.lease()?, ttl_ms: self.u64()? },
+            1 => Command::Keepalive { lease: self.lease()? },
+            2 => {
+                let name = self.name()?;
+                let (lease, wait_ms, lock_delay_ms, holder) = self.wait()?;
+                Command::Acquire(Acquire { name, lease, wait_ms, lock_delay_ms, holder })
+            }
+            3 => {
+                let n = self.count(1)?;
+                let names = (0..n).map(|_| self.name()).collect::<Result<_, _>>()?;
+                let (lease, wait_ms, lock_delay_ms, holder) = self.wait()?;
+                Command::AcquireAll(AcquireAll { names, lease, wait_ms, lock_delay_ms, holder })
+            }
+            4 => Command::Release { name: self.name()?, lease: self.lease()? },
+            5 => Command::Revoke { lease: self.lease()? },
+            6 => Command::RevokeLock { name: self.name()?, token: self.opt(Self::token)? },
+            7 => Command::Cancel { request: RequestId(self.u64()?) },
+            8 => Command::Tick,
+            9 => Command::Promote,
+            10 => Command::RaiseTokens { floor: self.token()? },
+            11 => Command::Store(self.store()?),
+            t => return Err(format!("unknown command tag {t}")),
+        })
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn wait(&mut self) -> Result<(LeaseRef, u64, u64, Option<String>), String> {
+        Ok((self.lease_ref()?, self.u64()?, self.u64()?, self.opt(Self::string)?))
+    }
+
+    fn store(&mut self) -> Result<StoreCommand, String> {
+        Ok(match self.u8()? {
+            0 => StoreCommand::Write {
+                key: self.string()?,
+                token: self.token()?,
+                value: self.bytes()?.to_vec(),
+                foreign: self.flag()?,
+                quotas: self.quotas()?,
+            },
+            1 => StoreCommand::FencedRead {
+                key: self.string()?,
+                token: self.token()?,
+                foreign: self.flag()?,
+                quotas: self.quotas()?,
+            },
+            2 => StoreCommand::WriteUnfenced {
+                key: self.string()?,
+                value: self.bytes()?.to_vec(),
+                quotas: self.quotas()?,
+            },
+            3 => {
+                let n = self.count(3)?;
+                let mut records = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let key = self.string()?;
+                    let mark = self.opt(Self::token)?;
+                    let value = self.opt(|r| r.bytes().map(<[u8]>::to_vec))?;
+                    records.push((key, Record { mark, value }));
+                }
+                StoreCommand::Import { records }
+            }
+            t => return Err(format!("unknown store command tag {t}")),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
