@@ -8,7 +8,7 @@
 #   - lock `fixture-held`, held with token 1 by the implicit lease LEASE below
 #     (300 s TTL), which the test retries to get the same grant back;
 #   - lock `fixture-writer`, granted token 2 and released;
-#   - store key `fixture-key` = "format 1", written with token 2.
+#   - store key `fixture-key` = "format N" (the directory's format), written with token 2.
 #
 #   scripts/write-data-dir-fixture.sh [--bin PATH] DIR
 #
@@ -54,7 +54,9 @@ expect() { # what, answer, jq-free check by substring
 expect "acquire fixture-held" "$(post /v1/locks/fixture-held/acquire "{\"lease_id\":\"$LEASE\",\"ttl_ms\":300000}")" '"token":1'
 expect "acquire fixture-writer" \
   "$(post /v1/locks/fixture-writer/acquire "{\"lease_id\":\"$WRITER_LEASE\",\"ttl_ms\":300000}")" '"token":2'
-code=$(curl -sS -o /dev/null -w '%{http_code}' -X PUT -H 'fencing-token: 2' --data-binary 'format 1' "$url/v1/store/fixture-key")
+format=$(sed -n 's/^fenced data directory \(format [0-9]*\)$/\1/p' "$dir/FORMAT")
+[ -n "$format" ] || fail "the server wrote no FORMAT file in $dir"
+code=$(curl -sS -o /dev/null -w '%{http_code}' -X PUT -H 'fencing-token: 2' --data-binary "$format" "$url/v1/store/fixture-key")
 [ "$code" = 200 ] || fail "write fixture-key: HTTP $code"
 expect "release fixture-writer" "$(post /v1/locks/fixture-writer/release "{\"lease_id\":\"$WRITER_LEASE\"}")" '"token":2'
 

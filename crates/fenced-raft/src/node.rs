@@ -767,14 +767,27 @@ impl Node {
         self.read_index().await.map_err(|()| self.not_leader())
     }
 
-    /// A member elected but not yet in office (its `Promote` not yet applied; a
-    /// restarted cluster of one is elected at once, on its committed vote) waits for
-    /// office, up to the contact window, rather than tell its caller `not_leader`
-    /// naming itself (or forward the call to itself).
+    /// A member elected but not yet in office (openraft made it leader, its `Promote`
+    /// is not yet applied; a restarted cluster of one is elected at once, on its
+    /// committed vote) waits for office, up to the contact window, rather than tell its
+    /// caller `not_leader` naming itself (or forward the call to itself). A deposed
+    /// leader, which may still name itself until it hears of another, does not wait.
     pub async fn await_office(&self) {
-        if !self.is_leading() && self.not_leader().leader == Some(self.id) {
+        // `grant-deposed` breaks exactly this discipline: such a member never waits.
+        #[cfg(feature = "fault-injection")]
+        if fault::broken("grant-deposed") {
+            return;
+        }
+        if !self.is_leading() && self.elected() {
             self.wait_leading(self.contact_window).await;
         }
+    }
+
+    /// Whether openraft has made this member the leader (office may not be taken yet).
+    fn elected(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        m.state == ServerState::Leader && m.current_leader == Some(self.id)
     }
 
     async fn read_index(&self) -> Result<(), ()> {

@@ -3,11 +3,15 @@
 //! at every start, before anything in it is opened:
 //!
 //! - the same version: served;
+//! - format 1 (log entries as serde JSON): upgraded in place. Its JSON entries are
+//!   still read, every entry written from now on is a binary record
+//!   (`fenced_raft::entry_format`), so `FORMAT` says 2 before anything is opened, and a
+//!   release that reads only format 1 refuses the directory rather than fail on its
+//!   first binary entry. The upgrade is one way (docs/operations.md, *Upgrade*);
 //! - a newer one (written by a later release): refused, saying both versions and what
 //!   to do; nothing in the directory is touched;
 //! - no `FORMAT` beside the files of an earlier release (`raft.redb`, or `fenced.redb`
-//!   of the formats `migrate` brings over): those are format 1, the one this release
-//!   writes, so the file is added and the directory served as it is;
+//!   of the formats `migrate` brings over): those are format 1, upgraded as above;
 //! - an empty or new directory: created with the file.
 //!
 //! A later release that changes what `raft.redb` holds raises [`FORMAT_VERSION`] and
@@ -19,7 +23,10 @@ use std::io::Write;
 use std::path::Path;
 
 /// The format this release writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The earliest format this release reads (and upgrades to [`FORMAT_VERSION`]).
+pub const FORMAT_VERSION_MIN: u32 = 1;
 
 const FILE: &str = "FORMAT";
 const PREFIX: &str = "fenced data directory format ";
@@ -55,11 +62,16 @@ fn check(dir: &Path, text: &str) -> Result<(), String> {
         FORMAT_VERSION => Ok(()),
         v if v > FORMAT_VERSION => Err(format!(
             "the data directory {} is in format {v}, written by a later release of Fenced; this release ({}) \
-             reads format {FORMAT_VERSION}. Run that release (or a later one) on it, or restore a snapshot into \
-             a new directory (docs/operations.md, Upgrade); nothing in it was changed",
+             reads format {FORMAT_VERSION} (and upgrades format {FORMAT_VERSION_MIN}). Run that release (or a \
+             later one) on it, or restore a snapshot into a new directory (docs/operations.md, Upgrade); nothing \
+             in it was changed",
             dir.display(),
             env!("CARGO_PKG_VERSION"),
         )),
+        v if v >= FORMAT_VERSION_MIN => {
+            tracing::info!(data_dir = %dir.display(), from = v, to = FORMAT_VERSION, "the data directory's format is upgraded (one way: its new log entries are binary records)");
+            write(dir).map_err(|e| format!("cannot write {}: {e}", dir.join(FILE).display()))
+        }
         v => Err(format!("the data directory {} says format {v}, which no release wrote", dir.display())),
     }
 }
@@ -99,12 +111,22 @@ mod tests {
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(d.join(FILE), format!("{PREFIX}{}\n", FORMAT_VERSION + 1)).unwrap();
         let e = check_or_create(&d).unwrap_err();
-        assert!(e.contains("format 2, written by a later release") && e.contains("reads format 1"), "{e}");
-        assert_eq!(std::fs::read_to_string(d.join(FILE)).unwrap(), format!("{PREFIX}2\n"), "untouched");
+        assert!(e.contains("format 3, written by a later release") && e.contains("reads format 2"), "{e}");
+        assert_eq!(std::fs::read_to_string(d.join(FILE)).unwrap(), format!("{PREFIX}3\n"), "untouched");
         std::fs::write(d.join(FILE), "something else\n").unwrap();
         assert!(check_or_create(&d).unwrap_err().contains("does not say a format"));
         std::fs::write(d.join(FILE), format!("{PREFIX}0\n")).unwrap();
         assert!(check_or_create(&d).unwrap_err().contains("which no release wrote"));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_format_1_directory_is_upgraded_to_this_format() {
+        let d = scratch("one");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join(FILE), format!("{PREFIX}1\n")).unwrap();
+        check_or_create(&d).unwrap();
+        assert_eq!(std::fs::read_to_string(d.join(FILE)).unwrap(), format!("{PREFIX}{FORMAT_VERSION}\n"));
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -11,7 +11,7 @@ mod api;
 mod audit;
 mod disk;
 mod events;
-mod format;
+pub mod format;
 mod identity;
 mod listener;
 mod locks;

@@ -126,36 +126,53 @@ fn a_store_kept_beside_the_log_is_brought_into_it() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// The data directory this release writes, kept: every later release must read it.
-const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/data-dir-format-1");
-/// The implicit lease that holds `fixture-held` in it. The fixture is written by
+/// The data directory of each format, kept: every later release must read them.
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+/// The implicit lease that holds `fixture-held` in them. The fixtures are written by
 /// `scripts/write-data-dir-fixture.sh` (by hand, once per format), which uses it too.
 const FIXTURE_LEASE: &str = "6f1d2c3b4a5968778695a4b3c2d1e0f1";
 
-/// A data directory written by the release that introduced format 1, opened by this
-/// one: its held lock is held by the same lease with the same token, its store write is
-/// there with its mark, and tokens continue above it.
-#[test]
-fn a_data_directory_of_format_1_still_reads() {
+/// The data directory written by the release that introduced `format`, opened by this
+/// one: it is marked with this release's format, its held lock is held by the same
+/// lease with the same token, its store write is there with its mark, tokens continue
+/// above it, and it reads again after a restart (entries of both formats in one log).
+fn a_data_directory_of_an_earlier_format_reads(format: u32) {
     let dir = crate::harness::scratch_dir();
     std::fs::create_dir_all(&dir).unwrap();
-    for entry in std::fs::read_dir(FIXTURE).expect("the fixture is in the repository") {
+    for entry in std::fs::read_dir(format!("{FIXTURES}/data-dir-format-{format}")).expect("the fixture is there") {
         let entry = entry.unwrap();
         std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
     }
-    assert_eq!(std::fs::read_to_string(dir.join("FORMAT")).unwrap(), "fenced data directory format 1\n");
+    let said = |dir: &std::path::Path| std::fs::read_to_string(dir.join("FORMAT")).unwrap();
+    assert_eq!(said(&dir), format!("fenced data directory format {format}\n"));
     let s = TestServer::on(Config { data_dir: dir.clone(), ..Config::default() });
+    assert_eq!(said(&dir), format!("fenced data directory format {}\n", fenced_server::format::FORMAT_VERSION));
     let lock = s.get("/v1/locks/fixture-held").json();
     assert_eq!((lock["held"].as_bool(), lock["token"].as_u64()), (Some(true), Some(1)), "{lock}");
     let (st, g) = s.acquire("fixture-held", &format!("{{\"lease_id\":\"{FIXTURE_LEASE}\",\"ttl_ms\":300000}}"));
     assert_eq!((st, g["token"].as_u64()), (200, Some(1)), "the holder's retry is the same grant: {g}");
     let r = s.get("/v1/store/fixture-key");
-    assert_eq!((r.status, r.text().as_str(), r.header("fencing-highest-seen")), (200, "format 1", Some("2")));
+    let value = format!("format {format}");
+    assert_eq!((r.status, r.text().as_str(), r.header("fencing-highest-seen")), (200, value.as_str(), Some("2")));
     let b = s.lease(10_000);
     let (st, g) = s.acquire("fixture-new", &format!("{{\"lease_id\":\"{b}\"}}"));
     assert_eq!((st, g["token"].as_u64()), (200, Some(3)), "{g}");
+    let dir = s.stop();
+    let s = TestServer::on(Config { data_dir: dir.clone(), ..Config::default() });
+    let lock = s.get("/v1/locks/fixture-new").json();
+    assert_eq!((lock["held"].as_bool(), lock["token"].as_u64()), (Some(true), Some(3)), "{lock}");
     s.stop();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_data_directory_of_format_1_still_reads() {
+    a_data_directory_of_an_earlier_format_reads(1);
+}
+
+#[test]
+fn a_data_directory_of_format_2_still_reads() {
+    a_data_directory_of_an_earlier_format_reads(2);
 }
 
 /// A directory of a later format is refused with both versions, and left as it was.
@@ -175,7 +192,7 @@ fn a_data_directory_of_a_later_format_is_refused_untouched() {
         })
         .expect_err("a later format is refused");
     let e = e.to_string();
-    assert!(e.contains("format 9, written by a later release") && e.contains("reads format 1"), "{e}");
+    assert!(e.contains("format 9, written by a later release") && e.contains("reads format 2"), "{e}");
     let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(files, vec![std::ffi::OsString::from("FORMAT")], "nothing else was made");
     let _ = std::fs::remove_dir_all(&dir);
