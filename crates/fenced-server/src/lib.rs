@@ -186,15 +186,10 @@ pub async fn run_with_wire(
         if !records.is_empty() {
             let n = records.len();
             let cmd = fenced_core::Command::Store(fenced_core::StoreCommand::Import { records });
-            match locks.apply(cmd).await {
-                locks::Reply::Now(Ok(_)) => {
-                    tracing::warn!(keys = n, "brought the fenced store into the replicated log")
-                }
-                locks::Reply::Now(Err(e)) => {
-                    return Err(ServerError::Setup(format!("cannot bring the fenced store into the log: {e}")))
-                }
-                locks::Reply::Queued { .. } => unreachable!("an import does not queue"),
+            if let Err(e) = locks.answered::<fenced_core::StoreAnswer>(cmd).await {
+                return Err(ServerError::Setup(format!("cannot bring the fenced store into the log: {e:?}")));
             }
+            tracing::warn!(keys = n, "brought the fenced store into the replicated log");
         }
         old.retire()?;
     }

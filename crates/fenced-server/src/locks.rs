@@ -15,13 +15,107 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use fenced_core::{
-    Answer, Command, Effect, Error, LockTable, Op, Output, ReleaseReason, RequestId, StoreOutcome, Token, WaitEnd,
+    Answer, Command, Effect, Error, Grant, LeaseInfo, LockTable, Op, Output, ReleaseReason, RequestId, StoreAnswer,
+    StoreOutcome, Token, WaitEnd,
 };
 use fenced_raft::{Applied, Node, NodeId, Refusals};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::events::{Event, EventLog, Indexed};
 use crate::metrics::{inc, Metrics};
+
+/// What one kind of command answers, narrowed from [`Answer`]: the one place an answer
+/// is matched against the command that asked for it. A mismatch is this server's bug:
+/// [`Unanswered::Mismatch`], answered 500 `internal` and logged, never a panic in a
+/// handler.
+pub trait Narrow: Sized {
+    /// The command's answer, for the log line of a mismatch.
+    const WHAT: &'static str;
+    fn narrow(answer: Answer) -> Option<Self>;
+}
+
+impl Narrow for Grant {
+    const WHAT: &'static str = "a grant";
+    fn narrow(answer: Answer) -> Option<Grant> {
+        match answer {
+            Answer::Granted(g) => Some(g),
+            _ => None,
+        }
+    }
+}
+
+/// An acquire of several names: one grant per name, in the names' sorted order.
+impl Narrow for Vec<Grant> {
+    const WHAT: &'static str = "grants";
+    fn narrow(answer: Answer) -> Option<Vec<Grant>> {
+        match answer {
+            Answer::GrantedAll(grants) => Some(grants),
+            Answer::Granted(g) => Some(vec![g]),
+            _ => None,
+        }
+    }
+}
+
+/// A release or an operator's revoke: the released grant's token.
+impl Narrow for Token {
+    const WHAT: &'static str = "a released token";
+    fn narrow(answer: Answer) -> Option<Token> {
+        match answer {
+            Answer::Released(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+impl Narrow for LeaseInfo {
+    const WHAT: &'static str = "a lease";
+    fn narrow(answer: Answer) -> Option<LeaseInfo> {
+        match answer {
+            Answer::Lease(info) => Some(info),
+            _ => None,
+        }
+    }
+}
+
+impl Narrow for StoreAnswer {
+    const WHAT: &'static str = "a store answer";
+    fn narrow(answer: Answer) -> Option<StoreAnswer> {
+        match answer {
+            Answer::Store(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+/// A lease's revoke: done.
+impl Narrow for () {
+    const WHAT: &'static str = "done";
+    fn narrow(answer: Answer) -> Option<()> {
+        matches!(answer, Answer::Done).then_some(())
+    }
+}
+
+/// Why a command has no answer of its kind.
+#[derive(Debug)]
+pub enum Unanswered {
+    /// The table (or the log) refused it.
+    Refused(Error),
+    /// It was answered with another kind of answer, or queued where it never queues.
+    Mismatch(String),
+}
+
+impl From<Error> for Unanswered {
+    fn from(e: Error) -> Unanswered {
+        Unanswered::Refused(e)
+    }
+}
+
+/// `answer` narrowed to `T`.
+pub fn narrow<T: Narrow>(answer: Result<Answer, Error>) -> Result<T, Unanswered> {
+    let answer = answer?;
+    let shown = format!("{answer:?}");
+    T::narrow(answer).ok_or_else(|| Unanswered::Mismatch(format!("expected {}, answered {shown}", T::WHAT)))
+}
 
 /// How a command's request was answered.
 pub enum Reply {
@@ -265,6 +359,18 @@ impl Locks {
         }
     }
 
+    /// [`apply`](Self::apply) for a command answered with its entry (every command but
+    /// an acquire, which may queue), narrowed to its kind of answer.
+    pub async fn answered<T: Narrow>(&self, cmd: Command) -> Result<T, Unanswered> {
+        match self.apply(cmd).await {
+            Reply::Now(answer) => narrow(answer),
+            Reply::Queued { id, .. } => {
+                self.withdraw(id);
+                Err(Unanswered::Mismatch(format!("expected {} at once, the command was queued", T::WHAT)))
+            }
+        }
+    }
+
     /// Reads the table as of the last applied entry (no quorum round): for metrics and
     /// what may be a moment old.
     pub fn view<R>(&self, f: impl FnOnce(&LockTable, u64) -> R) -> R {
@@ -303,5 +409,32 @@ impl Locks {
             locks: t.lock_count(),
             waiters: t.waiter_count(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fenced_core::{LeaseId, LockName};
+
+    use super::*;
+
+    fn grant() -> Grant {
+        Grant { name: LockName::new("a").unwrap(), token: Token::FIRST, lease: LeaseId(7), ttl_ms: 1_000 }
+    }
+
+    #[test]
+    fn each_kind_of_answer_narrows_to_its_own_and_nothing_else() {
+        assert_eq!(narrow::<Grant>(Ok(Answer::Granted(grant()))).unwrap(), grant());
+        assert_eq!(narrow::<Vec<Grant>>(Ok(Answer::Granted(grant()))).unwrap(), vec![grant()]);
+        assert_eq!(narrow::<Token>(Ok(Answer::Released(Token::FIRST))).unwrap(), Token::FIRST);
+        narrow::<()>(Ok(Answer::Done)).unwrap();
+        // Another kind: the server's bug, named, never a panic.
+        match narrow::<Token>(Ok(Answer::Granted(grant()))) {
+            Err(Unanswered::Mismatch(why)) => assert!(why.starts_with("expected a released token, answered Granted")),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(narrow::<()>(Ok(Answer::Store(StoreAnswer::Done))), Err(Unanswered::Mismatch(_))));
+        // A refusal stays the table's error.
+        assert!(matches!(narrow::<Grant>(Err(Error::LeaseNotFound)), Err(Unanswered::Refused(Error::LeaseNotFound))));
     }
 }

@@ -61,6 +61,15 @@ impl ApiError {
     }
 }
 
+impl From<crate::locks::Unanswered> for ApiError {
+    fn from(e: crate::locks::Unanswered) -> ApiError {
+        match e {
+            crate::locks::Unanswered::Refused(e) => e.into(),
+            crate::locks::Unanswered::Mismatch(why) => ApiError::internal(why),
+        }
+    }
+}
+
 impl From<fenced_core::Error> for ApiError {
     fn from(e: fenced_core::Error) -> ApiError {
         use fenced_core::Error as E;

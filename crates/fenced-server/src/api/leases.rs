@@ -4,14 +4,13 @@ use axum::body::Body;
 use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use fenced_core::{Answer, Command, LeaseId, LeaseInfo};
+use fenced_core::{Command, LeaseId, LeaseInfo};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::ErrorBody;
 use super::{new_lease_id, parse_lease_id, reply, ApiError, App, AppInner, Caller};
 use crate::identity::Op;
-use crate::locks::Reply;
 use crate::metrics::inc;
 
 #[derive(Deserialize, ToSchema)]
@@ -60,7 +59,7 @@ pub async fn create_lease(app: &AppInner, caller: &Caller, ttl_ms: u64) -> Resul
         caller.require_some(Op::Lock)?;
         let id = new_lease_id()?;
         let lease = caller.identity.lease(id);
-        let info = lease_answer(app.locks.apply(Command::GrantLease { lease, ttl_ms }).await)?;
+        let info = app.locks.answered::<LeaseInfo>(Command::GrantLease { lease, ttl_ms }).await?;
         inc(&app.metrics.leases_created);
         Ok((id, info.ttl_ms))
     }
@@ -74,7 +73,7 @@ pub async fn keepalive_lease(app: &AppInner, caller: &Caller, id: LeaseId) -> Re
     let r = async {
         caller.require_some(Op::Lock)?;
         let lease = caller.identity.lease(id);
-        let info = lease_answer(app.locks.apply(Command::Keepalive { lease }).await)?;
+        let info = app.locks.answered::<LeaseInfo>(Command::Keepalive { lease }).await?;
         inc(&app.metrics.keepalives);
         Ok(info.ttl_ms)
     }
@@ -89,23 +88,11 @@ pub async fn keepalive_lease(app: &AppInner, caller: &Caller, id: LeaseId) -> Re
 pub async fn revoke_lease(app: &AppInner, caller: &Caller, id: LeaseId) -> Result<(), ApiError> {
     let r = async {
         caller.require_some(Op::Lock)?;
-        match app.locks.apply(Command::Revoke { lease: caller.identity.lease(id) }).await {
-            Reply::Now(Ok(_)) => Ok(()),
-            Reply::Now(Err(e)) => Err(e.into()),
-            Reply::Queued { .. } => unreachable!("a revoke does not queue"),
-        }
+        Ok(app.locks.answered(Command::Revoke { lease: caller.identity.lease(id) }).await?)
     }
     .await;
     app.audit(caller, "revoke", None, None, &r);
     r
-}
-
-fn lease_answer(reply: Reply) -> Result<LeaseInfo, ApiError> {
-    match reply {
-        Reply::Now(Ok(Answer::Lease(info))) => Ok(info),
-        Reply::Now(Err(e)) => Err(e.into()),
-        _ => unreachable!("a lease command answers a lease at once"),
-    }
 }
 
 #[utoipa::path(post, path = "/v1/leases/{lease_id}/keepalive", tag = "leases", operation_id = "keepalive", params(("lease_id" = String, Path, description = "32 hexadecimal digits", pattern = "^[0-9a-fA-F]{32}$")),

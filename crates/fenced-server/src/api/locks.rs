@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 use super::error::ErrorBody;
 use super::{new_lease_id, parse_lease_id, reply, ApiError, App, AppInner, Caller};
 use crate::identity::Op;
-use crate::locks::{Locks, Reply};
+use crate::locks::{narrow, Locks, Reply};
 use crate::metrics::inc;
 
 /// Exactly one of `lease_id` and `ttl_ms`.
@@ -357,10 +357,7 @@ async fn acquire_unaudited(
     caller.require(Op::Lock, name.as_str())?;
     let (wait_ms, lock_delay_ms) = (req.wait_ms, req.lock_delay_ms);
     let make = |lease, holder| Command::Acquire(Acquire { name, lease, wait_ms, lock_delay_ms, holder });
-    match acquire_answer(app, caller, req, make).await? {
-        Answer::Granted(g) => Ok(g),
-        other => unreachable!("an acquire answered {other:?}"),
-    }
+    Ok(narrow(Ok(acquire_answer(app, caller, req, make).await?))?)
 }
 
 /// Several locks together (HTTP and the wire protocol): one grant per name, in the
@@ -379,11 +376,7 @@ pub async fn acquire_all_grants(
         }
         let (wait_ms, lock_delay_ms) = (req.wait_ms, req.lock_delay_ms);
         let make = |lease, holder| Command::AcquireAll(AcquireAll { names, lease, wait_ms, lock_delay_ms, holder });
-        match acquire_answer(app.clone(), caller, req, make).await? {
-            Answer::GrantedAll(grants) => Ok(grants),
-            Answer::Granted(g) => Ok(vec![g]),
-            other => unreachable!("an acquire of several answered {other:?}"),
-        }
+        Ok(narrow::<Vec<fenced_core::Grant>>(Ok(acquire_answer(app.clone(), caller, req, make).await?))?)
     }
     .await;
     if let Some(names) = audit_names {
@@ -491,11 +484,7 @@ pub async fn release_lock(app: &AppInner, caller: &Caller, name: &LockName, leas
     let r = async {
         caller.require(Op::Lock, name.as_str())?;
         let lease = caller.identity.lease(lease);
-        match app.locks.apply(Command::Release { name: name.clone(), lease }).await {
-            Reply::Now(Ok(Answer::Released(token))) => Ok(token),
-            Reply::Now(Err(e)) => Err(e.into()),
-            _ => unreachable!("a release answers at once"),
-        }
+        Ok(app.locks.answered::<Token>(Command::Release { name: name.clone(), lease }).await?)
     }
     .await;
     app.audit(caller, "release", Some(name.as_str()), r.as_ref().ok().map(|t| t.get()), &r);
@@ -519,11 +508,7 @@ pub async fn revoke_lock(
                 Some(Token::new(raw).ok_or_else(|| ApiError::bad_request("invalid_token", "a token is at least 1"))?)
             }
         };
-        match app.locks.apply(Command::RevokeLock { name: name.clone(), token }).await {
-            Reply::Now(Ok(Answer::Released(token))) => Ok(token),
-            Reply::Now(Err(e)) => Err(e.into()),
-            _ => unreachable!("a revoke answers at once"),
-        }
+        Ok(app.locks.answered::<Token>(Command::RevokeLock { name: name.clone(), token }).await?)
     }
     .await;
     app.audit(caller, "revoke_lock", Some(name.as_str()), r.as_ref().ok().map(|t| t.get()), &r);

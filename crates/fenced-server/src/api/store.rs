@@ -6,14 +6,14 @@ use std::collections::HashMap;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use fenced_core::{Answer, Command, Quotas, StoreAnswer, StoreCommand, Token};
+use fenced_core::{Command, Quotas, StoreAnswer, StoreCommand, Token};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::error::ErrorBody;
 use super::{read_body, reply, ApiError, App, AppInner, Caller};
 use crate::identity::Op;
-use crate::locks::Reply;
+use crate::locks::Unanswered;
 
 const FENCING_TOKEN: &str = "fencing-token";
 const HIGHEST_SEEN: &str = "fencing-highest-seen";
@@ -260,7 +260,7 @@ async fn read_unaudited(
             match run(app, cmd).await {
                 Ok(StoreAnswer::Read { mark, value }) => (Some(mark), value),
                 Ok(other) => return Err(ApiError::internal(format!("a fenced read answered {other:?}"))),
-                Err(fenced_core::Error::StoreFull { .. }) if disk_low.is_some() => {
+                Err(Unanswered::Refused(fenced_core::Error::StoreFull { .. })) if disk_low.is_some() => {
                     crate::metrics::inc(&app.metrics.store_writes_disk_low);
                     return Err(disk_low.expect("checked"));
                 }
@@ -289,13 +289,8 @@ fn quotas(app: &AppInner) -> Quotas {
 }
 
 /// Proposes a store command and waits for its entry to be applied.
-async fn run(app: &AppInner, cmd: StoreCommand) -> Result<StoreAnswer, fenced_core::Error> {
-    match app.locks.apply(Command::Store(cmd)).await {
-        Reply::Now(Ok(Answer::Store(a))) => Ok(a),
-        Reply::Now(Ok(other)) => unreachable!("a store command answered {other:?}"),
-        Reply::Now(Err(e)) => Err(e),
-        Reply::Queued { .. } => unreachable!("a store command was queued"),
-    }
+async fn run(app: &AppInner, cmd: StoreCommand) -> Result<StoreAnswer, Unanswered> {
+    app.locks.answered(Command::Store(cmd)).await
 }
 
 /// A write needs room on disk for its value beyond the reserve kept for the lock
