@@ -83,22 +83,25 @@ pub fn to_vec(entry: &Entry) -> Vec<u8> {
 /// when its checksum does not match, its version is newer than this release's, its
 /// fields do not decode, bytes follow them, or it names another index.
 pub fn decode(bytes: &[u8], index: u64) -> io::Result<Entry> {
-    let entry = match bytes.first() {
-        Some(&LEGACY_JSON) => serde_json::from_slice(bytes).map_err(|e| invalid(index, &e.to_string()))?,
-        Some(&VERSION) => decode_v1(bytes).map_err(|why| invalid(index, &why))?,
-        Some(&v) => {
-            let why = format!(
-                "format version {v}: this release writes version {VERSION} and reads it and the JSON of earlier \
-                 releases; a newer release of Fenced wrote it (run that one), or the file is damaged"
-            );
-            return Err(invalid(index, &why));
-        }
-        None => return Err(invalid(index, "empty record")),
-    };
+    let entry = decode_record(bytes).map_err(|why| invalid(index, &why))?;
     if entry.index() != index {
         return Err(invalid(index, &format!("the record names index {}", entry.index())));
     }
     Ok(entry)
+}
+
+/// Reads a record on its own (one that travelled in a peer message): refused, saying
+/// why, as [`decode`] refuses one, but with no index to hold it to.
+pub fn decode_record(bytes: &[u8]) -> Result<Entry, String> {
+    match bytes.first() {
+        Some(&LEGACY_JSON) => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
+        Some(&VERSION) => decode_v1(bytes),
+        Some(&v) => Err(format!(
+            "format version {v}: this release writes version {VERSION} and reads it and the JSON of earlier \
+             releases; a newer release of Fenced wrote it (run that one), or the file is damaged"
+        )),
+        None => Err("empty record".into()),
+    }
 }
 
 fn invalid(index: u64, why: &str) -> io::Error {

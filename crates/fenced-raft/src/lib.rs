@@ -12,12 +12,14 @@
 //!   next one (group commit).
 //! - [`node::Node`] runs openraft and the leader's side of time: the clock stamped into
 //!   each batch, the proposer, the timer that proposes `Tick`.
-//! - [`network`] carries openraft's RPCs between members over HTTP/JSON.
+//! - [`network`] carries openraft's RPCs between members over HTTP: JSON, and
+//!   [`framing`]'s binary frames for an append's entries and a snapshot's bytes.
 
 pub mod backup;
 pub mod entry_format;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
+pub mod framing;
 pub mod log_store;
 pub mod metrics;
 pub mod network;

@@ -64,6 +64,8 @@ pub struct Network {
     /// The members whose last RPC failed: a member that cannot be reached is logged
     /// once when it goes and once when it comes back, not at every heartbeat.
     unreachable: Arc<Mutex<BTreeSet<NodeId>>>,
+    /// The members that said they take frames ([`crate::framing`]).
+    framed: Arc<Mutex<BTreeSet<NodeId>>>,
 }
 
 impl Network {
@@ -84,7 +86,13 @@ impl Network {
             None => builder.with_tls_config(no_tls()).https_or_http().enable_http1().wrap_connector(tcp),
         };
         let http = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
-        Network { http, auth: token.map(|t| format!("Bearer {t}")), routes, unreachable: Arc::default() }
+        Network {
+            http,
+            auth: token.map(|t| format!("Bearer {t}")),
+            routes,
+            unreachable: Arc::default(),
+            framed: Arc::default(),
+        }
     }
 
     /// Asks the member at `url` who it is (`GET {url}/raft/hello`), within `timeout`.
@@ -199,6 +207,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             http: self.http.clone(),
             auth: self.auth.clone(),
             unreachable: self.unreachable.clone(),
+            framed: self.framed.clone(),
         }
     }
 }
@@ -210,6 +219,7 @@ pub struct Peer {
     http: Client<Connector, Full<Bytes>>,
     auth: Option<String>,
     unreachable: Arc<Mutex<BTreeSet<NodeId>>>,
+    framed: Arc<Mutex<BTreeSet<NodeId>>>,
 }
 
 /// Bytes per second a message is given to travel, and the least time a message with
@@ -239,10 +249,28 @@ impl Peer {
         Req: Serialize,
         Result<Resp, RaftError<TypeConfig>>: DeserializeOwned,
     {
-        let url = format!("{}/raft/{what}", self.base);
         let body = serde_json::to_vec(req).map_err(|e| RPCError::Network(net_err(e)))?;
+        self.send(what, body, "application/json", option).await
+    }
+
+    /// Whether the member said it takes frames.
+    fn takes_frames(&self) -> bool {
+        self.framed.lock().unwrap_or_else(|p| p.into_inner()).contains(&self.target)
+    }
+
+    async fn send<Resp>(
+        &self,
+        what: &str,
+        body: Vec<u8>,
+        content_type: &str,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<TypeConfig>>
+    where
+        Result<Resp, RaftError<TypeConfig>>: DeserializeOwned,
+    {
+        let url = format!("{}/raft/{what}", self.base);
         let ttl = rpc_ttl(option.hard_ttl(), body.len());
-        let mut request = hyper::Request::post(&url).header("content-type", "application/json");
+        let mut request = hyper::Request::post(&url).header("content-type", content_type);
         if let Some(auth) = &self.auth {
             request = request.header("authorization", auth);
         }
@@ -258,6 +286,11 @@ impl Peer {
                 }
             })?;
             let status = resp.status();
+            if resp.headers().contains_key(crate::framing::ACCEPTS_HEADER)
+                && self.framed.lock().unwrap_or_else(|p| p.into_inner()).insert(self.target)
+            {
+                tracing::info!(member = self.target, "the member takes binary frames: appends and snapshots go framed");
+            }
             let body = http_body_util::Limited::new(resp.into_body(), RESPONSE_BYTES_MAX)
                 .collect()
                 .await
@@ -303,6 +336,11 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<TypeConfig>, RPCError<TypeConfig>> {
+        if self.takes_frames() {
+            return self
+                .send("append", crate::framing::encode_append(&rpc), crate::framing::CONTENT_TYPE, &option)
+                .await;
+        }
         self.call("append", &rpc, &option).await
     }
 
@@ -329,10 +367,17 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         cancel: impl Future<Output = ReplicationClosed> + openraft::OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let req = (vote, snapshot.meta, snapshot.snapshot.into_inner());
+        let (meta, data) = (snapshot.meta, snapshot.snapshot.into_inner());
+        let sent = async {
+            if self.takes_frames() {
+                let body = crate::framing::encode_snapshot(&vote, &meta, &data);
+                return self.send("snapshot", body, crate::framing::CONTENT_TYPE, &option).await;
+            }
+            self.call("snapshot", &(vote, meta, data), &option).await
+        };
         tokio::select! {
             closed = cancel => Err(StreamingError::Closed(closed)),
-            r = self.call("snapshot", &req, &option) => Ok(r?),
+            r = sent => Ok(r?),
         }
     }
 

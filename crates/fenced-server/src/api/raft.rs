@@ -1,4 +1,5 @@
-//! The peer routes: openraft's RPCs from the other members (`POST /raft/...`), each
+//! The peer routes: openraft's RPCs from the other members (`POST /raft/...`, JSON,
+//! or for an append and a snapshot a binary frame, `fenced_raft::framing`), each
 //! answering openraft's `Result<Response, RaftError>` as JSON, and the handshake
 //! (`GET /raft/hello`) a leader makes before it adds a member.
 //!
@@ -92,9 +93,29 @@ fn decode<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError::bad_request("invalid_json", format!("a peer message: {e}")))
 }
 
+/// A message's body: a frame when it says so, JSON otherwise.
+async fn read_framed<T: DeserializeOwned>(
+    app: &App,
+    headers: &HeaderMap,
+    body: Body,
+    unframe: impl FnOnce(&[u8]) -> Result<T, String>,
+) -> Result<T, ApiError> {
+    let bytes =
+        super::read_body_within(app, &app.peer_budget, headers, body, PEER_BODY_BYTES_MAX, "peer message").await?;
+    let framed = headers.get("content-type").is_some_and(|v| v == fenced_raft::framing::CONTENT_TYPE);
+    if framed {
+        return unframe(&bytes).map_err(|why| ApiError::bad_request("invalid_frame", format!("a peer message: {why}")));
+    }
+    decode(&bytes)
+}
+
+/// Every raft answer says that this member takes frames ([`fenced_raft::framing`]).
 fn answer<T: Serialize>(r: &T) -> Response {
     match serde_json::to_vec(r) {
-        Ok(body) => (StatusCode::OK, [("content-type", "application/json")], body).into_response(),
+        Ok(body) => {
+            (StatusCode::OK, [("content-type", "application/json"), (fenced_raft::framing::ACCEPTS_HEADER, "1")], body)
+                .into_response()
+        }
         Err(_) => ApiError::internal("a raft answer did not serialize").into_response(),
     }
 }
@@ -104,7 +125,7 @@ async fn hello(State(app): State<App>) -> Response {
 }
 
 async fn append(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let req = read(&app, &headers, body).await?;
+    let req = read_framed(&app, &headers, body, fenced_raft::framing::decode_append).await?;
     Ok(answer(&app.locks.node.append_entries(req).await))
 }
 
@@ -120,7 +141,7 @@ async fn pre_vote(State(app): State<App>, headers: HeaderMap, body: Body) -> Res
 
 async fn snapshot(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     let (vote, meta, data): (fenced_raft::Vote, fenced_raft::SnapshotMeta, Vec<u8>) =
-        read(&app, &headers, body).await?;
+        read_framed(&app, &headers, body, fenced_raft::framing::decode_snapshot).await?;
     fenced_raft::state_machine::check_snapshot(&data)
         .map_err(|e| ApiError::bad_request("invalid_snapshot", e.to_string()))?;
     let snapshot = fenced_raft::Snapshot { meta, snapshot: Cursor::new(data) };
