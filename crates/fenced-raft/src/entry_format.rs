@@ -112,7 +112,7 @@ fn decode_v1(bytes: &[u8]) -> Result<Entry, String> {
     let (head, body) = bytes.split_at_checked(HEADER).ok_or("record shorter than its header")?;
     let stored = u32::from_le_bytes(head[1..HEADER].try_into().expect("four bytes"));
     if crc(body) != stored {
-        return Err("its checksum does not match (damaged or edited on disk)".into());
+        return Err("its checksum does not match (damaged on disk or on the way, or edited)".into());
     }
     decode_body(body)
 }

@@ -31,15 +31,16 @@ use crate::metrics::{inc, Metrics};
 pub trait Narrow: Sized {
     /// The command's answer, for the log line of a mismatch.
     const WHAT: &'static str;
-    fn narrow(answer: Answer) -> Option<Self>;
+    /// The answer as `Self`, or given back when it is of another kind.
+    fn narrow(answer: Answer) -> Result<Self, Answer>;
 }
 
 impl Narrow for Grant {
     const WHAT: &'static str = "a grant";
-    fn narrow(answer: Answer) -> Option<Grant> {
+    fn narrow(answer: Answer) -> Result<Grant, Answer> {
         match answer {
-            Answer::Granted(g) => Some(g),
-            _ => None,
+            Answer::Granted(g) => Ok(g),
+            other => Err(other),
         }
     }
 }
@@ -47,11 +48,11 @@ impl Narrow for Grant {
 /// An acquire of several names: one grant per name, in the names' sorted order.
 impl Narrow for Vec<Grant> {
     const WHAT: &'static str = "grants";
-    fn narrow(answer: Answer) -> Option<Vec<Grant>> {
+    fn narrow(answer: Answer) -> Result<Vec<Grant>, Answer> {
         match answer {
-            Answer::GrantedAll(grants) => Some(grants),
-            Answer::Granted(g) => Some(vec![g]),
-            _ => None,
+            Answer::GrantedAll(grants) => Ok(grants),
+            Answer::Granted(g) => Ok(vec![g]),
+            other => Err(other),
         }
     }
 }
@@ -59,30 +60,30 @@ impl Narrow for Vec<Grant> {
 /// A release or an operator's revoke: the released grant's token.
 impl Narrow for Token {
     const WHAT: &'static str = "a released token";
-    fn narrow(answer: Answer) -> Option<Token> {
+    fn narrow(answer: Answer) -> Result<Token, Answer> {
         match answer {
-            Answer::Released(t) => Some(t),
-            _ => None,
+            Answer::Released(t) => Ok(t),
+            other => Err(other),
         }
     }
 }
 
 impl Narrow for LeaseInfo {
     const WHAT: &'static str = "a lease";
-    fn narrow(answer: Answer) -> Option<LeaseInfo> {
+    fn narrow(answer: Answer) -> Result<LeaseInfo, Answer> {
         match answer {
-            Answer::Lease(info) => Some(info),
-            _ => None,
+            Answer::Lease(info) => Ok(info),
+            other => Err(other),
         }
     }
 }
 
 impl Narrow for StoreAnswer {
     const WHAT: &'static str = "a store answer";
-    fn narrow(answer: Answer) -> Option<StoreAnswer> {
+    fn narrow(answer: Answer) -> Result<StoreAnswer, Answer> {
         match answer {
-            Answer::Store(a) => Some(a),
-            _ => None,
+            Answer::Store(a) => Ok(a),
+            other => Err(other),
         }
     }
 }
@@ -90,8 +91,11 @@ impl Narrow for StoreAnswer {
 /// A lease's revoke: done.
 impl Narrow for () {
     const WHAT: &'static str = "done";
-    fn narrow(answer: Answer) -> Option<()> {
-        matches!(answer, Answer::Done).then_some(())
+    fn narrow(answer: Answer) -> Result<(), Answer> {
+        match answer {
+            Answer::Done => Ok(()),
+            other => Err(other),
+        }
     }
 }
 
@@ -112,9 +116,7 @@ impl From<Error> for Unanswered {
 
 /// `answer` narrowed to `T`.
 pub fn narrow<T: Narrow>(answer: Result<Answer, Error>) -> Result<T, Unanswered> {
-    let answer = answer?;
-    let shown = format!("{answer:?}");
-    T::narrow(answer).ok_or_else(|| Unanswered::Mismatch(format!("expected {}, answered {shown}", T::WHAT)))
+    T::narrow(answer?).map_err(|other| Unanswered::Mismatch(format!("expected {}, answered {other:?}", T::WHAT)))
 }
 
 /// How a command's request was answered.
