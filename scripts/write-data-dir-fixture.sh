@@ -8,7 +8,9 @@
 #   - lock `fixture-held`, held with token 1 by the implicit lease LEASE below
 #     (300 s TTL), which the test retries to get the same grant back;
 #   - lock `fixture-writer`, granted token 2 and released;
-#   - store key `fixture-key` = "format N" (the directory's format), written with token 2.
+#   - store key `fixture-key` = "format N" (the directory's format), written with token 2;
+#   - (from format 3) a snapshot of all of the above: the server snapshots every 10
+#     entries here, and keepalives of LEASE add entries until one is taken.
 #
 #   scripts/write-data-dir-fixture.sh [--bin PATH] DIR
 #
@@ -37,7 +39,7 @@ WRITER_LEASE=0b6e4f1a9c3d27e58f104a6b3c9d2e71
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 url=http://127.0.0.1:$port
-"$bin" server --listen "127.0.0.1:$port" --data-dir "$dir" >"$dir.log" 2>&1 &
+FENCED_SNAPSHOT_ENTRIES=10 "$bin" server --listen "127.0.0.1:$port" --data-dir "$dir" >"$dir.log" 2>&1 &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true' EXIT
 for _ in $(seq 100); do
@@ -59,6 +61,13 @@ format=$(sed -n 's/^fenced data directory \(format [0-9]*\)$/\1/p' "$dir/FORMAT"
 code=$(curl -sS -o /dev/null -w '%{http_code}' -X PUT -H 'fencing-token: 2' --data-binary "$format" "$url/v1/store/fixture-key")
 [ "$code" = 200 ] || fail "write fixture-key: HTTP $code"
 expect "release fixture-writer" "$(post /v1/locks/fixture-writer/release "{\"lease_id\":\"$WRITER_LEASE\"}")" '"token":2'
+
+for _ in $(seq 40); do
+  case "$(curl -sS "$url/v1/cluster")" in *'"snapshot_index":null'*) ;; *) break ;; esac
+  post "/v1/leases/$LEASE/keepalive" '{}' >/dev/null
+  sleep 0.05
+done
+case "$(curl -sS "$url/v1/cluster")" in *'"snapshot_index":null'*) fail "no snapshot was taken" ;; esac
 
 kill -TERM "$pid"
 wait "$pid" || fail "the server did not stop cleanly (see $dir.log)"

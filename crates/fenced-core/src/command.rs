@@ -61,6 +61,10 @@ pub enum Command {
     RaiseTokens { floor: Token },
     /// A change to the fenced store (a fenced read is one: it moves the key's mark).
     Store(StoreCommand),
+    /// The bounds every member decides commands within from now on, the same on each:
+    /// proposed by a leader whose configured limits differ from the table's, once every
+    /// member reads this command. Answered `Done`.
+    SetLimits(crate::table::Limits),
 }
 
 impl Command {

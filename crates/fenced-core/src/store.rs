@@ -234,6 +234,20 @@ impl Store {
             .collect()
     }
 
+    /// Every record, by key.
+    pub fn records(&self) -> impl Iterator<Item = (&String, &Record)> {
+        self.records.iter()
+    }
+
+    /// The store of `records` (by key, each once), its usage counted again.
+    pub fn from_records(records: Vec<(String, Record)>) -> Result<Store, String> {
+        if records.windows(2).any(|w| w[0].0 >= w[1].0) {
+            return Err("its store's keys are not in order, or one repeats".into());
+        }
+        let bytes = records.iter().map(|(k, r)| r.size(k)).sum();
+        Ok(Store { keys: records.len() as u64, bytes, records: records.into_iter().collect() })
+    }
+
     /// `(keys, bytes)` held, as counted against the quotas.
     pub fn usage(&self) -> (u64, u64) {
         (self.keys, self.bytes)

@@ -1,6 +1,7 @@
 //! Post-mortem: prints a member's `raft.redb` (a copy: opening it may repair it) as
-//! lines, the metadata first, then every log entry decoded (a record that does not
-//! decode, a damaged one among them, is printed with the reason and its bytes).
+//! lines, the metadata first (the snapshot decoded: its format, agreed limits and
+//! counts), then every log entry decoded (a record that does not decode, a damaged one
+//! among them, is printed with the reason and its bytes).
 //!
 //!     cargo run --release -p fenced-raft --example raft_dump -- DATA_DIR/raft.redb
 
@@ -23,6 +24,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             String::from_utf8_lossy(v).into_owned()
         };
         println!("meta {} {}", k.value(), shown);
+        if k.value() == "snapshot_data" {
+            snapshot(v);
+        }
     }
     let log = txn.open_table(LOG)?;
     for row in log.iter()? {
@@ -33,4 +37,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     Ok(())
+}
+
+fn snapshot(bytes: &[u8]) {
+    let format = if fenced_raft::snapshot_format::is_legacy(bytes) { "JSON (before format 3)" } else { "binary" };
+    match fenced_raft::snapshot_format::decode(bytes, &fenced_core::Limits::default()) {
+        Ok(t) => println!(
+            "snapshot {format}: limits agreed {}, leases {}, locks {}, waiters {}, store keys {}, highest token {:?}",
+            if t.limits_agreed() { format!("{:?}", t.limits()) } else { "no".into() },
+            t.lease_count(),
+            t.lock_count(),
+            t.waiter_count(),
+            t.store().usage().0,
+            t.highest_issued().map(|t| t.get()),
+        ),
+        Err(e) => println!("snapshot {format} REFUSED: {e}"),
+    }
 }

@@ -8,7 +8,9 @@
 //!     cargo run --release -p fenced-raft --example snapshot_stall -- [LOCKS] [REPEAT]
 //!
 //! LOCKS defaults to 750,000 (the table of the probe), REPEAT to 3; each figure
-//! is the median of REPEAT runs.
+//! is the median of REPEAT runs. It also times the snapshot's two formats, the JSON of
+//! releases before format 3 and the binary one (`snapshot_format`), each way, and
+//! prints their sizes.
 
 use std::time::{Duration, Instant};
 
@@ -22,22 +24,40 @@ fn main() {
     let table = table_of(locks);
     println!("table of {locks} locks, each under its own lease, built in {:.1?}", built.elapsed());
     let mut copy = Vec::new();
-    let mut encode = Vec::new();
-    let mut bytes = 0;
+    let (mut json_enc, mut json_dec, mut bin_enc, mut bin_dec) = (vec![], vec![], vec![], vec![]);
+    let (mut json_bytes, mut bin_bytes) = (0, 0);
+    let limits = table.limits().clone();
     for _ in 0..repeat {
         let t = Instant::now();
         let c = table.clone();
         copy.push(t.elapsed());
         let t = Instant::now();
-        let json = serde_json::to_vec(&c).expect("a table encodes");
-        encode.push(t.elapsed());
-        bytes = json.len();
+        let json = fenced_raft::snapshot_format::to_legacy_json(&c);
+        json_enc.push(t.elapsed());
+        let t = Instant::now();
+        let back = fenced_raft::snapshot_format::decode(&json, &limits).expect("the JSON decodes");
+        json_dec.push(t.elapsed());
+        drop(back);
+        let t = Instant::now();
+        let bin = fenced_raft::snapshot_format::encode(&c);
+        bin_enc.push(t.elapsed());
+        let t = Instant::now();
+        let back = fenced_raft::snapshot_format::decode(&bin, &limits).expect("the binary decodes");
+        bin_dec.push(t.elapsed());
+        assert_eq!(back.lock_count(), c.lock_count());
+        (json_bytes, bin_bytes) = (json.len(), bin.len());
     }
-    let (copy, encode) = (median(copy), median(encode));
-    println!("snapshot of {} MiB", bytes >> 20);
+    let (copy, encode) = (median(copy), median(json_enc.clone()));
     println!("lock held, before (encode under the lock): {encode:.1?}");
     println!("lock held, after (copy under the lock):    {copy:.1?}");
     println!("ratio: {:.1}x shorter", encode.as_secs_f64() / copy.as_secs_f64().max(1e-9));
+    println!("| snapshot format | bytes | encode | decode |");
+    println!("|---|---|---|---|");
+    for (name, bytes, enc, dec) in
+        [("JSON (before format 3)", json_bytes, json_enc, json_dec), ("binary (format 3)", bin_bytes, bin_enc, bin_dec)]
+    {
+        println!("| {name} | {:.1} MiB | {:.1?} | {:.1?} |", bytes as f64 / (1 << 20) as f64, median(enc), median(dec));
+    }
 }
 
 fn table_of(locks: u64) -> LockTable {

@@ -2,8 +2,8 @@
 //! and proves it is whole (`fenced snapshot save|status|restore`).
 //!
 //! ```text
-//! fenced snapshot 1\n                 the magic line and the file format
-//! {"format":1,...}\n                  the header: one JSON object (`Header`)
+//! fenced snapshot 2\n                 the magic line and the file format
+//! {"format":2,...}\n                  the header: one JSON object (`Header`)
 //! <header.table_bytes bytes>          the lock table, as in a raft snapshot
 //! \nsha256 <64 hex digits>\n          SHA-256 of every byte before this line
 //! ```
@@ -30,8 +30,13 @@ use crate::log_store::Db;
 use crate::state_machine::{decode_table, encode_table, StateMachine};
 use crate::LogId;
 
-/// The file format this release writes and reads.
-pub const FILE_FORMAT: u32 = 1;
+/// The file format this release writes and reads: 2, whose table is a snapshot of
+/// `snapshot_format`'s binary format.
+pub const FILE_FORMAT: u32 = 2;
+
+/// The earliest file format this release reads: 1, whose table is the JSON snapshot of
+/// the releases before the binary format (it decodes either).
+pub const FILE_FORMAT_MIN: u32 = 1;
 const MAGIC: &[u8] = b"fenced snapshot ";
 const TRAILER: &[u8] = b"\nsha256 ";
 /// `\nsha256 ` + 64 hex digits + `\n`.
@@ -113,21 +118,23 @@ pub fn save(sm: &StateMachine, node: u64) -> io::Result<Vec<u8>> {
 }
 
 fn encode_file(table: &LockTable, last: Option<LogId>, node: u64) -> io::Result<Vec<u8>> {
-    let (header, table) = {
-        let bytes = encode_table(table)?;
-        (header_of(table, last, node, bytes.len()), bytes)
-    };
+    let bytes = encode_table(table);
+    Ok(assemble(FILE_FORMAT, &header_of(table, last, node, bytes.len()), &bytes))
+}
+
+/// The file of `format` around a header and a table's bytes.
+fn assemble(format: u32, header: &Header, table: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(table.len() + 1024);
     out.extend_from_slice(MAGIC);
-    out.extend_from_slice(format!("{FILE_FORMAT}\n").as_bytes());
-    serde_json::to_writer(&mut out, &header).map_err(crate::io_err)?;
+    out.extend_from_slice(format!("{format}\n").as_bytes());
+    serde_json::to_writer(&mut out, header).expect("a header serializes");
     out.push(b'\n');
-    out.extend_from_slice(&table);
+    out.extend_from_slice(table);
     let sum = sha256_hex(&out);
     out.extend_from_slice(TRAILER);
     out.extend_from_slice(sum.as_bytes());
     out.push(b'\n');
-    Ok(out)
+    out
 }
 
 /// Reads a snapshot file's bytes: refused unless whole, of a format this release reads,
@@ -142,9 +149,10 @@ pub fn parse(bytes: &[u8]) -> Result<Backup, BadSnapshot> {
         .ok()
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| bad("the snapshot's first line does not name a format"))?;
-    if format != FILE_FORMAT {
+    if !(FILE_FORMAT_MIN..=FILE_FORMAT).contains(&format) {
         return Err(bad(format!(
-            "the snapshot is in file format {format}; this release ({}) reads format {FILE_FORMAT}{}",
+            "the snapshot is in file format {format}; this release ({}) reads formats {FILE_FORMAT_MIN} to \
+             {FILE_FORMAT}{}",
             env!("CARGO_PKG_VERSION"),
             if format > FILE_FORMAT { ": use the release that saved it, or a later one" } else { "" }
         )));
@@ -248,6 +256,18 @@ mod tests {
         encode_file(t, None, 3).unwrap()
     }
 
+    /// A file of format 1 (its table the JSON snapshot of the releases before the
+    /// binary one) still reads, to the same table.
+    #[test]
+    fn a_file_of_format_1_still_reads() {
+        let t = table_with_a_holder();
+        let json = crate::snapshot_format::to_legacy_json(&t);
+        let header = Header { format: 1, ..header_of(&t, None, 3, json.len()) };
+        let b = parse(&assemble(1, &header, &json)).unwrap();
+        assert_eq!(b.header.format, 1);
+        assert_eq!(b.table.image(), t.image());
+    }
+
     #[test]
     fn a_saved_file_reads_back_with_its_counts() {
         let t = table_with_a_holder();
@@ -273,16 +293,17 @@ mod tests {
             assert!(e.contains("checksum") || e.contains("format"), "byte {at}: {e}");
         }
         assert!(parse(b"{\"table\":{}}").unwrap_err().0.contains("not a Fenced snapshot"));
-        let newer = [b"fenced snapshot 2\n".as_slice(), &bytes[18..]].concat();
-        assert!(parse(&newer).unwrap_err().0.contains("file format 2"));
+        let newer = [b"fenced snapshot 3\n".as_slice(), &bytes[18..]].concat();
+        assert!(parse(&newer).unwrap_err().0.contains("file format 3"));
     }
 
     #[test]
     fn a_header_that_lies_about_the_table_is_refused_even_with_a_good_checksum() {
         let bytes = file(&table_with_a_holder());
-        let text = String::from_utf8(bytes[..bytes.len() - TRAILER_LEN].to_vec()).unwrap();
-        let forged = text.replacen("\"locks\":1", "\"locks\":2", 1);
-        let mut out = forged.into_bytes();
+        let body = &bytes[..bytes.len() - TRAILER_LEN];
+        let at = body.windows(9).position(|w| w == b"\"locks\":1").expect("the header counts the locks");
+        let mut out = body.to_vec();
+        out[at + 8] = b'2';
         let sum = sha256_hex(&out);
         out.extend_from_slice(TRAILER);
         out.extend_from_slice(sum.as_bytes());

@@ -23,14 +23,13 @@
 
 use std::io;
 
-use fenced_core::{
-    Acquire, AcquireAll, Batch, Command, LeaseId, LeaseRef, LockName, Quotas, Record, RequestId, StoreCommand, Token,
-};
+use fenced_core::{Acquire, AcquireAll, Batch, Command, LeaseRef, Record, RequestId, StoreCommand, Token};
 use openraft::alias::LeaderIdOf;
 use openraft::entry::RaftEntry;
 use openraft::vote::RaftLeaderIdExt;
 use openraft::EntryPayload;
 
+use crate::codec::{crc, put_bytes, put_flag, put_lease, put_limits, put_name, put_opt, put_quotas, put_u64, Reader};
 use crate::{Entry, LogId, TypeConfig};
 
 /// The version this release writes, and the newest it reads.
@@ -41,10 +40,6 @@ const LEGACY_JSON: u8 = b'{';
 
 /// The bytes before the body: the version and the checksum.
 const HEADER: usize = 5;
-
-fn crc(body: &[u8]) -> u32 {
-    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, body) as u32
-}
 
 /// Appends `entry`'s record to `out`.
 pub fn encode(entry: &Entry, out: &mut Vec<u8>) {
@@ -120,7 +115,7 @@ fn decode_v1(bytes: &[u8]) -> Result<Entry, String> {
 /// The body's fields, with no checksum check (the tests' negative control shows what
 /// an edit would decode to without it).
 fn decode_body(body: &[u8]) -> Result<Entry, String> {
-    let mut r = Reader { bytes: body };
+    let mut r = Reader::new(body);
     let (term, node_id, index) = (r.u64()?, r.u64()?, r.u64()?);
     let log_id = LogId::new(LeaderIdOf::<TypeConfig>::new_committed(term, node_id), index);
     let payload = match r.u8()? {
@@ -129,37 +124,8 @@ fn decode_body(body: &[u8]) -> Result<Entry, String> {
         2 => EntryPayload::Membership(serde_json::from_slice(r.bytes()?).map_err(|e| format!("membership: {e}"))?),
         t => return Err(format!("unknown payload tag {t}")),
     };
-    if !r.bytes.is_empty() {
-        return Err(format!("{} bytes follow its fields", r.bytes.len()));
-    }
+    r.end()?;
     Ok(Entry { log_id, payload })
-}
-
-fn put_u64(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    put_u64(out, b.len() as u64);
-    out.extend_from_slice(b);
-}
-
-fn put_lease(out: &mut Vec<u8>, lease: LeaseId) {
-    out.extend_from_slice(&lease.0.to_le_bytes());
-}
-
-fn put_opt<T>(out: &mut Vec<u8>, v: Option<T>, put: impl FnOnce(&mut Vec<u8>, T)) {
-    match v {
-        None => out.push(0),
-        Some(v) => {
-            out.push(1);
-            put(out, v);
-        }
-    }
 }
 
 fn put_batch(out: &mut Vec<u8>, batch: &Batch) {
@@ -205,18 +171,18 @@ fn put_command(out: &mut Vec<u8>, cmd: &Command) {
         }
         Command::Acquire(a) => {
             out.push(2);
-            put_bytes(out, a.name.as_str().as_bytes());
+            put_name(out, &a.name);
             put_wait(out, a.lease, a.wait_ms, a.lock_delay_ms, a.holder.as_ref());
         }
         Command::AcquireAll(a) => {
             out.push(3);
             put_u64(out, a.names.len() as u64);
-            a.names.iter().for_each(|n| put_bytes(out, n.as_str().as_bytes()));
+            a.names.iter().for_each(|n| put_name(out, n));
             put_wait(out, a.lease, a.wait_ms, a.lock_delay_ms, a.holder.as_ref());
         }
         Command::Release { name, lease } => {
             out.push(4);
-            put_bytes(out, name.as_str().as_bytes());
+            put_name(out, name);
             put_lease(out, *lease);
         }
         Command::Revoke { lease } => {
@@ -225,7 +191,7 @@ fn put_command(out: &mut Vec<u8>, cmd: &Command) {
         }
         Command::RevokeLock { name, token } => {
             out.push(6);
-            put_bytes(out, name.as_str().as_bytes());
+            put_name(out, name);
             put_opt(out, token.map(Token::get), put_u64);
         }
         Command::Cancel { request } => {
@@ -242,12 +208,11 @@ fn put_command(out: &mut Vec<u8>, cmd: &Command) {
             out.push(11);
             put_store(out, s);
         }
+        Command::SetLimits(l) => {
+            out.push(12);
+            put_limits(out, l);
+        }
     }
-}
-
-fn put_quotas(out: &mut Vec<u8>, q: Quotas) {
-    put_u64(out, q.keys_max);
-    put_u64(out, q.bytes_max);
 }
 
 fn put_store(out: &mut Vec<u8>, cmd: &StoreCommand) {
@@ -257,14 +222,14 @@ fn put_store(out: &mut Vec<u8>, cmd: &StoreCommand) {
             put_bytes(out, key.as_bytes());
             put_u64(out, token.get());
             put_bytes(out, value);
-            out.push(u8::from(*foreign));
+            put_flag(out, *foreign);
             put_quotas(out, *quotas);
         }
         StoreCommand::FencedRead { key, token, foreign, quotas } => {
             out.push(1);
             put_bytes(out, key.as_bytes());
             put_u64(out, token.get());
-            out.push(u8::from(*foreign));
+            put_flag(out, *foreign);
             put_quotas(out, *quotas);
         }
         StoreCommand::WriteUnfenced { key, value, quotas } => {
@@ -285,96 +250,13 @@ fn put_store(out: &mut Vec<u8>, cmd: &StoreCommand) {
     }
 }
 
-/// Reads a body front to back; every read is bounded by the bytes left, so a damaged
-/// length is an error, never an allocation of what it claims.
-struct Reader<'a> {
-    bytes: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn u8(&mut self) -> Result<u8, String> {
-        let (&b, rest) = self.bytes.split_first().ok_or("the record ends early")?;
-        self.bytes = rest;
-        Ok(b)
-    }
-
-    fn u64(&mut self) -> Result<u64, String> {
-        let mut v = 0u64;
-        for i in 0..10 {
-            let b = self.u8()?;
-            // The tenth byte carries the 64th bit alone.
-            if i == 9 && b > 1 {
-                break;
-            }
-            v |= u64::from(b & 0x7f) << (7 * i);
-            if b < 0x80 {
-                return Ok(v);
-            }
-        }
-        Err("a varint overflows".into())
-    }
-
-    /// A count of items each at least `item_min` bytes long: never more than the bytes
-    /// left could hold.
-    fn count(&mut self, item_min: usize) -> Result<usize, String> {
-        let n = self.u64()?;
-        match usize::try_from(n) {
-            Ok(n) if n.saturating_mul(item_min) <= self.bytes.len() => Ok(n),
-            _ => Err(format!("a count of {n} is more than the record holds")),
-        }
-    }
-
-    fn bytes(&mut self) -> Result<&'a [u8], String> {
-        let n = self.count(1)?;
-        let (b, rest) = self.bytes.split_at(n);
-        self.bytes = rest;
-        Ok(b)
-    }
-
-    fn string(&mut self) -> Result<String, String> {
-        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| "a string is not UTF-8".into())
-    }
-
-    fn name(&mut self) -> Result<LockName, String> {
-        LockName::new(&self.string()?).map_err(|e| format!("lock name: {e}"))
-    }
-
-    fn token(&mut self) -> Result<Token, String> {
-        Token::new(self.u64()?).ok_or_else(|| "token 0".into())
-    }
-
-    fn flag(&mut self) -> Result<bool, String> {
-        match self.u8()? {
-            0 => Ok(false),
-            1 => Ok(true),
-            b => Err(format!("a flag of {b}")),
-        }
-    }
-
-    fn opt<T>(&mut self, read: impl FnOnce(&mut Self) -> Result<T, String>) -> Result<Option<T>, String> {
-        if self.flag()? {
-            read(self).map(Some)
-        } else {
-            Ok(None)
-        }
-    }
-
-    fn lease(&mut self) -> Result<LeaseId, String> {
-        let (b, rest) = self.bytes.split_at_checked(16).ok_or("the record ends early")?;
-        self.bytes = rest;
-        Ok(LeaseId(u128::from_le_bytes(b.try_into().expect("16 bytes"))))
-    }
-
+impl Reader<'_> {
     fn lease_ref(&mut self) -> Result<LeaseRef, String> {
         match self.u8()? {
             0 => Ok(LeaseRef::Existing(self.lease()?)),
             1 => Ok(LeaseRef::Implicit { id: self.lease()?, ttl_ms: self.u64()? }),
             t => Err(format!("unknown lease tag {t}")),
         }
-    }
-
-    fn quotas(&mut self) -> Result<Quotas, String> {
-        Ok(Quotas { keys_max: self.u64()?, bytes_max: self.u64()? })
     }
 
     fn batch(&mut self) -> Result<Batch, String> {
@@ -410,6 +292,7 @@ impl<'a> Reader<'a> {
             9 => Command::Promote,
             10 => Command::RaiseTokens { floor: self.token()? },
             11 => Command::Store(self.store()?),
+            12 => Command::SetLimits(self.limits()?),
             t => return Err(format!("unknown command tag {t}")),
         })
     }

@@ -23,6 +23,9 @@
 //! - `FENCED_BREAK=read-local`: `check`, plain store reads and the lock views are served
 //!   from the local table on any member, without the ReadIndex round (the hook is the
 //!   server's `Locks::read`).
+//! - `FENCED_BREAK=limits-unagreed`: a leader never proposes `Command::SetLimits`, so
+//!   every member decides with its own configured limits, as before they were
+//!   replicated: members configured apart decide one command differently.
 //! - the file `fault-clock-rate` in the data directory (the `clock` nemesis): a rate
 //!   (`1.08`, `0.5`) that this node's clock runs at from now on, read every 100 ms.
 //!

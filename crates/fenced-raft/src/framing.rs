@@ -23,8 +23,22 @@ use crate::{entry_format, SnapshotMeta, TypeConfig, Vote};
 /// The content type of a frame.
 pub const CONTENT_TYPE: &str = "application/x-fenced-raft-frame";
 
-/// On every raft answer of a member that takes frames.
+/// On every raft answer of a member that takes frames, its [`LEVEL`].
 pub const ACCEPTS_HEADER: &str = "x-fenced-raft-frames";
+
+/// What this release reads from a peer, said in [`ACCEPTS_HEADER`]: 1, frames;
+/// 2, also snapshots of `snapshot_format` and `Command::SetLimits` in entries. A
+/// sender keeps to what the member said: a member at 1 is sent the JSON snapshot, and
+/// no member proposes agreed limits until every member is at 2.
+pub const LEVEL: u8 = 2;
+
+/// The level from which a member is sent binary snapshots.
+pub const LEVEL_BINARY_SNAPSHOTS: u8 = 2;
+
+/// The level in a member's [`ACCEPTS_HEADER`]: the first release to send it sent "1".
+pub fn parse_level(v: &hyper::header::HeaderValue) -> u8 {
+    v.to_str().ok().and_then(|s| s.trim().parse().ok()).unwrap_or(1)
+}
 
 fn frame(header: &impl serde::Serialize, payload_len: usize) -> Vec<u8> {
     let header = serde_json::to_vec(header).expect("a raft message header serializes");

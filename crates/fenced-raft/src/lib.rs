@@ -16,6 +16,7 @@
 //!   [`framing`]'s binary frames for an append's entries and a snapshot's bytes.
 
 pub mod backup;
+mod codec;
 pub mod entry_format;
 #[cfg(feature = "fault-injection")]
 pub mod fault;
@@ -24,6 +25,7 @@ pub mod log_store;
 pub mod metrics;
 pub mod network;
 pub mod node;
+pub mod snapshot_format;
 pub mod state_machine;
 
 use std::fmt;

@@ -64,9 +64,13 @@ pub struct Network {
     /// The members whose last RPC failed: a member that cannot be reached is logged
     /// once when it goes and once when it comes back, not at every heartbeat.
     unreachable: Arc<Mutex<BTreeSet<NodeId>>>,
-    /// The members that said they take frames ([`crate::framing`]).
-    framed: Arc<Mutex<BTreeSet<NodeId>>>,
+    /// What each member said it reads ([`crate::framing::ACCEPTS_HEADER`]); absent: a
+    /// member of a release before frames, or one not heard from yet.
+    levels: Levels,
 }
+
+/// Each member's [`crate::framing::LEVEL`], as it last said.
+type Levels = Arc<Mutex<BTreeMap<NodeId, u8>>>;
 
 impl Network {
     /// A network whose RPCs carry `token` (the members' shared bearer token, only
@@ -91,8 +95,14 @@ impl Network {
             auth: token.map(|t| format!("Bearer {t}")),
             routes,
             unreachable: Arc::default(),
-            framed: Arc::default(),
+            levels: Arc::default(),
         }
+    }
+
+    /// What `member` said it reads ([`crate::framing::LEVEL`]): 0 until it answered an
+    /// RPC of this member's, or when it is of a release before frames.
+    pub fn level(&self, member: NodeId) -> u8 {
+        self.levels.lock().unwrap_or_else(|p| p.into_inner()).get(&member).copied().unwrap_or(0)
     }
 
     /// Asks the member at `url` who it is (`GET {url}/raft/hello`), within `timeout`.
@@ -207,7 +217,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             http: self.http.clone(),
             auth: self.auth.clone(),
             unreachable: self.unreachable.clone(),
-            framed: self.framed.clone(),
+            levels: self.levels.clone(),
         }
     }
 }
@@ -219,7 +229,7 @@ pub struct Peer {
     http: Client<Connector, Full<Bytes>>,
     auth: Option<String>,
     unreachable: Arc<Mutex<BTreeSet<NodeId>>>,
-    framed: Arc<Mutex<BTreeSet<NodeId>>>,
+    levels: Levels,
 }
 
 /// Bytes per second a message is given to travel, and the least time a message with
@@ -253,9 +263,27 @@ impl Peer {
         self.send(what, body, "application/json", option).await
     }
 
+    /// What the member said it reads (0: nothing beyond JSON).
+    fn level(&self) -> u8 {
+        self.levels.lock().unwrap_or_else(|p| p.into_inner()).get(&self.target).copied().unwrap_or(0)
+    }
+
     /// Whether the member said it takes frames.
     fn takes_frames(&self) -> bool {
-        self.framed.lock().unwrap_or_else(|p| p.into_inner()).contains(&self.target)
+        self.level() >= 1
+    }
+
+    /// Notes what the member says it reads, saying so when that changes.
+    fn note_level(&self, said: Option<&hyper::header::HeaderValue>) {
+        let Some(level) = said.map(crate::framing::parse_level) else { return };
+        let before = self.levels.lock().unwrap_or_else(|p| p.into_inner()).insert(self.target, level);
+        if before != Some(level) {
+            tracing::info!(
+                member = self.target,
+                level,
+                "the member takes binary frames (appends and snapshots go framed)"
+            );
+        }
     }
 
     async fn send<Resp>(
@@ -286,11 +314,7 @@ impl Peer {
                 }
             })?;
             let status = resp.status();
-            if resp.headers().contains_key(crate::framing::ACCEPTS_HEADER)
-                && self.framed.lock().unwrap_or_else(|p| p.into_inner()).insert(self.target)
-            {
-                tracing::info!(member = self.target, "the member takes binary frames: appends and snapshots go framed");
-            }
+            self.note_level(resp.headers().get(crate::framing::ACCEPTS_HEADER));
             let body = http_body_util::Limited::new(resp.into_body(), RESPONSE_BYTES_MAX)
                 .collect()
                 .await
@@ -367,7 +391,13 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         cancel: impl Future<Output = ReplicationClosed> + openraft::OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let (meta, data) = (snapshot.meta, snapshot.snapshot.into_inner());
+        let (meta, mut data) = (snapshot.meta, snapshot.snapshot.into_inner());
+        if self.level() < crate::framing::LEVEL_BINARY_SNAPSHOTS && !crate::snapshot_format::is_legacy(&data) {
+            // A member of an earlier release reads only the JSON snapshot.
+            let table = crate::state_machine::decode_table(&data, &fenced_core::Limits::default())
+                .map_err(|e| StreamingError::Network(net_err(e)))?;
+            data = crate::snapshot_format::to_legacy_json(&table);
+        }
         let sent = async {
             if self.takes_frames() {
                 let body = crate::framing::encode_snapshot(&vote, &meta, &data);

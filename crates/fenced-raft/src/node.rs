@@ -79,6 +79,8 @@ const LOG_CHECK_MS: u64 = 200;
 const SNAPSHOT_RETRY: Duration = Duration::from_secs(2);
 /// How long a refused caller is told to wait before retrying.
 const TOO_BUSY_RETRY_MS: u64 = 50;
+/// How often a leader checks whether the cluster's limits should be agreed again.
+const AGREE_LIMITS_EVERY: Duration = Duration::from_secs(1);
 
 /// How to start a member.
 #[derive(Debug)]
@@ -184,6 +186,9 @@ pub struct ClusterStatus {
     /// catches up from a snapshot.
     pub purged_index: Option<u64>,
     pub members: Vec<Member>,
+    /// Whether the table decides with limits the cluster agreed on through the log
+    /// (`Command::SetLimits`), rather than this member's configuration.
+    pub limits_agreed: bool,
 }
 
 struct Anchor {
@@ -929,6 +934,7 @@ impl Node {
     /// every `HEARTBEAT_MS` so that stalls are seen.
     async fn timer_loop(self: Arc<Self>) {
         let mut tick_sent_at: Option<u64> = None;
+        let mut limits_checked_at: Option<Instant> = None;
         let notify = self.sm.applied_notify.clone();
         while !self.stopped.load(Ordering::Acquire) {
             let stamp = self.clock().stamp();
@@ -947,6 +953,13 @@ impl Node {
                     Some(at) => wait_ms = wait_ms.min(at.saturating_sub(now_ms)),
                     None => {}
                 }
+                if limits_checked_at.is_none_or(|t| t.elapsed() >= AGREE_LIMITS_EVERY) {
+                    limits_checked_at = Some(Instant::now());
+                    if let Some(limits) = self.limits_to_agree() {
+                        tracing::info!(?limits, "the cluster's limits are set to this leader's configuration");
+                        let _ = self.propose(NO_REQUEST, Command::SetLimits(limits));
+                    }
+                }
             } else {
                 tick_sent_at = None;
             }
@@ -956,6 +969,29 @@ impl Node {
                 _ = self.stopping() => return,
             }
         }
+    }
+
+    /// This leader's configured limits, when the table's are not already those agreed
+    /// through the log and every member said it reads `Command::SetLimits`
+    /// ([`crate::framing::LEVEL`]): until then (a rolling upgrade from a release
+    /// before it) each member keeps deciding with its own configuration, as before.
+    fn limits_to_agree(&self) -> Option<Limits> {
+        #[cfg(feature = "fault-injection")]
+        if fault::broken("limits-unagreed") {
+            return None;
+        }
+        let configured = self.sm.configured_limits();
+        {
+            let st = self.sm.state();
+            if st.table.limits_agreed() && st.table.limits() == configured {
+                return None;
+            }
+        }
+        let m = self.raft.metrics();
+        let members: Vec<NodeId> =
+            m.borrow_watched().membership_config.membership().nodes().map(|(id, _)| *id).collect();
+        let all_read_it = members.iter().all(|id| *id == self.id || self.network.level(*id) >= crate::framing::LEVEL);
+        all_read_it.then(|| configured.clone())
     }
 
     /// Keeps the log within `LOG_BYTES_MAX` on every member: past it, a snapshot is
@@ -1045,6 +1081,7 @@ impl Node {
             snapshot_index: m.snapshot.as_ref().map(|l| l.index),
             purged_index: m.purged.as_ref().map(|l| l.index),
             members,
+            limits_agreed: self.sm.state().table.limits_agreed(),
         }
     }
 

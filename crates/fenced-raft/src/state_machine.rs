@@ -70,43 +70,15 @@ pub struct StateMachine {
     pub(crate) applied_notify: Arc<Notify>,
 }
 
-#[derive(serde::Serialize, serde::Deserialize)]
-struct SnapshotBody {
-    table: LockTable,
+/// The table's snapshot bytes ([`crate::snapshot_format`]).
+pub(crate) fn encode_table(table: &LockTable) -> Vec<u8> {
+    crate::snapshot_format::encode(table)
 }
 
-pub(crate) fn encode_table(table: &LockTable) -> io::Result<Vec<u8>> {
-    #[derive(serde::Serialize)]
-    struct Ref<'t> {
-        table: Retired<'t>,
-    }
-    /// The table with the four fields of the retired durability model (the token
-    /// ceiling and its block, the TTL mark, the lock-delay records). Releases before
-    /// their removal require them in a snapshot, though in the log they only fed
-    /// `Persist` writes that this state machine dropped: written with values that change
-    /// nothing there, so that such a member can still install a snapshot of this one
-    /// during a rolling upgrade. Never read here (unknown fields are skipped). Drop them
-    /// once no such release is in service.
-    #[derive(serde::Serialize)]
-    struct Retired<'t> {
-        #[serde(flatten)]
-        table: &'t LockTable,
-        ceiling: u64,
-        token_block: u64,
-        ttl_ms_hwm: u64,
-        delay_records: std::collections::BTreeMap<String, u64>,
-    }
-    let table = Retired { table, ceiling: 0, token_block: 1, ttl_ms_hwm: 0, delay_records: Default::default() };
-    serde_json::to_vec(&Ref { table }).map_err(io_err)
-}
-
+/// The table in snapshot bytes of this format or an earlier release's.
 pub(crate) fn decode_table(bytes: &[u8], limits: &Limits) -> io::Result<LockTable> {
-    let body: SnapshotBody = serde_json::from_slice(bytes).map_err(|e| {
-        io::Error::new(io::ErrorKind::InvalidData, format!("a lock-table snapshot does not decode: {e}"))
-    })?;
-    let mut table = body.table;
-    table.set_limits(limits.clone());
-    Ok(table)
+    crate::snapshot_format::decode(bytes, limits)
+        .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, format!("a lock-table snapshot is refused: {why}")))
 }
 
 /// Whether `bytes` decode as a snapshot of the lock table: a peer's snapshot is checked
@@ -150,13 +122,19 @@ impl StateMachine {
     /// Writes the state a fresh log starts from (a table migrated from the single-node
     /// format): before the log is ever used.
     pub fn write_base(db: &Db, table: &LockTable) -> io::Result<()> {
-        db.put_base(&encode_table(table)?)
+        db.put_base(&encode_table(table))
     }
 
     /// Where applied output goes (the test-only faults answer through it too).
     #[cfg(feature = "fault-injection")]
     pub(crate) fn sink(&self) -> &dyn Applied {
         &*self.sink
+    }
+
+    /// This member's configured limits: the table decides with them until the cluster
+    /// agrees on limits through the log (`Command::SetLimits`).
+    pub fn configured_limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// The state, locked. Views read the table here; they never change it.
@@ -180,7 +158,7 @@ impl StateMachine {
     /// table: for checks, not for every request.
     pub fn digest(&self) -> io::Result<StateDigest> {
         let st = self.copy();
-        let hash = fenced_core::replica::state_hash(&st.table).map_err(io_err)?;
+        let hash = fenced_core::replica::state_hash(&st.table);
         Ok(StateDigest { applied_index: st.last_applied.map(|l| l.index), state_hash: format!("{hash:016x}") })
     }
 
@@ -191,7 +169,7 @@ impl StateMachine {
     fn snapshot_now(&self) -> io::Result<Snapshot> {
         let st = self.copy();
         let meta = SnapshotMeta { last_log_id: st.last_applied, last_membership: st.membership };
-        let data = encode_table(&st.table)?;
+        let data = encode_table(&st.table);
         drop(st.table);
         if !self.db.put_snapshot(&meta, &data)? {
             tracing::info!(index = ?meta.last_log_id, "a newer snapshot is kept; this one was not stored");
@@ -368,9 +346,9 @@ mod tests {
             let model = fenced_model::replay(&log, ttl_ms).0;
             let raft = through_raft("model", model.limits().clone(), &batches).await;
             let sim = through_sim(fresh_table(ttl_ms), &batches);
-            let want = state_hash(&model).unwrap();
-            assert_eq!(state_hash(&raft).unwrap(), want, "seed {seed}: the state machine differs from the model");
-            assert_eq!(state_hash(sim.table()).unwrap(), want, "seed {seed}: the simulator differs from the model");
+            let want = state_hash(&model);
+            assert_eq!(state_hash(&raft), want, "seed {seed}: the state machine differs from the model");
+            assert_eq!(state_hash(sim.table()), want, "seed {seed}: the simulator differs from the model");
             distinct.insert((want, model.last_token().map(Token::get)));
         }
         assert!(distinct.len() > 30, "the logs must lead to different states: {}", distinct.len());
@@ -432,7 +410,7 @@ mod tests {
             }
             let raft = through_raft("rich", limits.clone(), &batches).await;
             let sim = through_sim(LockTable::new(limits.clone()), &batches);
-            assert_eq!(state_hash(&raft).unwrap(), state_hash(sim.table()).unwrap(), "seed {seed}");
+            assert_eq!(state_hash(&raft), state_hash(sim.table()), "seed {seed}");
             assert!(raft.effects_seq() > 0, "seed {seed}: the batches did something");
         }
     }
@@ -450,26 +428,27 @@ mod tests {
                 log.iter().map(|e| if e.cmd == Cmd::Promote { Entry { cmd: Cmd::Blank, ..*e } } else { *e }).collect();
             let model = fenced_model::replay(&log, ttl_ms).0;
             let broken = through_sim(fresh_table(ttl_ms), &the_batches_of(&skipping, ttl_ms));
-            if state_hash(&model).unwrap() != state_hash(broken.table()).unwrap() {
+            if state_hash(&model) != state_hash(broken.table()) {
                 caught += 1;
             }
         }
         assert!(caught >= 20, "the hash tells a replica without Promote apart in {caught} of 40 logs");
     }
 
-    /// A snapshot still carries the fields of the retired durability model that earlier
-    /// releases require (a rolling upgrade), and decodes here to the same state.
+    /// A snapshot for a member of an earlier release (the JSON it reads) still carries
+    /// the fields of the retired durability model that such releases require, and
+    /// decodes here to the same state.
     #[test]
-    fn a_snapshot_carries_the_retired_fields_earlier_releases_require() {
+    fn a_legacy_snapshot_carries_the_retired_fields_earlier_releases_require() {
         let mut table = LockTable::new(Limits::default());
         let lease = fenced_core::LeaseId(7);
         table.apply(RequestId(1), fenced_core::Command::GrantLease { lease, ttl_ms: 1_000 }, 5);
-        let bytes = super::encode_table(&table).unwrap();
+        let bytes = crate::snapshot_format::to_legacy_json(&table);
         let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         for field in ["ceiling", "token_block", "ttl_ms_hwm", "delay_records", "first_token", "leases"] {
             assert!(v["table"].get(field).is_some(), "{field} in {v}");
         }
         let back = super::decode_table(&bytes, &Limits::default()).unwrap();
-        assert_eq!(state_hash(&back).unwrap(), state_hash(&table).unwrap());
+        assert_eq!(state_hash(&back), state_hash(&table));
     }
 }

@@ -3,11 +3,14 @@
 //! at every start, before anything in it is opened:
 //!
 //! - the same version: served;
-//! - format 1 (log entries as serde JSON): upgraded in place. Its JSON entries are
-//!   still read, every entry written from now on is a binary record
-//!   (`fenced_raft::entry_format`), so `FORMAT` says 2 before anything is opened, and a
-//!   release that reads only format 1 refuses the directory rather than fail on its
-//!   first binary entry. The upgrade is one way (docs/operations.md, *Upgrade*);
+//! - an earlier format: upgraded in place, one way (docs/operations.md, *Upgrade*).
+//!   What it holds is still read; what is written from now on is this format's, so
+//!   `FORMAT` says so before anything is opened, and a release that reads only the
+//!   earlier format refuses the directory rather than fail on the first record it
+//!   cannot read. Format 1 kept log entries and snapshots as serde JSON; format 2
+//!   writes entries as binary records (`fenced_raft::entry_format`); format 3 also
+//!   writes snapshots in a binary format (`fenced_raft::snapshot_format`) and may hold
+//!   the entry that sets the cluster's limits (`SetLimits`), which format 2 cannot read;
 //! - a newer one (written by a later release): refused, saying both versions and what
 //!   to do; nothing in the directory is touched;
 //! - no `FORMAT` beside the files of an earlier release (`raft.redb`, or `fenced.redb`
@@ -23,7 +26,7 @@ use std::io::Write;
 use std::path::Path;
 
 /// The format this release writes and reads.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The earliest format this release reads (and upgrades to [`FORMAT_VERSION`]).
 pub const FORMAT_VERSION_MIN: u32 = 1;
@@ -62,14 +65,14 @@ fn check(dir: &Path, text: &str) -> Result<(), String> {
         FORMAT_VERSION => Ok(()),
         v if v > FORMAT_VERSION => Err(format!(
             "the data directory {} is in format {v}, written by a later release of Fenced; this release ({}) \
-             reads format {FORMAT_VERSION} (and upgrades format {FORMAT_VERSION_MIN}). Run that release (or a \
+             reads format {FORMAT_VERSION} (and upgrades formats {FORMAT_VERSION_MIN} and later). Run that release (or a \
              later one) on it, or restore a snapshot into a new directory (docs/operations.md, Upgrade); nothing \
              in it was changed",
             dir.display(),
             env!("CARGO_PKG_VERSION"),
         )),
         v if v >= FORMAT_VERSION_MIN => {
-            tracing::info!(data_dir = %dir.display(), from = v, to = FORMAT_VERSION, "the data directory's format is upgraded (one way: its new log entries are binary records)");
+            tracing::info!(data_dir = %dir.display(), from = v, to = FORMAT_VERSION, "the data directory's format is upgraded (one way: what is written from now on is in the new format)");
             write(dir).map_err(|e| format!("cannot write {}: {e}", dir.join(FILE).display()))
         }
         v => Err(format!("the data directory {} says format {v}, which no release wrote", dir.display())),
@@ -111,8 +114,10 @@ mod tests {
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(d.join(FILE), format!("{PREFIX}{}\n", FORMAT_VERSION + 1)).unwrap();
         let e = check_or_create(&d).unwrap_err();
-        assert!(e.contains("format 3, written by a later release") && e.contains("reads format 2"), "{e}");
-        assert_eq!(std::fs::read_to_string(d.join(FILE)).unwrap(), format!("{PREFIX}3\n"), "untouched");
+        let later = FORMAT_VERSION + 1;
+        assert!(e.contains(&format!("format {later}, written by a later release")), "{e}");
+        assert!(e.contains(&format!("reads format {FORMAT_VERSION}")), "{e}");
+        assert_eq!(std::fs::read_to_string(d.join(FILE)).unwrap(), format!("{PREFIX}{later}\n"), "untouched");
         std::fs::write(d.join(FILE), "something else\n").unwrap();
         assert!(check_or_create(&d).unwrap_err().contains("does not say a format"));
         std::fs::write(d.join(FILE), format!("{PREFIX}0\n")).unwrap();
@@ -121,13 +126,15 @@ mod tests {
     }
 
     #[test]
-    fn a_format_1_directory_is_upgraded_to_this_format() {
-        let d = scratch("one");
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join(FILE), format!("{PREFIX}1\n")).unwrap();
-        check_or_create(&d).unwrap();
-        assert_eq!(std::fs::read_to_string(d.join(FILE)).unwrap(), format!("{PREFIX}{FORMAT_VERSION}\n"));
-        let _ = std::fs::remove_dir_all(&d);
+    fn an_earlier_format_is_upgraded_to_this_format() {
+        for earlier in FORMAT_VERSION_MIN..FORMAT_VERSION {
+            let d = scratch(&format!("earlier-{earlier}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join(FILE), format!("{PREFIX}{earlier}\n")).unwrap();
+            check_or_create(&d).unwrap();
+            assert_eq!(std::fs::read_to_string(d.join(FILE)).unwrap(), format!("{PREFIX}{FORMAT_VERSION}\n"));
+            let _ = std::fs::remove_dir_all(&d);
+        }
     }
 
     #[test]

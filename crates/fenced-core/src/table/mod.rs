@@ -12,6 +12,7 @@
 //! `apply` first runs the timers due at its timestamp, so a command sees the state at
 //! `now_ms` even when the driver's tick comes late.
 
+pub mod image;
 mod timers;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -222,9 +223,14 @@ pub struct Resume {
 #[derive(Clone, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct LockTable {
-    /// Configuration, not state: a restored table takes the local one (`set_limits`).
+    /// The bounds every command is decided within: each member's configuration until
+    /// the cluster agrees on them through the log ([`Command::SetLimits`]), replicated
+    /// state from then on.
     #[cfg_attr(feature = "serde", serde(skip))]
     limits: Limits,
+    /// Whether `limits` came through the log (and so is the same on every member).
+    #[cfg_attr(feature = "serde", serde(skip))]
+    agreed_limits: bool,
     now_ms: u64,
     /// The next token to mint; strictly above every token minted before.
     next_token: Token,
@@ -280,6 +286,7 @@ impl LockTable {
         let Resume { next_token: first, grants_resume_at_ms: grace_ms, blocked_until } = from;
         let mut t = LockTable {
             limits,
+            agreed_limits: false,
             now_ms: 0,
             next_token: first,
             last_token: None,
@@ -353,6 +360,10 @@ impl LockTable {
                 None
             }
             Command::Store(cmd) => Some(self.apply_store(cmd)),
+            Command::SetLimits(limits) => {
+                (self.limits, self.agreed_limits) = (limits, true);
+                Some(Ok(Answer::Done))
+            }
         };
         if let Some(a) = answer {
             self.out.answers.push((request, a));
@@ -392,11 +403,18 @@ impl LockTable {
         &self.limits
     }
 
-    /// Replaces the limits: for a table restored from a snapshot, which carries none
-    /// (they are each server's configuration; the members of a cluster must agree on
-    /// them, or they would decide the same command differently).
+    /// Whether the limits are the cluster's, agreed through the log
+    /// ([`Command::SetLimits`]), rather than this member's configuration.
+    pub fn limits_agreed(&self) -> bool {
+        self.agreed_limits
+    }
+
+    /// Replaces the limits with this member's configuration, unless the cluster agreed
+    /// on its own through the log (those stay: every member must decide alike).
     pub fn set_limits(&mut self, limits: Limits) {
-        self.limits = limits;
+        if !self.agreed_limits {
+            self.limits = limits;
+        }
     }
 
     /// The fenced store, as of the last applied command.

@@ -37,6 +37,28 @@ impl Timers {
         self.heap.push(Reverse((at_ms, self.pushed, timer)));
     }
 
+    /// Every entry as `(at, order set, what)`, by when it fires: the heap's contents,
+    /// whatever its layout.
+    pub(super) fn entries(&self) -> Vec<(u64, u64, Timer)> {
+        let mut v: Vec<_> = self.heap.iter().map(|Reverse(e)| e.clone()).collect();
+        v.sort_unstable_by_key(|e| (e.0, e.1));
+        v
+    }
+
+    /// How many timers were ever set.
+    pub(super) fn set_count(&self) -> u64 {
+        self.pushed
+    }
+
+    /// The queue of `entries` (as [`entries`](Self::entries) gives them) after `pushed`
+    /// were set: refused when they are out of order or one claims a later order.
+    pub(super) fn from_entries(entries: Vec<(u64, u64, Timer)>, pushed: u64) -> Result<Timers, String> {
+        if entries.windows(2).any(|w| (w[0].0, w[0].1) >= (w[1].0, w[1].1)) || entries.iter().any(|e| e.1 > pushed) {
+            return Err("its timers are out of order".into());
+        }
+        Ok(Timers { heap: entries.into_iter().map(Reverse).collect(), pushed })
+    }
+
     pub(super) fn len(&self) -> usize {
         self.heap.len()
     }

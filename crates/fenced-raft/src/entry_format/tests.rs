@@ -1,3 +1,4 @@
+use fenced_core::{LeaseId, LockName, Quotas};
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
@@ -60,6 +61,12 @@ fn every_command() -> Vec<Command> {
                 ("x".into(), Record { mark: Some(t(3)), value: Some(vec![]) }),
                 ("y".into(), Record { mark: None, value: None }),
             ],
+        }),
+        Command::SetLimits(fenced_core::Limits {
+            leases_max: usize::MAX,
+            locks_max: 0,
+            ttl_ms_max: u64::MAX,
+            ..fenced_core::Limits::default()
         }),
     ]
 }
@@ -194,12 +201,12 @@ fn varints_cover_the_range_and_refuse_overflow() {
     for v in [0, 1, 127, 128, 16_383, 16_384, u64::from(u32::MAX), u64::MAX - 1, u64::MAX] {
         let mut out = Vec::new();
         put_u64(&mut out, v);
-        let mut r = Reader { bytes: &out };
+        let mut r = Reader::new(&out);
         assert_eq!(r.u64(), Ok(v));
-        assert!(r.bytes.is_empty());
+        assert_eq!(r.end(), Ok(()));
     }
-    let mut r = Reader { bytes: &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02] };
+    let mut r = Reader::new(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02]);
     assert!(r.u64().is_err(), "65 bits");
-    let mut r = Reader { bytes: &[0x80; 11] };
+    let mut r = Reader::new(&[0x80; 11]);
     assert!(r.u64().is_err(), "eleven bytes");
 }

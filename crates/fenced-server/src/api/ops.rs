@@ -66,6 +66,10 @@ pub struct ClusterView {
     #[schema(required = true)]
     purged_index: Option<u64>,
     members: Vec<MemberView>,
+    /// Whether the lock table decides with limits the cluster agreed on through its
+    /// log (the configuration of the leader that set them), the same on every member;
+    /// false until every member runs a release that reads them.
+    limits_agreed: bool,
     /// With `?digest=true`: the index the hash was taken at.
     #[serde(skip_serializing_if = "Option::is_none")]
     applied_index: Option<u64>,
@@ -265,6 +269,7 @@ fn cluster_view(app: &App) -> ClusterView {
         snapshot_index: s.snapshot_index,
         purged_index: s.purged_index,
         members,
+        limits_agreed: s.limits_agreed,
         applied_index: None,
         state_hash: None,
     }

@@ -109,13 +109,18 @@ async fn read_framed<T: DeserializeOwned>(
     decode(&bytes)
 }
 
+/// [`fenced_raft::framing::LEVEL`], as the header says it.
+const LEVEL: &str = "2";
+
 /// Every raft answer says that this member takes frames ([`fenced_raft::framing`]).
 fn answer<T: Serialize>(r: &T) -> Response {
     match serde_json::to_vec(r) {
-        Ok(body) => {
-            (StatusCode::OK, [("content-type", "application/json"), (fenced_raft::framing::ACCEPTS_HEADER, "1")], body)
-                .into_response()
-        }
+        Ok(body) => (
+            StatusCode::OK,
+            [("content-type", "application/json"), (fenced_raft::framing::ACCEPTS_HEADER, LEVEL)],
+            body,
+        )
+            .into_response(),
         Err(_) => ApiError::internal("a raft answer did not serialize").into_response(),
     }
 }
@@ -159,4 +164,14 @@ fn openraft_fatal(
     e: fenced_raft::openraft::errors::Fatal<fenced_raft::TypeConfig>,
 ) -> fenced_raft::openraft::errors::RaftError<fenced_raft::TypeConfig> {
     fenced_raft::openraft::errors::RaftError::Fatal(e)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The header says the level this release reads, as the peers parse it.
+    #[test]
+    fn the_level_said_is_the_level_read() {
+        let said = axum::http::HeaderValue::from_static(super::LEVEL);
+        assert_eq!(fenced_raft::framing::parse_level(&said), fenced_raft::framing::LEVEL);
+    }
 }

@@ -147,6 +147,10 @@ fn a_data_directory_of_an_earlier_format_reads(format: u32) {
     assert_eq!(said(&dir), format!("fenced data directory format {format}\n"));
     let s = TestServer::on(Config { data_dir: dir.clone(), ..Config::default() });
     assert_eq!(said(&dir), format!("fenced data directory format {}\n", fenced_server::format::FORMAT_VERSION));
+    if format >= 3 {
+        let c = s.get("/v1/cluster").json();
+        assert!(c["snapshot_index"].as_u64().is_some(), "the fixture holds a snapshot: {c}");
+    }
     let lock = s.get("/v1/locks/fixture-held").json();
     assert_eq!((lock["held"].as_bool(), lock["token"].as_u64()), (Some(true), Some(1)), "{lock}");
     let (st, g) = s.acquire("fixture-held", &format!("{{\"lease_id\":\"{FIXTURE_LEASE}\",\"ttl_ms\":300000}}"));
@@ -175,6 +179,13 @@ fn a_data_directory_of_format_2_still_reads() {
     a_data_directory_of_an_earlier_format_reads(2);
 }
 
+/// Format 3's fixture holds a binary snapshot (of everything above) and the entry that
+/// agreed the limits: the state is restored from that snapshot.
+#[test]
+fn a_data_directory_of_format_3_still_reads() {
+    a_data_directory_of_an_earlier_format_reads(3);
+}
+
 /// A directory of a later format is refused with both versions, and left as it was.
 #[test]
 fn a_data_directory_of_a_later_format_is_refused_untouched() {
@@ -192,7 +203,7 @@ fn a_data_directory_of_a_later_format_is_refused_untouched() {
         })
         .expect_err("a later format is refused");
     let e = e.to_string();
-    assert!(e.contains("format 9, written by a later release") && e.contains("reads format 2"), "{e}");
+    assert!(e.contains("format 9, written by a later release") && e.contains("reads format 3"), "{e}");
     let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(files, vec![std::ffi::OsString::from("FORMAT")], "nothing else was made");
     let _ = std::fs::remove_dir_all(&dir);

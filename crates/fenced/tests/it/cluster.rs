@@ -929,3 +929,32 @@ fn a_client_given_only_a_followers_url_acquires_writes_and_waits() {
         "{last}"
     );
 }
+
+/// Members configured with different limits decide every command alike: the leader's
+/// limits travel through the log (`SetLimits`). One member allows two locks, the others
+/// a million; three locks are asked for, and whoever leads, every member applies the
+/// same answers. The negative control (`limits-unagreed`, each member deciding with its
+/// own configuration, as before) is caught by the replicas' digests.
+#[test]
+fn members_configured_apart_decide_alike_with_the_limits_in_the_log() {
+    limits_apart("limits", None).unwrap();
+    let e = limits_apart("limits-unagreed", Some("limits-unagreed")).unwrap_err();
+    assert!(e.contains("disagree"), "the negative control was not caught: {e}");
+}
+
+fn limits_apart(name: &str, breaks: Option<&'static str>) -> Result<(), String> {
+    let mut c = Cluster::unstarted(name, 3, breaks);
+    let config = c.members[0].dir.with_extension("toml");
+    std::fs::write(&config, "locks_max = 2\n").unwrap();
+    c.spawn_with(0, &["--config", config.to_str().unwrap()]);
+    c.spawn(1);
+    c.spawn(2);
+    c.leader(20);
+    if breaks.is_none() {
+        until(20, || (0..3).all(|i| c.status(i).is_some_and(|s| s["limits_agreed"] == true)));
+    }
+    let answers: Vec<u16> =
+        (0..3).map(|i| c.any("POST", &format!("/v1/locks/lim{i}/acquire"), "{\"ttl_ms\":60000}").0).collect();
+    let _ = std::fs::remove_file(&config);
+    c.digests_agree().map_err(|e| format!("{e} (answers {answers:?})"))
+}
