@@ -11,6 +11,7 @@
 //! replica decides every command the same way.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::error::Error;
 use crate::gate::{admit, Admission, Op};
@@ -138,10 +139,18 @@ pub struct KeyInfo {
 }
 
 /// The store's records and what they take.
+///
+/// Each record is shared (`Arc`), so that a copy of the store (a snapshot's or a
+/// backup's point-in-time copy, taken under the state machine's lock) copies the map
+/// and a reference count per key, never the values: with a store of hundreds of MiB a
+/// deep copy held every apply for a second and more, long enough for the leader to
+/// miss its heartbeats and be deposed. A record changed later is replaced, so the copy
+/// keeps the old one (copy on write).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Store {
-    records: BTreeMap<String, Record>,
+    #[cfg_attr(feature = "serde", serde(with = "shared_records"))]
+    records: BTreeMap<String, Arc<Record>>,
     /// Kept as records change: `(keys, bytes)` against the quotas.
     keys: u64,
     bytes: u64,
@@ -176,12 +185,13 @@ impl Store {
                     return Err(e);
                 }
                 let old = self.records.get(&key).cloned().unwrap_or_default();
+                let old: &Record = &old;
                 match admit(old.mark, Some(token), Op::Read) {
                     Admission::Accepted { token, .. } => {
                         if old.mark != Some(token) {
                             self.put(key, Record { mark: Some(token), value: old.value.clone() }, quotas)?;
                         }
-                        Ok(StoreAnswer::Read { mark: token, value: old.value })
+                        Ok(StoreAnswer::Read { mark: token, value: old.value.clone() })
                     }
                     Admission::Rejected { token, highest_seen } => Err(Error::StaleToken { token, highest_seen }),
                     other => unreachable!("a read with a token was admitted as {other:?}"),
@@ -214,14 +224,14 @@ impl Store {
         if bytes > self.bytes && bytes > quotas.bytes_max {
             return Err(Error::StoreFull { quota: Quota::Bytes, limit: quotas.bytes_max });
         }
-        self.records.insert(key, record);
+        self.records.insert(key, Arc::new(record));
         (self.keys, self.bytes) = (keys, bytes);
         Ok(())
     }
 
     /// A key's record, as of the last applied command.
     pub fn get(&self, key: &str) -> Option<&Record> {
-        self.records.get(key)
+        self.records.get(key).map(|r| &**r)
     }
 
     /// Keys starting with `prefix`, in order, at most `limit`.
@@ -236,7 +246,7 @@ impl Store {
 
     /// Every record, by key.
     pub fn records(&self) -> impl Iterator<Item = (&String, &Record)> {
-        self.records.iter()
+        self.records.iter().map(|(k, r)| (k, &**r))
     }
 
     /// The store of `records` (by key, each once), its usage counted again.
@@ -245,12 +255,35 @@ impl Store {
             return Err("its store's keys are not in order, or one repeats".into());
         }
         let bytes = records.iter().map(|(k, r)| r.size(k)).sum();
-        Ok(Store { keys: records.len() as u64, bytes, records: records.into_iter().collect() })
+        let records: BTreeMap<_, _> = records.into_iter().map(|(k, r)| (k, Arc::new(r))).collect();
+        Ok(Store { keys: records.len() as u64, bytes, records })
     }
 
     /// `(keys, bytes)` held, as counted against the quotas.
     pub fn usage(&self) -> (u64, u64) {
         (self.keys, self.bytes)
+    }
+}
+
+/// The store's shared records in the JSON of earlier releases' snapshots: the same
+/// map of records as before they were shared.
+#[cfg(feature = "serde")]
+mod shared_records {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::Record;
+
+    pub fn serialize<S: Serializer>(v: &BTreeMap<String, Arc<Record>>, s: S) -> Result<S::Ok, S::Error> {
+        let plain: BTreeMap<&String, &Record> = v.iter().map(|(k, r)| (k, &**r)).collect();
+        plain.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, Arc<Record>>, D::Error> {
+        let plain = BTreeMap::<String, Record>::deserialize(d)?;
+        Ok(plain.into_iter().map(|(k, r)| (k, Arc::new(r))).collect())
     }
 }
 
@@ -385,6 +418,19 @@ mod tests {
         // A fenced read that would mark a new key needs room too.
         let r = StoreCommand::FencedRead { key: "new".into(), token: t(1), foreign: false, quotas: q };
         assert_eq!(s.apply(r, Some(t(1))), Err(Error::StoreFull { quota: Quota::Keys, limit: 1 }));
+    }
+
+    /// A copy shares every value with the store (no value is copied), and a write
+    /// after the copy leaves the copy as it was.
+    #[test]
+    fn a_copy_shares_the_values_and_keeps_its_own_point_in_time() {
+        let mut s = Store::default();
+        s.apply(write("k", 1, &[7; 4096]), Some(t(9))).unwrap();
+        let copy = s.clone();
+        assert!(Arc::ptr_eq(&s.records["k"], &copy.records["k"]), "the value is shared, not copied");
+        s.apply(write("k", 2, b"new"), Some(t(9))).unwrap();
+        assert_eq!(copy.get("k").unwrap().value.as_deref(), Some(&[7; 4096][..]));
+        assert_eq!(s.get("k").unwrap().value.as_deref(), Some(&b"new"[..]));
     }
 
     #[test]

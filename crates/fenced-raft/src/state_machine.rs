@@ -226,11 +226,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Cursor<Vec<u8>>) -> Result<(), io::Error> {
+        // Decoding and keeping a snapshot of hundreds of MiB takes a second and more:
+        // off the runtime's threads, which also send this member's heartbeats.
+        let (db, kept, limits) = (self.db.clone(), meta.clone(), self.limits.clone());
         let data = snapshot.into_inner();
-        let table = decode_table(&data, &self.limits)?;
-        let db = self.db.clone();
-        let kept = meta.clone();
-        tokio::task::spawn_blocking(move || db.put_snapshot(&kept, &data)).await.map_err(io_err)??;
+        let table = tokio::task::spawn_blocking(move || {
+            let table = decode_table(&data, &limits)?;
+            db.put_snapshot(&kept, &data)?;
+            Ok::<_, io::Error>(table)
+        })
+        .await
+        .map_err(io_err)??;
         let mut st = self.state();
         self.sink.reset(table.effects_seq());
         st.table = table;
@@ -240,7 +246,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        let Some((meta, data)) = self.db.snapshot()? else { return Ok(None) };
+        // Reading (and checksumming) a large snapshot: off the runtime's threads.
+        let db = self.db.clone();
+        let Some((meta, data)) = tokio::task::spawn_blocking(move || db.snapshot()).await.map_err(io_err)?? else {
+            return Ok(None);
+        };
         let meta: SnapshotMeta = serde_json::from_slice(&meta).map_err(io_err)?;
         Ok(Some(Snapshot { meta, snapshot: Cursor::new(data) }))
     }
