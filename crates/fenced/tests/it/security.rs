@@ -563,8 +563,31 @@ fn without_peer_authentication_the_same_forged_append_is_taken() {
     let vote = r#"{"leader_id":{"term":100000,"node_id":9},"committed":true}"#;
     let (st, v) = call(f, "POST", "/raft/snapshot", &format!("[{vote},{meta},[1,2,3]]"), &[]).unwrap();
     assert_eq!((st, v["error"]["code"].as_str()), (400, Some("invalid_snapshot")), "{v}");
+    // One that decodes but whose table breaks an invariant the table relies on (a held
+    // lock whose lease is gone: the next release or expiry of it would panic) is
+    // refused the same way, saying which.
+    let data: Vec<Value> = broken_table_snapshot().into_iter().map(Value::from).collect();
+    let body = format!("[{vote},{meta},{}]", Value::from(data));
+    let (st, v) = call(f, "POST", "/raft/snapshot", &body, &[]).unwrap();
+    assert_eq!((st, v["error"]["code"].as_str()), (400, Some("invalid_snapshot")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("not a live lease"), "{v}");
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(matches!(call(f, "GET", "/livez", "", &[]), Ok((200, _))), "the member serves on");
+}
+
+/// The JSON snapshot (as a release before the binary format sends it) of a table with
+/// one held lock whose lease was taken out of the table.
+fn broken_table_snapshot() -> Vec<u8> {
+    use fenced_core::{Acquire, Command, LeaseId, LeaseRef, Limits, LockName, LockTable, RequestId};
+    let mut t = LockTable::new(Limits::default());
+    let lease = LeaseId(7);
+    t.apply(RequestId(1), Command::GrantLease { lease, ttl_ms: 60_000 }, 1);
+    let name = LockName::new("held").unwrap();
+    let acquire = Acquire { name, lease: LeaseRef::Existing(lease), wait_ms: 0, lock_delay_ms: 0, holder: None };
+    t.apply(RequestId(2), Command::Acquire(acquire), 2);
+    let mut table = serde_json::to_value(&t).unwrap();
+    table["leases"] = serde_json::json!({});
+    serde_json::to_vec(&serde_json::json!({ "table": table })).unwrap()
 }
 
 /// The two requests that used to destroy a single server for good (its own URL added
