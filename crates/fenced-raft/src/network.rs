@@ -105,8 +105,9 @@ impl Network {
         self.levels.lock().unwrap_or_else(|p| p.into_inner()).get(&member).copied().unwrap_or(0)
     }
 
-    /// Asks the member at `url` who it is (`GET {url}/raft/hello`), within `timeout`.
-    pub async fn hello(&self, url: &str, timeout: Duration) -> Result<Hello, String> {
+    /// Asks the member at `url` who it is (`GET {url}/raft/hello`), within `timeout`,
+    /// and what it reads ([`crate::framing::LEVEL`]; 0 when its answer does not say).
+    pub async fn hello(&self, url: &str, timeout: Duration) -> Result<(Hello, u8), String> {
         let url = format!("{}/raft/hello", url.trim_end_matches('/'));
         let mut request = hyper::Request::get(&url);
         if let Some(auth) = &self.auth {
@@ -116,6 +117,7 @@ impl Network {
         let exchange = async {
             let resp = self.http.request(request).await.map_err(|e| format!("{url}: {}", error_chain(&e)))?;
             let status = resp.status();
+            let level = resp.headers().get(crate::framing::ACCEPTS_HEADER).map_or(0, crate::framing::parse_level);
             let body = http_body_util::Limited::new(resp.into_body(), 4096)
                 .collect()
                 .await
@@ -125,7 +127,9 @@ impl Network {
                 let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
                 return Err(format!("{url} answered HTTP {status}: {text}"));
             }
-            serde_json::from_slice(&body).map_err(|e| format!("{url} did not answer as a Fenced member: {e}"))
+            let hello: Hello =
+                serde_json::from_slice(&body).map_err(|e| format!("{url} did not answer as a Fenced member: {e}"))?;
+            Ok((hello, level))
         };
         tokio::time::timeout(timeout, exchange).await.unwrap_or_else(|_| Err(format!("{url} did not answer in time")))
     }

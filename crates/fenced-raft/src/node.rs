@@ -1139,8 +1139,15 @@ impl Node {
         if let Some((other, _)) = known.iter().find(|(_, at)| at.trim_end_matches('/') == url) {
             return Err(format!("{url} is already the URL of member {other}: one process holds one vote"));
         }
-        let hello =
+        let (hello, level) =
             self.network.hello(url, HELLO_TIMEOUT).await.map_err(|e| format!("no handshake with {url}: {e}"))?;
+        if level < crate::framing::LEVEL && self.sm.state().table.limits_agreed() {
+            return Err(format!(
+                "node {id} at {url} runs an earlier release of Fenced, which cannot read this cluster's log (it \
+                 reads peer level {level}; the limits this cluster agreed on need {}): upgrade it first",
+                crate::framing::LEVEL
+            ));
+        }
         if hello.instance == self.instance {
             return Err(format!("{url} reaches this node itself, not a new member"));
         }

@@ -958,3 +958,48 @@ fn limits_apart(name: &str, breaks: Option<&'static str>) -> Result<(), String> 
     let _ = std::fs::remove_file(&config);
     c.digests_agree().map_err(|e| format!("{e} (answers {answers:?})"))
 }
+
+/// A node of a release that cannot read the log (its handshake does not say it reads
+/// peer level 2, the `SetLimits` entry) is refused before it is added, once the cluster
+/// agreed its limits in the log: it would fail on that entry and never catch up. The
+/// control: the same handshake saying level 2 passes the check (and the fake member,
+/// which answers nothing else, fails later, as a silent member does).
+#[test]
+fn a_node_of_an_earlier_release_is_refused_once_limits_are_in_the_log() {
+    let c = Cluster::start("add-old", 1);
+    until(20, || c.status(0).is_some_and(|s| s["limits_agreed"] == true));
+    for (level, refused) in [(None, true), (Some("2"), false)] {
+        let url = fake_member(2, level);
+        let (st, v) = c.any("POST", "/v1/cluster/members", &format!("{{\"id\":2,\"url\":\"{url}\"}}"));
+        let message = v["error"]["message"].as_str().unwrap_or_default().to_string();
+        assert_eq!(st, 409, "{v}");
+        assert_eq!(message.contains("earlier release"), refused, "level {level:?}: {v}");
+    }
+    let (st, g) = c.any("POST", "/v1/locks/after-old/acquire", "{\"ttl_ms\":2000}");
+    assert_eq!(st, 200, "{g}");
+}
+
+/// A listener that answers every request with the handshake of an empty node `id`,
+/// saying peer `level` (none: a release before frames): its URL.
+fn fake_member(id: u64, level: Option<&'static str>) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut buf = [0u8; 8192];
+            let _ = s.read(&mut buf);
+            let body = format!("{{\"node_id\":{id},\"instance\":12345,\"initialized\":false}}");
+            let header = level.map(|l| format!("x-fenced-raft-frames: {l}\r\n")).unwrap_or_default();
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{header}content-length: {}\r\nconnection: \
+                 close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
