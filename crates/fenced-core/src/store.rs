@@ -249,13 +249,18 @@ impl Store {
         self.records.iter().map(|(k, r)| (k, &**r))
     }
 
+    /// Every record, by key, as the store shares it (a copy of the map copies no value).
+    pub fn shared_records(&self) -> impl Iterator<Item = (&String, &Arc<Record>)> {
+        self.records.iter()
+    }
+
     /// The store of `records` (by key, each once), its usage counted again.
-    pub fn from_records(records: Vec<(String, Record)>) -> Result<Store, String> {
+    pub fn from_records(records: Vec<(String, Arc<Record>)>) -> Result<Store, String> {
         if records.windows(2).any(|w| w[0].0 >= w[1].0) {
             return Err("its store's keys are not in order, or one repeats".into());
         }
         let bytes = records.iter().map(|(k, r)| r.size(k)).sum();
-        let records: BTreeMap<_, _> = records.into_iter().map(|(k, r)| (k, Arc::new(r))).collect();
+        let records: BTreeMap<_, _> = records.into_iter().collect();
         Ok(Store { keys: records.len() as u64, bytes, records })
     }
 

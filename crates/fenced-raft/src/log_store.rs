@@ -575,15 +575,34 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn purge(&mut self, log_id: LogId) -> Result<(), io::Error> {
         let upto = log_id.index();
         let mark = encode(&log_id)?;
-        {
+        let dropped = {
             let mut mem = self.mem();
-            mem.entries = mem.entries.split_off(&(upto + 1));
+            let kept = mem.entries.split_off(&(upto + 1));
+            let dropped = std::mem::replace(&mut mem.entries, kept);
             let kept = mem.sizes.split_off(&(upto + 1));
             let purged = std::mem::replace(&mut mem.sizes, kept);
             mem.bytes -= purged.values().sum::<u64>();
             mem.last_purged = Some(log_id);
-        }
-        self.durable(|done| Op::Purge { upto, mark, done }).await
+            dropped
+        };
+        // Freed outside the lock (a purge can free hundreds of MiB of entries).
+        drop(dropped);
+        // openraft's core waits for this call before it handles anything else, and the
+        // disk's purge waits in the writer's queue behind whatever holds the database's
+        // one write transaction (a snapshot of hundreds of MiB being kept): awaited, it
+        // held the core, votes and heartbeats included, for seconds, and the leader was
+        // deposed. So the purge on disk is queued, not awaited. That is safe: it leaves
+        // no hole (the writer runs its queue in order, so nothing appended later is
+        // written before it), and a purge lost in a crash only leaves entries the
+        // snapshot already covers, which the next purge removes.
+        let (done, rx) = oneshot::channel();
+        self.send(Op::Purge { upto, mark, done })?;
+        tokio::spawn(async move {
+            if let Ok(Err(e)) = rx.await {
+                tracing::error!(upto, error = %e, "the raft log's purge failed on disk (the entries stay until the next purge)");
+            }
+        });
+        Ok(())
     }
 }
 

@@ -36,7 +36,10 @@ const HEADER: usize = MAGIC.len() + 5;
 /// The snapshot of `table`.
 pub fn encode(table: &LockTable) -> Vec<u8> {
     let image = table.image();
-    let mut out = Vec::with_capacity(HEADER + 64 * (image.leases.len() + image.locks.len()) + 4096);
+    // Sized up front: a snapshot of a large store grown by doubling would copy (and
+    // remap) hundreds of MiB several times over.
+    let items = image.leases.len() + image.locks.len() + image.waiters.len() + image.timers.len();
+    let mut out = Vec::with_capacity(HEADER + 96 * items + table.store().usage().1 as usize + 4096);
     out.extend_from_slice(MAGIC);
     out.push(VERSION);
     out.extend_from_slice(&[0; 4]);
@@ -225,7 +228,8 @@ fn read_image(body: &[u8]) -> Result<Image, String> {
         timers: r.list(3, Reader::timer)?,
         records: r.list(3, |r| {
             let key = r.string()?;
-            Ok((key, Record { mark: r.opt(Reader::token)?, value: r.opt(|r| r.bytes().map(<[u8]>::to_vec))? }))
+            let record = Record { mark: r.opt(Reader::token)?, value: r.opt(|r| r.bytes().map(<[u8]>::to_vec))? };
+            Ok((key, std::sync::Arc::new(record)))
         })?,
     };
     r.end()?;

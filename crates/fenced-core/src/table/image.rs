@@ -12,6 +12,7 @@
 //! breaks them is refused at restore rather than panicking at some later apply.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use super::timers::{Timer, Timers};
 use super::{Holder, Lease, Limits, Lock, LockTable, Waiter};
@@ -45,8 +46,9 @@ pub struct Image {
     pub timers: Vec<TimerImage>,
     /// How many timers were ever set (the next one's order).
     pub timers_set: u64,
-    /// The fenced store's records, by key.
-    pub records: Vec<(String, Record)>,
+    /// The fenced store's records, by key: shared with the table (an image of a store
+    /// of hundreds of MiB copies no value).
+    pub records: Vec<(String, Arc<Record>)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,7 +131,7 @@ impl LockTable {
             granted_all: sorted(self.granted_all.iter().map(|(r, n)| (*r, n.clone())).collect()),
             timers: self.timers.entries().into_iter().map(timer_image).collect(),
             timers_set: self.timers.set_count(),
-            records: self.store.records().map(|(k, r)| (k.clone(), r.clone())).collect(),
+            records: self.store.shared_records().map(|(k, r)| (k.clone(), r.clone())).collect(),
         }
     }
 
