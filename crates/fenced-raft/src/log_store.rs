@@ -587,22 +587,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         };
         // Freed outside the lock (a purge can free hundreds of MiB of entries).
         drop(dropped);
-        // openraft's core waits for this call before it handles anything else, and the
-        // disk's purge waits in the writer's queue behind whatever holds the database's
-        // one write transaction (a snapshot of hundreds of MiB being kept): awaited, it
-        // held the core, votes and heartbeats included, for seconds, and the leader was
-        // deposed. So the purge on disk is queued, not awaited. That is safe: it leaves
-        // no hole (the writer runs its queue in order, so nothing appended later is
-        // written before it), and a purge lost in a crash only leaves entries the
-        // snapshot already covers, which the next purge removes.
-        let (done, rx) = oneshot::channel();
-        self.send(Op::Purge { upto, mark, done })?;
-        tokio::spawn(async move {
-            if let Ok(Err(e)) = rx.await {
-                tracing::error!(upto, error = %e, "the raft log's purge failed on disk (the entries stay until the next purge)");
-            }
-        });
-        Ok(())
+        self.durable(|done| Op::Purge { upto, mark, done }).await
     }
 }
 
