@@ -9,7 +9,8 @@
 #     (300 s TTL), which the test retries to get the same grant back;
 #   - lock `fixture-writer`, granted token 2 and released;
 #   - store key `fixture-key` = "format N" (the directory's format), written with token 2;
-#   - (from format 3) a snapshot of all of the above: the server snapshots every 10
+#   - (from format 3) a snapshot of all of the above (from format 4 in the file
+#     `snapshot`, not in raft.redb): the server snapshots every 10
 #     entries here, and keepalives of LEASE add entries until one is taken.
 #
 #   scripts/write-data-dir-fixture.sh [--bin PATH] DIR

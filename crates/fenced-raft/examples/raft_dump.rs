@@ -1,7 +1,8 @@
 //! Post-mortem: prints a member's `raft.redb` (a copy: opening it may repair it) as
-//! lines, the metadata first (the snapshot decoded: its format, agreed limits and
-//! counts), then every log entry decoded (a record that does not decode, a damaged one
-//! among them, is printed with the reason and its bytes).
+//! lines, the metadata first, then the snapshot decoded (its format, agreed limits and
+//! counts: from the `snapshot` file beside it, or from `raft.redb` for a directory
+//! before format 4), then every log entry decoded (a record that does not decode, a
+//! damaged one among them, is printed with the reason and its bytes).
 //!
 //!     cargo run --release -p fenced-raft --example raft_dump -- DATA_DIR/raft.redb
 
@@ -12,6 +13,16 @@ const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = std::env::args().nth(1).ok_or("usage: raft_dump FILE")?;
+    let beside = std::path::Path::new(&path).with_file_name("snapshot");
+    if beside.exists() {
+        match fenced_raft::snapshot_file::read_path(&beside) {
+            Ok((meta, data)) => {
+                println!("snapshot file {} meta {}", beside.display(), String::from_utf8_lossy(&meta));
+                snapshot(&data);
+            }
+            Err(e) => println!("snapshot file REFUSED: {e}"),
+        }
+    }
     let db = Database::create(path)?;
     let txn = db.begin_read()?;
     let meta = txn.open_table(META)?;

@@ -7,9 +7,9 @@
 //!   batch (`LockTable::apply_batch`) is the only place tokens are minted, leases expire
 //!   and locks change hands ([`state_machine`]).
 //! - [`entry_format`] is a log entry on disk: versioned, checksummed, binary, by hand.
-//! - [`log_store`] keeps the log, the vote and the snapshots in one redb file; an append
-//!   returns to openraft only after fsync, and appends that queue meanwhile share the
-//!   next one (group commit).
+//! - [`log_store`] keeps the log and the vote in one redb file; an append returns to
+//!   openraft only after fsync, and appends that queue meanwhile share the next one
+//!   (group commit). [`snapshot_file`] keeps the snapshot in a file of its own.
 //! - [`node::Node`] runs openraft and the leader's side of time: the clock stamped into
 //!   each batch, the proposer, the timer that proposes `Tick`.
 //! - [`network`] carries openraft's RPCs between members over HTTP: JSON, and
@@ -25,11 +25,13 @@ pub mod log_store;
 pub mod metrics;
 pub mod network;
 pub mod node;
+pub mod snapshot_file;
 pub mod snapshot_format;
 pub mod state_machine;
 
 use std::fmt;
-use std::io::Cursor;
+use std::io;
+use std::sync::Arc;
 
 /// One log entry's payload: the core's batch, applied by `LockTable::apply_batch`.
 pub use fenced_core::Batch;
@@ -56,7 +58,40 @@ pub type LogId = openraft::alias::LogIdOf<TypeConfig>;
 pub type Vote = openraft::alias::VoteOf<TypeConfig>;
 pub type StoredMembership = openraft::alias::StoredMembershipOf<TypeConfig>;
 pub type SnapshotMeta = openraft::alias::SnapshotMetaOf<TypeConfig>;
-pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, Cursor<Vec<u8>>>;
+pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotBody>;
+
+/// A snapshot's bytes as openraft carries them: in memory (just built, or sent by the
+/// leader), or the kept file, read only when they are sent. The leader's replication
+/// asks for the current snapshot on every attempt to reach a member that needs one:
+/// read eagerly, a member that was down cost the leader a read and a copy of the whole
+/// snapshot (450 MiB) every second and a half, until the leader stalled and lost office
+/// (`scripts/catchup.py --mib 640`).
+pub enum SnapshotBody {
+    Bytes(Vec<u8>),
+    /// The snapshot kept in `db` that covers the log up to `last_log_id`.
+    Kept {
+        db: Arc<log_store::Db>,
+        last_log_id: Option<LogId>,
+    },
+}
+
+impl SnapshotBody {
+    /// The bytes, read from the file when kept: blocking, call it off the runtime's
+    /// threads. A kept snapshot replaced since it was offered is an error (the sender
+    /// asks again and gets the new one), never the new bytes under the old meta.
+    pub fn into_bytes(self) -> io::Result<Vec<u8>> {
+        let (db, offered) = match self {
+            SnapshotBody::Bytes(bytes) => return Ok(bytes),
+            SnapshotBody::Kept { db, last_log_id } => (db, last_log_id),
+        };
+        let (meta, data) = db.snapshot()?.ok_or_else(|| io::Error::other("the kept snapshot is gone"))?;
+        let meta: SnapshotMeta = serde_json::from_slice(&meta).map_err(io_err)?;
+        if meta.last_log_id != offered {
+            return Err(io::Error::other("the kept snapshot was replaced since it was offered"));
+        }
+        Ok(data)
+    }
+}
 
 pub(crate) fn io_err(e: impl fmt::Display) -> std::io::Error {
     std::io::Error::other(e.to_string())

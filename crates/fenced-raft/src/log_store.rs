@@ -1,4 +1,6 @@
-//! The log, the vote and the snapshots, in one redb file (`raft.redb`).
+//! The log and the vote, in one redb file (`raft.redb`); the kept snapshot in a file of
+//! its own beside it ([`crate::snapshot_file`]), so that the log's writer never waits
+//! for a snapshot of hundreds of MiB.
 //!
 //! Reads are served from memory: the entries since the last purge (the snapshot policy
 //! keeps that window small), mirrored from the file at start. Every change goes to one
@@ -28,6 +30,7 @@ use tokio::sync::oneshot;
 
 use crate::entry_format;
 use crate::metrics::LogMetrics;
+use crate::snapshot_file::SnapshotFile;
 use crate::{io_err, Entry, LogId, NodeId, SnapshotMeta, TypeConfig, Vote};
 
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("raft_log");
@@ -36,9 +39,10 @@ const META: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_meta");
 const VOTE: &str = "vote";
 const COMMITTED: &str = "committed";
 const LAST_PURGED: &str = "last_purged";
+/// Where data directories before format 4 kept the snapshot in `raft.redb` (moved to the
+/// snapshot file at open): its meta, its bytes, and their CRC-32C.
 const SNAPSHOT_META: &str = "snapshot_meta";
 const SNAPSHOT_DATA: &str = "snapshot_data";
-/// CRC-32C of the snapshot's meta and bytes, written with them, checked when read.
 const SNAPSHOT_SUM: &str = "snapshot_crc32c";
 /// The state the log starts from when there is no snapshot: a migrated lock table.
 const BASE: &str = "base";
@@ -46,11 +50,12 @@ const BASE: &str = "base";
 /// The most changes one transaction carries.
 const BATCH_MAX: usize = 1024;
 
-/// The redb file behind the log and the state machine's snapshots.
+/// The redb file behind the log, and the snapshot file beside it.
 pub struct Db {
     // Fields drop in order: the file is closed before `closed` says so.
     db: Database,
     closed: Closed,
+    snap: SnapshotFile,
     /// Where the file is (test-only faults read their switches there).
     #[cfg_attr(not(feature = "fault-injection"), allow(dead_code))]
     dir: std::path::PathBuf,
@@ -70,17 +75,21 @@ impl Drop for Closed {
 const DB_CACHE_BYTES: usize = 64 << 20;
 
 impl Db {
-    /// Opens or creates `dir/raft.redb`.
+    /// Opens or creates `dir/raft.redb` and the snapshot file beside it; a snapshot an
+    /// earlier format kept in `raft.redb` is moved to the file first.
     pub fn open(dir: &Path) -> io::Result<Arc<Db>> {
         std::fs::create_dir_all(dir)?;
         // redb caches up to 1 GiB of pages by default; the log is read from memory
-        // (`Mem`), so the cache serves little but the write buffer and snapshots.
-        let db = Database::builder().set_cache_size(DB_CACHE_BYTES).create(dir.join("raft.redb")).map_err(io_err)?;
+        // (`Mem`), so the cache serves little but the write buffer.
+        let mut db =
+            Database::builder().set_cache_size(DB_CACHE_BYTES).create(dir.join("raft.redb")).map_err(io_err)?;
         let txn = db.begin_write().map_err(io_err)?;
         txn.open_table(LOG).map_err(io_err)?;
         txn.open_table(META).map_err(io_err)?;
         txn.commit().map_err(io_err)?;
-        Ok(Arc::new(Db { db, closed: Closed(Arc::new(AtomicBool::new(false))), dir: dir.to_path_buf() }))
+        let snap = SnapshotFile::open(dir)?;
+        move_snapshot_out(&mut db, &snap)?;
+        Ok(Arc::new(Db { db, closed: Closed(Arc::new(AtomicBool::new(false))), snap, dir: dir.to_path_buf() }))
     }
 
     /// A flag set once this database is closed.
@@ -151,50 +160,30 @@ impl Db {
         let txn = self.db.begin_read().map_err(io_err)?;
         let log = txn.open_table(LOG).map_err(io_err)?;
         let meta = txn.open_table(META).map_err(io_err)?;
-        Ok(log.first().map_err(io_err)?.is_none() && meta.first().map_err(io_err)?.is_none())
+        Ok(log.first().map_err(io_err)?.is_none() && meta.first().map_err(io_err)?.is_none() && !self.has_snapshot())
     }
 
-    /// The last snapshot taken or installed: its meta and its bytes, read in one
-    /// transaction (two would let a snapshot built meanwhile pair one's meta with the
-    /// other's bytes, and a follower sent that pair would apply entries twice or never).
+    /// The last snapshot taken or installed: its meta and its bytes, checked whole.
     pub fn snapshot(&self) -> io::Result<Option<(Vec<u8>, Vec<u8>)>> {
-        let txn = self.db.begin_read().map_err(io_err)?;
-        let table = txn.open_table(META).map_err(io_err)?;
-        let meta = table.get(SNAPSHOT_META).map_err(io_err)?.map(|v| v.value().to_vec());
-        let data = table.get(SNAPSHOT_DATA).map_err(io_err)?.map(|v| v.value().to_vec());
-        let sum = table.get(SNAPSHOT_SUM).map_err(io_err)?.map(|v| v.value().to_vec());
-        let (Some(meta), Some(data)) = (meta, data) else { return Ok(None) };
-        // A snapshot kept by a release before the checksum has none, and is read as is.
-        if sum.is_some_and(|sum| sum != snapshot_sum(&meta, &data)) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "raft.redb: the snapshot is refused: its checksum does not match (damaged or edited on disk)",
-            ));
-        }
-        Ok(Some((meta, data)))
+        self.snap.read()
     }
 
-    /// Keeps a snapshot, meta and bytes in one durable transaction, unless the one kept
-    /// already covers more of the log: a snapshot built here can finish after a newer
-    /// one was installed from the leader (which purged the log up to it), and must not
-    /// put the older state back under a log that no longer holds what came between.
-    /// Returns whether it was kept.
+    /// Whether a snapshot is kept, without reading it.
+    pub fn has_snapshot(&self) -> bool {
+        self.snap.exists()
+    }
+
+    /// The kept snapshot's meta, without reading its bytes.
+    pub fn snapshot_meta(&self) -> io::Result<Option<SnapshotMeta>> {
+        self.snap.meta()
+    }
+
+    /// Keeps a snapshot durably, unless the one kept already covers more of the log: a
+    /// snapshot built here can finish after a newer one was installed from the leader
+    /// (which purged the log up to it), and must not put the older state back under a
+    /// log that no longer holds what came between. Returns whether it was kept.
     pub fn put_snapshot(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<bool> {
-        let bytes = encode(meta)?;
-        let txn = self.db.begin_write().map_err(io_err)?;
-        {
-            let mut table = txn.open_table(META).map_err(io_err)?;
-            let kept: Option<SnapshotMeta> =
-                table.get(SNAPSHOT_META).map_err(io_err)?.map(|v| decode(v.value(), "snapshot meta")).transpose()?;
-            if kept.is_some_and(|k| k.last_log_id > meta.last_log_id) {
-                return Ok(false);
-            }
-            table.insert(SNAPSHOT_META, bytes.as_slice()).map_err(io_err)?;
-            table.insert(SNAPSHOT_DATA, data).map_err(io_err)?;
-            table.insert(SNAPSHOT_SUM, snapshot_sum(&bytes, data).as_slice()).map_err(io_err)?;
-        }
-        txn.commit().map_err(io_err)?;
-        Ok(true)
+        self.snap.write(meta, data)
     }
 
     /// The state a log with no snapshot starts from, when it is not a fresh table.
@@ -207,8 +196,48 @@ impl Db {
     }
 }
 
-/// The checksum kept beside a snapshot: CRC-32C over its meta's length, its meta and
-/// its bytes, little-endian.
+/// Moves a snapshot that a data directory before format 4 kept in `raft.redb` to the
+/// snapshot file: written there durably first, then removed from `raft.redb`, whose
+/// file is then compacted (the snapshot's pages were most of it). A crash between the
+/// two leaves it in both, and the next open finishes the move. A snapshot whose
+/// checksum does not match is refused, as it was when read from `raft.redb`.
+fn move_snapshot_out(db: &mut Database, snap: &SnapshotFile) -> io::Result<()> {
+    let (meta, data) = {
+        let txn = db.begin_read().map_err(io_err)?;
+        let table = txn.open_table(META).map_err(io_err)?;
+        let get = |key| table.get(key).map(|v| v.map(|v| v.value().to_vec())).map_err(io_err);
+        let (Some(meta), Some(data), sum) = (get(SNAPSHOT_META)?, get(SNAPSHOT_DATA)?, get(SNAPSHOT_SUM)?) else {
+            return Ok(());
+        };
+        // A snapshot kept by a release before the checksum has none, and is read as is.
+        if sum.is_some_and(|sum| sum != snapshot_sum(&meta, &data)) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "raft.redb: the snapshot is refused: its checksum does not match (damaged or edited on disk)",
+            ));
+        }
+        (meta, data)
+    };
+    let meta: SnapshotMeta = decode(&meta, "snapshot meta")?;
+    snap.write(&meta, &data)?;
+    let txn = db.begin_write().map_err(io_err)?;
+    {
+        let mut table = txn.open_table(META).map_err(io_err)?;
+        for key in [SNAPSHOT_META, SNAPSHOT_DATA, SNAPSHOT_SUM] {
+            table.remove(key).map_err(io_err)?;
+        }
+    }
+    txn.commit().map_err(io_err)?;
+    tracing::info!(
+        bytes = data.len(),
+        "the snapshot moved from raft.redb to a file of its own (data directory format 4)"
+    );
+    db.compact().map_err(io_err)?;
+    Ok(())
+}
+
+/// The checksum kept beside a snapshot in `raft.redb` before format 4: CRC-32C over its
+/// meta's length, its meta and its bytes, little-endian.
 fn snapshot_sum(meta: &[u8], data: &[u8]) -> [u8; 4] {
     let mut digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
     digest.update(&(meta.len() as u64).to_le_bytes());
@@ -423,6 +452,9 @@ fn writer(db: &Db, mem: &Mutex<Mem>, metrics: &LogMetrics, linger: Linger, rx: m
         let result = commit(db, &batch, mark.as_deref()).map_err(|e| e.to_string());
         last_commit = started.elapsed();
         metrics.observe_commit(last_commit);
+        if last_commit >= SLOW_COMMIT {
+            warn_slow(&batch, last_commit);
+        }
         if result.is_ok() {
             written = committed;
             let entries: usize =
@@ -441,6 +473,32 @@ fn writer(db: &Db, mem: &Mutex<Mem>, metrics: &LogMetrics, linger: Linger, rx: m
             }
         }
     }
+}
+
+/// A commit of the log this slow is logged (etcd warns of an fdatasync over a second
+/// too): heartbeats wait behind it, and an election follows one of about a second.
+const SLOW_COMMIT: Duration = Duration::from_millis(500);
+
+fn warn_slow(batch: &[Op], took: Duration) {
+    let (mut appends, mut bytes, mut other) = (0usize, 0usize, Vec::new());
+    for op in batch {
+        match op {
+            Op::Append { rows, .. } => {
+                appends += rows.len();
+                bytes += rows.iter().map(|(_, b)| b.len()).sum::<usize>();
+            }
+            Op::Truncate { .. } => other.push("truncate"),
+            Op::Purge { .. } => other.push("purge"),
+            Op::Meta { key, .. } => other.push(key),
+        }
+    }
+    tracing::warn!(
+        took_ms = took.as_millis() as u64,
+        appends,
+        bytes,
+        ?other,
+        "a slow commit of the raft log: the disk is saturated or slow"
+    );
 }
 
 /// Test-only (the `fault-injection` feature): a disk this many milliseconds slow on every
@@ -690,9 +748,9 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// Replaces the only occurrence of `from` in `dir/raft.redb` with `to` (same length).
-    fn edit_file(dir: &Path, from: &[u8], to: &[u8]) {
-        let path = dir.join("raft.redb");
+    /// Replaces the only occurrence of `from` in `dir/file` with `to` (same length).
+    fn edit_file(dir: &Path, file: &str, from: &[u8], to: &[u8]) {
+        let path = dir.join(file);
         let mut bytes = std::fs::read(&path).unwrap();
         let hits: Vec<usize> =
             bytes.windows(from.len()).enumerate().filter(|(_, w)| *w == from).map(|(i, _)| i).collect();
@@ -734,13 +792,56 @@ mod tests {
         assert_eq!(store.mem().entries.len(), 1);
         drop(store);
         std::thread::sleep(Duration::from_millis(100));
-        edit_file(&dir, b"balance=1000", b"balance=9000");
+        edit_file(&dir, "raft.redb", b"balance=1000", b"balance=9000");
         let err = LogStore::open(Db::open(&dir).unwrap(), Linger::DEFAULT).err().expect("the edited entry was read");
         assert!(err.to_string().contains("log entry 3 is refused: its checksum does not match"), "{err}");
-        edit_file(&dir, b"balance=9000", b"balance=1000");
-        edit_file(&dir, b"mark=0017", b"mark=0011");
+        edit_file(&dir, "raft.redb", b"balance=9000", b"balance=1000");
+        edit_file(&dir, "snapshot", b"mark=0017", b"mark=0011");
         let err = Db::open(&dir).unwrap().snapshot().unwrap_err();
         assert!(err.to_string().contains("the snapshot is refused"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Writes a snapshot where data directories before format 4 kept it: in `raft.redb`.
+    fn put_legacy_snapshot(dir: &Path, meta: &SnapshotMeta, data: &[u8], sum: Option<[u8; 4]>) {
+        let db = Database::create(dir.join("raft.redb")).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(META).unwrap();
+            let meta = serde_json::to_vec(meta).unwrap();
+            table.insert(SNAPSHOT_META, meta.as_slice()).unwrap();
+            table.insert(SNAPSHOT_DATA, data).unwrap();
+            let sum = sum.unwrap_or_else(|| snapshot_sum(&meta, data));
+            table.insert(SNAPSHOT_SUM, sum.as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+
+    /// A snapshot that an earlier format kept in `raft.redb` is moved to the snapshot
+    /// file at open (and gone from `raft.redb`); one whose checksum does not match is
+    /// refused, not moved, not dropped.
+    #[test]
+    fn a_snapshot_kept_in_raft_redb_moves_to_its_file() {
+        let dir = std::env::temp_dir().join(format!("fenced-raft-move-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        put_legacy_snapshot(&dir, &meta_at(9), &vec![7u8; 1 << 20], None);
+        let before = std::fs::metadata(dir.join("raft.redb")).unwrap().len();
+        let db = Db::open(&dir).unwrap();
+        let (meta, data) = db.snapshot().unwrap().unwrap();
+        let meta: SnapshotMeta = serde_json::from_slice(&meta).unwrap();
+        assert_eq!((meta.last_log_id.map(|l| l.index), data.len()), (Some(9), 1 << 20));
+        assert!(db.meta(SNAPSHOT_DATA).unwrap().is_none(), "still in raft.redb");
+        drop(db);
+        let after = std::fs::metadata(dir.join("raft.redb")).unwrap().len();
+        assert!(after < before / 2, "raft.redb kept its size: {before} -> {after} bytes");
+        // Damaged where it was kept: refused, and left where it was.
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        put_legacy_snapshot(&dir, &meta_at(9), b"table", Some([0; 4]));
+        let err = Db::open(&dir).err().expect("a damaged snapshot was moved");
+        assert!(err.to_string().contains("the snapshot is refused"), "{err}");
+        assert!(!dir.join("snapshot").exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -9,7 +9,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Display;
 use std::future::Future;
-use std::io::Cursor;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -340,6 +339,12 @@ impl Peer {
         result
     }
 
+    /// Whether the member is marked as not answering (by a failed heartbeat, append or
+    /// vote since it last answered).
+    fn is_down(&self) -> bool {
+        self.unreachable.lock().unwrap_or_else(|p| p.into_inner()).contains(&self.target)
+    }
+
     /// Says so once when the member stops answering, and once when it answers again
     /// (openraft's own complaints, at every heartbeat, are below the default log level).
     fn note_reachability<T>(&self, result: &Result<T, RPCError<TypeConfig>>) {
@@ -357,7 +362,7 @@ impl Peer {
 }
 
 impl RaftNetworkV2<TypeConfig> for Peer {
-    type SnapshotData = Cursor<Vec<u8>>;
+    type SnapshotData = crate::SnapshotBody;
 
     async fn append_entries(
         &mut self,
@@ -395,7 +400,18 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         cancel: impl Future<Output = ReplicationClosed> + openraft::OptionalSend + 'static,
         option: RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
-        let (meta, mut data) = (snapshot.meta, snapshot.snapshot.into_inner());
+        if self.is_down() {
+            // Known down (its heartbeats fail): not worth reading the snapshot for. The
+            // error makes openraft back off and ask again.
+            let why = format!("member {} is not answering: the snapshot waits", self.target);
+            return Err(StreamingError::Unreachable(Unreachable::from_string(why)));
+        }
+        let meta = snapshot.meta;
+        let read = tokio::task::spawn_blocking(move || snapshot.snapshot.into_bytes());
+        let mut data = read
+            .await
+            .map_err(|e| StreamingError::Network(net_err(e)))?
+            .map_err(|e| StreamingError::Network(net_err(e)))?;
         if self.level() < crate::framing::LEVEL_BINARY_SNAPSHOTS && !crate::snapshot_format::is_legacy(&data) {
             // A member of an earlier release reads only the JSON snapshot.
             let table = crate::state_machine::decode_table(&data, &fenced_core::Limits::default())

@@ -73,6 +73,8 @@ pub const LARGE_COMMAND_BYTES: u64 = 64 << 10;
 /// What the log may weigh (encoded entries, held in memory and on disk) before it is
 /// snapshotted and purged whatever `snapshot_every` says: a log of large entries
 /// (store writes) reaches it long before its count. Checked every `LOG_CHECK_MS`.
+/// The bound grows with the state: it is the larger of this and the last snapshot's
+/// size ([`Node::log_bound`]).
 const LOG_BYTES_MAX: u64 = 128 << 20;
 const LOG_CHECK_MS: u64 = 200;
 /// How long after asking for a snapshot the log loop waits before asking again.
@@ -315,7 +317,7 @@ impl Node {
         }
         // A base state is not in the log: until a snapshot holds it, a member that
         // replays the log from the start would miss it.
-        let base_unsnapshotted = db.base()?.is_some() && db.snapshot()?.is_none();
+        let base_unsnapshotted = db.base()?.is_some() && !db.has_snapshot();
         let db_closed = db.closed_flag();
         let log = LogStore::open(db.clone(), opts.log_linger)?;
         let sm = StateMachine::open(db, opts.limits.clone(), applied)?;
@@ -994,7 +996,18 @@ impl Node {
         all_read_it.then(|| configured.clone())
     }
 
-    /// Keeps the log within `LOG_BYTES_MAX` on every member: past it, a snapshot is
+    /// What the log may weigh before it is snapshotted and purged: `LOG_BYTES_MAX`, or
+    /// the last snapshot's size when that is larger. A fixed bound made a large state
+    /// write itself again and again: a store of 640 MiB was snapshotted whole after
+    /// every 64 MiB written, on every member, and the disk, saturated, held the log's
+    /// fsyncs so long that followers called elections. Scaled, the snapshots written
+    /// stay within twice the bytes the log takes, at the cost of a log in memory as
+    /// large as the state (docs/server.md, *API*, "A leader at its bound").
+    fn log_bound(&self) -> u64 {
+        LOG_BYTES_MAX.max(crate::snapshot_file::bytes(&self.dir))
+    }
+
+    /// Keeps the log within [`Node::log_bound`] on every member: past it, a snapshot is
     /// asked for when the entries it would cover weigh half the bound, and the log is
     /// purged up to the last snapshot, on the leader no further than every other
     /// member holds unless one is more than twice the bound behind (it gets the
@@ -1006,7 +1019,8 @@ impl Node {
                 _ = tokio::time::sleep(Duration::from_millis(LOG_CHECK_MS)) => {}
                 _ = self.stopping() => return,
             }
-            if self.log.bytes() <= LOG_BYTES_MAX {
+            let bound = self.log_bound();
+            if self.log.bytes() <= bound {
                 continue;
             }
             let (snapshot, purged, followers_have) = {
@@ -1024,16 +1038,14 @@ impl Node {
                     have.flatten().unwrap_or(u64::MAX),
                 )
             };
-            if self.log.bytes_after(snapshot) > LOG_BYTES_MAX / 2
-                && asked_at.is_none_or(|t| t.elapsed() > SNAPSHOT_RETRY)
-            {
+            if self.log.bytes_after(snapshot) > bound / 2 && asked_at.is_none_or(|t| t.elapsed() > SNAPSHOT_RETRY) {
                 asked_at = Some(Instant::now());
                 tracing::debug!(bytes = self.log.bytes(), snapshot, "the log is at its bound: snapshotting");
                 let _ = self.raft.trigger().snapshot().await;
             }
             // A member so far behind that the log since its position weighs twice the
             // bound is not waited for: it catches up from the snapshot.
-            let waited_for = followers_have != u64::MAX && self.log.bytes_after(followers_have) <= 2 * LOG_BYTES_MAX;
+            let waited_for = followers_have != u64::MAX && self.log.bytes_after(followers_have) <= 2 * bound;
             let upto = if waited_for { snapshot.min(followers_have) } else { snapshot };
             if upto > purged {
                 let _ = self.raft.trigger().purge_log(upto).await;

@@ -13,10 +13,11 @@
 //! again.
 //!
 //! The table lives in memory. Snapshots (the serialized table, its last applied log id
-//! and membership, taken under one lock so they agree) are kept in `raft.redb`; after a
+//! and membership, taken under one lock so they agree) are kept in the file `snapshot`
+//! ([`crate::snapshot_file`]); after a
 //! restart the table is the last snapshot with the log after it applied again.
 
-use std::io::{self, Cursor};
+use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use fenced_core::{Batch, Limits, LockTable, Output, RequestId};
@@ -26,7 +27,7 @@ use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder};
 use tokio::sync::Notify;
 
 use crate::log_store::Db;
-use crate::{io_err, LogId, Snapshot, SnapshotMeta, StoredMembership, TypeConfig};
+use crate::{io_err, LogId, Snapshot, SnapshotBody, SnapshotMeta, StoredMembership, TypeConfig};
 
 /// The request id of commands nobody waits for (`Tick`, `Promote`).
 pub const NO_REQUEST: RequestId = RequestId(0);
@@ -174,12 +175,12 @@ impl StateMachine {
         if !self.db.put_snapshot(&meta, &data)? {
             tracing::info!(index = ?meta.last_log_id, "a newer snapshot is kept; this one was not stored");
         }
-        Ok(Snapshot { meta, snapshot: Cursor::new(data) })
+        Ok(Snapshot { meta, snapshot: SnapshotBody::Bytes(data) })
     }
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
-    type SnapshotData = Cursor<Vec<u8>>;
+    type SnapshotData = SnapshotBody;
 
     async fn build_snapshot(&mut self) -> Result<Snapshot, io::Error> {
         let this = self.clone();
@@ -188,7 +189,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
-    type SnapshotData = Cursor<Vec<u8>>;
+    type SnapshotData = SnapshotBody;
     type SnapshotBuilder = StateMachine;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), io::Error> {
@@ -225,12 +226,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.clone()
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Cursor<Vec<u8>>) -> Result<(), io::Error> {
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: SnapshotBody) -> Result<(), io::Error> {
         // Decoding and keeping a snapshot of hundreds of MiB takes a second and more:
         // off the runtime's threads, which also send this member's heartbeats.
         let (db, kept, limits) = (self.db.clone(), meta.clone(), self.limits.clone());
-        let data = snapshot.into_inner();
         let table = tokio::task::spawn_blocking(move || {
+            let data = snapshot.into_bytes()?;
             let table = decode_table(&data, &limits)?;
             db.put_snapshot(&kept, &data)?;
             Ok::<_, io::Error>(table)
@@ -246,13 +247,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot>, io::Error> {
-        // Reading (and checksumming) a large snapshot: off the runtime's threads.
-        let db = self.db.clone();
-        let Some((meta, data)) = tokio::task::spawn_blocking(move || db.snapshot()).await.map_err(io_err)?? else {
-            return Ok(None);
-        };
-        let meta: SnapshotMeta = serde_json::from_slice(&meta).map_err(io_err)?;
-        Ok(Some(Snapshot { meta, snapshot: Cursor::new(data) }))
+        // Only the meta is read here; the bytes when they are sent (`SnapshotBody`).
+        let Some(meta) = self.db.snapshot_meta()? else { return Ok(None) };
+        let snapshot = SnapshotBody::Kept { db: self.db.clone(), last_log_id: meta.last_log_id };
+        Ok(Some(Snapshot { meta, snapshot }))
     }
 }
 

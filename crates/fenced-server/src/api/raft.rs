@@ -11,8 +11,6 @@
 //! log), and a server that is a cluster of one takes no raft message at all: no member
 //! exists who could send one.
 
-use std::io::Cursor;
-
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -129,9 +127,20 @@ async fn hello(State(app): State<App>) -> Response {
     answer(&app.locks.node.hello().await)
 }
 
+/// An append that takes this long to be answered is logged: the leader counts a
+/// heartbeat unanswered within about a second as lost.
+const SLOW_APPEND: std::time::Duration = std::time::Duration::from_millis(500);
+
 async fn append(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let started = std::time::Instant::now();
     let req = read_framed(&app, &headers, body, fenced_raft::framing::decode_append).await?;
-    Ok(answer(&app.locks.node.append_entries(req).await))
+    let (read, entries) = (started.elapsed(), req.entries.len());
+    let r = app.locks.node.append_entries(req).await;
+    if started.elapsed() >= SLOW_APPEND {
+        let (read_ms, raft_ms) = (read.as_millis() as u64, (started.elapsed() - read).as_millis() as u64);
+        tracing::warn!(read_ms, raft_ms, entries, "a slow append from the leader: heartbeats wait behind it");
+    }
+    Ok(answer(&r))
 }
 
 async fn vote(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
@@ -149,7 +158,7 @@ async fn snapshot(State(app): State<App>, headers: HeaderMap, body: Body) -> Res
         read_framed(&app, &headers, body, fenced_raft::framing::decode_snapshot).await?;
     fenced_raft::state_machine::check_snapshot(&data)
         .map_err(|e| ApiError::bad_request("invalid_snapshot", e.to_string()))?;
-    let snapshot = fenced_raft::Snapshot { meta, snapshot: Cursor::new(data) };
+    let snapshot = fenced_raft::Snapshot { meta, snapshot: fenced_raft::SnapshotBody::Bytes(data) };
     let r = app.locks.node.raft.install_full_snapshot(vote, snapshot).await;
     Ok(answer(&r.map_err(openraft_fatal)))
 }

@@ -150,6 +150,7 @@ fn a_data_directory_of_an_earlier_format_reads(format: u32) {
     if format >= 3 {
         let c = s.get("/v1/cluster").json();
         assert!(c["snapshot_index"].as_u64().is_some(), "the fixture holds a snapshot: {c}");
+        assert!(dir.join("snapshot").exists(), "the snapshot is kept in its own file from format 4");
     }
     let lock = s.get("/v1/locks/fixture-held").json();
     assert_eq!((lock["held"].as_bool(), lock["token"].as_u64()), (Some(true), Some(1)), "{lock}");
@@ -186,6 +187,12 @@ fn a_data_directory_of_format_3_still_reads() {
     a_data_directory_of_an_earlier_format_reads(3);
 }
 
+/// Format 4's fixture keeps its snapshot in the file `snapshot`, beside `raft.redb`.
+#[test]
+fn a_data_directory_of_format_4_still_reads() {
+    a_data_directory_of_an_earlier_format_reads(4);
+}
+
 /// A directory of a later format is refused with both versions, and left as it was.
 #[test]
 fn a_data_directory_of_a_later_format_is_refused_untouched() {
@@ -203,7 +210,8 @@ fn a_data_directory_of_a_later_format_is_refused_untouched() {
         })
         .expect_err("a later format is refused");
     let e = e.to_string();
-    assert!(e.contains("format 9, written by a later release") && e.contains("reads format 3"), "{e}");
+    let reads = format!("reads format {}", fenced_server::format::FORMAT_VERSION);
+    assert!(e.contains("format 9, written by a later release") && e.contains(&reads), "{e}");
     let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(files, vec![std::ffi::OsString::from("FORMAT")], "nothing else was made");
     let _ = std::fs::remove_dir_all(&dir);

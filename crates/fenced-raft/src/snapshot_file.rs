@@ -1,0 +1,198 @@
+//! The kept snapshot, in a file of its own (`snapshot`) beside `raft.redb`.
+//!
+//! Until data directory format 4 the snapshot was a value in `raft.redb`. Keeping a
+//! snapshot of hundreds of MiB held redb's one write transaction for seconds, and every
+//! append and purge of the log waited behind it: openraft's core awaits a purge before
+//! it answers votes and heartbeats, so a leader that snapshotted 640 MiB was deposed
+//! (BENCHMARKS.md, *Catch-up*). redb also kept the pages of each replaced snapshot until
+//! a later commit freed them, and the file grew to about five times the store.
+//!
+//! A snapshot is now written to `snapshot.tmp`, flushed with `fdatasync`, renamed over
+//! `snapshot` and the directory flushed: a crash leaves the old file or the new one,
+//! never a mix, and the log's writer never waits for it. The file's layout:
+//!
+//! ```text
+//! magic     8 bytes  "fenced-k"
+//! version   u8       1
+//! meta_len  u32 LE   then the snapshot's meta (openraft's `SnapshotMeta`, JSON)
+//! data_len  u64 LE   then the snapshot's bytes (`snapshot_format`)
+//! crc       u32 LE   CRC-32C of every byte before it
+//! ```
+//!
+//! A file that is cut short, of another version, or whose checksum does not match is
+//! refused with an error naming the file; it is never read as no snapshot, which would
+//! start the state machine from nothing under a purged log.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::SnapshotMeta;
+
+const MAGIC: &[u8; 8] = b"fenced-k";
+const VERSION: u8 = 1;
+const NAME: &str = "snapshot";
+const TMP: &str = "snapshot.tmp";
+/// Magic, version and the meta's length.
+const HEAD: usize = 8 + 1 + 4;
+/// A snapshot is flushed to the disk every this many bytes as it is written. One
+/// `fdatasync` of hundreds of MiB held the disk for seconds, and the log's own fsyncs
+/// (ext4 orders a journal commit after the data it covers) waited behind it: a follower
+/// writing its snapshot stopped answering appends and called an election.
+const FLUSH_EVERY: usize = 8 << 20;
+/// The largest meta read (a membership of many members is a few KiB).
+const META_MAX: u32 = 1 << 20;
+
+/// The snapshot file of one data directory. Writes are serialized, so the check that
+/// an older snapshot never replaces a newer one and the write are one step.
+pub struct SnapshotFile {
+    dir: PathBuf,
+    write: Mutex<()>,
+}
+
+/// A kept snapshot: its meta's JSON and its bytes.
+pub type Kept = (Vec<u8>, Vec<u8>);
+
+impl SnapshotFile {
+    /// The snapshot file of `dir`. A `snapshot.tmp` left by a crash is removed: it was
+    /// never renamed, so it never was the kept snapshot.
+    pub fn open(dir: &Path) -> io::Result<SnapshotFile> {
+        match std::fs::remove_file(dir.join(TMP)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        Ok(SnapshotFile { dir: dir.to_path_buf(), write: Mutex::new(()) })
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.join(NAME)
+    }
+
+    /// Whether a snapshot is kept (without reading it).
+    pub fn exists(&self) -> bool {
+        self.path().exists()
+    }
+
+    /// The kept snapshot, checked whole, or `None` when there is none.
+    pub fn read(&self) -> io::Result<Option<Kept>> {
+        let bytes = match std::fs::read(self.path()) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        parse(&self.path(), bytes).map(Some)
+    }
+
+    /// The kept snapshot's meta, read from the file's head alone (not checked against
+    /// the checksum: [`SnapshotFile::read`] checks the whole before the bytes are used).
+    pub fn meta(&self) -> io::Result<Option<SnapshotMeta>> {
+        let path = self.path();
+        let mut file = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut head = [0u8; HEAD];
+        file.read_exact(&mut head).map_err(|_| refused(&path, "it is cut short"))?;
+        let mut meta = vec![0u8; check_head(&path, &head)?];
+        file.read_exact(&mut meta).map_err(|_| refused(&path, "it is cut short"))?;
+        let meta =
+            serde_json::from_slice(&meta).map_err(|e| refused(&path, &format!("its meta does not read: {e}")))?;
+        Ok(Some(meta))
+    }
+
+    /// Keeps a snapshot durably, unless the one kept already covers more of the log (a
+    /// snapshot built here can finish after a newer one was installed from the leader,
+    /// which purged the log up to it). Returns whether it was kept.
+    pub fn write(&self, meta: &SnapshotMeta, data: &[u8]) -> io::Result<bool> {
+        let meta_json = serde_json::to_vec(meta).map_err(crate::io_err)?;
+        let _one_writer = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        if self.meta()?.is_some_and(|kept| kept.last_log_id > meta.last_log_id) {
+            return Ok(false);
+        }
+        let tmp = self.dir.join(TMP);
+        let mut file = File::create(&tmp)?;
+        let mut head = Vec::with_capacity(HEAD + meta_json.len() + 8);
+        head.extend_from_slice(MAGIC);
+        head.push(VERSION);
+        head.extend_from_slice(&(meta_json.len() as u32).to_le_bytes());
+        head.extend_from_slice(&meta_json);
+        head.extend_from_slice(&(data.len() as u64).to_le_bytes());
+        file.write_all(&head)?;
+        for chunk in data.chunks(FLUSH_EVERY) {
+            file.write_all(chunk)?;
+            file.sync_data()?;
+        }
+        file.write_all(&crc32c(&[&head, data]).to_le_bytes())?;
+        file.sync_data()?;
+        drop(file);
+        std::fs::rename(&tmp, self.path())?;
+        File::open(&self.dir)?.sync_all()?;
+        Ok(true)
+    }
+}
+
+/// The size of the snapshot kept in `dir`, in bytes (0: none).
+pub fn bytes(dir: &Path) -> u64 {
+    std::fs::metadata(dir.join(NAME)).map_or(0, |md| md.len())
+}
+
+/// Reads the snapshot file at `path` (a post-mortem reads a copy), checked whole.
+pub fn read_path(path: &Path) -> io::Result<Kept> {
+    parse(path, std::fs::read(path)?)
+}
+
+fn parse(path: &Path, mut bytes: Vec<u8>) -> io::Result<Kept> {
+    let meta_len = check_head(path, &bytes)?;
+    let body_end = bytes.len().checked_sub(4).filter(|end| *end >= HEAD + meta_len + 8);
+    let Some(body_end) = body_end else { return Err(refused(path, "it is cut short")) };
+    let sum = u32::from_le_bytes(bytes[body_end..].try_into().expect("four bytes"));
+    if crc32c(&[&bytes[..body_end]]) != sum {
+        return Err(refused(path, "its checksum does not match (damaged or edited on disk)"));
+    }
+    let data_at = HEAD + meta_len + 8;
+    let data_len = u64::from_le_bytes(bytes[HEAD + meta_len..data_at].try_into().expect("eight bytes"));
+    if data_len != (body_end - data_at) as u64 {
+        return Err(refused(path, "its length does not match what it says"));
+    }
+    let meta = bytes[HEAD..HEAD + meta_len].to_vec();
+    bytes.truncate(body_end);
+    bytes.drain(..data_at);
+    Ok((meta, bytes))
+}
+
+/// Checks the magic and version at the start of `bytes`; returns the meta's length.
+fn check_head(path: &Path, bytes: &[u8]) -> io::Result<usize> {
+    if bytes.len() < HEAD {
+        return Err(refused(path, "it is cut short"));
+    }
+    if &bytes[..8] != MAGIC {
+        return Err(refused(path, "it does not start with the snapshot file's magic"));
+    }
+    if bytes[8] != VERSION {
+        let why =
+            format!("it is of version {}, this release reads version {VERSION} (a later release wrote it)", bytes[8]);
+        return Err(refused(path, &why));
+    }
+    let meta_len = u32::from_le_bytes(bytes[9..HEAD].try_into().expect("four bytes"));
+    if meta_len > META_MAX {
+        return Err(refused(path, "its meta is longer than any this release writes"));
+    }
+    Ok(meta_len as usize)
+}
+
+fn refused(path: &Path, why: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("{}: the snapshot is refused: {why}", path.display()))
+}
+
+fn crc32c(parts: &[&[u8]]) -> u32 {
+    let mut digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+    for part in parts {
+        digest.update(part);
+    }
+    digest.finalize() as u32
+}
+
+#[cfg(test)]
+mod tests;

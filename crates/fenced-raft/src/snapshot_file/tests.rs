@@ -1,0 +1,85 @@
+use super::*;
+
+fn meta_at(index: u64) -> SnapshotMeta {
+    let log_id = serde_json::json!({"leader_id": {"term": 1, "node_id": 1}, "index": index});
+    SnapshotMeta { last_log_id: Some(serde_json::from_value(log_id).unwrap()), last_membership: Default::default() }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("fenced-snapfile-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn index_of(kept: &Kept) -> u64 {
+    let meta: SnapshotMeta = serde_json::from_slice(&kept.0).unwrap();
+    meta.last_log_id.unwrap().index
+}
+
+#[test]
+fn a_snapshot_reads_back_and_an_older_one_never_replaces_it() {
+    let dir = scratch("order");
+    let file = SnapshotFile::open(&dir).unwrap();
+    assert!(file.read().unwrap().is_none());
+    assert!(!file.exists());
+    assert!(file.write(&meta_at(10), b"ten").unwrap());
+    assert!(!file.write(&meta_at(5), b"five").unwrap());
+    let kept = file.read().unwrap().unwrap();
+    assert_eq!((index_of(&kept), kept.1.as_slice()), (10, b"ten".as_slice()));
+    assert!(file.write(&meta_at(12), b"").unwrap());
+    let kept = SnapshotFile::open(&dir).unwrap().read().unwrap().unwrap();
+    assert_eq!((index_of(&kept), kept.1.len()), (12, 0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every cut of the file and every flipped bit is refused with an error naming the
+/// file, never read as another snapshot or as none, and never a panic.
+#[test]
+fn every_cut_and_every_flipped_bit_is_refused() {
+    let dir = scratch("damage");
+    let file = SnapshotFile::open(&dir).unwrap();
+    assert!(file.write(&meta_at(7), b"the table's bytes").unwrap());
+    let whole = std::fs::read(dir.join(NAME)).unwrap();
+    for len in 0..whole.len() {
+        let err = parse(&dir.join(NAME), whole[..len].to_vec()).unwrap_err();
+        assert!(err.to_string().contains("the snapshot is refused"), "cut at {len}: {err}");
+    }
+    for bit in 0..whole.len() * 8 {
+        let mut bytes = whole.clone();
+        bytes[bit / 8] ^= 1 << (bit % 8);
+        assert!(parse(&dir.join(NAME), bytes).is_err(), "bit {bit} flipped was read");
+    }
+    // The negative control: the same bytes undamaged are read.
+    assert_eq!(parse(&dir.join(NAME), whole).unwrap().1, b"the table's bytes");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A crash while a snapshot is written leaves `snapshot.tmp` beside the kept one: the
+/// kept one is read, and the leftover is removed when the directory is opened again.
+#[test]
+fn a_snapshot_cut_by_a_crash_leaves_the_one_kept_before() {
+    let dir = scratch("crash");
+    let file = SnapshotFile::open(&dir).unwrap();
+    assert!(file.write(&meta_at(3), b"three").unwrap());
+    std::fs::write(dir.join(TMP), b"fenced-k\x01half a snapsh").unwrap();
+    let file = SnapshotFile::open(&dir).unwrap();
+    assert!(!dir.join(TMP).exists());
+    assert_eq!(file.read().unwrap().unwrap().1, b"three");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_file_of_a_later_version_is_refused_saying_so() {
+    let dir = scratch("version");
+    let file = SnapshotFile::open(&dir).unwrap();
+    assert!(file.write(&meta_at(3), b"three").unwrap());
+    let mut bytes = std::fs::read(dir.join(NAME)).unwrap();
+    bytes[8] = VERSION + 1;
+    std::fs::write(dir.join(NAME), bytes).unwrap();
+    let err = file.read().unwrap_err().to_string();
+    assert!(err.contains("a later release wrote it"), "{err}");
+    // Nor is it overwritten by an older snapshot as if its head read.
+    assert!(file.write(&meta_at(1), b"one").is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
