@@ -93,6 +93,11 @@ pub fn decode_append(body: &[u8]) -> Result<AppendEntriesRequest<TypeConfig>, St
 }
 
 /// A snapshot message as a frame.
+/// A snapshot message's frame header, which its bytes follow (streamed).
+pub fn snapshot_head(vote: &Vote, meta: &SnapshotMeta) -> Vec<u8> {
+    frame(&(vote, meta), 0)
+}
+
 pub fn encode_snapshot(vote: &Vote, meta: &SnapshotMeta, data: &[u8]) -> Vec<u8> {
     let mut out = frame(&(vote, meta), data.len());
     out.extend_from_slice(data);

@@ -91,6 +91,18 @@ impl SnapshotBody {
         }
         Ok(data)
     }
+
+    /// The bytes as a reader, and their length, without reading them into memory: how
+    /// a snapshot is sent (streamed in chunks, however large).
+    pub fn into_reader(self) -> io::Result<(Box<dyn io::Read + Send + Sync>, u64)> {
+        match self {
+            SnapshotBody::Bytes(bytes) => {
+                let len = bytes.len() as u64;
+                Ok((Box::new(io::Cursor::new(bytes)), len))
+            }
+            SnapshotBody::Kept { db, last_log_id } => db.snapshot_reader(last_log_id),
+        }
+    }
 }
 
 pub(crate) fn io_err(e: impl fmt::Display) -> std::io::Error {

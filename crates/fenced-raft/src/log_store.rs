@@ -173,6 +173,12 @@ impl Db {
         self.snap.exists()
     }
 
+    /// The kept snapshot's bytes as a reader, and their length, if it still covers the
+    /// log up to `offered` ([`SnapshotFile::open_data`]).
+    pub fn snapshot_reader(&self, offered: Option<LogId>) -> io::Result<(Box<dyn io::Read + Send + Sync>, u64)> {
+        self.snap.open_data(offered)
+    }
+
     /// The kept snapshot's meta, without reading its bytes.
     pub fn snapshot_meta(&self) -> io::Result<Option<SnapshotMeta>> {
         self.snap.meta()

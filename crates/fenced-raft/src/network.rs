@@ -33,6 +33,41 @@ use crate::{NodeId, Snapshot, TypeConfig, Vote};
 /// bounds what a confused or hostile peer can make us buffer).
 const RESPONSE_BYTES_MAX: usize = 16 << 20;
 
+/// A peer message's body: whole in memory, or a snapshot streamed in chunks.
+type PeerBody = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
+
+/// A body of `bytes`, whole.
+fn full(bytes: impl Into<Bytes>) -> PeerBody {
+    Full::new(bytes.into()).map_err(|never| match never {}).boxed()
+}
+
+/// How much of a snapshot is read from its file and sent at a time.
+const SNAPSHOT_CHUNK: usize = 1 << 20;
+
+/// A snapshot message's body: the frame's header, then `len` bytes from `reader`, read
+/// off the runtime's threads a chunk at a time: a snapshot is never copied whole into
+/// a message, whatever its size.
+fn streamed(head: Vec<u8>, reader: Box<dyn std::io::Read + Send + Sync>, len: u64) -> PeerBody {
+    use hyper::body::Frame;
+    let head = futures_util::stream::once(async move { Ok(Frame::data(Bytes::from(head))) });
+    let chunks = futures_util::stream::unfold(Some((reader, len)), |state| async move {
+        let (mut reader, left) = state?;
+        if left == 0 {
+            return None;
+        }
+        let want = left.min(SNAPSHOT_CHUNK as u64) as usize;
+        let read = tokio::task::spawn_blocking(move || {
+            let mut chunk = vec![0u8; want];
+            std::io::Read::read_exact(&mut reader, &mut chunk).map(|()| (chunk, reader))
+        });
+        match read.await.map_err(std::io::Error::other).and_then(|r| r) {
+            Ok((chunk, reader)) => Some((Ok(Frame::data(Bytes::from(chunk))), Some((reader, left - want as u64)))),
+            Err(e) => Some((Err(e), None)),
+        }
+    });
+    http_body_util::StreamBody::new(futures_util::StreamExt::chain(head, chunks)).boxed()
+}
+
 /// The connector of every peer call: plain TCP for `http://` members, TLS with this
 /// member's certificate for `https://` ones.
 type Connector = HttpsConnector<HttpConnector>;
@@ -53,7 +88,7 @@ pub struct Hello {
 /// Makes one [`Peer`] per member; all share one connection pool.
 #[derive(Clone)]
 pub struct Network {
-    http: Client<Connector, Full<Bytes>>,
+    http: Client<Connector, PeerBody>,
     /// `Authorization: Bearer ...` for every RPC, when the members share a token.
     auth: Option<String>,
     /// Where this node dials a member instead of the address in the membership (a
@@ -112,7 +147,7 @@ impl Network {
         if let Some(auth) = &self.auth {
             request = request.header("authorization", auth);
         }
-        let request = request.body(Full::new(Bytes::new())).map_err(|e| e.to_string())?;
+        let request = request.body(full(Bytes::new())).map_err(|e| e.to_string())?;
         let exchange = async {
             let resp = self.http.request(request).await.map_err(|e| format!("{url}: {}", error_chain(&e)))?;
             let status = resp.status();
@@ -175,7 +210,7 @@ impl Network {
         if let Some(auth) = &self.auth {
             request = request.header("authorization", auth);
         }
-        let request = request.body(Full::new(req.body)).map_err(|e| format!("{url}: {e}"))?;
+        let request = request.body(full(req.body)).map_err(|e| format!("{url}: {e}"))?;
         let exchange = async {
             let resp = self.http.request(request).await.map_err(|e| format!("{url}: {}", error_chain(&e)))?;
             let status = resp.status().as_u16();
@@ -229,7 +264,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 pub struct Peer {
     target: NodeId,
     base: String,
-    http: Client<Connector, Full<Bytes>>,
+    http: Client<Connector, PeerBody>,
     auth: Option<String>,
     unreachable: Arc<Mutex<BTreeSet<NodeId>>>,
     levels: Levels,
@@ -299,13 +334,30 @@ impl Peer {
     where
         Result<Resp, RaftError<TypeConfig>>: DeserializeOwned,
     {
+        let len = body.len() as u64;
+        self.send_body(what, full(body), len, content_type, option).await
+    }
+
+    /// Sends a message of `len` bytes in `body`, and reads the answer.
+    async fn send_body<Resp>(
+        &self,
+        what: &str,
+        body: PeerBody,
+        len: u64,
+        content_type: &str,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<TypeConfig>>
+    where
+        Result<Resp, RaftError<TypeConfig>>: DeserializeOwned,
+    {
         let url = format!("{}/raft/{what}", self.base);
-        let ttl = rpc_ttl(option.hard_ttl(), body.len());
-        let mut request = hyper::Request::post(&url).header("content-type", content_type);
+        let ttl = rpc_ttl(option.hard_ttl(), usize::try_from(len).unwrap_or(usize::MAX));
+        let mut request =
+            hyper::Request::post(&url).header("content-type", content_type).header(hyper::header::CONTENT_LENGTH, len);
         if let Some(auth) = &self.auth {
             request = request.header("authorization", auth);
         }
-        let request = request.body(Full::new(Bytes::from(body))).map_err(|e| RPCError::Network(net_err(e)))?;
+        let request = request.body(body).map_err(|e| RPCError::Network(net_err(e)))?;
         let exchange = async {
             let resp = self.http.request(request).await.map_err(|e| {
                 let connect = e.is_connect();
@@ -406,19 +458,31 @@ impl RaftNetworkV2<TypeConfig> for Peer {
             let why = format!("member {} is not answering: the snapshot waits", self.target);
             return Err(StreamingError::Unreachable(Unreachable::from_string(why)));
         }
-        let meta = snapshot.meta;
-        let read = tokio::task::spawn_blocking(move || snapshot.snapshot.into_bytes());
-        let mut data = read
-            .await
-            .map_err(|e| StreamingError::Network(net_err(e)))?
-            .map_err(|e| StreamingError::Network(net_err(e)))?;
-        if self.level() < crate::framing::LEVEL_BINARY_SNAPSHOTS && !crate::snapshot_format::is_legacy(&data) {
-            // A member of an earlier release reads only the JSON snapshot.
-            let table = crate::state_machine::decode_table(&data, &fenced_core::Limits::default())
-                .map_err(|e| StreamingError::Network(net_err(e)))?;
-            data = crate::snapshot_format::to_legacy_json(&table);
-        }
+        let (meta, body) = (snapshot.meta, snapshot.snapshot);
         let sent = async {
+            if self.level() >= crate::framing::LEVEL_BINARY_SNAPSHOTS {
+                let (reader, len) = tokio::task::spawn_blocking(move || body.into_reader())
+                    .await
+                    .map_err(|e| RPCError::Network(net_err(e)))?
+                    .map_err(|e| RPCError::Network(net_err(e)))?;
+                let head = crate::framing::snapshot_head(&vote, &meta);
+                let total = head.len() as u64 + len;
+                let body = streamed(head, reader, len);
+                return self.send_body("snapshot", body, total, crate::framing::CONTENT_TYPE, &option).await;
+            }
+            // A member of an earlier release reads only the JSON snapshot, whole.
+            let data = tokio::task::spawn_blocking(move || body.into_bytes())
+                .await
+                .map_err(|e| RPCError::Network(net_err(e)))?
+                .map_err(|e| RPCError::Network(net_err(e)))?;
+            let data = match crate::snapshot_format::is_legacy(&data) {
+                true => data,
+                false => {
+                    let table = crate::state_machine::decode_table(&data, &fenced_core::Limits::default())
+                        .map_err(|e| RPCError::Network(net_err(e)))?;
+                    crate::snapshot_format::to_legacy_json(&table)
+                }
+            };
             if self.takes_frames() {
                 let body = crate::framing::encode_snapshot(&vote, &meta, &data);
                 return self.send("snapshot", body, crate::framing::CONTENT_TYPE, &option).await;
@@ -437,5 +501,40 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         option: RPCOption,
     ) -> Result<TransferLeaderResponse<TypeConfig>, RPCError<TypeConfig>> {
         self.call("transfer-leader", &req, &option).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta() -> crate::SnapshotMeta {
+        let log_id = serde_json::json!({"leader_id": {"term": 2, "node_id": 1}, "index": 41});
+        crate::SnapshotMeta {
+            last_log_id: Some(serde_json::from_value(log_id).unwrap()),
+            last_membership: Default::default(),
+        }
+    }
+
+    /// A snapshot streamed in chunks is, byte for byte, the framed message sent whole
+    /// before: a receiver of either release reads it alike.
+    #[tokio::test]
+    async fn a_streamed_snapshot_is_the_framed_message() {
+        let data: Vec<u8> = (0..(3 * SNAPSHOT_CHUNK + 12_345)).map(|i| (i % 251) as u8).collect();
+        let vote = Vote::new_committed(2, 1);
+        let reader = Box::new(std::io::Cursor::new(data.clone()));
+        let body = streamed(crate::framing::snapshot_head(&vote, &meta()), reader, data.len() as u64);
+        let sent = body.collect().await.unwrap().to_bytes();
+        assert_eq!(sent.as_ref(), crate::framing::encode_snapshot(&vote, &meta(), &data).as_slice());
+    }
+
+    /// A file shorter than it said ends the body with an error: the receiver never
+    /// takes a cut snapshot for a whole one.
+    #[tokio::test]
+    async fn a_snapshot_shorter_than_it_said_fails_the_message() {
+        let vote = Vote::new_committed(2, 1);
+        let reader = Box::new(std::io::Cursor::new(vec![7u8; 100]));
+        let body = streamed(crate::framing::snapshot_head(&vote, &meta()), reader, 200);
+        assert!(body.collect().await.is_err());
     }
 }

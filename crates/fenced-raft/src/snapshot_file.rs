@@ -28,12 +28,14 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::SnapshotMeta;
+use crate::{LogId, SnapshotMeta};
 
 const MAGIC: &[u8; 8] = b"fenced-k";
 const VERSION: u8 = 1;
 const NAME: &str = "snapshot";
 const TMP: &str = "snapshot.tmp";
+/// Where a snapshot sent by the leader is received before it is installed.
+pub const INCOMING: &str = "snapshot.incoming";
 /// Magic, version and the meta's length.
 const HEAD: usize = 8 + 1 + 4;
 /// A snapshot is flushed to the disk every this many bytes as it is written. One
@@ -55,12 +57,14 @@ pub struct SnapshotFile {
 pub type Kept = (Vec<u8>, Vec<u8>);
 
 impl SnapshotFile {
-    /// The snapshot file of `dir`. A `snapshot.tmp` left by a crash is removed: it was
-    /// never renamed, so it never was the kept snapshot.
+    /// The snapshot file of `dir`. A `snapshot.tmp` or `snapshot.incoming` left by a
+    /// crash is removed: neither was ever the kept snapshot.
     pub fn open(dir: &Path) -> io::Result<SnapshotFile> {
-        match std::fs::remove_file(dir.join(TMP)) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {}
+        for leftover in [TMP, INCOMING] {
+            match std::fs::remove_file(dir.join(leftover)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
         }
         Ok(SnapshotFile { dir: dir.to_path_buf(), write: Mutex::new(()) })
     }
@@ -100,6 +104,31 @@ impl SnapshotFile {
         let meta =
             serde_json::from_slice(&meta).map_err(|e| refused(&path, &format!("its meta does not read: {e}")))?;
         Ok(Some(meta))
+    }
+
+    /// The kept snapshot's bytes as a reader, and their length, if it still covers the
+    /// log up to `offered` (it may have been replaced since its meta was offered). The
+    /// file's own checksum is not checked here (that would read it all): the bytes are
+    /// in the snapshot format, whose checksum the receiver checks.
+    pub fn open_data(&self, offered: Option<LogId>) -> io::Result<(Box<dyn Read + Send + Sync>, u64)> {
+        let path = self.path();
+        let mut file = File::open(&path)?;
+        let mut head = [0u8; HEAD];
+        file.read_exact(&mut head).map_err(|_| refused(&path, "it is cut short"))?;
+        let meta_len = check_head(&path, &head)?;
+        let mut meta = vec![0u8; meta_len + 8];
+        file.read_exact(&mut meta).map_err(|_| refused(&path, "it is cut short"))?;
+        let data_len = u64::from_le_bytes(meta[meta_len..].try_into().expect("eight bytes"));
+        let meta: SnapshotMeta = serde_json::from_slice(&meta[..meta_len])
+            .map_err(|e| refused(&path, &format!("its meta does not read: {e}")))?;
+        if meta.last_log_id != offered {
+            return Err(io::Error::other("the kept snapshot was replaced since it was offered"));
+        }
+        let whole = (HEAD + meta_len + 8) as u64 + data_len + 4;
+        if file.metadata()?.len() != whole {
+            return Err(refused(&path, "its length does not match what it says"));
+        }
+        Ok((Box::new(file.take(data_len)), data_len))
     }
 
     /// Keeps a snapshot durably, unless the one kept already covers more of the log (a

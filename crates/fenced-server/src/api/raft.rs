@@ -22,7 +22,11 @@ use serde::Serialize;
 
 use super::{ApiError, App};
 
-/// The largest peer message taken: a snapshot of a large table travels whole.
+mod incoming;
+
+/// The largest peer message taken whole in memory: appends, votes, and the JSON
+/// snapshot of a release before frames. A framed snapshot is received into a file
+/// (`incoming::SNAPSHOT_MESSAGE_BYTES_MAX`).
 pub const PEER_BODY_BYTES_MAX: usize = 512 << 20;
 /// Bytes of peer messages read at once: one snapshot and the appends beside it.
 pub const PEER_BYTES_IN_FLIGHT_MAX: usize = PEER_BODY_BYTES_MAX + (64 << 20);
@@ -154,8 +158,11 @@ async fn pre_vote(State(app): State<App>, headers: HeaderMap, body: Body) -> Res
 }
 
 async fn snapshot(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let (vote, meta, data): (fenced_raft::Vote, fenced_raft::SnapshotMeta, Vec<u8>) =
-        read_framed(&app, &headers, body, fenced_raft::framing::decode_snapshot).await?;
+    // A framed snapshot (every release since frames) is received into a file, however
+    // large; the JSON of releases before frames is read whole, as it always was.
+    let framed = headers.get("content-type").is_some_and(|v| v == fenced_raft::framing::CONTENT_TYPE);
+    let (vote, meta, data): incoming::Received =
+        if framed { incoming::receive(&app, &headers, body).await? } else { read(&app, &headers, body).await? };
     fenced_raft::state_machine::check_snapshot(&data)
         .map_err(|e| ApiError::bad_request("invalid_snapshot", e.to_string()))?;
     let snapshot = fenced_raft::Snapshot { meta, snapshot: fenced_raft::SnapshotBody::Bytes(data) };
