@@ -20,6 +20,9 @@
 //! waiting acquire and the fenced store's durable calls) are answered in order, the
 //! others when they finish, so many can be in flight on one connection.
 
+pub mod detail;
+
+pub use detail::Detail;
 use fenced_core::{LeaseId, Token};
 
 /// What a client sends first: "FENCED", a zero byte, and the protocol version (2:

@@ -22,6 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use fenced_core::LeaseId;
+use fenced_wire::Detail;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -321,10 +322,10 @@ fn forbidden(identity: &Identity, op: Op, name: Option<&str>) -> ApiError {
         "forbidden",
         format!("identity '{}' may not {} on {on}", identity.name, op.as_str()),
     )
-    .with("operation", op.as_str())
-    .with("identity", identity.name.as_str());
+    .with(Detail::Operation(op.as_str().into()))
+    .with(Detail::Identity(identity.name.clone().into()));
     match name {
-        Some(n) => e.with("name", n),
+        Some(n) => e.with(Detail::Name(n.to_owned().into())),
         None => e,
     }
 }
@@ -384,7 +385,7 @@ pub async fn read_body_within(
             "too_busy",
             "the server is reading its limit of request bodies; retry shortly",
         )
-        .with("retry_after_ms", 100));
+        .with(Detail::RetryAfterMs(100)));
     };
     let read = axum::body::to_bytes(body, max);
     let timeout_ms = app.config.body_timeout_ms;
@@ -400,7 +401,7 @@ pub async fn read_body_within(
                 "body_timeout",
                 format!("the {what} did not arrive within body_timeout_ms {timeout_ms}"),
             )
-            .with("body_timeout_ms", timeout_ms))
+            .with(Detail::BodyTimeoutMs(timeout_ms)))
         }
     }
 }

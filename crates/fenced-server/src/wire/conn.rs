@@ -436,7 +436,7 @@ impl Session {
                     "too_busy",
                     "the server is reading its limit of request bodies; retry shortly",
                 )
-                .with("retry_after_ms", 100);
+                .with(fenced_wire::Detail::RetryAfterMs(100));
                 self.reply(id, Answer::Error(e));
                 Reserve::Refused
             }

@@ -122,13 +122,11 @@ fn relayed_error(status: u16, body: &[u8]) -> ApiError {
         _ => "invalid_forward",
     };
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
-    let mut e = ApiError::new(status, code, message);
-    if let Some(details) = v["error"].as_object() {
-        for (k, val) in details.iter().filter(|(k, _)| *k != "code" && *k != "message") {
-            e = e.with(k, val.clone());
-        }
+    let e = ApiError::new(status, code, message);
+    match v["error"].as_object() {
+        Some(error) => e.with_json_details(error),
+        None => e,
     }
-    e
 }
 
 /// 503 `not_leader` for a leader that could not be heard to the end: the client moves
