@@ -95,6 +95,15 @@ macro_rules! details {
                     _ => None,
                 }
             }
+
+            /// The field of wire tag `tag` with `value`: `None` for a tag this release
+            /// does not know (skipped), `Some(None)` for a value of the wrong kind.
+            pub(crate) fn from_tag(tag: u8, value: Value<'a>) -> Option<Option<Detail<'a>>> {
+                match tag {
+                    $($tag => Some(details!(@parse $kind $variant value)),)*
+                    _ => None,
+                }
+            }
         }
     };
     (@type token) => { Token };
@@ -205,6 +214,7 @@ mod tests {
             assert_eq!(d.text().is_some(), d.tag() >= TEXT_TAGS_FROM, "{}: its kind follows its tag", d.name());
             assert_eq!(d.number().is_some(), d.tag() < TEXT_TAGS_FROM, "{}", d.name());
             assert_eq!(Detail::parse(d.name(), d.value()).as_ref(), Some(d), "{} by name", d.name());
+            assert_eq!(Detail::from_tag(d.tag(), d.value()), Some(Some(d.clone())), "{} by tag", d.name());
             assert_eq!(&d.clone().into_owned(), d);
         }
     }
@@ -215,6 +225,8 @@ mod tests {
         assert_eq!(Detail::parse("holder_token", Value::Text("3".into())), None);
         assert_eq!(Detail::parse("lock", Value::Number(3)), None);
         assert_eq!(Detail::parse("no_such_field", Value::Number(3)), None);
+        assert_eq!(Detail::from_tag(1, Value::Number(0)), Some(None));
+        assert_eq!(Detail::from_tag(127, Value::Number(0)), None, "unknown: skipped");
         let details = [Detail::RetryAfterMs(5), Detail::Lock("l".into())];
         assert_eq!((number(&details, "retry_after_ms"), text(&details, "lock")), (Some(5), Some("l")));
         assert_eq!((number(&details, "lock"), text(&details, "limit")), (None, None));

@@ -26,7 +26,7 @@ use fenced_wire::Detail;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-pub use error::ApiError;
+pub use error::{details_from_json, error_json, ApiError};
 pub use leases::{create_lease, keepalive_lease, revoke_lease};
 pub use locks::{acquire_all_grants, acquire_grant, check_token, holder_label, lock_name, release_lock, AcquireReq};
 pub use store::{read_value, store_key, write_value};
