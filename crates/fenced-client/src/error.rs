@@ -105,6 +105,11 @@ impl Error {
     }
 }
 
+/// An answer the client cannot take for what it asked (a token 0, another call's answer).
+pub(crate) fn bad_answer(message: &str) -> Error {
+    Error::Server { status: None, code: "bad_response".into(), message: message.into() }
+}
+
 /// Why a guard stopped being trustworthy.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum LostReason {
