@@ -9,12 +9,11 @@ use tokio::time::Instant;
 use crate::conn::Conn;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Error;
+use crate::error::{bad_answer, Error};
 use crate::guard::{Grant, LockGuard};
 use crate::http::segment;
 use crate::resource::Store;
 use crate::validity;
-use crate::wire;
 
 /// The endpoint used when neither the builder nor `FENCED_ENDPOINT` names one.
 pub const ENDPOINT_DEFAULT: &str = "http://127.0.0.1:7400";
@@ -329,8 +328,7 @@ impl Client {
     /// Asks whether `token` is still the current grant of `name` (Chubby's
     /// CheckSequencer). Returns whether it is, and the current holder's token.
     pub async fn check(&self, name: &str, token: Token) -> Result<(bool, Option<Token>), Error> {
-        let b = self.conn.check(name, token).await?.map_err(|e| e.into_error())?;
-        Ok((b.current, b.token.and_then(Token::new)))
+        self.conn.check(name, token).await?.map_err(|e| e.into_error())
     }
 
     /// Creates a lease of `ttl` (for callers that manage leases themselves; a lock
@@ -416,7 +414,7 @@ impl Client {
         let timeout = self.conn.request_timeout();
         let body =
             self.conn.get_bytes("reading the grant keys", "/v1/keys", timeout).await?.map_err(|e| e.into_error())?;
-        let doc: serde_json::Value = serde_json::from_slice(&body).map_err(|e| wire::bad_answer(&e.to_string()))?;
+        let doc: serde_json::Value = serde_json::from_slice(&body).map_err(|e| bad_answer(&e.to_string()))?;
         crate::GrantKeys::from_json(&doc)
     }
 
@@ -515,18 +513,18 @@ impl LockRequest {
         let grant_started = Instant::now();
         let holder = self.holder.as_deref();
         let attempt = || conn.acquire(&name, ttl_ms, holder, give_up_at);
-        let (body, sent_at) = until_answered(give_up_at, || name.to_string(), attempt).await?;
-        if body.name != name.as_str() {
-            return Err(wire::bad_answer(&format!("asked for lock '{}', granted '{}'", name, body.name)));
+        let (granted, sent_at) = until_answered(give_up_at, || name.to_string(), attempt).await?;
+        if granted.name != name.as_str() {
+            return Err(bad_answer(&format!("asked for lock '{}', granted '{}'", name, granted.name)));
         }
-        let granted_ttl = Duration::from_millis(body.ttl_ms.min(ttl_ms));
+        let granted_ttl = Duration::from_millis(granted.ttl_ms.min(ttl_ms));
         let margin = margin.unwrap_or_else(|| validity::default_margin(granted_ttl));
         let grant = Grant {
             name,
-            token: wire::token(body.token)?,
+            token: granted.token,
             also: vec![],
-            signatures: body.signature.into_iter().collect(),
-            lease_id: wire::lease_id(&body.lease_id)?,
+            signatures: granted.signature.into_iter().collect(),
+            lease_id: granted.lease,
             ttl: granted_ttl,
             margin,
             sent_at,
@@ -550,25 +548,25 @@ impl LockRequest {
         let holder = self.holder.as_deref();
         let attempt = || conn.acquire_all(&names, ttl_ms, holder, give_up_at);
         let held = || names.iter().map(LockName::as_str).collect::<Vec<_>>().join(",");
-        let (bodies, sent_at) = until_answered(give_up_at, held, attempt).await?;
-        let granted: Vec<&str> = bodies.iter().map(|b| b.name.as_str()).collect();
+        let (grants, sent_at) = until_answered(give_up_at, held, attempt).await?;
+        let granted: Vec<&str> = grants.iter().map(|g| g.name.as_str()).collect();
         let asked: Vec<&str> = names.iter().map(LockName::as_str).collect();
         if granted != asked {
-            return Err(wire::bad_answer(&format!("asked for locks {asked:?}, granted {granted:?}")));
+            return Err(bad_answer(&format!("asked for locks {asked:?}, granted {granted:?}")));
         }
-        let first = &bodies[0];
-        let lease_id = wire::lease_id(&first.lease_id)?;
-        if bodies.iter().any(|b| b.lease_id != first.lease_id) {
-            return Err(wire::bad_answer("the locks of one request were granted under different leases"));
+        let first = &grants[0];
+        let lease_id = first.lease;
+        if grants.iter().any(|g| g.lease != lease_id) {
+            return Err(bad_answer("the locks of one request were granted under different leases"));
         }
         let granted_ttl = Duration::from_millis(first.ttl_ms.min(ttl_ms));
         let margin = margin.unwrap_or_else(|| validity::default_margin(granted_ttl));
         // Signed, every grant carries one; a set signed only in part is no signed set.
-        let signatures: Vec<String> = bodies.iter().map_while(|b| b.signature.clone()).collect();
-        let signatures = if signatures.len() == bodies.len() { signatures } else { vec![] };
-        let mut tokens = names.into_iter().zip(&bodies).map(|(n, b)| Ok((n, wire::token(b.token)?)));
-        let (name, token) = tokens.next().expect("one name or more")?;
-        let also = tokens.collect::<Result<Vec<_>, Error>>()?;
+        let signatures: Vec<String> = grants.iter().map_while(|g| g.signature.clone()).collect();
+        let signatures = if signatures.len() == grants.len() { signatures } else { vec![] };
+        let mut tokens = names.into_iter().zip(&grants).map(|(n, g)| (n, g.token));
+        let (name, token) = tokens.next().expect("one name or more");
+        let also = tokens.collect();
         let grant = Grant { name, token, also, signatures, lease_id, ttl: granted_ttl, margin, sent_at };
         self.start_guard(grant, grant_started).await
     }

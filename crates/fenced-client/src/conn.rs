@@ -13,15 +13,29 @@ use fenced_wire::Request;
 use hyper::Method;
 use tokio::time::Instant;
 
-use crate::error::{ApiError, Error};
+use crate::error::{bad_answer, ApiError, Error};
 use crate::failover::Members;
 use crate::http::{segment, Transport};
+use crate::json::{self, CheckBody, GrantAllBody, GrantBody, LeaseBody, StoreBody};
 use crate::mux::{Mux, Reply};
 use crate::resource::StoreRead;
-use crate::wire::{self, CheckBody, GrantBody, LeaseBody, StoreBody};
 
 /// The server's answer: a value or its error.
 pub(crate) type Answer<T> = Result<T, ApiError>;
+
+/// One lock granted, as either transport answered it: typed from here on (the HTTP
+/// edge parses its JSON into it, the wire's frame carries it typed).
+#[derive(Debug)]
+pub(crate) struct Granted {
+    /// The lock's name, as the server granted it.
+    pub name: String,
+    pub token: Token,
+    /// The lease it is held under.
+    pub lease: LeaseId,
+    pub ttl_ms: u64,
+    /// The service's signature (hex), when it signs grants.
+    pub signature: Option<String>,
+}
 
 /// The header carrying the operation's token.
 const FENCING_TOKEN: &str = "fencing-token";
@@ -153,7 +167,7 @@ impl Endpoint {
         wait_ms: u64,
         holder: Option<&str>,
         timeout: Duration,
-    ) -> Result<Answer<GrantBody>, Error> {
+    ) -> Result<Answer<Granted>, Error> {
         match self {
             Endpoint::Http(t) => {
                 let path = format!("/v1/locks/{}/acquire", segment(name.as_str()));
@@ -163,7 +177,7 @@ impl Endpoint {
                 }
                 let r = t.json(Method::POST, &path, &req, timeout).await?;
                 if r.is_success() {
-                    Ok(Ok(r.json::<GrantBody>()?))
+                    Ok(Ok(r.json::<GrantBody>()?.typed()?))
                 } else {
                     Ok(Err(r.api_error()))
                 }
@@ -178,13 +192,9 @@ impl Endpoint {
                     holder,
                 };
                 match m.call(req, true, timeout).await? {
-                    Reply::Granted { token, lease, ttl_ms, signature } => Ok(Ok(GrantBody {
-                        name: name.to_string(),
-                        token: token.get(),
-                        lease_id: lease.to_hex(),
-                        ttl_ms,
-                        signature,
-                    })),
+                    Reply::Granted { token, lease, ttl_ms, signature } => {
+                        Ok(Ok(Granted { name: name.to_string(), token, lease, ttl_ms, signature }))
+                    }
                     other => unexpected(other),
                 }
             }
@@ -201,7 +211,7 @@ impl Endpoint {
         wait_ms: u64,
         holder: Option<&str>,
         timeout: Duration,
-    ) -> Result<Answer<Vec<GrantBody>>, Error> {
+    ) -> Result<Answer<Vec<Granted>>, Error> {
         match self {
             Endpoint::Http(t) => {
                 let names: Vec<&str> = names.iter().map(LockName::as_str).collect();
@@ -213,7 +223,8 @@ impl Endpoint {
                 }
                 let r = t.json(Method::POST, "/v1/locks/acquire", &req, timeout).await?;
                 if r.is_success() {
-                    Ok(Ok(r.json::<crate::wire::GrantAllBody>()?.grants))
+                    let grants = r.json::<GrantAllBody>()?.grants.into_iter().map(GrantBody::typed);
+                    Ok(Ok(grants.collect::<Result<_, _>>()?))
                 } else {
                     Ok(Err(r.api_error()))
                 }
@@ -230,13 +241,7 @@ impl Endpoint {
                 match m.call(req, true, timeout).await? {
                     Reply::GrantedAll { lease, ttl_ms, grants } => Ok(Ok(grants
                         .into_iter()
-                        .map(|(name, token, signature)| GrantBody {
-                            name,
-                            token: token.get(),
-                            lease_id: lease.to_hex(),
-                            ttl_ms,
-                            signature,
-                        })
+                        .map(|(name, token, signature)| Granted { name, token, lease, ttl_ms, signature })
                         .collect())),
                     other => unexpected(other),
                 }
@@ -280,8 +285,7 @@ impl Endpoint {
                 if !r.is_success() {
                     return Ok(Err(r.api_error()));
                 }
-                let b = r.json::<LeaseBody>()?;
-                Ok(Ok((wire::lease_id(&b.lease_id)?, b.ttl_ms)))
+                Ok(Ok(r.json::<LeaseBody>()?.typed()?))
             }
             Endpoint::Wire(m) => match m.call(Request::CreateLease { ttl_ms }, false, m.request_timeout).await? {
                 Reply::Lease { lease, ttl_ms } => Ok(Ok((lease, ttl_ms))),
@@ -322,7 +326,8 @@ impl Endpoint {
         }
     }
 
-    pub async fn check(&self, name: &str, token: Token) -> Result<Answer<CheckBody>, Error> {
+    /// Whether `token` is `name`'s current grant, and the holder's token.
+    pub async fn check(&self, name: &str, token: Token) -> Result<Answer<(bool, Option<Token>)>, Error> {
         match self {
             Endpoint::Http(t) => {
                 let path = format!("/v1/locks/{}/check", segment(name));
@@ -331,11 +336,11 @@ impl Endpoint {
                 if !r.is_success() {
                     return Ok(Err(r.api_error()));
                 }
-                Ok(Ok(r.json()?))
+                Ok(Ok(r.json::<CheckBody>()?.typed()))
             }
             Endpoint::Wire(m) => {
                 match m.call(Request::Check { name, token: token.get() }, false, m.request_timeout).await? {
-                    Reply::Checked { current, token } => Ok(Ok(CheckBody { current, token: token.map(Token::get) })),
+                    Reply::Checked { current, token } => Ok(Ok((current, token))),
                     other => unexpected(other),
                 }
             }
@@ -364,9 +369,9 @@ impl Endpoint {
                     200 | 201 => {
                         let b: StoreBody = r.json()?;
                         if b.token != token.get() {
-                            return Err(wire::bad_answer("the store echoed another token"));
+                            return Err(bad_answer("the store echoed another token"));
                         }
-                        Ok(Ok(wire::token(b.highest_seen)?))
+                        Ok(Ok(json::token(b.highest_seen)?))
                     }
                     _ => Ok(Err(r.api_error())),
                 }
@@ -428,7 +433,7 @@ impl Endpoint {
 fn unexpected<T>(reply: Reply) -> Result<Answer<T>, Error> {
     match reply {
         Reply::Error(e) => Ok(Err(e)),
-        other => Err(wire::bad_answer(&format!("the server answered a different call: {other:?}"))),
+        other => Err(bad_answer(&format!("the server answered a different call: {other:?}"))),
     }
 }
 
@@ -606,7 +611,7 @@ impl Conn {
         ttl_ms: u64,
         holder: Option<&str>,
         give_up_at: Instant,
-    ) -> Result<Answer<GrantBody>, Error> {
+    ) -> Result<Answer<Granted>, Error> {
         self.implicit(give_up_at, |e, lease, wait_ms, timeout| e.acquire(name, lease, ttl_ms, wait_ms, holder, timeout))
             .await
     }
@@ -618,7 +623,7 @@ impl Conn {
         ttl_ms: u64,
         holder: Option<&str>,
         give_up_at: Instant,
-    ) -> Result<Answer<Vec<GrantBody>>, Error> {
+    ) -> Result<Answer<Vec<Granted>>, Error> {
         self.implicit(give_up_at, |e, lease, wait_ms, timeout| {
             e.acquire_all(names, lease, ttl_ms, wait_ms, holder, timeout)
         })
@@ -673,7 +678,7 @@ impl Conn {
         self.each(|e| e.revoke(lease)).await
     }
 
-    pub async fn check(&self, name: &str, token: Token) -> Result<Answer<CheckBody>, Error> {
+    pub async fn check(&self, name: &str, token: Token) -> Result<Answer<(bool, Option<Token>)>, Error> {
         self.each(|e| e.check(name, token)).await
     }
 

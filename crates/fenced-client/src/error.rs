@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use fenced_core::Token;
+use fenced_wire::detail::{self, Detail, Value};
 
 /// Everything a call on the lock service or a fenced resource can fail with.
 ///
@@ -104,6 +105,11 @@ impl Error {
     }
 }
 
+/// An answer the client cannot take for what it asked (a token 0, another call's answer).
+pub(crate) fn bad_answer(message: &str) -> Error {
+    Error::Server { status: None, code: "bad_response".into(), message: message.into() }
+}
+
 /// Why a guard stopped being trustworthy.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum LostReason {
@@ -128,24 +134,40 @@ impl fmt::Display for LostReason {
     }
 }
 
-/// An error answer from the server, before it is given a meaning by the call.
+/// An error answer from the server, before it is given a meaning by the call: the same
+/// code, message and typed fields whichever transport carried it.
 #[derive(Debug, Clone)]
 pub(crate) struct ApiError {
     /// The HTTP status, when the answer came over HTTP.
     pub status: Option<u16>,
     pub code: String,
     pub message: String,
-    pub details: serde_json::Map<String, serde_json::Value>,
+    /// The fields the server sent with it (tokens, limits, `retry_after_ms`, ...).
+    pub details: Vec<Detail<'static>>,
     /// The lock service's own refusal, when `code` is one of its domain codes: what the
     /// client matches on, rather than a (status, code) pair.
     pub refusal: Option<fenced_core::Error>,
 }
 
 impl ApiError {
-    /// Parses `{"error":{"code","message",...}}`, from an HTTP answer (`status`) or a
-    /// wire answer (`code`, which the frame carries beside the body); anything else
-    /// keeps the raw text.
-    pub fn parse(status: Option<u16>, code: Option<&str>, body: &[u8]) -> ApiError {
+    /// An error answer of `code`, its `message` and `details`; its refusal read from them.
+    pub fn new(status: Option<u16>, code: String, message: String, mut details: Vec<Detail<'static>>) -> ApiError {
+        // In tag order, whichever order the transport carried them in.
+        details.sort_by_key(Detail::tag);
+        let refusal = fenced_core::Error::from_code(&code, |name| detail::number(&details, name));
+        ApiError { status, code, message, details, refusal }
+    }
+
+    /// A wire protocol's error answer, typed as it came.
+    pub fn from_wire(code: &str, message: &str, details: Vec<Detail<'_>>) -> ApiError {
+        let details = details.into_iter().map(Detail::into_owned).collect();
+        ApiError::new(None, code.to_string(), message.to_string(), details)
+    }
+
+    /// An HTTP error answer: `{"error":{"code","message",...}}` with `status`, each
+    /// member beside code and message read as its typed field (members that are no
+    /// field are left out); anything else keeps the raw text.
+    pub fn from_http(status: u16, body: &[u8]) -> ApiError {
         #[derive(serde::Deserialize)]
         struct Outer {
             error: Inner,
@@ -158,27 +180,25 @@ impl ApiError {
             #[serde(flatten)]
             details: serde_json::Map<String, serde_json::Value>,
         }
-        let mut e = match serde_json::from_slice::<Outer>(body) {
+        match serde_json::from_slice::<Outer>(body) {
             Ok(Outer { error }) => {
-                ApiError { status, code: error.code, message: error.message, details: error.details, refusal: None }
+                let details = error.details.iter().filter_map(|(name, v)| json_detail(name, v)).collect();
+                ApiError::new(Some(status), error.code, error.message, details)
             }
-            Err(_) => ApiError {
-                status,
-                code: status.map_or_else(|| "bad_answer".to_string(), |s| format!("http_{s}")),
-                message: String::from_utf8_lossy(body).chars().take(200).collect(),
-                details: serde_json::Map::new(),
-                refusal: None,
-            },
-        };
-        if let Some(code) = code {
-            e.code = code.to_string();
+            Err(_) => {
+                let message = String::from_utf8_lossy(body).chars().take(200).collect();
+                ApiError::new(Some(status), format!("http_{status}"), message, Vec::new())
+            }
         }
-        e.refusal = fenced_core::Error::from_code(&e.code, |k| e.detail_u64(k));
-        e
     }
 
-    pub fn detail_u64(&self, key: &str) -> Option<u64> {
-        self.details.get(key).and_then(serde_json::Value::as_u64)
+    /// An answer this client could not read: `bad_response`, with why.
+    pub fn unreadable(message: String) -> ApiError {
+        ApiError::new(None, "bad_response".into(), message, Vec::new())
+    }
+
+    pub fn detail_u64(&self, name: &str) -> Option<u64> {
+        detail::number(&self.details, name)
     }
 
     pub fn retry_after(&self) -> Option<Duration> {
@@ -221,7 +241,7 @@ impl ApiError {
         }
         if matches!(self.code.as_str(), "bad_signature" | "signature_required") {
             let token = self.detail_u64("token").and_then(Token::new);
-            let lock = self.details.get("lock").and_then(serde_json::Value::as_str);
+            let lock = detail::text(&self.details, "lock");
             if let (Some(token), Some(lock)) = (token, lock) {
                 return Error::BadSignature { token, lock: lock.to_string() };
             }
@@ -239,17 +259,30 @@ impl ApiError {
     }
 }
 
+/// A member of a JSON error object as its typed field, if it is one.
+fn json_detail(name: &str, v: &serde_json::Value) -> Option<Detail<'static>> {
+    let value = match v {
+        serde_json::Value::String(s) => Value::Text(s.clone().into()),
+        v => Value::Number(v.as_u64()?),
+    };
+    Detail::parse(name, value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn map(status: u16, body: &str) -> Error {
-        ApiError::parse(Some(status), None, body.as_bytes()).into_error()
+        ApiError::from_http(status, body.as_bytes()).into_error()
     }
 
-    /// A wire answer: a code and the JSON body, no status.
-    fn wire(code: &str, body: &str) -> Error {
-        ApiError::parse(None, Some(code), body.as_bytes()).into_error()
+    /// A wire answer: a code, a message and typed fields, no status.
+    fn wire(code: &str, details: Vec<Detail<'static>>) -> Error {
+        ApiError::from_wire(code, "no", details).into_error()
+    }
+
+    fn t(n: u64) -> Token {
+        Token::new(n).unwrap()
     }
 
     #[test]
@@ -272,20 +305,40 @@ mod tests {
     }
 
     #[test]
-    fn wire_answers_map_by_their_code_alone() {
-        let body = r#"{"error":{"code":"token_not_issued","message":"no","token":99,"highest_issued":9}}"#;
+    fn wire_answers_map_by_their_code_and_typed_fields() {
+        let details = vec![Detail::Token(t(99)), Detail::HighestIssued(t(9))];
         let Error::Refused(fenced_core::Error::TokenNotIssued { token, highest_issued }) =
-            wire("token_not_issued", body)
+            wire("token_not_issued", details)
         else {
             panic!("not typed")
         };
-        assert_eq!((token.get(), highest_issued.map(Token::get)), (99, Some(9)));
-        let body = r#"{"error":{"code":"not_holder","message":"no","holder_token":4}}"#;
-        assert!(matches!(wire("not_holder", body), Error::Refused(fenced_core::Error::NotHolder { .. })));
-        let body = r#"{"error":{"code":"recovering","message":"grace","retry_after_ms":900}}"#;
-        assert!(matches!(wire("recovering", body), Error::Unavailable { retry_after: Some(_), .. }));
-        assert!(matches!(wire("invalid_name", r#"{"error":{"code":"invalid_name"}}"#), Error::BadRequest(_)));
-        assert!(matches!(wire("unauthorized", r#"{"error":{"code":"unauthorized"}}"#), Error::Unauthorised(_)));
-        assert!(matches!(wire("corrupt_record", "{}"), Error::Server { status: None, .. }));
+        assert_eq!((token, highest_issued), (t(99), Some(t(9))));
+        assert!(matches!(
+            wire("not_holder", vec![Detail::HolderToken(t(4))]),
+            Error::Refused(fenced_core::Error::NotHolder { holder: Some(h) }) if h == t(4)
+        ));
+        assert!(matches!(
+            wire("recovering", vec![Detail::RetryAfterMs(900)]),
+            Error::Unavailable { retry_after: Some(d), .. } if d == Duration::from_millis(900)
+        ));
+        assert!(matches!(
+            wire("bad_signature", vec![Detail::Token(t(5)), Detail::Lock("acct".into())]),
+            Error::BadSignature { token, lock } if token == t(5) && lock == "acct"
+        ));
+        assert!(matches!(wire("invalid_name", vec![Detail::LenMax(256)]), Error::BadRequest(_)));
+        assert!(matches!(wire("unauthorized", vec![]), Error::Unauthorised(_)));
+        assert!(matches!(wire("corrupt_record", vec![]), Error::Server { status: None, .. }));
+    }
+
+    #[test]
+    fn both_transports_give_one_error_the_same_fields() {
+        let http = ApiError::from_http(
+            409,
+            br#"{"error":{"code":"stale_token","message":"stale","token":3,"highest_seen":7,"extra":[1]}}"#,
+        );
+        let wire = ApiError::from_wire("stale_token", "stale", vec![Detail::Token(t(3)), Detail::HighestSeen(t(7))]);
+        assert_eq!((&http.code, &http.message, &http.details), (&wire.code, &wire.message, &wire.details));
+        assert_eq!(http.refusal, Some(fenced_core::Error::StaleToken { token: t(3), highest_seen: t(7) }));
+        assert_eq!(http.refusal, wire.refusal);
     }
 }

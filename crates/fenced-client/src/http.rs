@@ -50,7 +50,7 @@ impl Response {
     }
 
     pub fn api_error(&self) -> ApiError {
-        ApiError::parse(Some(self.status), None, &self.body)
+        ApiError::from_http(self.status, &self.body)
     }
 
     pub fn is_success(&self) -> bool {
@@ -226,7 +226,7 @@ impl Transport {
             .map_err(|_| Error::unavailable(format!("{uri}: the error answer did not arrive")))?
             .map_err(|e| Error::unavailable(format!("{uri}: reading the answer: {e}")))?
             .to_bytes();
-        Ok(StreamAnswer::Refused(ApiError::parse(Some(parts.status.as_u16()), None, &bytes)))
+        Ok(StreamAnswer::Refused(ApiError::from_http(parts.status.as_u16(), &bytes)))
     }
 
     /// POSTs or PUTs a JSON body.

@@ -29,12 +29,12 @@ mod failover;
 mod foreign;
 mod guard;
 mod http;
+mod json;
 mod mux;
 pub mod resource;
 pub mod signing;
 pub mod validity;
 mod watch;
-mod wire;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 

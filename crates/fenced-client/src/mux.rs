@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fenced_core::{LeaseId, Token};
-use fenced_wire::{self as w, Request, Response};
+use fenced_wire::{self as w, op, FrameError, Request, Response, Version};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{oneshot, Notify};
@@ -113,6 +113,9 @@ struct Link {
     next_id: AtomicU32,
     /// Set once the connection broke; nothing more is sent on it.
     dead: AtomicBool,
+    /// The server's refusal of the whole connection (`bad_preamble`: it speaks no
+    /// version this client does), answered to the calls in flight when it closes.
+    refused: Mutex<Option<ApiError>>,
 }
 
 #[derive(Debug, Default)]
@@ -330,6 +333,7 @@ impl Link {
             slots: Mutex::new(Slots::default()),
             next_id: AtomicU32::new(1),
             dead: AtomicBool::new(false),
+            refused: Mutex::new(None),
         });
         tokio::spawn(read_loop(link.clone(), rd));
         tokio::spawn(write_loop(link.clone(), wr));
@@ -381,14 +385,11 @@ impl Link {
     fn deliver(&self, id: u32, kind: u8, payload: &[u8]) {
         let reply = match w::decode_response(id, kind, payload) {
             Ok(r) => owned(r),
-            Err(e) => Reply::Error(ApiError {
-                status: None,
-                code: "bad_response".into(),
-                message: format!("could not read the server's answer: {e:?}"),
-                details: serde_json::Map::new(),
-                refusal: None,
-            }),
+            Err(e) => Reply::Error(unreadable(kind, payload, e)),
         };
+        if id == 0 {
+            return self.connection_answer(reply);
+        }
         let mut slots = self.slots.lock().expect("slots lock");
         if let Some(Slot::Stream(tx)) = slots.map.get(&id) {
             let last = matches!(reply, Reply::Error(_));
@@ -404,7 +405,19 @@ impl Link {
         }
     }
 
-    /// Marks the connection broken: callers in flight get `Unavailable`, the writer ends.
+    /// An answer of id 0: to the AUTH sent first (dropped: a refused token makes every
+    /// later call answer `unauthorized` on its own), or the server's refusal of the
+    /// whole connection before it closes it.
+    fn connection_answer(&self, reply: Reply) {
+        if let Reply::Error(e) = reply {
+            if e.code == "bad_preamble" {
+                *self.refused.lock().expect("refused lock") = Some(e);
+            }
+        }
+    }
+
+    /// Marks the connection broken: callers in flight get the server's refusal of the
+    /// connection if it sent one, else `Unavailable`; the writer ends.
     fn die(&self) {
         self.dead.store(true, Ordering::Release);
         let waiting = {
@@ -412,7 +425,15 @@ impl Link {
             slots.dead = true;
             std::mem::take(&mut slots.map)
         };
-        drop(waiting);
+        if let Some(refused) = self.refused.lock().expect("refused lock").take() {
+            for slot in waiting.into_values() {
+                match slot {
+                    Slot::Waiting(tx) => drop(tx.send(Reply::Error(refused.clone()))),
+                    Slot::Stream(tx) => drop(tx.try_send(Reply::Error(refused.clone()))),
+                    Slot::Abandoned => {}
+                }
+            }
+        }
         self.wake.notify_one();
     }
 }
@@ -497,8 +518,27 @@ fn owned(r: Response<'_>) -> Reply {
         Response::Event { index, data } => Reply::Event { index, data: data.to_vec() },
         Response::Mark { index } => Reply::Mark(index),
         Response::Lagged { missed } => Reply::Lagged(missed),
-        Response::Error { code, body } => Reply::Error(ApiError::parse(None, Some(code), body)),
+        Response::Error { code, message, details } => Reply::Error(ApiError::from_wire(code, message, details)),
     }
+}
+
+/// An answer that does not decode. An error answer's code still reads (it comes first
+/// in every version of the protocol): a server of an earlier release refusing this
+/// client's version says `bad_preamble` in its own shape.
+fn unreadable(kind: u8, payload: &[u8], e: FrameError) -> ApiError {
+    let code = match (kind, w::error_code(payload)) {
+        (op::ERROR, Some(code)) => code,
+        _ => return ApiError::unreadable(format!("could not read the server's answer: {e:?}")),
+    };
+    let message = match code {
+        "bad_preamble" => format!(
+            "the server does not speak wire protocol version {}: it is of an earlier release; upgrade it \
+             (servers before their clients), or use its http:// endpoint",
+            Version::CURRENT.number()
+        ),
+        _ => format!("the server refused with {code}, in an answer this client cannot read: {e:?}"),
+    };
+    ApiError::new(None, code.to_string(), message, Vec::new())
 }
 
 async fn read_loop(link: Arc<Link>, mut rd: impl AsyncRead + Unpin) {

@@ -199,7 +199,7 @@ impl Watch {
                     Reply::Mark(index) => self.on_item(Some(index), None, None)?,
                     Reply::Lagged(missed) => return Err(self.lagged(Some(missed))),
                     Reply::Error(_) => return Ok(None),
-                    other => return Err(crate::wire::bad_answer(&format!("a watch answered {other:?}"))),
+                    other => return Err(crate::error::bad_answer(&format!("a watch answered {other:?}"))),
                 }
                 Ok(Some(()))
             }

@@ -4,10 +4,11 @@
 //! codec so the two cannot drift. Semantics, limits and error codes are the HTTP API's:
 //! the server runs every request through the same handlers, and an error answer
 //! carries the domain code (`lock_held`, `stale_token`, ...; no HTTP status: that is
-//! the HTTP edge's mapping) and the very JSON error body the HTTP API would send.
+//! the HTTP edge's mapping), the message and the error's fields, typed ([`Detail`]:
+//! the same fields the HTTP API's JSON error object holds, in binary).
 //!
-//! A connection opens with the client's 8-byte [`PREAMBLE`]; then both directions are
-//! a stream of frames:
+//! A connection opens with the client's 8-byte preamble ([`PREAMBLE`]); then both
+//! directions are a stream of frames:
 //!
 //! ```text
 //! len: u32   bytes after this field (big-endian, like every integer here)
@@ -19,12 +20,78 @@
 //! Requests on one connection are read in order; those that finish at once (all but a
 //! waiting acquire and the fenced store's durable calls) are answered in order, the
 //! others when they finish, so many can be in flight on one connection.
+//!
+//! **Versions.** The preamble's last byte is the version the client speaks; only the
+//! error answer differs between versions 2 and 3 (see [`error_frame`]). A server
+//! answers each connection in the version its preamble names ([`Version`]): an earlier
+//! client keeps working while it is upgraded. A client speaks [`Version::CURRENT`]
+//! only; a server that does not know it answers `bad_preamble` and closes, and since an
+//! error answer begins with its code in every version ([`error_code`]), the client can
+//! say so plainly even when the rest of that answer is in an older shape.
 
+pub mod detail;
+pub mod error_frame;
+
+pub use detail::Detail;
+pub use error_frame::{error_code, v2};
 use fenced_core::{LeaseId, Token};
 
-/// What a client sends first: "FENCED", a zero byte, and the protocol version (2:
-/// errors carry their code instead of an HTTP status).
-pub const PREAMBLE: [u8; 8] = *b"FENCED\x00\x02";
+/// A version of the protocol this crate speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Version {
+    /// An error answer carries its code and the HTTP API's JSON error body ([`v2`]);
+    /// written by servers for clients of earlier releases, never by this client.
+    V2 = 2,
+    /// An error answer carries its code, its message and typed fields ([`Detail`]).
+    V3 = 3,
+}
+
+impl Version {
+    /// The version this release's client speaks.
+    pub const CURRENT: Version = Version::V3;
+
+    /// The version's number, as the preamble and the forwarding header carry it.
+    pub fn number(self) -> u8 {
+        self as u8
+    }
+
+    /// The version numbered `n`, if this release speaks it.
+    pub fn from_number(n: u8) -> Option<Version> {
+        match n {
+            2 => Some(Version::V2),
+            3 => Some(Version::V3),
+            _ => None,
+        }
+    }
+
+    /// The 8 bytes a connection in this version opens with.
+    pub fn preamble(self) -> [u8; 8] {
+        let mut p = *b"FENCED\x00\x00";
+        p[7] = self.number();
+        p
+    }
+}
+
+/// What a client sends first: "FENCED", a zero byte, and the protocol version (3: an
+/// error answer carries typed fields instead of a JSON body).
+pub const PREAMBLE: [u8; 8] = *b"FENCED\x00\x03";
+
+/// Why a connection's first 8 bytes are no preamble this release speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreambleError {
+    /// "FENCED\0" and a version this release does not speak.
+    Version(u8),
+    /// Not "FENCED\0" at all (an HTTP request on the wire port, say).
+    NotFenced,
+}
+
+/// The version a connection's first 8 bytes name.
+pub fn read_preamble(first: &[u8; 8]) -> Result<Version, PreambleError> {
+    if first[..7] != PREAMBLE[..7] {
+        return Err(PreambleError::NotFenced);
+    }
+    Version::from_number(first[7]).ok_or(PreambleError::Version(first[7]))
+}
 
 /// Bytes of a frame before its payload: length, id, op.
 pub const HEADER_BYTES: usize = 9;
@@ -82,8 +149,9 @@ pub mod op {
     /// The stream goes on after the gap; a client that must miss nothing resumes from
     /// its last position elsewhere, or reads the state again.
     pub const WATCH_LAGGED: u8 = 14;
-    /// The answer kind of an error: `code_len u8`, the code (snake_case ASCII), then the
-    /// HTTP API's JSON error body.
+    /// The answer kind of an error: `code_len u8`, the code (snake_case ASCII),
+    /// `message_len u16`, the message, `count u8` and that many typed fields
+    /// ([`crate::error_frame`]; version 2: the code, then the HTTP API's JSON error body).
     pub const ERROR: u8 = 0;
 }
 
@@ -192,10 +260,11 @@ pub enum Response<'a> {
         highest_seen: Option<Token>,
         value: &'a [u8],
     },
-    /// The error's code and the HTTP API's JSON error body.
+    /// A refusal: its code, a sentence for a person, and the fields a caller acts on.
     Error {
         code: &'a str,
-        body: &'a [u8],
+        message: &'a str,
+        details: Vec<Detail<'a>>,
     },
     /// One event of a watch: its index and its JSON object.
     Event {
@@ -250,7 +319,7 @@ pub fn split_frame(buf: &[u8], max: usize) -> Result<Option<Split<'_>>, FrameErr
 }
 
 /// Reads fixed fields off the front of a payload.
-struct Reader<'a>(&'a [u8]);
+pub(crate) struct Reader<'a>(pub(crate) &'a [u8]);
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Option<&'a [u8]> {
@@ -407,7 +476,7 @@ pub fn decode_request(id: u32, op: u8, payload: &[u8]) -> Result<Request<'_>, Fr
 }
 
 /// Starts a frame in `out`; `finish` fills in its length.
-fn begin(out: &mut Vec<u8>, id: u32, op: u8) -> usize {
+pub(crate) fn begin(out: &mut Vec<u8>, id: u32, op: u8) -> usize {
     let at = out.len();
     out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(&id.to_be_bytes());
@@ -415,7 +484,7 @@ fn begin(out: &mut Vec<u8>, id: u32, op: u8) -> usize {
     at
 }
 
-fn finish(out: &mut [u8], at: usize) {
+pub(crate) fn finish(out: &mut [u8], at: usize) {
     let len = (out.len() - at - 4) as u32;
     out[at..at + 4].copy_from_slice(&len.to_be_bytes());
 }
@@ -539,12 +608,7 @@ pub fn encode_response(out: &mut Vec<u8>, id: u32, resp: &Response<'_>) {
             out.extend_from_slice(&highest_seen.map_or(0, Token::get).to_be_bytes());
             out.extend_from_slice(value);
         }
-        Response::Error { code, body } => {
-            let code = &code.as_bytes()[..code.len().min(u8::MAX as usize)];
-            out.push(code.len() as u8);
-            out.extend_from_slice(code);
-            out.extend_from_slice(body);
-        }
+        Response::Error { code, message, details } => error_frame::write(out, code, message, details),
         Response::Event { index, data } => {
             out.extend_from_slice(&index.to_be_bytes());
             out.extend_from_slice(data);
@@ -573,12 +637,7 @@ pub fn decode_response(id: u32, kind: u8, payload: &[u8]) -> Result<Response<'_>
     let bad = |what| FrameError::Malformed { id, what };
     let token = |raw: Option<u64>| raw.and_then(Token::new).ok_or(bad("a token is at least 1"));
     let resp = match kind {
-        op::ERROR => {
-            let len = r.u8().ok_or(bad("code_len u8, code, body"))?;
-            let code = r.take(len as usize).ok_or(bad("code_len is past the frame's end"))?;
-            let code = std::str::from_utf8(code).map_err(|_| bad("the code is not UTF-8"))?;
-            Response::Error { code, body: r.rest() }
-        }
+        op::ERROR => error_frame::read(&mut r, bad)?,
         op::AUTH | op::REVOKE => Response::Done { op: kind },
         op::CREATE_LEASE | op::KEEPALIVE => Response::Lease {
             op: kind,
@@ -727,10 +786,25 @@ mod tests {
         round_trip_response(Response::Checked { current: false, token: None });
         round_trip_response(Response::Written { token: t, highest_seen: t });
         round_trip_response(Response::Read { highest_seen: Some(t), value: b"v" });
-        round_trip_response(Response::Error { code: "lock_held", body: br#"{"error":{}}"# });
+        let details = [Detail::HolderToken(t)];
+        round_trip_response(Response::Error { code: "lock_held", message: "held", details: details.to_vec() });
         round_trip_response(Response::Event { index: 41, data: br#"{"type":"granted"}"# });
         round_trip_response(Response::Mark { index: 40 });
         round_trip_response(Response::Lagged { missed: 9 });
+    }
+
+    #[test]
+    fn a_preamble_names_its_version() {
+        assert_eq!(read_preamble(&PREAMBLE), Ok(Version::CURRENT));
+        assert_eq!(Version::CURRENT.preamble(), PREAMBLE);
+        assert_eq!(read_preamble(b"FENCED\x00\x02"), Ok(Version::V2));
+        assert_eq!(read_preamble(b"FENCED\x00\x01"), Err(PreambleError::Version(1)));
+        assert_eq!(read_preamble(b"FENCED\x00\x04"), Err(PreambleError::Version(4)));
+        assert_eq!(read_preamble(b"GET / HT"), Err(PreambleError::NotFenced));
+        for v in [Version::V2, Version::V3] {
+            assert_eq!(Version::from_number(v.number()), Some(v));
+            assert_eq!(read_preamble(&v.preamble()), Ok(v));
+        }
     }
 
     #[test]

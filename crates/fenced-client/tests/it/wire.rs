@@ -178,3 +178,72 @@ async fn leases_made_by_hand_live_and_die_the_same_on_both_transports() {
         assert!(client.create_lease(ms(0)).await.is_err(), "{}", client.endpoint());
     }
 }
+
+/// A refusal over the wire arrives as the typed error it is, its fields read from the
+/// frame's typed fields, and as the same error HTTP gives for the same call.
+#[tokio::test]
+async fn refusals_arrive_typed_with_their_fields_as_over_http() {
+    let server = Server::start_wire(&[]).await;
+    for client in [server.wire_client(), server.client()] {
+        let at = client.endpoint().to_string();
+        let guard = client.lock(format!("typed/{at}")).try_acquire().await.expect("acquire");
+        let highest = guard.token();
+        let store = client.store();
+        let never = fenced_client::Token::new(highest.get() + 1_000).expect("not 0");
+        match store.put("typed", never, b"v").await {
+            Err(Error::Refused(fenced_core::Error::TokenNotIssued { token, highest_issued })) => {
+                assert_eq!((token, highest_issued), (never, Some(highest)), "{at}");
+            }
+            other => panic!("{at}: {other:?}"),
+        }
+        let lease = client.create_lease(ms(2000)).await.expect("lease");
+        client.revoke_lease(lease).await.expect("revoke");
+        match client.keepalive(lease).await {
+            Err(Error::NotFound(m)) => assert_eq!(m, fenced_core::Error::LeaseNotFound.to_string(), "{at}"),
+            other => panic!("{at}: {other:?}"),
+        }
+        match client.create_lease(ms(0)).await {
+            Err(Error::BadRequest(m)) => assert!(m.starts_with("ttl_ms must be between"), "{at}: {m}"),
+            other => panic!("{at}: {other:?}"),
+        }
+        guard.release().await.expect("release");
+    }
+}
+
+/// A server of an earlier release, which speaks wire protocol version 2 only, answers
+/// the preamble `bad_preamble` in version 2's shape and closes: the call says so, at
+/// once, rather than failing as a connection that merely closed.
+#[tokio::test]
+async fn a_server_of_an_earlier_release_is_named_as_such() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let old_server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().expect("accept");
+        let mut preamble = [0u8; 8];
+        s.read_exact(&mut preamble).expect("preamble");
+        assert_eq!(preamble, fenced_wire::PREAMBLE, "the client speaks the current version");
+        let body = br#"{"error":{"code":"bad_preamble","message":"a wire connection starts with FENCED\\0\\x02"}}"#;
+        let mut out = Vec::new();
+        fenced_wire::v2::encode_error(&mut out, 0, "bad_preamble", body);
+        s.write_all(&out).expect("answer");
+        s.shutdown(std::net::Shutdown::Write).expect("shutdown");
+        // Read what the client sent until it closes, so that no reset races the answer.
+        let _ = s.read_to_end(&mut Vec::new());
+    });
+    let client = Client::builder()
+        .endpoint(format!("fenced://{addr}"))
+        .request_timeout(Duration::from_secs(5))
+        .build()
+        .expect("client");
+    // Not `Unavailable` after the request time-out: the server's own refusal.
+    match client.create_lease(ms(2000)).await {
+        Err(Error::Server { code, message, .. }) => {
+            assert_eq!(code, "bad_preamble");
+            assert!(message.contains("earlier release") && message.contains("version 3"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(client);
+    old_server.join().expect("the old server's thread");
+}

@@ -25,6 +25,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use fenced_wire::Detail;
 
 use super::{ApiError, App, Caller};
 
@@ -88,7 +89,7 @@ pub fn caller_headers(caller: &Caller) -> Vec<(String, Vec<u8>)> {
 pub fn not_leader(to: fenced_raft::NotLeader) -> ApiError {
     let mut e = ApiError::from(fenced_core::Error::NotLeader { leader: to.leader });
     if let Some(url) = to.leader_url {
-        e = e.with("leader_url", url);
+        e = e.with(Detail::LeaderUrl(url.into()));
     }
     e
 }

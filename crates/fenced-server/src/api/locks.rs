@@ -10,6 +10,7 @@ use fenced_core::{
     Acquire, AcquireAll, Answer, Command, Error, LeaseId, LeaseRef, LockInfo, LockName, RequestId, Token,
     HOLDER_BYTES_MAX, LOCK_NAMES_MAX,
 };
+use fenced_wire::Detail;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -282,7 +283,7 @@ pub(super) fn doc_check() {}
 
 pub fn lock_name(app: &AppInner, name: &str) -> Result<LockName, ApiError> {
     LockName::with_len_max(name, app.config.lock_name_bytes_max).map_err(|e| {
-        ApiError::bad_request("invalid_name", e.to_string()).with("len_max", app.config.lock_name_bytes_max)
+        ApiError::bad_request("invalid_name", e.to_string()).with(Detail::LenMax(app.config.lock_name_bytes_max as u64))
     })
 }
 
@@ -644,7 +645,7 @@ pub fn holder_label(holder: Option<String>) -> Result<Option<String>, ApiError> 
             "invalid_holder",
             format!("a holder label is 1 to {HOLDER_BYTES_MAX} bytes of UTF-8 without control characters"),
         )
-        .with("len_max", HOLDER_BYTES_MAX));
+        .with(Detail::LenMax(HOLDER_BYTES_MAX as u64)));
     }
     Ok(Some(h))
 }

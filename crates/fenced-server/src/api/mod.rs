@@ -22,10 +22,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use fenced_core::LeaseId;
+use fenced_wire::Detail;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-pub use error::ApiError;
+pub use error::{details_from_json, error_json, ApiError};
 pub use leases::{create_lease, keepalive_lease, revoke_lease};
 pub use locks::{acquire_all_grants, acquire_grant, check_token, holder_label, lock_name, release_lock, AcquireReq};
 pub use store::{read_value, store_key, write_value};
@@ -323,10 +324,10 @@ fn forbidden(identity: &Identity, op: Op, name: Option<&str>) -> ApiError {
         "forbidden",
         format!("identity '{}' may not {} on {on}", identity.name, op.as_str()),
     )
-    .with("operation", op.as_str())
-    .with("identity", identity.name.as_str());
+    .with(Detail::Operation(op.as_str().into()))
+    .with(Detail::Identity(identity.name.clone().into()));
     match name {
-        Some(n) => e.with("name", n),
+        Some(n) => e.with(Detail::Name(n.to_owned().into())),
         None => e,
     }
 }
@@ -386,7 +387,7 @@ pub async fn read_body_within(
             "too_busy",
             "the server is reading its limit of request bodies; retry shortly",
         )
-        .with("retry_after_ms", 100));
+        .with(Detail::RetryAfterMs(100)));
     };
     let read = axum::body::to_bytes(body, max);
     let timeout_ms = app.config.body_timeout_ms;
@@ -402,7 +403,7 @@ pub async fn read_body_within(
                 "body_timeout",
                 format!("the {what} did not arrive within body_timeout_ms {timeout_ms}"),
             )
-            .with("body_timeout_ms", timeout_ms))
+            .with(Detail::BodyTimeoutMs(timeout_ms)))
         }
     }
 }

@@ -9,6 +9,7 @@ use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use fenced_wire::Detail;
 use futures_util::stream;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -449,7 +450,7 @@ pub fn compacted(c: Compacted) -> ApiError {
         "compacted",
         "events after this index are no longer all held here; resume from oldest_index - 1 or list the locks again",
     )
-    .with("oldest_index", c.oldest_index)
+    .with(Detail::OldestIndex(c.oldest_index))
 }
 
 /// One item of a watch as an SSE event: an event's `id:` is its index and its `event:`

@@ -7,6 +7,7 @@ use axum::extract::{Extension, Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use fenced_core::{Command, Quotas, StoreAnswer, StoreCommand, Token};
+use fenced_wire::Detail;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -275,7 +276,7 @@ async fn read_unaudited(
     let Some(value) = value else {
         let e = ApiError::new(StatusCode::NOT_FOUND, "not_found", "no value under this key");
         return Err(match mark {
-            Some(m) => e.with("highest_seen", m.get()),
+            Some(m) => e.with(Detail::HighestSeen(m)),
             None => e,
         });
     };
@@ -314,7 +315,7 @@ fn disk_low(app: &AppInner, bytes: usize) -> Option<ApiError> {
              store writes and fenced reads of new keys are refused until there is room again; locks go on"
         ),
     );
-    Some(e.with("free_bytes", free).with("min_free_bytes", min))
+    Some(e.with(Detail::FreeBytes(free)).with(Detail::MinFreeBytes(min)))
 }
 
 /// A token sent for an unfenced key is refused rather than ignored: the caller believes
@@ -328,7 +329,7 @@ fn token_on_unfenced(app: &AppInner, key: &str) -> ApiError {
             app.config.unfenced_prefix
         ),
     )
-    .with("unfenced_prefix", app.config.unfenced_prefix.clone())
+    .with(Detail::UnfencedPrefix(app.config.unfenced_prefix.clone().into()))
 }
 
 pub fn store_key(app: &AppInner, key: String) -> Result<String, ApiError> {
@@ -338,7 +339,7 @@ pub fn store_key(app: &AppInner, key: String) -> Result<String, ApiError> {
             "invalid_key",
             format!("a key is 1 to {max} bytes of UTF-8 without control characters"),
         )
-        .with("len_max", max));
+        .with(Detail::LenMax(max as u64)));
     }
     Ok(key)
 }
@@ -356,12 +357,12 @@ fn check_signed(app: &AppInner, key: &str, token: Token, signature: Option<&str>
         let m = format!(
             "key '{key}' maps to lock '{lock}' by the signed-key rule, which is no lock name (1 to {max} bytes)"
         );
-        return Err(ApiError::bad_request("invalid_key", m).with("lock", lock));
+        return Err(ApiError::bad_request("invalid_key", m).with(Detail::Lock(lock.into())));
     }
     let Some(signer) = app.signer.as_ref() else {
         return Err(ApiError::internal("signed_key_prefix without a signing key (refused at start)"));
     };
-    let with = |e: ApiError| e.with("token", token.get()).with("lock", lock.clone());
+    let with = |e: ApiError| e.with(Detail::Token(token)).with(Detail::Lock(lock.clone().into()));
     let Some(signature) = signature else {
         return Err(with(ApiError::new(
             StatusCode::PRECONDITION_REQUIRED,

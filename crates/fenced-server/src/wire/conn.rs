@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use axum::http::StatusCode;
 use fenced_core::{Grant, LeaseId, Token};
-use fenced_wire::{self as w, op, FrameError, Request, Response};
+use fenced_wire::{self as w, op, Detail, FrameError, PreambleError, Request, Response, Version};
 use futures_util::future::{AbortHandle, Abortable, FutureExt};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -107,6 +107,9 @@ struct Session {
     watches: HashMap<u32, tokio::task::AbortHandle>,
     /// What the watches send: the request id, an encoded frame, whether it is the last.
     watch_tx: tokio::sync::mpsc::Sender<(u32, Vec<u8>, bool)>,
+    /// The protocol version the client's preamble named: the shape of its error
+    /// answers (the current one until the preamble is read).
+    version: Version,
 }
 
 impl Drop for Session {
@@ -143,6 +146,7 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
         cancels: HashMap::new(),
         watches: HashMap::new(),
         watch_tx,
+        version: Version::CURRENT,
     };
     let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut start = 0;
@@ -164,17 +168,11 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
     // A large frame begun while the leader has no room for it: not read further yet.
     let mut held = false;
     loop {
-        if !greeted && inbuf.len() - start >= w::PREAMBLE.len() {
-            if inbuf[start..start + w::PREAMBLE.len()] == w::PREAMBLE {
-                start += w::PREAMBLE.len();
-                greeted = true;
-            } else {
-                let e = ApiError::bad_request(
-                    "bad_preamble",
-                    "a wire connection starts with FENCED\\0\\x02 (protocol version 2)",
-                );
-                s.reply(0, Answer::Error(e));
-                fatal = true;
+        if !greeted {
+            match s.greet(&inbuf[start..]) {
+                Some(true) => (start, greeted) = (start + w::PREAMBLE.len(), true),
+                Some(false) => fatal = true,
+                None => {}
             }
         }
         let mut incomplete = !greeted && inbuf.len() > start;
@@ -315,12 +313,29 @@ impl Session {
             // A follower sends the frame as it came; an acquire's forwarding is cancellable
             // (a CANCEL drops it, and the leader withdraws the waiter).
             let cancellable = matches!(req, Request::Acquire { .. } | Request::AcquireAll { .. });
-            let call = super::forward::to_leader(self.app.clone(), caller, id, op, payload.to_vec());
+            let call = super::forward::to_leader(self.app.clone(), caller, id, op, payload.to_vec(), self.version);
             return self.start(id, cancellable, call);
         }
         match dispatch(&self.app, caller, req) {
             Call::Now(answer) => self.reply(id, answer),
             Call::Later { cancellable, call } => self.start(id, cancellable, call),
+        }
+    }
+
+    /// The preamble at the front of `buf`, once its 8 bytes are there: `Some(true)` when
+    /// it names a version this server speaks (every answer is in it from then on),
+    /// `Some(false)` after answering `bad_preamble`.
+    fn greet(&mut self, buf: &[u8]) -> Option<bool> {
+        let first: &[u8; 8] = buf.get(..w::PREAMBLE.len())?.try_into().ok()?;
+        match w::read_preamble(first) {
+            Ok(version) => {
+                self.version = version;
+                Some(true)
+            }
+            Err(e) => {
+                self.reply(0, Answer::Error(bad_preamble(e)));
+                Some(false)
+            }
         }
     }
 
@@ -376,7 +391,7 @@ impl Session {
             Ok(w) => w,
             Err(c) => return self.reply(id, Answer::Error(api::ops::compacted(c))),
         };
-        let tx = self.watch_tx.clone();
+        let (tx, version) = (self.watch_tx.clone(), self.version);
         let task = tokio::spawn(async move {
             while let Some(item) = watcher.next().await {
                 if tx.send((id, watch_frame(id, item), false)).await.is_err() {
@@ -384,7 +399,7 @@ impl Session {
                 }
             }
             let mut frame = Vec::new();
-            encode_answer(&mut frame, id, &Answer::Error(fenced_core::Error::ShuttingDown.into()));
+            encode_answer(&mut frame, id, &Answer::Error(fenced_core::Error::ShuttingDown.into()), version);
             let _ = tx.send((id, frame, true)).await;
         });
         self.watches.insert(id, task.abort_handle());
@@ -436,7 +451,7 @@ impl Session {
                     "too_busy",
                     "the server is reading its limit of request bodies; retry shortly",
                 )
-                .with("retry_after_ms", 100);
+                .with(fenced_wire::Detail::RetryAfterMs(100));
                 self.reply(id, Answer::Error(e));
                 Reserve::Refused
             }
@@ -460,13 +475,28 @@ impl Session {
     }
 
     fn reply(&mut self, id: u32, answer: Answer) {
-        encode_answer(&mut self.out, id, &answer);
+        encode_answer(&mut self.out, id, &answer, self.version);
     }
 }
 
-/// Appends `answer` to request `id` to `out`, as one frame.
-pub(super) fn encode_answer(out: &mut Vec<u8>, id: u32, answer: &Answer) {
-    let body;
+/// 400 `bad_preamble`: what the first 8 bytes should have been.
+fn bad_preamble(e: PreambleError) -> ApiError {
+    let message = match e {
+        PreambleError::Version(v) if v < 2 => {
+            format!("wire protocol version {v} is no longer served (this server speaks 2 and 3): upgrade the client")
+        }
+        PreambleError::Version(v) => {
+            format!("this server speaks wire protocol versions 2 and 3, not {v}: upgrade servers before their clients")
+        }
+        PreambleError::NotFenced => {
+            "a wire connection starts with FENCED\\0 and the protocol version (\\x03; \\x02 is still served)".into()
+        }
+    };
+    ApiError::bad_request("bad_preamble", message)
+}
+
+/// Appends `answer` to request `id` to `out`, as one frame of protocol `version`.
+pub(super) fn encode_answer(out: &mut Vec<u8>, id: u32, answer: &Answer, version: Version) {
     let resp = match answer {
         Answer::Frame(frame) => return out.extend_from_slice(frame),
         Answer::Done(op) => Response::Done { op: *op },
@@ -484,12 +514,26 @@ pub(super) fn encode_answer(out: &mut Vec<u8>, id: u32, answer: &Answer) {
         Answer::Checked(current, token) => Response::Checked { current: *current, token: *token },
         Answer::Written(t) => Response::Written { token: *t, highest_seen: *t },
         Answer::Read(highest_seen, value) => Response::Read { highest_seen: *highest_seen, value },
-        Answer::Error(e) => {
-            body = serde_json::to_vec(&e.body()).expect("a Value serializes");
-            Response::Error { code: e.code, body: &body }
-        }
+        Answer::Error(e) => return encode_error(out, id, e, version),
     };
     w::encode_response(out, id, &resp);
+}
+
+/// An error answer: its typed fields (version 3), or the HTTP API's JSON error body
+/// (version 2).
+pub(super) fn encode_error(out: &mut Vec<u8>, id: u32, e: &ApiError, version: Version) {
+    match version {
+        Version::V2 => w::v2::encode_error(out, id, e.code, &json_bytes(&e.body())),
+        Version::V3 => {
+            let details = e.details.iter().map(Detail::borrowed).collect();
+            w::encode_response(out, id, &Response::Error { code: e.code, message: &e.message, details });
+        }
+    }
+}
+
+/// A JSON value's bytes.
+pub(super) fn json_bytes(v: &serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec(v).expect("a Value serializes")
 }
 
 /// What a request comes to: an answer now, or a call to run (one that may wait).

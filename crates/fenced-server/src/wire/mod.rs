@@ -72,12 +72,13 @@ pub async fn serve(
     while tasks.join_next().await.is_some() {}
 }
 
-/// The answer to a connection over `connections_max`, before it is closed.
+/// The answer to a connection over `connections_max`, before it is closed: written
+/// before the preamble is read, so in the current version (a client of version 2 reads
+/// its code, which comes first in both, and drops the frame of id 0 anyway).
 fn busy_frame() -> Vec<u8> {
     let e =
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_many_connections", "the server is at its connection limit");
-    let body = serde_json::to_vec(&e.body()).expect("a Value serializes");
     let mut out = Vec::new();
-    fenced_wire::encode_response(&mut out, 0, &fenced_wire::Response::Error { code: e.code, body: &body });
+    conn::encode_error(&mut out, 0, &e, fenced_wire::Version::CURRENT);
     out
 }

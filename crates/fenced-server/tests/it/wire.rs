@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use fenced_core::{LeaseId, Token};
-use fenced_wire::{decode_response, encode_request, op, split_frame, Request, Response, PREAMBLE};
+use fenced_wire::{decode_response, encode_request, op, split_frame, Detail, Request, Response, Version};
 use serde_json::Value;
 
 use crate::harness::TestServer;
@@ -26,27 +26,40 @@ impl Frame {
         decode_response(self.0, self.1, &self.2).expect("a well-formed answer")
     }
 
-    /// The code the frame carries and the JSON body of an error answer.
-    fn error(&self) -> (String, Value) {
+    /// The code and the typed fields of an error answer (whose message says something).
+    fn error(&self) -> (String, Vec<Detail<'static>>) {
         match self.decode() {
-            Response::Error { code, body } => {
-                let body: Value = serde_json::from_slice(body).expect("JSON error body");
-                assert_eq!(body["error"]["code"], code, "the frame's code is the body's");
-                (code.to_string(), body)
+            Response::Error { code, message, details } => {
+                assert!(!message.is_empty(), "{code}: a message for a person");
+                (code.to_string(), details.into_iter().map(Detail::into_owned).collect())
             }
             other => panic!("expected an error, got {other:?}"),
         }
     }
 
     pub fn code(&self) -> String {
-        self.error().1["error"]["code"].as_str().unwrap_or_default().to_string()
+        self.error().0
+    }
+
+    /// A version-2 error answer: its code and the HTTP API's JSON error body.
+    fn json_error(&self) -> (String, Value) {
+        assert_eq!(self.1, op::ERROR, "an error answer");
+        let (code, body) = fenced_wire::v2::decode_error(&self.2).expect("a version-2 error");
+        let body: Value = serde_json::from_slice(body).expect("JSON error body");
+        assert_eq!(body["error"]["code"], code, "the frame's code is the body's");
+        (code.to_string(), body)
     }
 }
 
 impl Wire {
     pub fn open(addr: SocketAddr) -> Wire {
+        Wire::open_in(addr, Version::CURRENT)
+    }
+
+    /// A connection whose preamble names `version`.
+    fn open_in(addr: SocketAddr, version: Version) -> Wire {
         let mut w = Wire::raw(addr);
-        w.s.write_all(&PREAMBLE).unwrap();
+        w.s.write_all(&version.preamble()).unwrap();
         w
     }
 
@@ -148,15 +161,14 @@ fn every_op_round_trips_on_the_same_table_as_http() {
     assert_eq!(read.decode(), Response::Read { highest_seen: Token::new(2), value: b"v" });
     let r = server.request("GET", "/v1/store/k", &[], b"");
     assert_eq!(r.header("fencing-highest-seen"), Some("2"), "the fenced read raised the mark for HTTP too");
-    let (status, body) = w.call(13, &put(1)).error();
-    assert_eq!(
-        (status.as_str(), body["error"]["token"].as_u64(), body["error"]["highest_seen"].as_u64()),
-        ("stale_token", Some(1), Some(2))
-    );
+    let (code, details) = w.call(13, &put(1)).error();
+    let t = |n| Token::new(n).unwrap();
+    assert_eq!((code.as_str(), &details[..]), ("stale_token", &[Detail::Token(t(1)), Detail::HighestSeen(t(2))][..]));
     assert_eq!(w.call(14, &put(0)).code(), "token_required");
     // Only two tokens were ever issued: a third is refused, not taken as a mark.
-    let (status, body) = w.call(14, &put(3)).error();
-    assert_eq!((status.as_str(), body["error"]["highest_issued"].as_u64()), ("token_not_issued", Some(2)));
+    let (code, details) = w.call(14, &put(3)).error();
+    let want = [Detail::Token(t(3)), Detail::HighestIssued(t(2))];
+    assert_eq!((code.as_str(), &details[..]), ("token_not_issued", &want[..]));
     assert_eq!(w.call(15, &Request::Get { key: "nope", token: None }).code(), "not_found");
     // Limits and input errors are the HTTP API's.
     assert_eq!(w.call(16, &Request::CreateLease { ttl_ms: 1 }).code(), "ttl_out_of_range");
@@ -238,6 +250,37 @@ fn many_requests_in_flight_on_one_connection() {
     drop(other);
 }
 
+/// The refusals a client acts on arrive with their fields typed (the holder's token,
+/// the limits), and a client of version 2 still gets the code and the HTTP API's JSON
+/// error body, byte for byte what HTTP sends.
+#[test]
+fn errors_travel_as_typed_fields_and_a_version_2_client_still_gets_json() {
+    let server = TestServer::start();
+    let mut w = Wire::open(server.wire);
+    let (holder, other) = (w.lease(5000), w.lease(5000));
+    let t = granted(&w.call(2, &acquire("held", holder, 0)));
+    assert_eq!(w.call(3, &acquire("held", other, 0)).error(), ("lock_held".into(), vec![Detail::HolderToken(t)]));
+    let release = Request::Release { name: "held", lease: other };
+    assert_eq!(w.call(4, &release).error(), ("not_holder".into(), vec![Detail::HolderToken(t)]));
+    match w.call(5, &Request::Keepalive { lease: LeaseId(7) }).decode() {
+        Response::Error { code: "lease_not_found", message, details } => {
+            assert_eq!((message, details), (fenced_core::Error::LeaseNotFound.to_string().as_str(), vec![]));
+        }
+        other => panic!("{other:?}"),
+    }
+    let (code, details) = w.call(6, &Request::CreateLease { ttl_ms: 1 }).error();
+    assert!(code == "ttl_out_of_range" && matches!(details[..], [Detail::TtlMsMin(1..), Detail::TtlMsMax(_)]));
+    let (code, details) = w.call(7, &acquire("", holder, 0)).error();
+    assert!(code == "invalid_name" && matches!(details[..], [Detail::LenMax(1..)]), "{details:?}");
+
+    let mut old = Wire::open_in(server.wire, Version::V2);
+    let (code, body) = old.call(1, &acquire("held", other, 0)).json_error();
+    assert_eq!((code.as_str(), body["error"]["holder_token"].as_u64()), ("lock_held", Some(t.get())));
+    let (status, http) = server.call("POST", "/v1/locks/held/acquire", &format!(r#"{{"lease_id":"{other}"}}"#));
+    assert_eq!((status, &http), (409, &body), "the HTTP API's body");
+    assert!(matches!(old.call(2, &Request::Keepalive { lease: holder }).decode(), Response::Lease { .. }));
+}
+
 #[test]
 fn bad_frames_get_a_clear_error_and_change_nothing() {
     let server = TestServer::start();
@@ -247,6 +290,16 @@ fn bad_frames_get_a_clear_error_and_change_nothing() {
     let f = w.recv();
     assert_eq!((f.0, f.code()), (0, "bad_preamble".to_string()));
     assert!(w.try_recv().is_none(), "closed");
+    // A version this server does not speak, older or newer: named, then closed.
+    for (version, says) in [(1, "upgrade the client"), (4, "upgrade servers before their clients")] {
+        let mut w = Wire::raw(server.wire);
+        w.s.write_all(&[b'F', b'E', b'N', b'C', b'E', b'D', 0, version]).unwrap();
+        match w.recv().decode() {
+            Response::Error { code: "bad_preamble", message, .. } => assert!(message.contains(says), "{message}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(w.try_recv().is_none(), "closed");
+    }
     // An unknown op and a payload that does not fit: named, and the connection goes on.
     let mut w = Wire::open(server.wire);
     let mut out = Vec::new();
@@ -423,7 +476,7 @@ fn large_frames_share_the_body_budget_with_http() {
     }
     let (f, mut third, holders) = refused.expect("a large frame over the budget is answered");
     assert_eq!(f.0, 7, "the answer names the frame");
-    assert_eq!(f.code(), "too_busy", "{:?}", f.error());
+    assert_eq!(f.error(), ("too_busy".to_string(), vec![Detail::RetryAfterMs(100)]), "typed, as HTTP's JSON");
     third.s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     assert!(third.try_recv().is_none(), "that connection is closed");
     // Small frames are not held back by it.
@@ -537,9 +590,9 @@ fn a_watch_from_a_position_no_longer_held_is_refused_compacted() {
         assert_eq!(server.call("POST", "/v1/locks/wc/x/release", &body).0, 200);
     }
     let mut w = Wire::open(server.wire);
-    let (code, body) = w.call(1, &Request::Watch { prefix: "wc/", since: Some(0), tail: None }).error();
+    let (code, details) = w.call(1, &Request::Watch { prefix: "wc/", since: Some(0), tail: None }).error();
     assert_eq!(code, "compacted");
-    assert!(body["error"]["oldest_index"].as_u64().unwrap() > 1, "{body}");
+    assert!(matches!(details[..], [Detail::OldestIndex(i)] if i > 1), "{details:?}");
     // `tail` starts with the last events held.
     w.send(2, &Request::Watch { prefix: "wc/", since: None, tail: Some(2) });
     let mut kinds = vec![];

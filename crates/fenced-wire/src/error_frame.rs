@@ -1,0 +1,359 @@
+//! The payload of an error answer ([`op::ERROR`](crate::op::ERROR)): in version 3 a
+//! code, a message and typed fields; in version 2 ([`v2`]) a code and the HTTP API's
+//! JSON error body. The code comes first in both, so [`error_code`] reads it whatever
+//! the version.
+//!
+//! ```text
+//! code_len u8, code (snake_case ASCII)
+//! message_len u16, message (UTF-8, for a person)
+//! count u8, then count fields, each:
+//!   tag u8; below 128 a u64 value, from 128 on len u16 and that many bytes of UTF-8
+//! ```
+//!
+//! Nothing may follow the last field. A tag this release does not know is skipped
+//! (its size follows from the tag), so fields may be added without a new version.
+
+use std::borrow::Cow;
+
+use crate::detail::{Detail, Value, TEXT_TAGS_FROM};
+use crate::{FrameError, Reader, Response};
+
+/// Appends an error payload: `code` (cut at 255 bytes), `message` (cut at 65,535
+/// bytes, on a character boundary) and at most 255 of `details`.
+pub(crate) fn write(out: &mut Vec<u8>, code: &str, message: &str, details: &[Detail<'_>]) {
+    let code = &code.as_bytes()[..code.len().min(u8::MAX as usize)];
+    out.push(code.len() as u8);
+    out.extend_from_slice(code);
+    put_text(out, message);
+    let details = &details[..details.len().min(u8::MAX as usize)];
+    out.push(details.len() as u8);
+    for d in details {
+        out.push(d.tag());
+        match d.value() {
+            Value::Number(n) => out.extend_from_slice(&n.to_be_bytes()),
+            Value::Text(s) => put_text(out, &s),
+        }
+    }
+}
+
+/// Reads an error payload; `bad` names what does not fit.
+pub(crate) fn read<'a>(
+    r: &mut Reader<'a>,
+    bad: impl Fn(&'static str) -> FrameError,
+) -> Result<Response<'a>, FrameError> {
+    let code = read_code(r).ok_or(bad("code_len u8, then the code (UTF-8)"))?;
+    let message = r.short_text().ok_or(bad("message_len u16, then the message (UTF-8)"))?;
+    let count = r.u8().ok_or(bad("count u8, then the fields"))?;
+    let mut details = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let tag = r.u8().ok_or(bad("a field's tag u8"))?;
+        let value = if tag < TEXT_TAGS_FROM {
+            Value::Number(r.u64().ok_or(bad("a number field's u64"))?)
+        } else {
+            Value::Text(Cow::Borrowed(r.short_text().ok_or(bad("a text field (len u16, UTF-8)"))?))
+        };
+        match Detail::from_tag(tag, value) {
+            Some(Some(d)) => details.push(d),
+            Some(None) => return Err(bad("a token field is 0")),
+            None => {} // a later release's field
+        }
+    }
+    if !r.0.is_empty() {
+        return Err(bad("bytes after the last field"));
+    }
+    Ok(Response::Error { code, message, details })
+}
+
+fn read_code<'a>(r: &mut Reader<'a>) -> Option<&'a str> {
+    let len = r.u8()?;
+    std::str::from_utf8(r.take(len as usize)?).ok()
+}
+
+/// The code of an error answer's payload, in any version of the protocol: for a peer
+/// that must say what it was refused even when the rest does not read (an older
+/// server's `bad_preamble`, say).
+pub fn error_code(payload: &[u8]) -> Option<&str> {
+    read_code(&mut Reader(payload))
+}
+
+/// `len u16` and the text, cut on a character boundary at 65,535 bytes (the reader
+/// refuses a cut character).
+fn put_text(out: &mut Vec<u8>, text: &str) {
+    let mut end = text.len().min(u16::MAX as usize);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.extend_from_slice(&(end as u16).to_be_bytes());
+    out.extend_from_slice(&text.as_bytes()[..end]);
+}
+
+/// Version 2's error answer, which a server still writes to a peer that opened with
+/// version 2's preamble: `code_len u8`, the code, then the HTTP API's JSON error body
+/// (the bytes are the caller's: this crate knows no JSON).
+pub mod v2 {
+    use super::read_code;
+    use crate::{begin, finish, op, Reader};
+
+    /// Appends a version-2 error frame to `out`.
+    pub fn encode_error(out: &mut Vec<u8>, id: u32, code: &str, json_body: &[u8]) {
+        let at = begin(out, id, op::ERROR);
+        let code = &code.as_bytes()[..code.len().min(u8::MAX as usize)];
+        out.push(code.len() as u8);
+        out.extend_from_slice(code);
+        out.extend_from_slice(json_body);
+        finish(out, at);
+    }
+
+    /// A version-2 error payload's code and JSON body; `None` when the code is cut
+    /// short or not UTF-8.
+    pub fn decode_error(payload: &[u8]) -> Option<(&str, &[u8])> {
+        let mut r = Reader(payload);
+        let code = read_code(&mut r)?;
+        Some((code, r.rest()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fenced_core::store::Quota;
+    use fenced_core::{Error, Token};
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::{decode_response, encode_response, op, split_frame};
+
+    fn t(n: u64) -> Token {
+        Token::new(n).expect("not 0")
+    }
+
+    /// Every refusal of the lock service, as the server carries it: the code, the
+    /// message, and its details as typed fields.
+    fn core_errors() -> Vec<Error> {
+        vec![
+            Error::LeaseNotFound,
+            Error::LockHeld { holder: Some(t(3)) },
+            Error::LockHeld { holder: None },
+            Error::NotHolder { holder: Some(t(4)) },
+            Error::NotHolder { holder: None },
+            Error::Recovering { retry_after_ms: 1_500 },
+            Error::TtlOutOfRange { ttl_ms_min: 100, ttl_ms_max: 300_000 },
+            Error::WaitOutOfRange { wait_ms_max: 9 },
+            Error::LockDelayOutOfRange { lock_delay_ms_max: 8 },
+            Error::TooManyLeases { leases_max: 7 },
+            Error::TooManyLocks { locks_max: 6 },
+            Error::TooManyWaiters { waiters_max: 5 },
+            Error::InvalidNames { names_max: 64 },
+            Error::LeaseExists,
+            Error::StaleToken { token: t(2), highest_seen: t(9) },
+            Error::TokenNotIssued { token: t(99), highest_issued: Some(t(9)) },
+            Error::TokenNotIssued { token: t(99), highest_issued: None },
+            Error::ShuttingDown,
+            Error::NotLeader { leader: Some(2) },
+            Error::NotLeader { leader: None },
+            Error::TooBusy { retry_after_ms: 50 },
+            Error::StoreFull { quota: Quota::Keys, limit: 10 },
+            Error::StoreFull { quota: Quota::Bytes, limit: 1 << 20 },
+        ]
+    }
+
+    fn fields(e: &Error) -> Vec<Detail<'static>> {
+        let mut d: Vec<Detail<'static>> = e
+            .details()
+            .into_iter()
+            .map(|(name, v)| Detail::parse(name, Value::Number(v)).unwrap_or_else(|| panic!("{name} is a field")))
+            .collect();
+        if let Error::StoreFull { quota, .. } = e {
+            d.push(Detail::What(quota.as_str().into()));
+        }
+        d
+    }
+
+    /// The server's own refusals (its edges' codes), each with the fields it sends.
+    fn edge_errors() -> Vec<(&'static str, Vec<Detail<'static>>)> {
+        use Detail as D;
+        vec![
+            ("invalid_name", vec![D::LenMax(256)]),
+            ("invalid_holder", vec![D::LenMax(256)]),
+            ("invalid_key", vec![D::LenMax(1024)]),
+            ("invalid_key", vec![D::Lock("acct/é".into())]),
+            ("invalid_token", vec![]),
+            ("token_required", vec![]),
+            ("unfenced_key", vec![D::UnfencedPrefix("scratch/".into())]),
+            ("not_found", vec![D::HighestSeen(t(7))]),
+            ("not_found", vec![]),
+            ("forbidden", vec![D::Operation("lock".into()), D::Identity("ci".into()), D::Name("a/b".into())]),
+            ("unauthorized", vec![]),
+            ("too_large", vec![D::LimitBytes(1 << 20)]),
+            ("too_busy", vec![D::RetryAfterMs(100)]),
+            ("too_many_connections", vec![]),
+            ("bad_preamble", vec![]),
+            ("unknown_op", vec![]),
+            ("invalid_frame", vec![]),
+            ("invalid_query", vec![]),
+            ("invalid_forward", vec![]),
+            ("cancelled", vec![]),
+            ("compacted", vec![D::OldestIndex(41)]),
+            ("not_leader", vec![D::LeaderId(2), D::LeaderUrl("https://10.0.0.2:7400".into())]),
+            ("insufficient_storage", vec![D::FreeBytes(10), D::MinFreeBytes(1 << 26)]),
+            ("signature_required", vec![D::Token(t(5)), D::Lock("acct".into())]),
+            ("bad_signature", vec![D::Token(t(5)), D::Lock("acct".into())]),
+            ("body_timeout", vec![D::BodyTimeoutMs(10_000)]),
+            ("internal", vec![]),
+            ("every_field", crate::detail::one_of_each()),
+        ]
+    }
+
+    /// Every error the server sends, as `(code, message, details)`.
+    fn every_error() -> Vec<(String, String, Vec<Detail<'static>>)> {
+        let core = core_errors().into_iter().map(|e| (e.code().to_string(), e.to_string(), fields(&e)));
+        let edge = edge_errors().into_iter().map(|(c, d)| (c.to_string(), format!("the server said {c}: é"), d));
+        core.chain(edge).collect()
+    }
+
+    fn frame(id: u32, code: &str, message: &str, details: &[Detail<'_>]) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_response(&mut out, id, &Response::Error { code, message, details: details.to_vec() });
+        out
+    }
+
+    fn decoded(frame: &[u8]) -> Result<Response<'_>, FrameError> {
+        let (id, kind, payload, used) = split_frame(frame, usize::MAX)?.expect("a whole frame");
+        assert_eq!(used, frame.len());
+        decode_response(id, kind, payload)
+    }
+
+    #[test]
+    fn every_error_the_server_sends_round_trips_with_its_fields() {
+        for (code, message, details) in every_error() {
+            let out = frame(9, &code, &message, &details);
+            let want = Response::Error { code: &code, message: &message, details: details.clone() };
+            assert_eq!(decoded(&out), Ok(want), "{code}");
+            assert_eq!(error_code(&out[crate::HEADER_BYTES..]), Some(code.as_str()));
+        }
+    }
+
+    #[test]
+    fn a_core_refusal_reads_back_as_the_error_it_came_from() {
+        for e in core_errors() {
+            let out = frame(1, e.code(), &e.to_string(), &fields(&e));
+            let Ok(Response::Error { code, message, details }) = decoded(&out) else { panic!("{e:?}") };
+            assert_eq!(message, e.to_string());
+            let back = Error::from_code(code, |name| crate::detail::number(&details, name));
+            match e {
+                // The quota is text: callers match on the code (see `Error::from_code`).
+                Error::StoreFull { quota, limit } => {
+                    assert_eq!(back, None);
+                    assert_eq!(crate::detail::text(&details, "what"), Some(quota.as_str()));
+                    assert_eq!(crate::detail::number(&details, "limit"), Some(limit));
+                }
+                e => assert_eq!(back, Some(e)),
+            }
+        }
+    }
+
+    #[test]
+    fn every_cut_of_an_error_frame_is_refused_never_misread() {
+        for (code, message, details) in every_error() {
+            let out = frame(3, &code, &message, &details);
+            let payload = &out[crate::HEADER_BYTES..];
+            for cut in 0..payload.len() {
+                let got = decode_response(3, op::ERROR, &payload[..cut]);
+                assert!(matches!(got, Err(FrameError::Malformed { id: 3, .. })), "{code} cut at {cut}: {got:?}");
+            }
+            // A stream cut anywhere is not yet a frame.
+            for cut in 0..out.len() {
+                assert_eq!(split_frame(&out[..cut], usize::MAX), Ok(None), "{code} cut at {cut}");
+            }
+            let mut longer = payload.to_vec();
+            longer.push(0);
+            assert!(decode_response(3, op::ERROR, &longer).is_err(), "{code}: a byte after the last field");
+        }
+    }
+
+    #[test]
+    fn a_flipped_byte_is_refused_or_read_as_a_frame_never_a_panic() {
+        for (code, message, details) in every_error() {
+            let payload = frame(3, &code, &message, &details)[crate::HEADER_BYTES..].to_vec();
+            for at in 0..payload.len() {
+                for flip in (0..8).map(|b| 1u8 << b).chain([0xff]) {
+                    let mut bad = payload.clone();
+                    bad[at] ^= flip;
+                    if let Ok(resp) = decode_response(3, op::ERROR, &bad) {
+                        // Whatever it read encodes again (fields it did not know dropped).
+                        let mut again = Vec::new();
+                        encode_response(&mut again, 3, &resp);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_field_of_a_later_release_is_skipped_and_a_zero_token_refused() {
+        let mut payload = Vec::new();
+        write(&mut payload, "lock_held", "held", &[Detail::HolderToken(t(4))]);
+        let count_at = 1 + "lock_held".len() + 2 + "held".len();
+        payload[count_at] = 3;
+        payload.extend_from_slice(&[127, 0, 0, 0, 0, 0, 0, 0, 1]); // an unknown number
+        payload.extend_from_slice(&[255, 0, 2, b'h', b'i']); // an unknown text
+        let got = decode_response(1, op::ERROR, &payload).unwrap();
+        let details = [Detail::HolderToken(t(4))];
+        assert_eq!(got, Response::Error { code: "lock_held", message: "held", details: details.to_vec() });
+        let mut zero = Vec::new();
+        write(&mut zero, "lock_held", "held", &[Detail::HolderToken(t(4))]);
+        let last = zero.len() - 1;
+        zero[last - 7..].fill(0);
+        assert!(matches!(decode_response(1, op::ERROR, &zero), Err(FrameError::Malformed { .. })));
+    }
+
+    #[test]
+    fn long_text_is_cut_on_a_character_boundary() {
+        let message = "é".repeat(40_000);
+        let lock = "ü".repeat(40_000);
+        let out = frame(1, "bad_signature", &message, &[Detail::Lock(lock.as_str().into())]);
+        let Ok(Response::Error { message: m, details, .. }) = decoded(&out) else { panic!("not read back") };
+        assert!(m.len() <= u16::MAX as usize && message.starts_with(m) && m.len() > 60_000);
+        let l = crate::detail::text(&details, "lock").unwrap();
+        assert!(l.len() <= u16::MAX as usize && lock.starts_with(l));
+    }
+
+    #[test]
+    fn version_2s_error_frame_reads_as_before() {
+        let mut out = Vec::new();
+        let body = br#"{"error":{"code":"lock_held","message":"held","holder_token":3}}"#;
+        v2::encode_error(&mut out, 5, "lock_held", body);
+        let (id, kind, payload, _) = split_frame(&out, usize::MAX).unwrap().unwrap();
+        assert_eq!((id, kind), (5, op::ERROR));
+        assert_eq!(v2::decode_error(payload), Some(("lock_held", &body[..])));
+        assert_eq!(error_code(payload), Some("lock_held"), "the code is first in every version");
+        assert!(decode_response(id, kind, payload).is_err(), "version 3 does not misread version 2's body");
+        assert_eq!(v2::decode_error(&[9, b'x']), None);
+    }
+
+    proptest! {
+        #[test]
+        fn any_payload_of_any_kind_decodes_or_is_refused(kind: u8, payload in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = decode_response(1, kind, &payload);
+            let _ = crate::decode_request(1, kind, &payload);
+            let _ = error_code(&payload);
+        }
+
+        #[test]
+        fn any_error_round_trips(
+            code in "[a-z_]{1,40}",
+            message in ".{0,200}",
+            picks in proptest::collection::vec((0..Detail::NAMES.len(), any::<u64>(), ".{0,40}"), 0..8),
+        ) {
+            let details: Vec<Detail<'static>> = picks
+                .into_iter()
+                .filter_map(|(i, n, s)| {
+                    let name = Detail::NAMES[i];
+                    Detail::parse(name, Value::Number(n)).or_else(|| Detail::parse(name, Value::Text(s.into())))
+                })
+                .collect();
+            let out = frame(7, &code, &message, &details);
+            let want = Response::Error { code: &code, message: &message, details: details.clone() };
+            prop_assert_eq!(decoded(&out), Ok(want));
+        }
+    }
+}
