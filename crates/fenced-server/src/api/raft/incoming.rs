@@ -31,7 +31,7 @@ pub async fn receive(app: &App, headers: &HeaderMap, body: Body) -> Result<Recei
     }
     let Ok(_one) = app.incoming_snapshot.try_lock() else {
         return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_busy", "a snapshot is being received already")
-            .with("retry_after_ms", 1000));
+            .with(fenced_wire::Detail::RetryAfterMs(1000)));
     };
     let path = app.config.data_dir.join(fenced_raft::snapshot_file::INCOMING);
     let result = async {
