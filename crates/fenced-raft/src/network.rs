@@ -106,6 +106,11 @@ pub struct Network {
 /// Each member's [`crate::framing::LEVEL`], as it last said.
 type Levels = Arc<Mutex<BTreeMap<NodeId, u8>>>;
 
+/// What `member` last said it reads; 0 when it never said.
+fn level_of(levels: &Levels, member: NodeId) -> u8 {
+    levels.lock().unwrap_or_else(|p| p.into_inner()).get(&member).copied().unwrap_or(0)
+}
+
 impl Network {
     /// A network whose RPCs carry `token` (the members' shared bearer token, only
     /// without peer certificates), dial the members in `routes` at the URL given there,
@@ -136,7 +141,7 @@ impl Network {
     /// What `member` said it reads ([`crate::framing::LEVEL`]): 0 until it answered an
     /// RPC of this member's, or when it is of a release before frames.
     pub fn level(&self, member: NodeId) -> u8 {
-        self.levels.lock().unwrap_or_else(|p| p.into_inner()).get(&member).copied().unwrap_or(0)
+        level_of(&self.levels, member)
     }
 
     /// Asks the member at `url` who it is (`GET {url}/raft/hello`), within `timeout`,
@@ -303,7 +308,7 @@ impl Peer {
 
     /// What the member said it reads (0: nothing beyond JSON).
     fn level(&self) -> u8 {
-        self.levels.lock().unwrap_or_else(|p| p.into_inner()).get(&self.target).copied().unwrap_or(0)
+        level_of(&self.levels, self.target)
     }
 
     /// Whether the member said it takes frames.
