@@ -107,9 +107,27 @@ pub fn encode_snapshot(vote: &Vote, meta: &SnapshotMeta, data: &[u8]) -> Vec<u8>
 /// A snapshot message from its frame (the bytes are checked by the caller, as those
 /// of a JSON message are).
 pub fn decode_snapshot(body: &[u8]) -> Result<(Vote, SnapshotMeta, Vec<u8>), String> {
-    let (header, payload) = split(body)?;
-    let (vote, meta) = serde_json::from_slice(header).map_err(|e| format!("a snapshot's header: {e}"))?;
-    Ok((vote, meta, payload.to_vec()))
+    read_snapshot(&mut std::io::Cursor::new(body), body.len() as u64).map_err(|e| e.to_string())
+}
+
+/// A snapshot message of `size` bytes from `r` (a follower reads back the file it was
+/// received into): the frame's header, then the bytes, read into one buffer. An error
+/// of kind `InvalidData` is the message's fault, any other the reader's.
+pub fn read_snapshot(r: &mut impl std::io::Read, size: u64) -> std::io::Result<(Vote, SnapshotMeta, Vec<u8>)> {
+    use std::io::{Error, ErrorKind};
+    let bad = |why: String| Error::new(ErrorKind::InvalidData, why);
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).map_err(|_| bad("a frame shorter than its header length".into()))?;
+    let len = u64::from(u32::from_be_bytes(len));
+    if 4 + len > size {
+        return Err(bad(format!("a frame header of {len} bytes in {} bytes", size - 4)));
+    }
+    let mut header = vec![0u8; len as usize];
+    r.read_exact(&mut header)?;
+    let (vote, meta) = serde_json::from_slice(&header).map_err(|e| bad(format!("a snapshot's header: {e}")))?;
+    let mut data = Vec::with_capacity((size - 4 - len) as usize);
+    r.read_to_end(&mut data)?;
+    Ok((vote, meta, data))
 }
 
 #[cfg(test)]

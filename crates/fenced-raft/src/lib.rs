@@ -30,7 +30,7 @@ pub mod snapshot_format;
 pub mod state_machine;
 
 use std::fmt;
-use std::io;
+use std::io::{self, Read};
 use std::sync::Arc;
 
 /// One log entry's payload: the core's batch, applied by `LockTable::apply_batch`.
@@ -80,20 +80,18 @@ impl SnapshotBody {
     /// threads. A kept snapshot replaced since it was offered is an error (the sender
     /// asks again and gets the new one), never the new bytes under the old meta.
     pub fn into_bytes(self) -> io::Result<Vec<u8>> {
-        let (db, offered) = match self {
-            SnapshotBody::Bytes(bytes) => return Ok(bytes),
-            SnapshotBody::Kept { db, last_log_id } => (db, last_log_id),
-        };
-        let (meta, data) = db.snapshot()?.ok_or_else(|| io::Error::other("the kept snapshot is gone"))?;
-        let meta: SnapshotMeta = serde_json::from_slice(&meta).map_err(io_err)?;
-        if meta.last_log_id != offered {
-            return Err(io::Error::other("the kept snapshot was replaced since it was offered"));
+        if let SnapshotBody::Bytes(bytes) = self {
+            return Ok(bytes);
         }
-        Ok(data)
+        let (mut reader, len) = self.into_reader()?;
+        let mut bytes = Vec::with_capacity(len as usize);
+        reader.read_to_end(&mut bytes)?;
+        Ok(bytes)
     }
 
     /// The bytes as a reader, and their length, without reading them into memory: how
-    /// a snapshot is sent (streamed in chunks, however large).
+    /// a snapshot is sent (streamed in chunks, however large). A kept snapshot replaced
+    /// since it was offered is an error, as for [`SnapshotBody::into_bytes`].
     pub fn into_reader(self) -> io::Result<(Box<dyn io::Read + Send + Sync>, u64)> {
         match self {
             SnapshotBody::Bytes(bytes) => {

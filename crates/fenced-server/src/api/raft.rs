@@ -95,6 +95,11 @@ fn decode<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError::bad_request("invalid_json", format!("a peer message: {e}")))
 }
 
+/// Whether a message says it is a frame ([`fenced_raft::framing`]), not JSON.
+fn is_framed(headers: &HeaderMap) -> bool {
+    headers.get("content-type").is_some_and(|v| v == fenced_raft::framing::CONTENT_TYPE)
+}
+
 /// A message's body: a frame when it says so, JSON otherwise.
 async fn read_framed<T: DeserializeOwned>(
     app: &App,
@@ -104,8 +109,7 @@ async fn read_framed<T: DeserializeOwned>(
 ) -> Result<T, ApiError> {
     let bytes =
         super::read_body_within(app, &app.peer_budget, headers, body, PEER_BODY_BYTES_MAX, "peer message").await?;
-    let framed = headers.get("content-type").is_some_and(|v| v == fenced_raft::framing::CONTENT_TYPE);
-    if framed {
+    if is_framed(headers) {
         return unframe(&bytes).map_err(|why| ApiError::bad_request("invalid_frame", format!("a peer message: {why}")));
     }
     decode(&bytes)
@@ -160,9 +164,11 @@ async fn pre_vote(State(app): State<App>, headers: HeaderMap, body: Body) -> Res
 async fn snapshot(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     // A framed snapshot (every release since frames) is received into a file, however
     // large; the JSON of releases before frames is read whole, as it always was.
-    let framed = headers.get("content-type").is_some_and(|v| v == fenced_raft::framing::CONTENT_TYPE);
-    let (vote, meta, data): incoming::Received =
-        if framed { incoming::receive(&app, &headers, body).await? } else { read(&app, &headers, body).await? };
+    let (vote, meta, data): incoming::Received = if is_framed(&headers) {
+        incoming::receive(&app, &headers, body).await?
+    } else {
+        read(&app, &headers, body).await?
+    };
     fenced_raft::state_machine::check_snapshot(&data)
         .map_err(|e| ApiError::bad_request("invalid_snapshot", e.to_string()))?;
     let snapshot = fenced_raft::Snapshot { meta, snapshot: fenced_raft::SnapshotBody::Bytes(data) };

@@ -5,7 +5,6 @@
 //! chunks ([`fenced_raft::network`]); it is read back once whole, to be decoded and
 //! installed. One at a time: a second while one is received is refused `too_busy`.
 
-use std::io::Read;
 use std::path::Path;
 
 use axum::body::Body;
@@ -68,21 +67,12 @@ async fn write_body(app: &App, body: Body, path: &Path) -> Result<(), ApiError> 
 
 /// Reads a received message back: its frame header (vote and meta), then its bytes.
 fn read_back(path: &Path) -> Result<Received, ApiError> {
-    let bad = |why: String| ApiError::bad_request("invalid_frame", format!("a snapshot message: {why}"));
     let mut file = std::fs::File::open(path).map_err(ApiError::internal)?;
     let size = file.metadata().map_err(ApiError::internal)?.len();
-    let mut len = [0u8; 4];
-    file.read_exact(&mut len).map_err(|_| bad("shorter than its header length".into()))?;
-    let len = u64::from(u32::from_be_bytes(len));
-    if 4 + len > size {
-        return Err(bad(format!("a frame header of {len} bytes in {size} bytes")));
-    }
-    let mut head = vec![0u8; len as usize];
-    file.read_exact(&mut head).map_err(ApiError::internal)?;
-    let (vote, meta) = serde_json::from_slice(&head).map_err(|e| bad(format!("its header: {e}")))?;
-    let mut data = Vec::with_capacity((size - 4 - len) as usize);
-    file.read_to_end(&mut data).map_err(ApiError::internal)?;
-    Ok((vote, meta, data))
+    fenced_raft::framing::read_snapshot(&mut file, size).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidData => ApiError::bad_request("invalid_frame", format!("a snapshot message: {e}")),
+        _ => ApiError::internal(e),
+    })
 }
 
 #[cfg(test)]
