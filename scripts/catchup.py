@@ -10,6 +10,11 @@ term moved (an election during the catch-up) as one JSON line.
 
     scripts/catchup.py [--bin target/release/fenced] [--mib 128] [--timeout 180]
 
+With FENCED_FAULT_SNAPSHOT_CUT_AT=N in the environment (a build with the
+`fault-injection` feature), the leader's first snapshot transfer is cut after N bytes,
+and the line also says how many transfers the follower resumed and how many snapshot
+bytes it received.
+
 Exit 0 when the follower caught up within the time-out without an election, 1 when
 not, 2 for bad arguments. Talks only to 127.0.0.1 and stops every member it started.
 """
@@ -35,6 +40,24 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+def metrics(port):
+    """The member's counters from /metrics, by name (empty when it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if not line.startswith("#") and value:
+            try:
+                out[name] = float(value)
+            except ValueError:
+                pass
+    return out
 
 
 def call(port, method, path, body=None, headers=None, timeout=10):
@@ -124,6 +147,7 @@ def main():
         after = status(lp) or {}
         f = status(fp) or {}
         snap = [os.path.getsize(f"{root}/d{leader}/raft.redb")]
+        counters = metrics(fp)
         out = {
             "store_mib": a.mib,
             "caught_up_s": None if caught is None else round(caught, 2),
@@ -136,6 +160,10 @@ def main():
             "via": "snapshot" if f.get("snapshot_index") else "log",
             "target_index": target,
             "leader_raft_redb_mib": round(snap[0] / (1 << 20), 1),
+            "follower_snapshot_mib": round(os.path.getsize(f"{root}/d{follower}/snapshot") / (1 << 20), 1)
+            if os.path.exists(f"{root}/d{follower}/snapshot") else None,
+            "snapshot_received_mib": round(counters.get("fenced_raft_snapshot_received_bytes_total", 0) / (1 << 20), 1),
+            "transfers_resumed": counters.get("fenced_raft_snapshot_transfers_resumed_total"),
         }
         print(json.dumps(out))
         ok = caught is not None and after.get("term") == term

@@ -29,8 +29,14 @@
 //! - the file `fault-clock-rate` in the data directory (the `clock` nemesis): a rate
 //!   (`1.08`, `0.5`) that this node's clock runs at from now on, read every 100 ms.
 //!
+//! - `FENCED_FAULT_SNAPSHOT_CUT_AT=N`: the first snapshot this process sends from its
+//!   first byte fails after N of its bytes, as a link cut midway would; the member keeps
+//!   what arrived and the next transfer resumes there (`network`). A fault, not a broken
+//!   promise: a correct cluster survives it.
+//!
 //! `FENCED_BREAK` takes several names separated by commas.
 
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -42,6 +48,33 @@ use crate::state_machine::StateMachine;
 /// Whether `FENCED_BREAK` names `what`.
 pub fn broken(what: &str) -> bool {
     std::env::var("FENCED_BREAK").is_ok_and(|v| v.split(',').any(|p| p.trim() == what))
+}
+
+/// The bytes of a snapshot to send from `offset`: with `FENCED_FAULT_SNAPSHOT_CUT_AT`
+/// set, the first sent from its start fails after that many bytes.
+pub fn cut_snapshot(reader: Box<dyn std::io::Read + Send + Sync>, offset: u64) -> Box<dyn std::io::Read + Send + Sync> {
+    static CUT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let at = std::env::var("FENCED_FAULT_SNAPSHOT_CUT_AT").ok().and_then(|v| v.parse::<u64>().ok());
+    let Some(at) = at.filter(|_| offset == 0) else { return reader };
+    if CUT.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return reader;
+    }
+    tracing::warn!(at, "fault: this snapshot transfer is cut after {at} bytes");
+    Box::new(CutAt { inner: reader.take(at) })
+}
+
+/// A reader that fails where its bytes end.
+struct CutAt {
+    inner: std::io::Take<Box<dyn std::io::Read + Send + Sync>>,
+}
+
+impl std::io::Read for CutAt {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self.inner.read(buf)? {
+            0 if !buf.is_empty() => Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "fault: cut")),
+            n => Ok(n),
+        }
+    }
 }
 
 /// How far `jump-on-failover` moves the timeline when a node takes office.

@@ -27,13 +27,30 @@ pub const CONTENT_TYPE: &str = "application/x-fenced-raft-frame";
 pub const ACCEPTS_HEADER: &str = "x-fenced-raft-frames";
 
 /// What this release reads from a peer, said in [`ACCEPTS_HEADER`]: 1, frames;
-/// 2, also snapshots of `snapshot_format` and `Command::SetLimits` in entries. A
-/// sender keeps to what the member said: a member at 1 is sent the JSON snapshot, and
-/// no member proposes agreed limits until every member is at 2.
-pub const LEVEL: u8 = 2;
+/// 2, also snapshots of `snapshot_format` and `Command::SetLimits` in entries; 3, also
+/// a snapshot resumed from an offset ([`SNAPSHOT_ID_HEADER`]). A sender keeps to what
+/// the member said: a member at 1 is sent the JSON snapshot, no member proposes agreed
+/// limits until every member is at 2, and a member at 2 is sent every snapshot whole.
+pub const LEVEL: u8 = 3;
 
 /// The level from which a member is sent binary snapshots.
 pub const LEVEL_BINARY_SNAPSHOTS: u8 = 2;
+
+/// The level from which a member reads `Command::SetLimits`.
+pub const LEVEL_SET_LIMITS: u8 = 2;
+
+/// The level from which a cut snapshot transfer resumes where the member's copy ends.
+pub const LEVEL_RESUMABLE_SNAPSHOTS: u8 = 3;
+
+/// On a snapshot message to a member at [`LEVEL_RESUMABLE_SNAPSHOTS`]: the name of the
+/// snapshot's bytes (its last log id, length and checksum). The member keeps what it
+/// received of a cut transfer under this name.
+pub const SNAPSHOT_ID_HEADER: &str = "x-fenced-snapshot-id";
+
+/// On a snapshot message with [`SNAPSHOT_ID_HEADER`]: the offset in the snapshot's
+/// bytes where the payload begins (0: from the start). The frame's header (vote and
+/// meta) comes first in every message, resumed or not.
+pub const SNAPSHOT_OFFSET_HEADER: &str = "x-fenced-snapshot-offset";
 
 /// The level in a member's [`ACCEPTS_HEADER`]: the first release to send it sent "1".
 pub fn parse_level(v: &hyper::header::HeaderValue) -> u8 {

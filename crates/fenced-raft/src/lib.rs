@@ -93,12 +93,61 @@ impl SnapshotBody {
     /// a snapshot is sent (streamed in chunks, however large). A kept snapshot replaced
     /// since it was offered is an error, as for [`SnapshotBody::into_bytes`].
     pub fn into_reader(self) -> io::Result<(Box<dyn io::Read + Send + Sync>, u64)> {
+        let source = self.into_source()?;
+        let len = source.len();
+        Ok((source.from(0)?, len))
+    }
+
+    /// The bytes opened to be sent from any offset, and named by a checksum: a transfer
+    /// cut midway resumes where the member's copy ends, if it is of the same bytes.
+    pub fn into_source(self) -> io::Result<SnapshotSource> {
         match self {
             SnapshotBody::Bytes(bytes) => {
-                let len = bytes.len() as u64;
-                Ok((Box::new(io::Cursor::new(bytes)), len))
+                let crc = snapshot_file::crc32c(&[&bytes]);
+                Ok(SnapshotSource::Bytes { bytes, crc })
             }
-            SnapshotBody::Kept { db, last_log_id } => db.snapshot_reader(last_log_id),
+            SnapshotBody::Kept { db, last_log_id } => Ok(SnapshotSource::Kept(db.snapshot_reader(last_log_id)?)),
+        }
+    }
+}
+
+/// A snapshot's bytes, opened to be sent ([`SnapshotBody::into_source`]).
+pub enum SnapshotSource {
+    Bytes { bytes: Vec<u8>, crc: u32 },
+    Kept(snapshot_file::Outgoing),
+}
+
+impl SnapshotSource {
+    /// How many bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            SnapshotSource::Bytes { bytes, .. } => bytes.len() as u64,
+            SnapshotSource::Kept(kept) => kept.len,
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A checksum that tells these bytes from another snapshot's of the same length.
+    pub fn crc(&self) -> u32 {
+        match self {
+            SnapshotSource::Bytes { crc, .. } => *crc,
+            SnapshotSource::Kept(kept) => kept.crc,
+        }
+    }
+
+    /// The bytes from `offset` (at most their length) to their end.
+    pub fn from(self, offset: u64) -> io::Result<Box<dyn io::Read + Send + Sync>> {
+        match self {
+            SnapshotSource::Bytes { bytes, .. } => {
+                let mut cursor = io::Cursor::new(bytes);
+                cursor.set_position(offset.min(cursor.get_ref().len() as u64));
+                Ok(Box::new(cursor))
+            }
+            SnapshotSource::Kept(kept) => kept.from(offset),
         }
     }
 }

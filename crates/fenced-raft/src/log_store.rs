@@ -173,9 +173,9 @@ impl Db {
         self.snap.exists()
     }
 
-    /// The kept snapshot's bytes as a reader, and their length, if it still covers the
-    /// log up to `offered` ([`SnapshotFile::open_data`]).
-    pub fn snapshot_reader(&self, offered: Option<LogId>) -> io::Result<(Box<dyn io::Read + Send + Sync>, u64)> {
+    /// The kept snapshot's bytes, opened to be sent, if it still covers the log up to
+    /// `offered` ([`SnapshotFile::open_data`]).
+    pub fn snapshot_reader(&self, offered: Option<LogId>) -> io::Result<crate::snapshot_file::Outgoing> {
         self.snap.open_data(offered)
     }
 

@@ -975,7 +975,7 @@ impl Node {
 
     /// This leader's configured limits, when the table's are not already those agreed
     /// through the log and every member said it reads `Command::SetLimits`
-    /// ([`crate::framing::LEVEL`]): until then (a rolling upgrade from a release
+    /// ([`crate::framing::LEVEL_SET_LIMITS`]): until then (a rolling upgrade from a release
     /// before it) each member keeps deciding with its own configuration, as before.
     fn limits_to_agree(&self) -> Option<Limits> {
         #[cfg(feature = "fault-injection")]
@@ -992,7 +992,8 @@ impl Node {
         let m = self.raft.metrics();
         let members: Vec<NodeId> =
             m.borrow_watched().membership_config.membership().nodes().map(|(id, _)| *id).collect();
-        let all_read_it = members.iter().all(|id| *id == self.id || self.network.level(*id) >= crate::framing::LEVEL);
+        let all_read_it =
+            members.iter().all(|id| *id == self.id || self.network.level(*id) >= crate::framing::LEVEL_SET_LIMITS);
         all_read_it.then(|| configured.clone())
     }
 
@@ -1153,11 +1154,11 @@ impl Node {
         }
         let (hello, level) =
             self.network.hello(url, HELLO_TIMEOUT).await.map_err(|e| format!("no handshake with {url}: {e}"))?;
-        if level < crate::framing::LEVEL && self.sm.state().table.limits_agreed() {
+        if level < crate::framing::LEVEL_SET_LIMITS && self.sm.state().table.limits_agreed() {
             return Err(format!(
                 "node {id} at {url} runs an earlier release of Fenced, which cannot read this cluster's log (it \
                  reads peer level {level}; the limits this cluster agreed on need {}): upgrade it first",
-                crate::framing::LEVEL
+                crate::framing::LEVEL_SET_LIMITS
             ));
         }
         if hello.instance == self.instance {

@@ -24,7 +24,7 @@
 //! start the state machine from nothing under a purged log.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -106,11 +106,13 @@ impl SnapshotFile {
         Ok(Some(meta))
     }
 
-    /// The kept snapshot's bytes as a reader, and their length, if it still covers the
-    /// log up to `offered` (it may have been replaced since its meta was offered). The
-    /// file's own checksum is not checked here (that would read it all): the bytes are
-    /// in the snapshot format, whose checksum the receiver checks.
-    pub fn open_data(&self, offered: Option<LogId>) -> io::Result<(Box<dyn Read + Send + Sync>, u64)> {
+    /// The kept snapshot's bytes, opened to be sent, if it still covers the log up to
+    /// `offered` (it may have been replaced since its meta was offered). The file's own
+    /// checksum is not checked here (that would read it all): the bytes are in the
+    /// snapshot format, whose checksum the receiver checks. The file's checksum, read
+    /// from its end, names these bytes ([`Outgoing::crc`]): a cut transfer resumes only
+    /// into the bytes of the same file.
+    pub fn open_data(&self, offered: Option<LogId>) -> io::Result<Outgoing> {
         let path = self.path();
         let mut file = File::open(&path)?;
         let mut head = [0u8; HEAD];
@@ -124,11 +126,14 @@ impl SnapshotFile {
         if meta.last_log_id != offered {
             return Err(io::Error::other("the kept snapshot was replaced since it was offered"));
         }
-        let whole = (HEAD + meta_len + 8) as u64 + data_len + 4;
-        if file.metadata()?.len() != whole {
+        let start = (HEAD + meta_len + 8) as u64;
+        if file.metadata()?.len() != start + data_len + 4 {
             return Err(refused(&path, "its length does not match what it says"));
         }
-        Ok((Box::new(file.take(data_len)), data_len))
+        let mut crc = [0u8; 4];
+        file.seek(io::SeekFrom::Start(start + data_len))?;
+        file.read_exact(&mut crc)?;
+        Ok(Outgoing { file, start, len: data_len, crc: u32::from_le_bytes(crc) })
     }
 
     /// Keeps a snapshot durably, unless the one kept already covers more of the log (a
@@ -159,6 +164,27 @@ impl SnapshotFile {
         std::fs::rename(&tmp, self.path())?;
         File::open(&self.dir)?.sync_all()?;
         Ok(true)
+    }
+}
+
+/// A kept snapshot's bytes, opened to be sent from any offset.
+pub struct Outgoing {
+    file: File,
+    /// Where the bytes begin in the file.
+    start: u64,
+    /// How many bytes.
+    pub len: u64,
+    /// The file's checksum (of its meta and bytes), which tells this file's bytes from
+    /// another's.
+    pub crc: u32,
+}
+
+impl Outgoing {
+    /// The bytes from `offset` (at most [`Outgoing::len`]) to their end.
+    pub fn from(mut self, offset: u64) -> io::Result<Box<dyn Read + Send + Sync>> {
+        let offset = offset.min(self.len);
+        self.file.seek(io::SeekFrom::Start(self.start + offset))?;
+        Ok(Box::new(self.file.take(self.len - offset)))
     }
 }
 
@@ -215,7 +241,7 @@ fn refused(path: &Path, why: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("{}: the snapshot is refused: {why}", path.display()))
 }
 
-fn crc32c(parts: &[&[u8]]) -> u32 {
+pub(crate) fn crc32c(parts: &[&[u8]]) -> u32 {
     let mut digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
     for part in parts {
         digest.update(part);

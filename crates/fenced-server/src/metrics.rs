@@ -50,6 +50,10 @@ pub struct Metrics {
     pub h2c_refused: AtomicU64,
     /// Frames received on wire-protocol connections.
     pub wire_requests: AtomicU64,
+    /// Bytes of snapshots received from the leader (into `snapshot.incoming`).
+    pub snapshot_bytes_received: AtomicU64,
+    /// Snapshot messages that resumed a cut transfer where it stopped.
+    pub snapshot_transfers_resumed: AtomicU64,
     requests: AtomicU64,
     latency_buckets: [AtomicU64; BUCKETS_S.len()],
     latency_sum_us: AtomicU64,
@@ -78,7 +82,7 @@ impl Metrics {
 
     pub fn render(&self, g: &Gauges, raft: &RaftFigures, log: &LogMetrics) -> String {
         let mut out = String::with_capacity(4096);
-        let counters: [(&str, &str, u64); 24] = [
+        let counters: [(&str, &str, u64); 26] = [
             ("fenced_grants_total", "Locks granted.", self.grants.load(Relaxed)),
             ("fenced_releases_total", "Locks released explicitly.", self.releases.load(Relaxed)),
             ("fenced_revoked_releases_total", "Locks released by a lease revoke.", self.revoked_releases.load(Relaxed)),
@@ -158,6 +162,16 @@ impl Metrics {
                 self.h2c_refused.load(Relaxed),
             ),
             ("fenced_wire_requests_total", "Requests on wire-protocol connections.", self.wire_requests.load(Relaxed)),
+            (
+                "fenced_raft_snapshot_received_bytes_total",
+                "Bytes of snapshots received from the leader.",
+                self.snapshot_bytes_received.load(Relaxed),
+            ),
+            (
+                "fenced_raft_snapshot_transfers_resumed_total",
+                "Snapshot transfers from the leader resumed where a cut one stopped.",
+                self.snapshot_transfers_resumed.load(Relaxed),
+            ),
             (
                 "fenced_audit_lines_dropped_total",
                 "Audit lines dropped: the queue was full or the file could not be written.",

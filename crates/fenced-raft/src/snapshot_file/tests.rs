@@ -83,3 +83,31 @@ fn a_file_of_a_later_version_is_refused_saying_so() {
     assert!(file.write(&meta_at(1), b"one").is_err());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The kept bytes are sent from any offset (a resumed transfer): the rest from there,
+/// and an offset past the end gives nothing. Their checksum tells one file's bytes from
+/// another's of the same length and log id, and a replaced snapshot is not opened
+/// under the meta offered before.
+#[test]
+fn the_kept_bytes_are_sent_from_any_offset_and_named_by_their_checksum() {
+    let dir = scratch("outgoing");
+    let file = SnapshotFile::open(&dir).unwrap();
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    assert!(file.write(&meta_at(7), &data).unwrap());
+    let offered = meta_at(7).last_log_id;
+    for offset in [0u64, 1, 65_536, 99_999, 100_000, 200_000] {
+        let out = file.open_data(offered).unwrap();
+        assert_eq!(out.len, 100_000);
+        let mut rest = Vec::new();
+        out.from(offset).unwrap().read_to_end(&mut rest).unwrap();
+        assert_eq!(rest, data[(offset as usize).min(data.len())..], "from {offset}");
+    }
+    let crc = file.open_data(offered).unwrap().crc;
+    let mut other = data.clone();
+    other[50_000] ^= 1;
+    assert!(file.write(&meta_at(7), &other).unwrap());
+    assert_ne!(file.open_data(offered).unwrap().crc, crc, "other bytes of one log id have another name");
+    assert!(file.write(&meta_at(8), &data).unwrap());
+    assert!(file.open_data(offered).is_err(), "a replaced snapshot is not opened under its old meta");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -84,8 +84,9 @@ pub struct AppInner {
     pub body_budget: Arc<tokio::sync::Semaphore>,
     /// Bytes of peer messages being read now ([`raft::PEER_BYTES_IN_FLIGHT_MAX`]).
     pub peer_budget: Arc<tokio::sync::Semaphore>,
-    /// Held while a snapshot from the leader is received (into the data directory).
-    pub incoming_snapshot: tokio::sync::Mutex<()>,
+    /// Held while a snapshot from the leader is received (into the data directory);
+    /// what is kept of a cut transfer, to be resumed.
+    pub incoming_snapshot: raft::Incoming,
     /// Flips to true when shutdown begins.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     /// The OpenAPI document, generated at start for this configuration's limits.

@@ -24,6 +24,8 @@ use super::{ApiError, App};
 
 mod incoming;
 
+pub use incoming::Incoming;
+
 /// The largest peer message taken whole in memory: appends, votes, and the JSON
 /// snapshot of a release before frames. A framed snapshot is received into a file
 /// (`incoming::SNAPSHOT_MESSAGE_BYTES_MAX`).
@@ -54,6 +56,7 @@ pub fn routes(app: App) -> Router<App> {
         .route("/raft/vote", post(vote))
         .route("/raft/pre-vote", post(pre_vote))
         .route("/raft/snapshot", post(snapshot))
+        .route("/raft/snapshot-offset", post(snapshot_offset))
         .route("/raft/transfer-leader", post(transfer_leader))
         .layer(axum::middleware::from_fn_with_state(app, only_in_a_cluster))
         .route("/raft/hello", get(hello))
@@ -116,7 +119,7 @@ async fn read_framed<T: DeserializeOwned>(
 }
 
 /// [`fenced_raft::framing::LEVEL`], as the header says it.
-const LEVEL: &str = "2";
+const LEVEL: &str = "3";
 
 /// Every raft answer says that this member takes frames ([`fenced_raft::framing`]).
 fn answer<T: Serialize>(r: &T) -> Response {
@@ -174,6 +177,14 @@ async fn snapshot(State(app): State<App>, headers: HeaderMap, body: Body) -> Res
     let snapshot = fenced_raft::Snapshot { meta, snapshot: fenced_raft::SnapshotBody::Bytes(data) };
     let r = app.locks.node.raft.install_full_snapshot(vote, snapshot).await;
     Ok(answer(&r.map_err(openraft_fatal)))
+}
+
+/// How much of a snapshot's bytes this member holds from a cut transfer, by their name
+/// (`fenced_raft::framing::SNAPSHOT_ID_HEADER`): where the leader resumes.
+async fn snapshot_offset(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let id: String = read(&app, &headers, body).await?;
+    let held = incoming::offset(&app.incoming_snapshot, &id)?;
+    Ok(answer(&Ok::<u64, fenced_raft::openraft::errors::RaftError<fenced_raft::TypeConfig>>(held)))
 }
 
 async fn transfer_leader(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {

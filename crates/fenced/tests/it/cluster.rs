@@ -28,6 +28,8 @@ struct Cluster {
     peers: String,
     /// `FENCED_BREAK` for every member (a test-only negative control), if any.
     breaks: Option<&'static str>,
+    /// More environment for every member (a test-only fault).
+    env: Vec<(&'static str, String)>,
 }
 
 impl Cluster {
@@ -47,7 +49,7 @@ impl Cluster {
             .map(|id| Member { id, addr: free_addr(), dir: scratch(&format!("{name}-{id}")), child: None })
             .collect();
         let peers = members.iter().map(|m| format!("{}=http://{}", m.id, m.addr)).collect::<Vec<_>>().join(",");
-        Cluster { members, peers, breaks }
+        Cluster { members, peers, breaks, env: Vec::new() }
     }
 
     fn start_all(&mut self) {
@@ -93,6 +95,7 @@ impl Cluster {
             .env("FENCED_LOG", "warn")
             .env("FENCED_SNAPSHOT_ENTRIES", "50")
             .env("FENCED_BREAK", self.breaks.unwrap_or(""))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -407,6 +410,51 @@ fn a_follower_that_missed_more_than_the_log_keeps_catches_up_from_a_snapshot() {
     let (st, g) = c.any("POST", "/v1/locks/fresh/acquire", "{\"ttl_ms\":1000}");
     assert_eq!(st, 200, "{g}");
     assert!(g["token"].as_u64().unwrap() > last);
+}
+
+/// A snapshot transfer cut midway (`FENCED_FAULT_SNAPSHOT_CUT_AT`: the leader's first
+/// transfer fails after 1 MiB, as a link cut would) resumes where it stopped: the
+/// follower keeps what arrived, says how much when the leader asks, and takes the rest.
+/// It catches up with every value, and its counters show one resumed transfer.
+#[test]
+fn a_snapshot_transfer_cut_midway_resumes_where_it_stopped() {
+    let mut c = Cluster::unstarted("resume", 3, None);
+    c.env.push(("FENCED_FAULT_SNAPSHOT_CUT_AT", (1u64 << 20).to_string()));
+    c.start_all();
+    let l = c.leader(20);
+    let f = (l + 1) % 3;
+    c.kill9(f);
+    // About 3 MiB of store values: a snapshot of several 1 MiB chunks.
+    let (st, g) = c.any("POST", "/v1/locks/writer/acquire", "{\"ttl_ms\":60000}");
+    assert_eq!(st, 200, "{g}");
+    let token = g["token"].as_u64().unwrap().to_string();
+    let value = "v".repeat(16 << 10);
+    for i in 0..200 {
+        let (st, v) = c.any_with("PUT", &format!("/v1/store/big{i}"), &value, &[("fencing-token", token.clone())]);
+        assert_eq!(st, 200, "{v}");
+    }
+    until(30, || {
+        c.any("POST", "/v1/locks/s0/acquire", "{\"ttl_ms\":60000}");
+        c.status(l).is_some_and(|s| s["purged_index"].as_u64().unwrap_or(0) > 0)
+    });
+    c.spawn(f);
+    let target = c.status(l).unwrap()["commit_index"].as_u64().unwrap();
+    until(60, || c.status(f).is_some_and(|s| s["last_applied_index"].as_u64() >= Some(target)));
+    let counter = |name: &str| -> u64 {
+        let (_, v) = call(c.members[f].addr, "GET", "/metrics", "", &[]).unwrap();
+        let line = format!("{name} ");
+        v.as_str().unwrap().lines().find_map(|l| l.strip_prefix(line.as_str())).unwrap().parse().unwrap()
+    };
+    let (resumed, received) =
+        (counter("fenced_raft_snapshot_transfers_resumed_total"), counter("fenced_raft_snapshot_received_bytes_total"));
+    assert!(resumed >= 1, "no transfer was resumed ({received} bytes received)");
+    let kept = std::fs::metadata(c.members[f].dir.join("snapshot")).unwrap().len();
+    // The kept file is the snapshot's bytes and a small head: a transfer begun again
+    // from its start would have received 1 MiB more than the bytes.
+    assert!(received <= kept, "bytes crossed twice: {received} received for a snapshot file of {kept}");
+    c.replicas_agree();
+    let (st, v) = c.any("GET", "/v1/store/big199", "");
+    assert_eq!((st, v.as_str().map(str::len)), (200, Some(value.len())), "{v}");
 }
 
 #[test]

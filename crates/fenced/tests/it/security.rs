@@ -290,8 +290,16 @@ fn forged_append(term: u64, node: u64) -> String {
 
 /// Every route a member may call on another. A forwarded call names its caller's
 /// identity, so a client that could reach `forward/...` could call itself anyone.
-const PEER_ROUTES: [&str; 7] =
-    ["append", "vote", "pre-vote", "snapshot", "transfer-leader", "forward/v1/cluster/members", "forward/wire"];
+const PEER_ROUTES: [&str; 8] = [
+    "append",
+    "vote",
+    "pre-vote",
+    "snapshot",
+    "snapshot-offset",
+    "transfer-leader",
+    "forward/v1/cluster/members",
+    "forward/wire",
+];
 
 /// The forgery sent to `route`.
 fn forged(route: &str, term: u64) -> String {

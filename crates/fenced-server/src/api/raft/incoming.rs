@@ -2,12 +2,25 @@
 //! (`snapshot.incoming`), not into memory: a snapshot of a full store (the 1 GiB quota)
 //! was larger than one peer message (512 MiB) and could never be sent, and one buffered
 //! whole held its size in memory twice over while it was read. The leader streams it in
-//! chunks ([`fenced_raft::network`]); it is read back once whole, to be decoded and
-//! installed. One at a time: a second while one is received is refused `too_busy`.
+//! chunks ([`fenced_raft::network`]); the frame's header (vote and meta) is read from
+//! the stream, the snapshot's bytes go to the file, which is read back once whole, to
+//! be decoded and installed. One at a time: a second while one is received is refused
+//! `too_busy`.
+//!
+//! **Resumed transfers.** A leader at peer level 3 names the snapshot's bytes
+//! ([`fenced_raft::framing::SNAPSHOT_ID_HEADER`]) and first asks how much of them this
+//! member holds ([`offset`]). When a named transfer is cut (the leader stalled, the
+//! link failed, a chunk came late), what arrived stays in the file under that name,
+//! and the next message may begin at its end
+//! ([`fenced_raft::framing::SNAPSHOT_OFFSET_HEADER`]). Bytes of another name, or an
+//! offset other than the end of what is held, start again from nothing. The file is
+//! not flushed to the disk: a restart removes it (`SnapshotFile::open`), and the
+//! snapshot's own checksum refuses bytes that do not make it whole.
 
 use std::path::Path;
+use std::sync::atomic::AtomicU64;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, StatusCode};
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
@@ -17,92 +30,250 @@ use crate::api::{ApiError, App};
 /// The largest snapshot message taken: far above a full store at its quotas.
 pub const SNAPSHOT_MESSAGE_BYTES_MAX: u64 = 8 << 30;
 
+/// The largest frame header (a vote and a snapshot's meta: a membership of many
+/// members is a few KiB).
+const HEAD_BYTES_MAX: usize = 1 << 20;
+
 /// A received snapshot: the leader's vote, the snapshot's meta, its bytes.
 pub type Received = (fenced_raft::Vote, fenced_raft::SnapshotMeta, Vec<u8>);
 
+/// What `snapshot.incoming` holds of a cut transfer: the name of the bytes and how
+/// many of them, from their start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partial {
+    pub id: String,
+    pub len: u64,
+}
+
+/// The receiver's state, held while a snapshot is received (`AppInner::incoming_snapshot`).
+pub type Incoming = tokio::sync::Mutex<Option<Partial>>;
+
+/// How a message says where its bytes begin.
+#[derive(Debug, PartialEq, Eq)]
+struct Resume {
+    /// The name of the bytes; none from a leader before level 3 (never resumed).
+    id: Option<String>,
+    offset: u64,
+}
+
+impl Resume {
+    fn of(headers: &HeaderMap) -> Result<Resume, ApiError> {
+        let text = |name: &str| headers.get(name).map(|v| v.to_str().map(str::to_owned));
+        let bad = |why: String| ApiError::bad_request("invalid_header", why);
+        let id = text(fenced_raft::framing::SNAPSHOT_ID_HEADER)
+            .transpose()
+            .map_err(|_| bad("the snapshot's name is not text".into()))?;
+        let offset = match text(fenced_raft::framing::SNAPSHOT_OFFSET_HEADER).transpose() {
+            Ok(None) => 0,
+            Ok(Some(v)) => v.parse().map_err(|_| bad(format!("a snapshot offset of {v:?}")))?,
+            Err(_) => return Err(bad("the snapshot offset is not text".into())),
+        };
+        if offset > 0 && id.is_none() {
+            return Err(bad("a snapshot offset without the snapshot's name".into()));
+        }
+        Ok(Resume { id, offset })
+    }
+}
+
+/// How many bytes of the snapshot named `id` this member holds from a cut transfer
+/// (0: none). Asked while one is received, the answer is `too_busy`.
+pub fn offset(incoming: &Incoming, id: &str) -> Result<u64, ApiError> {
+    let Ok(held) = incoming.try_lock() else { return Err(busy()) };
+    Ok(held.as_ref().filter(|p| p.id == id).map_or(0, |p| p.len))
+}
+
+fn busy() -> ApiError {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_busy", "a snapshot is being received already")
+        .with(fenced_wire::Detail::RetryAfterMs(1000))
+}
+
 /// Receives a framed snapshot message ([`fenced_raft::framing`]) into the data
-/// directory, then reads it back.
+/// directory, then reads its bytes back.
 pub async fn receive(app: &App, headers: &HeaderMap, body: Body) -> Result<Received, ApiError> {
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > SNAPSHOT_MESSAGE_BYTES_MAX) {
         return Err(ApiError::too_large("snapshot", SNAPSHOT_MESSAGE_BYTES_MAX as usize));
     }
-    let Ok(_one) = app.incoming_snapshot.try_lock() else {
-        return Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "too_busy", "a snapshot is being received already")
-            .with(fenced_wire::Detail::RetryAfterMs(1000)));
-    };
-    let path = app.config.data_dir.join(fenced_raft::snapshot_file::INCOMING);
-    let result = async {
-        write_body(app, body, &path).await?;
-        let path = path.clone();
-        tokio::task::spawn_blocking(move || read_back(&path)).await.map_err(ApiError::internal)?
+    let resume = Resume::of(headers)?;
+    let Ok(mut held) = app.incoming_snapshot.try_lock() else { return Err(busy()) };
+    if let Some(rest) = declared {
+        // The rest of the file, then the kept snapshot it becomes.
+        room(app, rest.saturating_add(resume.offset.saturating_add(rest)))?;
     }
-    .await;
-    let _ = tokio::fs::remove_file(&path).await;
+    let path = app.config.data_dir.join(fenced_raft::snapshot_file::INCOMING);
+    let idle = std::time::Duration::from_millis(app.config.body_timeout_ms.max(1_000));
+    let resumed = resume.offset > 0;
+    let received = &app.metrics.snapshot_bytes_received;
+    let (result, kept) = receive_into(&path, &mut held, resume, body, idle, received).await;
+    if resumed && !result.as_ref().is_err_and(|e| e.code == "snapshot_not_resumable") {
+        crate::metrics::inc(&app.metrics.snapshot_transfers_resumed);
+    }
+    *held = kept;
     result
 }
 
-/// Writes the body to `path`, each chunk within the body time-out of the one before.
-async fn write_body(app: &App, body: Body, path: &Path) -> Result<(), ApiError> {
-    let mut file = tokio::fs::File::create(path).await.map_err(ApiError::internal)?;
-    let mut chunks = body.into_data_stream();
-    let idle = std::time::Duration::from_millis(app.config.body_timeout_ms.max(1_000));
-    let mut written = 0u64;
-    loop {
-        let next = tokio::time::timeout(idle, chunks.next())
-            .await
-            .map_err(|_| ApiError::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", "the snapshot stopped arriving"))?;
-        let Some(chunk) = next else { break };
-        let chunk = chunk
-            .map_err(|e| ApiError::bad_request("invalid_body", format!("the snapshot cannot be read as sent: {e}")))?;
-        written += chunk.len() as u64;
-        if written > SNAPSHOT_MESSAGE_BYTES_MAX {
-            return Err(ApiError::too_large("snapshot", SNAPSHOT_MESSAGE_BYTES_MAX as usize));
+/// Receives into `path` what follows what `held` says it holds, counting the bytes
+/// written in `received`: the result, and what the file holds afterwards (kept only of
+/// a named transfer cut while its bytes came).
+async fn receive_into(
+    path: &Path,
+    held: &mut Option<Partial>,
+    resume: Resume,
+    body: Body,
+    idle: std::time::Duration,
+    received: &AtomicU64,
+) -> (Result<Received, ApiError>, Option<Partial>) {
+    let start = match resume.offset {
+        0 => {
+            // From the start: whatever was held (of these bytes or others) goes first,
+            // so a cut before the first byte keeps nothing under the new name.
+            let _ = tokio::fs::remove_file(path).await;
+            None
         }
-        file.write_all(&chunk).await.map_err(ApiError::internal)?;
+        n => match held.take() {
+            Some(p) if Some(&p.id) == resume.id.as_ref() && p.len == n => Some(p.len),
+            other => {
+                let holds = other.filter(|p| Some(&p.id) == resume.id.as_ref()).map_or(0, |p| p.len);
+                let why = format!("a snapshot resumed at byte {n}, where this member holds {holds} of those bytes");
+                let _ = tokio::fs::remove_file(path).await;
+                return (Err(ApiError::new(StatusCode::CONFLICT, "snapshot_not_resumable", why)), None);
+            }
+        },
+    };
+    let mut chunks = body.into_data_stream();
+    let got = async {
+        let (vote, meta, rest) = read_head(&mut chunks, idle).await?;
+        let mut file = open(path, start).await.map_err(Stage::Local)?;
+        let written = write_rest(&mut file, rest, &mut chunks, idle, received).await;
+        file.flush().await.map_err(Stage::Local)?;
+        written?;
+        Ok((vote, meta))
     }
-    file.flush().await.map_err(ApiError::internal)
+    .await;
+    match got {
+        Ok((vote, meta)) => {
+            let read = {
+                let path = path.to_path_buf();
+                tokio::task::spawn_blocking(move || std::fs::read(path)).await.map_err(ApiError::internal)
+            };
+            let _ = tokio::fs::remove_file(path).await;
+            (read.and_then(|r| r.map_err(ApiError::internal)).map(|data| (vote, meta, data)), None)
+        }
+        Err(Stage::Cut(e)) if resume.id.is_some() => {
+            let len = tokio::fs::metadata(path).await.map_or(0, |m| m.len());
+            (Err(e), resume.id.map(|id| Partial { id, len }))
+        }
+        Err(Stage::Cut(e) | Stage::Refused(e)) => {
+            let _ = tokio::fs::remove_file(path).await;
+            (Err(e), None)
+        }
+        Err(Stage::Local(e)) => {
+            let _ = tokio::fs::remove_file(path).await;
+            (Err(ApiError::internal(e)), None)
+        }
+    }
 }
 
-/// Reads a received message back: its frame header (vote and meta), then its bytes.
-fn read_back(path: &Path) -> Result<Received, ApiError> {
-    let mut file = std::fs::File::open(path).map_err(ApiError::internal)?;
-    let size = file.metadata().map_err(ApiError::internal)?.len();
-    fenced_raft::framing::read_snapshot(&mut file, size).map_err(|e| match e.kind() {
-        std::io::ErrorKind::InvalidData => ApiError::bad_request("invalid_frame", format!("a snapshot message: {e}")),
-        _ => ApiError::internal(e),
-    })
+/// Why a message was not received whole.
+enum Stage {
+    /// The bytes stopped coming (cut, or late): what arrived may be resumed.
+    Cut(ApiError),
+    /// The message is wrong (its header, its length).
+    Refused(ApiError),
+    /// This member's file failed.
+    Local(std::io::Error),
+}
+
+type Chunks = axum::body::BodyDataStream;
+
+/// The next chunk, within `idle` of the one before; `None` at the body's end.
+async fn next(chunks: &mut Chunks, idle: std::time::Duration) -> Result<Option<Bytes>, Stage> {
+    let late = || ApiError::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", "the snapshot stopped arriving");
+    match tokio::time::timeout(idle, chunks.next()).await {
+        Err(_) => Err(Stage::Cut(late())),
+        Ok(None) => Ok(None),
+        Ok(Some(Ok(chunk))) => Ok(Some(chunk)),
+        Ok(Some(Err(e))) => {
+            Err(Stage::Cut(ApiError::bad_request("invalid_body", format!("the snapshot cannot be read as sent: {e}"))))
+        }
+    }
+}
+
+/// The frame's header (the vote and the snapshot's meta), and the bytes after it in the
+/// chunk that ended it.
+async fn read_head(
+    chunks: &mut Chunks,
+    idle: std::time::Duration,
+) -> Result<(fenced_raft::Vote, fenced_raft::SnapshotMeta, Bytes), Stage> {
+    let refused =
+        |why: String| Stage::Refused(ApiError::bad_request("invalid_frame", format!("a snapshot message: {why}")));
+    let mut head = Vec::new();
+    loop {
+        if head.len() >= 4 {
+            let len = u32::from_be_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+            if len > HEAD_BYTES_MAX {
+                return Err(refused(format!("a frame header of {len} bytes (at most {HEAD_BYTES_MAX})")));
+            }
+            if head.len() >= 4 + len {
+                let (vote, meta) = serde_json::from_slice(&head[4..4 + len])
+                    .map_err(|e| refused(format!("a snapshot's header: {e}")))?;
+                return Ok((vote, meta, Bytes::copy_from_slice(&head[4 + len..])));
+            }
+        }
+        match next(chunks, idle).await? {
+            Some(chunk) => head.extend_from_slice(&chunk),
+            None => return Err(refused("a frame shorter than its header".into())),
+        }
+    }
+}
+
+/// The file the bytes go to: new, or the one holding `start` bytes already.
+async fn open(path: &Path, start: Option<u64>) -> std::io::Result<tokio::fs::File> {
+    let Some(start) = start else { return tokio::fs::File::create(path).await };
+    let file = tokio::fs::OpenOptions::new().append(true).open(path).await?;
+    let len = file.metadata().await?.len();
+    if len != start {
+        return Err(std::io::Error::other(format!("{} holds {len} bytes, not {start}", path.display())));
+    }
+    Ok(file)
+}
+
+/// Writes `first` and the chunks after it, up to [`SNAPSHOT_MESSAGE_BYTES_MAX`].
+async fn write_rest(
+    file: &mut tokio::fs::File,
+    first: Bytes,
+    chunks: &mut Chunks,
+    idle: std::time::Duration,
+    received: &AtomicU64,
+) -> Result<(), Stage> {
+    let mut written = 0u64;
+    let mut chunk = Some(first);
+    while let Some(bytes) = chunk {
+        written += bytes.len() as u64;
+        if written > SNAPSHOT_MESSAGE_BYTES_MAX {
+            return Err(Stage::Refused(ApiError::too_large("snapshot", SNAPSHOT_MESSAGE_BYTES_MAX as usize)));
+        }
+        file.write_all(&bytes).await.map_err(Stage::Local)?;
+        received.fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        chunk = next(chunks, idle).await?;
+    }
+    Ok(())
+}
+
+/// Refuses a snapshot that would leave the disk under its reserve (`min_free_bytes`):
+/// the room left is for the log, which the member needs to go on once it caught up.
+fn room(app: &App, bytes: u64) -> Result<(), ApiError> {
+    let Err(free) = app.disk.room_for(bytes) else { return Ok(()) };
+    let min = app.disk.min_free_bytes;
+    let why = format!(
+        "a snapshot needing {bytes} bytes, with {free} bytes free and min_free_bytes {min} kept for the log: \
+         refused until there is room"
+    );
+    Err(ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "insufficient_storage", why)
+        .with(fenced_wire::Detail::FreeBytes(free))
+        .with(fenced_wire::Detail::MinFreeBytes(min)))
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A message read back is what was framed; every cut of one is refused or read
-    /// short (the snapshot format's own length and checksum refuse short bytes later),
-    /// never a panic.
-    #[test]
-    fn a_received_message_reads_back_and_a_cut_one_never_panics() {
-        let dir = std::env::temp_dir().join(format!("fenced-incoming-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("snapshot.incoming");
-        let log_id = serde_json::json!({"leader_id": {"term": 2, "node_id": 1}, "index": 9});
-        let meta = fenced_raft::SnapshotMeta {
-            last_log_id: Some(serde_json::from_value(log_id).unwrap()),
-            last_membership: Default::default(),
-        };
-        let vote = fenced_raft::Vote::new_committed(2, 1);
-        let whole = fenced_raft::framing::encode_snapshot(&vote, &meta, b"the table's bytes");
-        std::fs::write(&path, &whole).unwrap();
-        let (v, m, data) = read_back(&path).unwrap();
-        assert_eq!((v, m.last_log_id, data.as_slice()), (vote, meta.last_log_id, b"the table's bytes".as_slice()));
-        for len in 0..whole.len() {
-            std::fs::write(&path, &whole[..len]).unwrap();
-            if let Ok((_, _, data)) = read_back(&path) {
-                assert!(data.len() < 17, "a cut at {len} read whole");
-            }
-        }
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
+mod tests;
