@@ -68,6 +68,13 @@ pub type Snapshot = openraft::alias::SnapshotOf<TypeConfig, SnapshotBody>;
 /// (`scripts/catchup.py --mib 640`).
 pub enum SnapshotBody {
     Bytes(Vec<u8>),
+    /// Received from the leader and decoded once, with this member's limits, to check
+    /// it before openraft sees it: installed as decoded, not decoded again (a snapshot of
+    /// a full store takes seconds to decode).
+    Checked {
+        bytes: Vec<u8>,
+        table: Box<fenced_core::LockTable>,
+    },
     /// The snapshot kept in `db` that covers the log up to `last_log_id`.
     Kept {
         db: Arc<log_store::Db>,
@@ -80,7 +87,7 @@ impl SnapshotBody {
     /// threads. A kept snapshot replaced since it was offered is an error (the sender
     /// asks again and gets the new one), never the new bytes under the old meta.
     pub fn into_bytes(self) -> io::Result<Vec<u8>> {
-        if let SnapshotBody::Bytes(bytes) = self {
+        if let SnapshotBody::Bytes(bytes) | SnapshotBody::Checked { bytes, .. } = self {
             return Ok(bytes);
         }
         let (mut reader, len) = self.into_reader()?;
@@ -102,7 +109,7 @@ impl SnapshotBody {
     /// cut midway resumes where the member's copy ends, if it is of the same bytes.
     pub fn into_source(self) -> io::Result<SnapshotSource> {
         match self {
-            SnapshotBody::Bytes(bytes) => {
+            SnapshotBody::Bytes(bytes) | SnapshotBody::Checked { bytes, .. } => {
                 let crc = snapshot_file::crc32c(&[&bytes]);
                 Ok(SnapshotSource::Bytes { bytes, crc })
             }

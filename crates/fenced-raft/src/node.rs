@@ -973,6 +973,16 @@ impl Node {
         }
     }
 
+    /// A snapshot received from a peer, decoded off the runtime's threads with this
+    /// member's limits ([`crate::state_machine::check_snapshot`]): refused when it does
+    /// not decode, else ready to install without decoding it again.
+    pub async fn check_snapshot(&self, bytes: Vec<u8>) -> std::io::Result<crate::SnapshotBody> {
+        let limits = self.sm.configured_limits().clone();
+        tokio::task::spawn_blocking(move || crate::state_machine::check_snapshot(bytes, &limits))
+            .await
+            .map_err(crate::io_err)?
+    }
+
     /// This leader's configured limits, when the table's are not already those agreed
     /// through the log and every member said it reads `Command::SetLimits`
     /// ([`crate::framing::LEVEL_SET_LIMITS`]): until then (a rolling upgrade from a release

@@ -82,10 +82,12 @@ pub(crate) fn decode_table(bytes: &[u8], limits: &Limits) -> io::Result<LockTabl
         .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, format!("a lock-table snapshot is refused: {why}")))
 }
 
-/// Whether `bytes` decode as a snapshot of the lock table: a peer's snapshot is checked
-/// before it is handed to openraft, whose install would stop the log on a bad one.
-pub fn check_snapshot(bytes: &[u8]) -> io::Result<()> {
-    decode_table(bytes, &Limits::default()).map(drop)
+/// A peer's snapshot, decoded with `limits` (this member's, as its install would):
+/// checked before it is handed to openraft, whose install would stop the log on a bad
+/// one, and installed as decoded. Blocking: seconds for a full store.
+pub fn check_snapshot(bytes: Vec<u8>, limits: &Limits) -> io::Result<SnapshotBody> {
+    let table = Box::new(decode_table(&bytes, limits)?);
+    Ok(SnapshotBody::Checked { bytes, table })
 }
 
 impl StateMachine {
@@ -231,8 +233,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // off the runtime's threads, which also send this member's heartbeats.
         let (db, kept, limits) = (self.db.clone(), meta.clone(), self.limits.clone());
         let table = tokio::task::spawn_blocking(move || {
-            let data = snapshot.into_bytes()?;
-            let table = decode_table(&data, &limits)?;
+            let (data, table) = match snapshot {
+                SnapshotBody::Checked { bytes, table } => (bytes, *table),
+                other => {
+                    let data = other.into_bytes()?;
+                    let table = decode_table(&data, &limits)?;
+                    (data, table)
+                }
+            };
             db.put_snapshot(&kept, &data)?;
             Ok::<_, io::Error>(table)
         })

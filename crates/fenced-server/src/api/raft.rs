@@ -172,9 +172,14 @@ async fn snapshot(State(app): State<App>, headers: HeaderMap, body: Body) -> Res
     } else {
         read(&app, &headers, body).await?
     };
-    fenced_raft::state_machine::check_snapshot(&data)
-        .map_err(|e| ApiError::bad_request("invalid_snapshot", e.to_string()))?;
-    let snapshot = fenced_raft::Snapshot { meta, snapshot: fenced_raft::SnapshotBody::Bytes(data) };
+    let checked = match app.locks.node.check_snapshot(data).await {
+        Ok(checked) => checked,
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            return Err(ApiError::bad_request("invalid_snapshot", e.to_string()))
+        }
+        Err(e) => return Err(ApiError::internal(e)),
+    };
+    let snapshot = fenced_raft::Snapshot { meta, snapshot: checked };
     let r = app.locks.node.raft.install_full_snapshot(vote, snapshot).await;
     Ok(answer(&r.map_err(openraft_fatal)))
 }
