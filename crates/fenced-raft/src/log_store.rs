@@ -444,7 +444,11 @@ impl LogStore {
 /// The writer thread: one durable transaction for every run of queued changes, which
 /// also carries the commit mark when it moved since the last one written.
 fn writer(db: &Db, mem: &Mutex<Mem>, metrics: &LogMetrics, linger: Linger, rx: mpsc::Receiver<Op>) {
-    let mut written = mem.lock().unwrap_or_else(|p| p.into_inner()).committed;
+    let (mut written, mut durable) = {
+        let m = mem.lock().unwrap_or_else(|p| p.into_inner());
+        let last = m.entries.last_key_value().map(|(k, _)| *k);
+        (m.committed, last.max(m.last_purged.map(|l| l.index)).unwrap_or(0))
+    };
     #[cfg(feature = "fault-injection")]
     let mut slow_disk = SlowDisk::default();
     let mut last_commit = Duration::ZERO;
@@ -453,7 +457,8 @@ fn writer(db: &Db, mem: &Mutex<Mem>, metrics: &LogMetrics, linger: Linger, rx: m
         #[cfg(feature = "fault-injection")]
         slow_disk.wait(&db.dir);
         let committed = mem.lock().unwrap_or_else(|p| p.into_inner()).committed;
-        let mark = if committed != written { encode(&committed).ok() } else { None };
+        let after = durable_after(durable, &batch);
+        let mark = mark_to_write(committed, written, after).and_then(|c| encode(&c).ok());
         let started = Instant::now();
         let result = commit(db, &batch, mark.as_deref()).map_err(|e| e.to_string());
         last_commit = started.elapsed();
@@ -462,7 +467,10 @@ fn writer(db: &Db, mem: &Mutex<Mem>, metrics: &LogMetrics, linger: Linger, rx: m
             warn_slow(&batch, last_commit);
         }
         if result.is_ok() {
-            written = committed;
+            if mark.is_some() {
+                written = committed;
+            }
+            durable = after;
             let entries: usize =
                 batch.iter().map(|op| if let Op::Append { rows, .. } = op { rows.len() } else { 0 }).sum();
             metrics.entries_written.fetch_add(entries as u64, std::sync::atomic::Ordering::Relaxed);
@@ -530,6 +538,31 @@ impl SlowDisk {
             std::thread::sleep(std::time::Duration::from_millis(self.delay_ms));
         }
     }
+}
+
+/// The highest index the log holds (or its purge mark covers) once `batch` is durable,
+/// from `last` before it.
+fn durable_after(mut last: u64, batch: &[Op]) -> u64 {
+    for op in batch {
+        match op {
+            Op::Append { rows, .. } => last = rows.last().map_or(last, |(index, _)| last.max(*index)),
+            Op::Truncate { from, .. } => last = last.min(from.saturating_sub(1)),
+            Op::Purge { upto, .. } => last = last.max(*upto),
+            Op::Meta { .. } => {}
+        }
+    }
+    last
+}
+
+/// The commit mark a transaction carries, if any: the latest when it moved since the
+/// last one written, and only once the log holds (up to `durable`) the entry it names.
+/// A leader learns an index is committed when its followers flushed it, maybe before its
+/// own slow disk did: a mark written ahead of its entries and a crash left a log that
+/// openraft refused at start (it re-applies up to the mark, and the entries were not
+/// there). Held back, the mark lags, which openraft allows.
+fn mark_to_write(committed: Option<LogId>, written: Option<LogId>, durable: u64) -> Option<Option<LogId>> {
+    let names_held = committed.is_none_or(|c| c.index <= durable);
+    (committed != written && names_held).then_some(committed)
 }
 
 fn commit(db: &Db, batch: &[Op], committed: Option<&[u8]>) -> Result<(), redb::Error> {
@@ -735,6 +768,21 @@ mod tests {
         assert_eq!(Linger { frac: 1.0 }.gather(vote(), &rx, Duration::from_secs(10)).len(), 1);
         assert!(started.elapsed() < Duration::from_millis(40));
         sender.join().unwrap();
+    }
+
+    /// A commit mark is written only once the log holds the entry it names: never
+    /// ahead of its entries (the slow-disk leader of `cluster::every_member_killed_at_once`
+    /// crashed with a mark past its log and could not start).
+    #[test]
+    fn the_commit_mark_is_never_written_ahead_of_its_entries() {
+        use openraft::vote::RaftLeaderIdExt;
+        let at = |index: u64| Some(LogId::new(openraft::alias::LeaderIdOf::<TypeConfig>::new_committed(1, 1), index));
+        assert_eq!(durable_after(4, &[append(5), append(6)]), 6);
+        assert_eq!(durable_after(9, &[Op::Truncate { from: 7, done: oneshot::channel().0 }, append(7)]), 7);
+        assert_eq!(mark_to_write(at(6), at(3), 6), Some(at(6)));
+        assert_eq!(mark_to_write(at(8), at(3), 6), None, "a mark ahead of the log waits");
+        assert_eq!(mark_to_write(at(6), at(6), 9), None, "an unmoved mark is not written again");
+        assert_eq!(mark_to_write(None, at(3), 0), Some(None));
     }
 
     #[test]

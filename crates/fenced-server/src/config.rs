@@ -163,8 +163,9 @@ pub struct Config {
     /// form of `peers` (`2=http://127.0.0.1:9002,...`): a proxy or a NAT between two
     /// members. The membership keeps the `peers` addresses. Empty, the default: none.
     pub peer_routes: String,
-    /// A snapshot of the lock table every this many log entries; the log keeps a fifth
-    /// of that before it, and a member further behind catches up from the snapshot.
+    /// A snapshot of the lock table after at least this many log entries, and at least
+    /// as many as the table holds objects (`Node::snapshot_interval`); the log keeps a
+    /// fifth of this before it, and a member further behind catches up from the snapshot.
     pub snapshot_entries: u64,
     /// Fenced-store keys starting with this take tokens minted by another lock service
     /// (an etcd lock key's `create_revision`, a ZooKeeper lock node's `czxid`, a Redis
