@@ -142,6 +142,15 @@ impl Cluster {
         }
     }
 
+    /// Holds every byte on member `i`'s links (both directions) for `d`.
+    pub fn delay_links(&self, i: usize, d: Duration) {
+        for ((a, b), p) in &self.links {
+            if *a == i || *b == i {
+                p.set_delay(d);
+            }
+        }
+    }
+
     /// Blocks every link from a member of `a` to a member of `b` (both ways when
     /// `both`).
     pub fn cut(&self, a: &[usize], b: &[usize], both: bool) -> Vec<(u64, u64)> {

@@ -728,6 +728,11 @@ pub struct Probe {
 }
 
 impl Probe {
+    /// What the members are.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
     /// The member that says it leads in the highest term, and that term (etcd: its
     /// `raftTerm`; ZooKeeper: the epoch, the high 32 bits of its last zxid), every
     /// member asked at once; `None` while none does.

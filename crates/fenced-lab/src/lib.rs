@@ -12,7 +12,6 @@ pub mod ensemble;
 pub mod etcd;
 pub mod history;
 pub mod nemesis;
-pub mod peer_nemesis;
 pub mod peers;
 pub mod proxy;
 pub mod reader;

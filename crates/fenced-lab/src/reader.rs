@@ -24,48 +24,62 @@ const READ_EVERY: Duration = Duration::from_millis(40);
 /// The longest one read may take before it counts as not done.
 const READ_BOUND: Duration = Duration::from_secs(1);
 
-/// Starts a reader per member (`addrs`, reached directly) reading `key` until
-/// `until_us`; reader `i` records its operations as worker `first_worker + i`.
-pub fn spawn(
-    addrs: &[SocketAddr],
-    key: &str,
-    first_worker: u32,
-    until_us: u64,
-    tx: mpsc::UnboundedSender<Op>,
-) -> JoinSet<()> {
-    let mut set = JoinSet::new();
-    for (i, addr) in addrs.iter().copied().enumerate() {
-        let (tx, path) = (tx.clone(), format!("/v1/store/{key}"));
-        set.spawn(async move {
-            let mut cycle = 0;
-            while now_us() < until_us {
-                cycle += 1;
-                let start_us = now_us();
-                let (result, value, error) = match get(addr, &path).await {
-                    Ok(value) => (OpResult::Ok, value, None),
-                    Err(e) => (OpResult::Failed, None, Some(e)),
-                };
-                let op = Op {
-                    worker: first_worker + i as u32,
-                    cycle,
-                    kind: OpKind::Get,
-                    start_us,
-                    end_us: now_us(),
-                    result,
-                    token: None,
-                    value,
-                    error,
-                    promised_until_us: None,
-                    lost_signalled: None,
-                };
-                if tx.send(op).is_err() {
-                    return;
-                }
-                sleep(READ_EVERY).await;
-            }
-        });
+/// The readers of a run and the reads they send in.
+pub struct Readers {
+    set: JoinSet<()>,
+    rx: mpsc::UnboundedReceiver<Op>,
+}
+
+impl Readers {
+    /// Starts a reader per member (`addrs`, reached directly) reading `key` until
+    /// `until_us`; reader `i` records its operations as worker `first_worker + i`.
+    pub fn spawn(addrs: &[SocketAddr], key: &str, first_worker: u32, until_us: u64) -> Readers {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut set = JoinSet::new();
+        for (i, addr) in addrs.iter().copied().enumerate() {
+            let (tx, path) = (tx.clone(), format!("/v1/store/{key}"));
+            set.spawn(read_until(addr, path, first_worker + i as u32, until_us, tx));
+        }
+        Readers { set, rx }
     }
-    set
+
+    /// Waits for every reader to stop (at `until_us`), adding their reads to `history`.
+    pub async fn finish(mut self, history: &mut Vec<Op>) {
+        while self.set.join_next().await.is_some() {}
+        while let Some(op) = self.rx.recv().await {
+            history.push(op);
+        }
+    }
+}
+
+/// One reader: reads of `path` at `addr`, one after the other, until `until_us`.
+async fn read_until(addr: SocketAddr, path: String, worker: u32, until_us: u64, tx: mpsc::UnboundedSender<Op>) {
+    let mut cycle = 0;
+    while now_us() < until_us {
+        cycle += 1;
+        let start_us = now_us();
+        let (result, value, error) = match get(addr, &path).await {
+            Ok(value) => (OpResult::Ok, value, None),
+            Err(e) => (OpResult::Failed, None, Some(e)),
+        };
+        let op = Op {
+            worker,
+            cycle,
+            kind: OpKind::Get,
+            start_us,
+            end_us: now_us(),
+            result,
+            token: None,
+            value,
+            error,
+            promised_until_us: None,
+            lost_signalled: None,
+        };
+        if tx.send(op).is_err() {
+            return;
+        }
+        sleep(READ_EVERY).await;
+    }
 }
 
 /// One plain read: the counter (`None` when absent), or why there is no answer to
