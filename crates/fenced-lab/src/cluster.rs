@@ -18,9 +18,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::time::{sleep, timeout, Instant};
+use tokio::time::{sleep, Instant};
 
 use crate::peers::{Service, TempDir};
 use crate::proxy::DelayProxy;
@@ -251,20 +249,7 @@ impl Cluster {
 
 /// `GET path` of the Fenced server at `addr` as JSON, within `bound`.
 async fn get_json(addr: SocketAddr, path: &str, bound: Duration) -> Option<Value> {
-    let ask = async {
-        let mut s = TcpStream::connect(addr).await.ok()?;
-        let req = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
-        s.write_all(req.as_bytes()).await.ok()?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await.ok()?;
-        let text = String::from_utf8_lossy(&buf);
-        let (head, body) = text.split_once("\r\n\r\n")?;
-        if !head.starts_with("HTTP/1.1 200") {
-            return None;
-        }
-        serde_json::from_str(body).ok()
-    };
-    timeout(bound, ask).await.ok().flatten()
+    crate::http::get(addr, path, bound).await.ok()?.json_if_ok()
 }
 
 #[cfg(test)]

@@ -42,7 +42,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
+use hyper::Method;
 
+use crate::http;
 use crate::peers::{ask, fenced_server_args, find_program, free_port, signal, TempDir, ZOOKEEPER_JAR};
 use crate::proxy::DelayProxy;
 
@@ -577,9 +579,9 @@ impl Ensemble {
         loop {
             let addr = self.members[i].client;
             let serving = match self.kind {
-                Kind::Etcd => http_json(addr, "GET", "/health", "").is_some_and(|v| v["health"] == "true"),
+                Kind::Etcd => http_json(addr, Method::GET, "/health", "").is_some_and(|v| v["health"] == "true"),
                 Kind::Zookeeper => four_letters(addr, "srvr").is_some_and(|a| a.contains("Mode: ")),
-                Kind::Fenced => http_json(addr, "GET", "/livez", "").is_some_and(|v| v["status"] == "live"),
+                Kind::Fenced => http_json(addr, Method::GET, "/livez", "").is_some_and(|v| v["status"] == "live"),
             };
             if serving {
                 return Ok(());
@@ -624,7 +626,7 @@ impl Ensemble {
                         std::thread::sleep(Duration::from_millis(10));
                         continue;
                     }
-                    match http_json(self.members[i].client, "POST", "/v3/kv/put", &body) {
+                    match http_json(self.members[i].client, Method::POST, "/v3/kv/put", &body) {
                         Some(v) if v["header"]["revision"].is_string() => return Ok(()),
                         Some(v) => last = format!("member {i} answered {v}"),
                         None => last = format!("no answer from member {i}"),
@@ -648,7 +650,8 @@ impl Ensemble {
             }
             Kind::Fenced => {
                 let ok = self.addrs().iter().any(|&a| {
-                    http_json(a, "GET", "/readyz", "").is_some_and(|v| v["leader"] == true && v["recovering"] == false)
+                    http_json(a, Method::GET, "/readyz", "")
+                        .is_some_and(|v| v["leader"] == true && v["recovering"] == false)
                 });
                 if ok {
                     Ok(())
@@ -749,7 +752,7 @@ impl Probe {
 fn term_if_leader(kind: Kind, addr: SocketAddr) -> Option<u64> {
     match kind {
         Kind::Etcd => {
-            let status = http_json(addr, "POST", "/v3/maintenance/status", "{}")?;
+            let status = http_json(addr, Method::POST, "/v3/maintenance/status", "{}")?;
             let me = status["header"]["member_id"].as_str();
             // The JSON gateway writes 64-bit numbers as strings.
             (me.is_some() && me == status["leader"].as_str()).then(|| status["raftTerm"].as_str()?.parse().ok())?
@@ -762,7 +765,7 @@ fn term_if_leader(kind: Kind, addr: SocketAddr) -> Option<u64> {
             let zxid = answer.lines().find_map(|l| l.strip_prefix("Zxid: 0x"))?;
             Some(u64::from_str_radix(zxid.trim(), 16).ok()? >> 32)
         }
-        Kind::Fenced => http_json(addr, "GET", "/readyz", "").is_some_and(|v| v["leader"] == true).then_some(0),
+        Kind::Fenced => http_json(addr, Method::GET, "/readyz", "").is_some_and(|v| v["leader"] == true).then_some(0),
     }
 }
 
@@ -889,22 +892,9 @@ async fn zk_create(connect: &str) -> Result<()> {
     }
 }
 
-/// A one-shot HTTP/1.1 request to `addr`; the JSON body of a 200 answer.
-fn http_json(addr: SocketAddr, method: &str, path: &str, body: &str) -> Option<serde_json::Value> {
-    let conn = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-         connection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let answer = ask(conn, request.as_bytes(), Duration::from_secs(2))?;
-    if !answer.starts_with("HTTP/1.1 200") {
-        return None;
-    }
-    // The body is one JSON object (chunked or not: take it from brace to brace).
-    let body = answer.split_once("\r\n\r\n")?.1;
-    let json = &body[body.find('{')?..=body.rfind('}')?];
-    serde_json::from_str(json).ok()
+/// A request to `addr` ([`crate::http`]); the JSON body of a 200 answer.
+fn http_json(addr: SocketAddr, method: Method, path: &str, body: &str) -> Option<serde_json::Value> {
+    http::blocking(method, addr, path, body, Duration::from_secs(2)).ok()?.json_if_ok()
 }
 
 /// A ZooKeeper four-letter word's answer.

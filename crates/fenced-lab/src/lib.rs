@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod ensemble;
 pub mod etcd;
 pub mod history;
+pub mod http;
 pub mod nemesis;
 pub mod peers;
 pub mod proxy;

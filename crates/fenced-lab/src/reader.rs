@@ -10,11 +10,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tokio::time::{sleep, timeout};
+use tokio::time::sleep;
 
 use crate::history::{Op, OpKind, OpResult};
 use crate::worker::now_us;
@@ -85,21 +83,11 @@ async fn read_until(addr: SocketAddr, path: String, worker: u32, until_us: u64, 
 /// One plain read: the counter (`None` when absent), or why there is no answer to
 /// judge (`not_leader`, a time-out, a refused connection: none of them read anything).
 async fn get(addr: SocketAddr, path: &str) -> Result<Option<u64>, String> {
-    let ask = async {
-        let mut s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-        let req = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
-        s.write_all(req.as_bytes()).await.map_err(|e| e.to_string())?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await.map_err(|e| e.to_string())?;
-        Ok::<_, String>(buf)
-    };
-    let buf = timeout(READ_BOUND, ask).await.map_err(|_| format!("no answer within {READ_BOUND:?}"))??;
-    let text = String::from_utf8_lossy(&buf);
-    let (head, body) = text.split_once("\r\n\r\n").ok_or("a reply without a head")?;
-    let status = head.split(' ').nth(1).unwrap_or("");
-    match status {
-        "200" => body.trim().parse().map(Some).map_err(|_| format!("the counter holds {body:?}, not a number")),
-        "404" => Ok(None),
-        _ => Err(format!("HTTP {status}: {}", body.trim())),
+    let answer = crate::http::get(addr, path, READ_BOUND).await?;
+    let body = answer.text();
+    match answer.status {
+        200 => body.parse().map(Some).map_err(|_| format!("the counter holds {body:?}, not a number")),
+        404 => Ok(None),
+        status => Err(format!("HTTP {status}: {body}")),
     }
 }
