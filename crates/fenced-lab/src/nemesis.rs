@@ -1,9 +1,9 @@
 //! The cluster nemesis of `fenced torture --target fenced-cluster|etcd-cluster|zookeeper-ensemble`:
 //! one seeded schedule of faults, struck by one loop ([`strike`]) at whichever cluster
 //! runs the counter workload, and the figures a cluster run adds to the report
-//! ([`figures`]). What differs between clusters is behind [`Members`]: Fenced's own
-//! ([`fenced`], started by [`crate::cluster`]) and etcd's or ZooKeeper's ([`peers`],
-//! started by [`crate::ensemble`], with the gated counter).
+//! ([`figures`]). Every cluster is started by [`crate::ensemble`] with a fault proxy on
+//! each link; what differs between them is behind [`Members`]: Fenced's own
+//! ([`fenced`]) and etcd's or ZooKeeper's ([`peers`], with the gated counter).
 //!
 //! Faults come in rounds: each round is a seeded shuffle of the selected kinds, and each
 //! fault's variant and parameters are drawn from the seed before it is injected, so the
@@ -27,6 +27,7 @@ mod strike;
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -35,6 +36,7 @@ use rand_core::Rng as _;
 use serde::Serialize;
 use tokio::sync::watch;
 
+use crate::ensemble::Ensemble;
 use crate::reader::Readers;
 use crate::target::Endpoints;
 use crate::torture::{Progress, TortureConfig, TortureReport};
@@ -52,35 +54,19 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     }
 }
 
-/// A cluster the nemesis strikes: how its members are killed, restarted, frozen and cut
-/// off, and who leads. Member `i` is node `i + 1` in the schedule.
+/// A cluster the nemesis strikes: its members ([`Launched`]), who leads, and what its
+/// kind adds or refuses. Member `i` is node `i + 1` in the schedule.
 pub(crate) trait Members: Send + Sync + 'static {
-    /// How many members.
-    fn len(&self) -> usize;
+    /// The members' processes and links.
+    fn launched(&self) -> &Launched;
     /// How the faults aimed at the leader are timed for these members.
     fn aim(&self) -> Aim;
-    /// Every member's client address, member 0 first (the workers reach them through
-    /// a delay proxy each).
-    fn addrs(&self) -> Vec<SocketAddr>;
     /// The workers' endpoints with `lock` (addresses separated by commas) as the lock
     /// service.
     fn endpoints(&self, lock: String) -> Endpoints;
     /// The member that says it leads in the highest term, and that term; `None` while
     /// none does.
     fn leader_term(&self) -> impl Future<Output = Option<(u64, usize)>> + Send;
-    /// kill -9 of each of `victims`.
-    fn kill(&self, victims: &[usize]) -> impl Future<Output = Result<()>> + Send;
-    /// Starts `victims` again on their data, and waits until they serve.
-    fn restart(&self, victims: &[usize]) -> impl Future<Output = Result<()>> + Send;
-    /// Member `i`'s process id, while it runs.
-    fn pid(&self, i: usize) -> Option<u32>;
-    /// Blocks every link from a member of `a` to a member of `b` (both ways when
-    /// `both`); the links cut, as `(from, to)` node ids.
-    fn cut(&self, a: &[usize], b: &[usize], both: bool) -> Vec<(u64, u64)>;
-    /// Holds every byte on member `i`'s links for `d`.
-    fn delay_links(&self, i: usize, d: Duration);
-    /// Every link between members open, no delay.
-    fn heal(&self);
     /// Runs member `i`'s clock at `rate` (1 is the real one).
     fn set_clock_rate(&self, i: usize, rate: f64) -> Result<()>;
     /// Plain readers beside the workers, one per member, if these members have them;
@@ -91,6 +77,52 @@ pub(crate) trait Members: Send + Sync + 'static {
     }
     /// Whether the replicas agree once the run is over.
     fn replicas(&self, ttl: Duration) -> impl Future<Output = Replicas> + Send;
+}
+
+/// A cluster's processes and the proxies on its links (an [`Ensemble`] started with
+/// [`Links::Proxied`](crate::ensemble::Links::Proxied)), shared by the loop and the
+/// blocking threads that kill and restart its members.
+pub(crate) struct Launched {
+    ensemble: Arc<Mutex<Ensemble>>,
+    /// Every member's client address, member 0 first.
+    pub addrs: Vec<SocketAddr>,
+}
+
+impl Launched {
+    /// Starts the ensemble `start` makes, on a blocking thread.
+    pub async fn start(start: impl FnOnce() -> Result<Ensemble> + Send + 'static) -> Result<Launched> {
+        let ensemble = tokio::task::spawn_blocking(start).await??;
+        let addrs = ensemble.addrs();
+        Ok(Launched { ensemble: Arc::new(Mutex::new(ensemble)), addrs })
+    }
+
+    pub fn len(&self) -> usize {
+        self.addrs.len()
+    }
+
+    /// The ensemble, for a question that does not wait on a member.
+    pub fn locked(&self) -> MutexGuard<'_, Ensemble> {
+        self.ensemble.lock().expect("ensemble")
+    }
+
+    /// kill -9 of each of `victims`.
+    pub async fn kill(&self, victims: &[usize]) -> Result<()> {
+        let victims = victims.to_vec();
+        self.blocking(move |e| victims.iter().for_each(|&i| e.kill(i))).await
+    }
+
+    /// Starts `victims` again on their data, all at once (members that need each other
+    /// to serve come back together), and waits until they serve.
+    pub async fn restart(&self, victims: &[usize]) -> Result<()> {
+        let victims = victims.to_vec();
+        self.blocking(move |e| e.restart_all(&victims)).await?
+    }
+
+    /// Runs `f` on the ensemble, on a blocking thread.
+    async fn blocking<T: Send + 'static>(&self, f: impl FnOnce(&mut Ensemble) -> T + Send + 'static) -> Result<T> {
+        let e = self.ensemble.clone();
+        Ok(tokio::task::spawn_blocking(move || f(&mut e.lock().expect("ensemble"))).await?)
+    }
 }
 
 /// How the faults aimed at the leader are timed for one kind of cluster.

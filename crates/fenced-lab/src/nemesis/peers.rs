@@ -3,13 +3,11 @@
 //! proxies, and a Fenced server as the gate that keeps the counter. Their clocks are
 //! out of reach ([`clock_refusal`]) and they expose no state hash to compare.
 
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Result};
 
-use super::{Aim, Members, Replicas};
+use super::{Aim, Launched, Members, Replicas};
 use crate::ensemble::{Ensemble, Links, Probe};
 use crate::peers::Service;
 use crate::target::{Endpoints, Target};
@@ -38,12 +36,12 @@ pub fn clock_refusal(target: Target) -> Option<&'static str> {
 /// Three etcd members or a ZooKeeper ensemble, and the gate that keeps the counter;
 /// every process is killed when dropped.
 pub(super) struct PeerMembers {
-    /// Locked by one fault at a time; the leader watch asks through `probe` instead.
-    ensemble: Arc<Mutex<Ensemble>>,
+    launched: Launched,
+    /// Asks who leads without the ensemble's lock (a frozen member makes a question
+    /// last seconds).
     probe: Probe,
-    addrs: Vec<SocketAddr>,
     target: Target,
-    /// Outlives the ensemble (fields drop in order).
+    /// Outlives the members (fields drop in order).
     gate: Service,
 }
 
@@ -55,34 +53,21 @@ impl PeerMembers {
             bail!("{}", clock_refusal(cfg.target).unwrap_or("the clock nemesis is not for this target"));
         }
         let (bin, target) = (cfg.fenced_bin.clone(), cfg.target);
-        let (gate, ensemble) = tokio::task::spawn_blocking(move || -> Result<(Service, Ensemble)> {
-            let gate = Service::fenced(&bin, &[])?;
-            let ensemble = match target {
-                Target::EtcdCluster => Ensemble::etcd(3, Links::Proxied)?,
-                Target::ZookeeperEnsemble => Ensemble::zookeeper(3, Links::Proxied)?,
-                other => bail!("{other} is not a peer cluster"),
-            };
-            Ok((gate, ensemble))
+        let gate = tokio::task::spawn_blocking(move || Service::fenced(&bin, &[])).await??;
+        let launched = Launched::start(move || match target {
+            Target::EtcdCluster => Ensemble::etcd(3, Links::Proxied),
+            Target::ZookeeperEnsemble => Ensemble::zookeeper(3, Links::Proxied),
+            other => bail!("{other} is not a peer cluster"),
         })
-        .await??;
-        let (probe, addrs) = (ensemble.probe(), ensemble.addrs());
-        Ok(PeerMembers { ensemble: Arc::new(Mutex::new(ensemble)), probe, addrs, target, gate })
-    }
-
-    /// Runs `f` on the ensemble, on a blocking thread.
-    async fn blocking<T: Send + 'static>(&self, f: impl FnOnce(&mut Ensemble) -> T + Send + 'static) -> Result<T> {
-        let e = self.ensemble.clone();
-        Ok(tokio::task::spawn_blocking(move || f(&mut e.lock().expect("ensemble"))).await?)
-    }
-
-    fn locked(&self) -> std::sync::MutexGuard<'_, Ensemble> {
-        self.ensemble.lock().expect("ensemble")
+        .await?;
+        let probe = launched.locked().probe();
+        Ok(PeerMembers { launched, probe, target, gate })
     }
 }
 
 impl Members for PeerMembers {
-    fn len(&self) -> usize {
-        self.addrs.len()
+    fn launched(&self) -> &Launched {
+        &self.launched
     }
 
     fn aim(&self) -> Aim {
@@ -97,10 +82,6 @@ impl Members for PeerMembers {
         }
     }
 
-    fn addrs(&self) -> Vec<SocketAddr> {
-        self.addrs.clone()
-    }
-
     fn endpoints(&self, lock: String) -> Endpoints {
         Endpoints { lock, pg: None, s3: None, dynamodb: None, gate: Some(self.gate.addr.to_string()) }
     }
@@ -108,33 +89,6 @@ impl Members for PeerMembers {
     async fn leader_term(&self) -> Option<(u64, usize)> {
         let probe = self.probe.clone();
         tokio::task::spawn_blocking(move || probe.leader_term()).await.ok().flatten()
-    }
-
-    async fn kill(&self, victims: &[usize]) -> Result<()> {
-        let victims = victims.to_vec();
-        self.blocking(move |e| victims.iter().for_each(|&i| e.kill(i))).await
-    }
-
-    /// All at once: members that need each other to serve come back together.
-    async fn restart(&self, victims: &[usize]) -> Result<()> {
-        let victims = victims.to_vec();
-        self.blocking(move |e| e.restart_all(&victims)).await?
-    }
-
-    fn pid(&self, i: usize) -> Option<u32> {
-        self.locked().pid(i)
-    }
-
-    fn cut(&self, a: &[usize], b: &[usize], both: bool) -> Vec<(u64, u64)> {
-        self.locked().cut(a, b, both)
-    }
-
-    fn delay_links(&self, i: usize, d: Duration) {
-        self.locked().delay_links(i, d);
-    }
-
-    fn heal(&self) {
-        self.locked().heal();
     }
 
     fn set_clock_rate(&self, _i: usize, _rate: f64) -> Result<()> {

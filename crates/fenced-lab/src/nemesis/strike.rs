@@ -27,7 +27,7 @@ pub(super) async fn run<M: Members>(
 ) -> Result<TortureReport> {
     let members = Arc::new(members);
     let mut clients = Vec::new();
-    for addr in members.addrs() {
+    for &addr in &members.launched().addrs {
         clients.push(DelayProxy::start(addr).await?);
     }
     let endpoints = members.endpoints(joined(clients.iter().map(|p| p.addr)));
@@ -43,14 +43,14 @@ pub(super) async fn run<M: Members>(
     let Strike { schedule, aimed_at_leader, leader_kills, leader_freezes, .. } = strike;
 
     // Recovery: every link whole, every member up; the workers finish and exit.
-    members.heal();
+    members.launched().locked().heal();
     clients.iter().for_each(|p| p.set_delay(Duration::ZERO));
     w.finish(cfg, until_us).await?;
     if let Some(readers) = readers {
         readers.finish(&mut w.history).await;
     }
     drop(clients);
-    let direct = members.endpoints(joined(members.addrs()));
+    let direct = members.endpoints(joined(&members.launched().addrs));
     let final_value = read_counter(cfg.target, &direct, cfg.op_timeout()).await?;
     let replicas = members.replicas(cfg.ttl).await;
     let terms = leaders.terms().await;
@@ -159,7 +159,7 @@ impl<'a, M: Members> Strike<'a, M> {
 
     async fn draw(&mut self, kind: Kind) -> Draw {
         let (variant, p1, p2) = (self.rng.next_u64(), self.rng.next_u64(), self.rng.next_u64());
-        let n = self.members.len();
+        let n = self.members.launched().len();
         let leader = self.leader_within(Duration::from_secs(2)).await.unwrap_or(p2 as usize % n);
         Draw { kind, variant, p1, p2, leader, hold_ms: 1_000 + p1 % 2_000, from_us: now_us() }
     }
@@ -180,7 +180,7 @@ impl<'a, M: Members> Strike<'a, M> {
 
     /// kill -9 of the leader, a follower or every member; restarted on their data.
     async fn kill(&mut self, d: &Draw, w: &mut Workers) -> Result<String> {
-        let n = self.members.len();
+        let n = self.members.launched().len();
         let (victims, label): (Vec<usize>, &str) = match d.variant % 3 {
             0 => (vec![d.leader], "the leader"),
             1 => (vec![(d.leader + 1 + d.p2 as usize % (n - 1)) % n], "a follower"),
@@ -204,11 +204,13 @@ impl<'a, M: Members> Strike<'a, M> {
         let down_ms = base_ms + d.p1 % 800;
         let nodes: Vec<u64> = victims.iter().map(|&i| id(i)).collect();
         self.announce(d.kind, &format!("kill -9 {label} {nodes:?}, down {down_ms} ms"));
-        self.members.kill(&victims).await?;
+        self.members.launched().kill(&victims).await?;
         w.pump_until(Instant::now() + Duration::from_millis(down_ms)).await;
         // The restart waits for the members to serve; the workers' operations are
         // taken in meanwhile.
-        pumping(w, self.members.restart(&victims)).await.with_context(|| format!("restart {label} {nodes:?}"))?;
+        pumping(w, self.members.launched().restart(&victims))
+            .await
+            .with_context(|| format!("restart {label} {nodes:?}"))?;
         w.faults.push(Fault::Kill { nodes: nodes.clone(), start_us: from_us, end_us: now_us() });
         Ok(format!("kill -9 {label} {nodes:?}"))
     }
@@ -221,7 +223,8 @@ impl<'a, M: Members> Strike<'a, M> {
         self.leader_freezes += 1;
         let what = format!("SIGSTOP the leader {} for {hold} ms", id(d.leader));
         self.announce(d.kind, &what);
-        if let Some(pid) = self.members.pid(d.leader) {
+        let pid = self.members.launched().locked().pid(d.leader);
+        if let Some(pid) = pid {
             let _ = crate::peers::signal(pid, libc::SIGSTOP);
             w.pump_until(Instant::now() + Duration::from_millis(hold)).await;
             let _ = crate::peers::signal(pid, libc::SIGCONT);
@@ -238,15 +241,15 @@ impl<'a, M: Members> Strike<'a, M> {
     }
 
     async fn partition(&mut self, d: &Draw, w: &mut Workers) -> String {
-        let split = Split::draw(d.variant, d.p2, d.leader, self.members.len());
+        let split = Split::draw(d.variant, d.p2, d.leader, self.members.launched().len());
         if split.at_leader {
             self.aimed_at_leader.push(d.from_us);
         }
-        let cut = self.members.cut(&split.a, &split.b, split.both);
+        let cut = self.members.launched().locked().cut(&split.a, &split.b, split.both);
         let what = format!("{}, links cut {cut:?}, for {} ms", split.label, d.hold_ms);
         self.announce(d.kind, &what);
         w.pump_until(self.until(d.hold_ms)).await;
-        self.members.heal();
+        self.members.launched().locked().heal();
         w.faults.push(Fault::Partition { kind: split.label.into(), cut, start_us: d.from_us, end_us: now_us() });
         what
     }
@@ -261,13 +264,13 @@ impl<'a, M: Members> Strike<'a, M> {
             self.clients.iter().for_each(|p| p.set_delay(held));
             format!("every byte between workers and members held {delay_ms} ms, for {} ms", d.hold_ms)
         } else {
-            self.members.delay_links(d.leader, held);
+            self.members.launched().locked().delay_links(d.leader, held);
             format!("every byte on the leader {}'s links held {delay_ms} ms, for {} ms", id(d.leader), d.hold_ms)
         };
         self.announce(d.kind, &what);
         w.pump_until(self.until(d.hold_ms)).await;
         self.clients.iter().for_each(|p| p.set_delay(Duration::ZERO));
-        self.members.heal();
+        self.members.launched().locked().heal();
         let (start_us, end_us) = (d.from_us, now_us());
         w.faults.push(if to_clients {
             Fault::Delay { delay_ms, start_us, end_us }
