@@ -335,7 +335,7 @@ impl Peer {
     pub fn spawn(target: BenchTarget, fenced_bin: &Path) -> Result<Peer> {
         if target.members() > 1 {
             let ensemble = match target.base() {
-                BenchTarget::Fenced => Ensemble::fenced(fenced_bin, target.members())?,
+                BenchTarget::Fenced => Ensemble::fenced(fenced_bin, target.members(), Links::Direct)?,
                 BenchTarget::Etcd => Ensemble::etcd(target.members(), Links::Direct)?,
                 BenchTarget::Zookeeper => Ensemble::zookeeper(target.members(), Links::Direct)?,
                 other => bail!("{other} has no three-member form"),

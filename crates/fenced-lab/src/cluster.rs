@@ -1,163 +1,30 @@
-//! A Fenced cluster of three or five `fenced server` processes on loopback, with a fault
-//! proxy on each directed link between members, for `fenced torture --target
-//! fenced-cluster`.
-//!
-//! Member `i` reaches member `j` through the proxy of link `i→j` (its `peer_routes`),
-//! while the membership keeps the members' real addresses. An RPC and its answer travel
-//! on the caller's connection, so blocking `i→j` cuts what `i` asks of `j` and leaves
-//! what `j` asks of `i` alone: a one-way loss at the level of Raft's messages. Blocking
-//! both directions of every link across a cut is a partition.
-//!
-//! The harness reads each member's `GET /v1/cluster` directly (never through a proxy).
+//! What the harness reads of a Fenced cluster's members (started by
+//! [`crate::ensemble`]): each member's `GET /v1/cluster?digest=true`, asked directly
+//! (never through a link proxy), who leads by the members' own word, and whether the
+//! replicas agree once the run is over.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::time::{sleep, timeout, Instant};
-
-use crate::peers::{Service, TempDir};
-use crate::proxy::DelayProxy;
+use tokio::time::{sleep, Instant};
 
 /// A member's status, with the digest the replica check compares.
 const STATUS: &str = "/v1/cluster?digest=true";
 
-/// A running cluster; every member is killed and its directory removed when dropped.
-pub struct Cluster {
-    /// Member `i` has node id `i + 1`.
-    pub members: Vec<Arc<Mutex<Service>>>,
-    /// Each member's HTTP address (what clients and the harness use).
-    pub addrs: Vec<SocketAddr>,
-    /// The proxy of each directed link `(from, to)`, by member index.
-    pub links: BTreeMap<(usize, usize), DelayProxy>,
-    /// The members' config files.
-    _conf: TempDir,
-}
-
-impl Cluster {
-    /// Starts `n` members of `bin` (`fenced`) and waits until one leads (up to 30 s).
-    pub async fn start(bin: &Path, n: usize) -> Result<Cluster> {
-        // Each member's port stays bound here until just before the member starts, so
-        // that no other process (a parallel test) takes it meanwhile.
-        let mut held: Vec<Option<std::net::TcpListener>> = (0..n)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").map(Some))
-            .collect::<std::io::Result<_>>()
-            .context("bind a loopback port")?;
-        let addrs: Vec<SocketAddr> =
-            held.iter().flatten().map(std::net::TcpListener::local_addr).collect::<std::io::Result<_>>()?;
-        let mut links = BTreeMap::new();
-        for from in 0..n {
-            for to in (0..n).filter(|&to| to != from) {
-                links.insert((from, to), DelayProxy::start(addrs[to]).await?);
-            }
-        }
-        let peers: Vec<String> = addrs.iter().enumerate().map(|(i, a)| format!("{}=http://{a}", i + 1)).collect();
-        let peers = peers.join(",");
-        let conf = TempDir::new("lab-cluster")?;
-        let mut specs = Vec::new();
-        for (i, addr) in addrs.iter().enumerate() {
-            let routes: Vec<String> =
-                (0..n).filter(|&to| to != i).map(|to| format!("{}=http://{}", to + 1, links[&(i, to)].addr)).collect();
-            let file = conf.path().join(format!("node-{}.toml", i + 1));
-            std::fs::write(&file, format!("peer_routes = \"{}\"\n", routes.join(",")))
-                .with_context(|| format!("write {}", file.display()))?;
-            specs.push((*addr, (i + 1).to_string(), file));
-        }
-        let bin = bin.to_path_buf();
-        let peers2 = peers.clone();
-        let members = tokio::task::spawn_blocking(move || {
-            specs
-                .into_iter()
-                .enumerate()
-                .map(|(i, (addr, id, file))| {
-                    drop(held[i].take());
-                    let file = file.to_string_lossy().into_owned();
-                    let extra = ["--node-id", &id, "--peers", &peers2, "--insecure-peers", "--config", &file];
-                    Service::fenced_at(&bin, addr, &extra).map(|s| Arc::new(Mutex::new(s)))
-                })
-                .collect::<Result<Vec<_>>>()
-        })
-        .await??;
-        let c = Cluster { members, addrs, links, _conf: conf };
-        if c.leader(Duration::from_secs(30)).await.is_none() {
-            let tail = c.members[0].lock().expect("member").log_tail();
-            anyhow::bail!("the {n} members elected no leader within 30 s: {tail}");
-        }
-        Ok(c)
+/// Every member's status (`None` where it does not answer within 500 ms), asked at
+/// once.
+pub async fn statuses(addrs: &[SocketAddr]) -> Vec<Option<Value>> {
+    // Each is bounded by its own time-out; together, so they do not add up.
+    let mut asks = tokio::task::JoinSet::new();
+    for (i, addr) in addrs.iter().copied().enumerate() {
+        asks.spawn(async move { (i, get_json(addr, STATUS, Duration::from_millis(500)).await) });
     }
-
-    pub fn len(&self) -> usize {
-        self.members.len()
+    let mut out = vec![None; addrs.len()];
+    while let Some(Ok((i, v))) = asks.join_next().await {
+        out[i] = v;
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
-    }
-
-    /// Member `i`'s `GET /v1/cluster?digest=true` (with its `applied_index` and
-    /// `state_hash`), if it answers within 500 ms.
-    pub async fn status(&self, i: usize) -> Option<Value> {
-        get_json(self.addrs[i], STATUS, Duration::from_millis(500)).await
-    }
-
-    /// Every member's status (`None` where it does not answer), asked at once.
-    pub async fn statuses(&self) -> Vec<Option<Value>> {
-        // Each is bounded by its own time-out; together, so they do not add up.
-        let mut asks = tokio::task::JoinSet::new();
-        for (i, addr) in self.addrs.iter().copied().enumerate() {
-            asks.spawn(async move { (i, get_json(addr, STATUS, Duration::from_millis(500)).await) });
-        }
-        let mut out = vec![None; self.len()];
-        while let Some(Ok((i, v))) = asks.join_next().await {
-            out[i] = v;
-        }
-        out
-    }
-
-    /// The member that says it leads with the highest term, waiting up to `within`.
-    pub async fn leader(&self, within: Duration) -> Option<usize> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(l) = leader_of(&self.statuses().await) {
-                return Some(l);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Every link open, no delay.
-    pub fn heal(&self) {
-        for p in self.links.values() {
-            p.set_blocked(false);
-            p.set_delay(Duration::ZERO);
-        }
-    }
-
-    /// Blocks every link from a member of `a` to a member of `b` (both ways when
-    /// `both`).
-    pub fn cut(&self, a: &[usize], b: &[usize], both: bool) -> Vec<(u64, u64)> {
-        let mut cut = Vec::new();
-        for &x in a {
-            for &y in b.iter().filter(|&&y| y != x) {
-                self.links[&(x, y)].set_blocked(true);
-                cut.push((x as u64 + 1, y as u64 + 1));
-                if both {
-                    self.links[&(y, x)].set_blocked(true);
-                    cut.push((y as u64 + 1, x as u64 + 1));
-                }
-            }
-        }
-        cut
-    }
+    out
 }
 
 /// The index of the member that says it leads in the highest term.
@@ -212,50 +79,35 @@ pub fn compare_replicas(statuses: &[Option<Value>]) -> Option<Agreement> {
     }
 }
 
-impl Cluster {
-    /// Waits (up to `within`) until every member reports the same applied index, then
-    /// compares their state hashes.
-    pub async fn replicas_agree(&self, within: Duration) -> Agreement {
-        let deadline = Instant::now() + within;
-        loop {
-            let statuses = self.statuses().await;
-            if let Some(a) = compare_replicas(&statuses) {
-                return a;
-            }
-            if Instant::now() >= deadline {
-                let indexes = statuses
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| {
-                        let index = s
-                            .as_ref()
-                            .and_then(|s| s["applied_index"].as_u64().or_else(|| s["last_applied_index"].as_u64()));
-                        (i as u64 + 1, index)
-                    })
-                    .collect();
-                return Agreement::Unsettled { indexes };
-            }
-            sleep(Duration::from_millis(100)).await;
+/// Waits (up to `within`) until every member reports the same applied index, then
+/// compares their state hashes.
+pub async fn replicas_agree(addrs: &[SocketAddr], within: Duration) -> Agreement {
+    let deadline = Instant::now() + within;
+    loop {
+        let statuses = statuses(addrs).await;
+        if let Some(a) = compare_replicas(&statuses) {
+            return a;
         }
+        if Instant::now() >= deadline {
+            let indexes = statuses
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let index = s
+                        .as_ref()
+                        .and_then(|s| s["applied_index"].as_u64().or_else(|| s["last_applied_index"].as_u64()));
+                    (i as u64 + 1, index)
+                })
+                .collect();
+            return Agreement::Unsettled { indexes };
+        }
+        sleep(Duration::from_millis(100)).await;
     }
 }
 
 /// `GET path` of the Fenced server at `addr` as JSON, within `bound`.
 async fn get_json(addr: SocketAddr, path: &str, bound: Duration) -> Option<Value> {
-    let ask = async {
-        let mut s = TcpStream::connect(addr).await.ok()?;
-        let req = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
-        s.write_all(req.as_bytes()).await.ok()?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await.ok()?;
-        let text = String::from_utf8_lossy(&buf);
-        let (head, body) = text.split_once("\r\n\r\n")?;
-        if !head.starts_with("HTTP/1.1 200") {
-            return None;
-        }
-        serde_json::from_str(body).ok()
-    };
-    timeout(bound, ask).await.ok().flatten()
+    crate::http::get(addr, path, bound).await.ok()?.json_if_ok()
 }
 
 #[cfg(test)]

@@ -9,12 +9,13 @@
 //! SIGSTOP and thawed; [`Ensemble::leader`] asks the members who leads. Dropping the
 //! handle kills every member and removes the directories.
 //!
-//! With [`Links::Proxied`] (the nemesis's), etcd and ZooKeeper members reach each other
-//! through a fault proxy per directed link ([`crate::proxy::DelayProxy`]), so
-//! [`Ensemble::cut`] and [`Ensemble::delay_links`] partition or slow them as the
-//! cluster nemesis does Fenced's; with [`Links::Direct`] (the bench's) they talk
-//! straight to each other's ports, as Fenced's members do:
+//! With [`Links::Proxied`] (the nemesis's), the members reach each other through a
+//! fault proxy per directed link ([`crate::proxy::DelayProxy`]), so [`Ensemble::cut`]
+//! and [`Ensemble::delay_links`] partition or slow them; with [`Links::Direct`] (the
+//! bench's) they talk straight to each other's ports:
 //!
+//! - **Fenced**: each member's `peer_routes` names the proxies of its links, while the
+//!   membership keeps the members' real addresses.
 //! - **ZooKeeper**: each server has its own `zoo.cfg`, whose line for itself names the
 //!   ports it binds and whose lines for the others name the proxies of its links to
 //!   them (quorum and election port each). One limit: a server that receives an
@@ -42,8 +43,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
+use hyper::Method;
 
-use crate::peers::{ask, fenced_server_args, find_program, free_port, signal, TempDir, ZOOKEEPER_JAR};
+use crate::http;
+use crate::peers::{ask, fenced_server_args, find_program, signal, TempDir, ZOOKEEPER_JAR};
 use crate::proxy::DelayProxy;
 
 /// How long an ensemble may take to serve once its members are started (three JVMs on
@@ -110,6 +113,8 @@ struct Member {
     client: SocketAddr,
     /// Fenced only: the wire protocol's address.
     wire: Option<SocketAddr>,
+    /// Its data directory.
+    data: PathBuf,
     program: PathBuf,
     args: Vec<OsString>,
     env: Vec<(&'static str, &'static str)>,
@@ -122,7 +127,7 @@ struct Member {
 pub struct Ensemble {
     pub kind: Kind,
     members: Vec<Member>,
-    /// The fault proxies between members (etcd, ZooKeeper; none for Fenced here).
+    /// The fault proxies between members ([`Links::Proxied`]).
     net: Option<Net>,
     /// Every member's directory lives under it.
     dir: TempDir,
@@ -247,10 +252,12 @@ impl Ensemble {
                 .map(OsString::from)
                 .collect();
                 args.push("--data-dir".into());
-                args.push(dir.path().join(format!("m{i}")).into());
+                let data = dir.path().join(format!("m{i}"));
+                args.push(data.clone().into());
                 Member {
                     client: SocketAddr::from(([127, 0, 0, 1], client)),
                     wire: None,
+                    data,
                     program: program.clone(),
                     args,
                     env: Vec::new(),
@@ -324,6 +331,7 @@ impl Ensemble {
             members.push(Member {
                 client: SocketAddr::from(([127, 0, 0, 1], *client)),
                 wire: None,
+                data: home.join("data"),
                 program: java.clone(),
                 args,
                 env: Vec::new(),
@@ -338,38 +346,49 @@ impl Ensemble {
     /// `n` Fenced members (`fenced server --node-id I --peers ...`, ids 1..=n), each
     /// with the wire protocol on too, and the lab's unfenced and foreign-token
     /// prefixes.
-    pub fn fenced(bin: &Path, n: usize) -> Result<Ensemble> {
+    ///
+    /// With [`Links::Proxied`], member `i` reaches member `j` through the proxy of link
+    /// `i→j` (its `peer_routes`), while the membership keeps the members' real
+    /// addresses. An RPC and its answer travel on the caller's connection, so blocking
+    /// `i→j` cuts what `i` asks of `j` and leaves what `j` asks of `i` alone: a one-way
+    /// loss at the level of Raft's messages.
+    pub fn fenced(bin: &Path, n: usize, links: Links) -> Result<Ensemble> {
+        on_free_ports(|| Ensemble::fenced_once(bin, n, links))
+    }
+
+    fn fenced_once(bin: &Path, n: usize, links: Links) -> Result<Ensemble> {
         let dir = TempDir::new("lab-fenced-cluster")?;
-        let ports: Vec<(u16, u16)> = (0..n).map(|_| Ok((free_port()?, free_port()?))).collect::<Result<_>>()?;
-        let peers = ports
-            .iter()
-            .enumerate()
-            .map(|(i, (http, _))| format!("{}=http://127.0.0.1:{http}", i + 1))
-            .collect::<Vec<_>>();
-        let peers = peers.join(",");
-        let members = ports
-            .iter()
-            .enumerate()
-            .map(|(i, &(http, wire))| {
-                let wire_listen = format!("127.0.0.1:{wire}");
-                let id = (i + 1).to_string();
-                let args = fenced_server_args(
-                    &format!("127.0.0.1:{http}"),
-                    &dir.path().join(format!("n{}", i + 1)),
-                    &["--wire-listen", &wire_listen, "--node-id", &id, "--peers", &peers, "--insecure-peers"],
-                );
-                Member {
-                    client: SocketAddr::from(([127, 0, 0, 1], http)),
-                    wire: Some(SocketAddr::from(([127, 0, 0, 1], wire))),
-                    program: bin.to_path_buf(),
-                    args,
-                    env: vec![("FENCED_LOG", "warn")],
-                    log: dir.path().join(format!("fenced-{}.log", i + 1)),
-                    child: None,
-                }
-            })
-            .collect();
-        Ensemble { kind: Kind::Fenced, members, net: None, dir }.started()
+        let mut held = Vec::new();
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| Ok((hold(&mut held)?, hold(&mut held)?))).collect::<Result<_>>()?;
+        let http = |j: usize| SocketAddr::from(([127, 0, 0, 1], ports[j].0));
+        let peers = (0..n).map(|j| format!("{}=http://{}", j + 1, http(j))).collect::<Vec<_>>().join(",");
+        let mut net = (links == Links::Proxied).then(|| Net::new(n)).transpose()?;
+        let mut members = Vec::new();
+        for (i, &(_, wire)) in ports.iter().enumerate() {
+            let (id, wire_listen) = ((i + 1).to_string(), format!("127.0.0.1:{wire}"));
+            let mut extra =
+                vec!["--wire-listen", &wire_listen, "--node-id", &id, "--peers", &peers, "--insecure-peers"];
+            let config = match net.as_mut() {
+                Some(net) => Some(fenced_routes(net, dir.path(), i, n, http)?),
+                None => None,
+            };
+            if let Some(config) = &config {
+                extra.extend(["--config", config.as_str()]);
+            }
+            let data = dir.path().join(format!("n{}", i + 1));
+            members.push(Member {
+                client: http(i),
+                wire: Some(SocketAddr::from(([127, 0, 0, 1], wire))),
+                args: fenced_server_args(&http(i).to_string(), &data, &extra),
+                data,
+                program: bin.to_path_buf(),
+                env: vec![("FENCED_LOG", "warn")],
+                log: dir.path().join(format!("fenced-{}.log", i + 1)),
+                child: None,
+            });
+        }
+        drop(held);
+        Ensemble { kind: Kind::Fenced, members, net, dir }.started()
     }
 
     /// Starts every member, waits until each serves and a quorum write succeeds.
@@ -413,6 +432,11 @@ impl Ensemble {
     /// Fenced only: every member's wire-protocol address.
     pub fn wire_addrs(&self) -> Vec<SocketAddr> {
         self.members.iter().filter_map(|m| m.wire).collect()
+    }
+
+    /// Member `i`'s data directory.
+    pub fn data_dir(&self, i: usize) -> &Path {
+        &self.members[i].data
     }
 
     /// Member `i`'s process id, while it runs.
@@ -577,9 +601,9 @@ impl Ensemble {
         loop {
             let addr = self.members[i].client;
             let serving = match self.kind {
-                Kind::Etcd => http_json(addr, "GET", "/health", "").is_some_and(|v| v["health"] == "true"),
+                Kind::Etcd => http_json(addr, Method::GET, "/health", "").is_some_and(|v| v["health"] == "true"),
                 Kind::Zookeeper => four_letters(addr, "srvr").is_some_and(|a| a.contains("Mode: ")),
-                Kind::Fenced => http_json(addr, "GET", "/livez", "").is_some_and(|v| v["status"] == "live"),
+                Kind::Fenced => http_json(addr, Method::GET, "/livez", "").is_some_and(|v| v["status"] == "live"),
             };
             if serving {
                 return Ok(());
@@ -624,7 +648,7 @@ impl Ensemble {
                         std::thread::sleep(Duration::from_millis(10));
                         continue;
                     }
-                    match http_json(self.members[i].client, "POST", "/v3/kv/put", &body) {
+                    match http_json(self.members[i].client, Method::POST, "/v3/kv/put", &body) {
                         Some(v) if v["header"]["revision"].is_string() => return Ok(()),
                         Some(v) => last = format!("member {i} answered {v}"),
                         None => last = format!("no answer from member {i}"),
@@ -648,7 +672,8 @@ impl Ensemble {
             }
             Kind::Fenced => {
                 let ok = self.addrs().iter().any(|&a| {
-                    http_json(a, "GET", "/readyz", "").is_some_and(|v| v["leader"] == true && v["recovering"] == false)
+                    http_json(a, Method::GET, "/readyz", "")
+                        .is_some_and(|v| v["leader"] == true && v["recovering"] == false)
                 });
                 if ok {
                     Ok(())
@@ -728,6 +753,11 @@ pub struct Probe {
 }
 
 impl Probe {
+    /// What the members are.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
     /// The member that says it leads in the highest term, and that term (etcd: its
     /// `raftTerm`; ZooKeeper: the epoch, the high 32 bits of its last zxid), every
     /// member asked at once; `None` while none does.
@@ -744,7 +774,7 @@ impl Probe {
 fn term_if_leader(kind: Kind, addr: SocketAddr) -> Option<u64> {
     match kind {
         Kind::Etcd => {
-            let status = http_json(addr, "POST", "/v3/maintenance/status", "{}")?;
+            let status = http_json(addr, Method::POST, "/v3/maintenance/status", "{}")?;
             let me = status["header"]["member_id"].as_str();
             // The JSON gateway writes 64-bit numbers as strings.
             (me.is_some() && me == status["leader"].as_str()).then(|| status["raftTerm"].as_str()?.parse().ok())?
@@ -757,7 +787,7 @@ fn term_if_leader(kind: Kind, addr: SocketAddr) -> Option<u64> {
             let zxid = answer.lines().find_map(|l| l.strip_prefix("Zxid: 0x"))?;
             Some(u64::from_str_radix(zxid.trim(), 16).ok()? >> 32)
         }
-        Kind::Fenced => http_json(addr, "GET", "/readyz", "").is_some_and(|v| v["leader"] == true).then_some(0),
+        Kind::Fenced => http_json(addr, Method::GET, "/readyz", "").is_some_and(|v| v["leader"] == true).then_some(0),
     }
 }
 
@@ -864,6 +894,19 @@ fn zoo_cfg(data: &Path, client: u16, view: &[(u16, u16)]) -> String {
     s
 }
 
+/// Member `i`'s config file naming the proxies of its links to the others as its
+/// `peer_routes` (the proxies made here), of `n` members whose HTTP address is `http`.
+fn fenced_routes(net: &mut Net, dir: &Path, i: usize, n: usize, http: impl Fn(usize) -> SocketAddr) -> Result<String> {
+    let mut routes = Vec::new();
+    for j in (0..n).filter(|&j| j != i) {
+        routes.push(format!("{}=http://{}", j + 1, net.link(i, j, http(j), Duration::ZERO)?));
+    }
+    let file = dir.join(format!("node-{}.toml", i + 1));
+    fs::write(&file, format!("peer_routes = \"{}\"\n", routes.join(",")))
+        .with_context(|| format!("write {}", file.display()))?;
+    Ok(file.to_string_lossy().into_owned())
+}
+
 /// Creates a node through a session on the ensemble: a write its leader commits on
 /// a quorum.
 async fn zk_create(connect: &str) -> Result<()> {
@@ -884,22 +927,9 @@ async fn zk_create(connect: &str) -> Result<()> {
     }
 }
 
-/// A one-shot HTTP/1.1 request to `addr`; the JSON body of a 200 answer.
-fn http_json(addr: SocketAddr, method: &str, path: &str, body: &str) -> Option<serde_json::Value> {
-    let conn = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
-         connection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let answer = ask(conn, request.as_bytes(), Duration::from_secs(2))?;
-    if !answer.starts_with("HTTP/1.1 200") {
-        return None;
-    }
-    // The body is one JSON object (chunked or not: take it from brace to brace).
-    let body = answer.split_once("\r\n\r\n")?.1;
-    let json = &body[body.find('{')?..=body.rfind('}')?];
-    serde_json::from_str(json).ok()
+/// A request to `addr` ([`crate::http`]); the JSON body of a 200 answer.
+fn http_json(addr: SocketAddr, method: Method, path: &str, body: &str) -> Option<serde_json::Value> {
+    http::blocking(method, addr, path, body, Duration::from_secs(2)).ok()?.json_if_ok()
 }
 
 /// A ZooKeeper four-letter word's answer.

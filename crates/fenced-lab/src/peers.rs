@@ -16,6 +16,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use hyper::Method;
+
+use crate::http;
 
 /// The key prefix a lab-started Fenced server leaves unfenced (writes need no token).
 pub const UNFENCED_PREFIX: &str = "unfenced/";
@@ -231,12 +234,10 @@ impl Service {
             ["-H", "127.0.0.1", "-p", &addr.port().to_string()].iter().map(OsString::from).collect();
         let s = Service::launch("moto", program, args, addr, dir, listening)?;
         // A bucket is made by a bare PUT (moto checks no signature).
-        let request =
-            format!("PUT /{bucket} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-        let conn = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-        match ask(conn, request.as_bytes(), Duration::from_secs(5)) {
-            Some(a) if a.starts_with("HTTP/1.1 200") => Ok(s),
-            other => bail!("moto did not make bucket {bucket}: {other:?}"),
+        match http::blocking(Method::PUT, addr, &format!("/{bucket}"), "", Duration::from_secs(5)) {
+            Ok(a) if a.status == 200 => Ok(s),
+            Ok(a) => bail!("moto did not make bucket {bucket}: HTTP {}: {}", a.status, a.text()),
+            Err(e) => bail!("moto did not make bucket {bucket}: {e}"),
         }
     }
 
@@ -436,12 +437,15 @@ fn zookeeper_serving(conn: TcpStream) -> bool {
 /// another process's (a free port taken between choosing and binding it, by this
 /// etcd's own peer listener in a parallel test), or etcd's before it serves.
 fn etcd_serving(conn: TcpStream) -> bool {
-    let request = b"GET /health HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n";
-    ask(conn, request, Duration::from_secs(1))
-        .is_some_and(|a| a.starts_with("HTTP/1.1 200") && a.contains("\"health\":\"true\""))
+    let Ok(addr) = conn.peer_addr() else { return false };
+    drop(conn);
+    let health = http::blocking(Method::GET, addr, "/health", "", Duration::from_secs(1));
+    health.ok().and_then(|a| a.json_if_ok()).is_some_and(|v| v["health"] == "true")
 }
 
-/// Sends `request` and reads the answer until the peer closes, within `timeout` per read.
+/// Sends `request` and reads the answer until the peer closes, within `timeout` per read:
+/// for ZooKeeper's four-letter words, which are not HTTP (HTTP goes through
+/// [`crate::http`]).
 pub(crate) fn ask(mut conn: TcpStream, request: &[u8], timeout: Duration) -> Option<String> {
     use std::io::Write;
     let _ = conn.set_read_timeout(Some(timeout));

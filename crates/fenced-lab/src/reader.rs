@@ -10,11 +10,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use tokio::time::{sleep, timeout};
+use tokio::time::sleep;
 
 use crate::history::{Op, OpKind, OpResult};
 use crate::worker::now_us;
@@ -24,68 +22,72 @@ const READ_EVERY: Duration = Duration::from_millis(40);
 /// The longest one read may take before it counts as not done.
 const READ_BOUND: Duration = Duration::from_secs(1);
 
-/// Starts a reader per member (`addrs`, reached directly) reading `key` until
-/// `until_us`; reader `i` records its operations as worker `first_worker + i`.
-pub fn spawn(
-    addrs: &[SocketAddr],
-    key: &str,
-    first_worker: u32,
-    until_us: u64,
-    tx: mpsc::UnboundedSender<Op>,
-) -> JoinSet<()> {
-    let mut set = JoinSet::new();
-    for (i, addr) in addrs.iter().copied().enumerate() {
-        let (tx, path) = (tx.clone(), format!("/v1/store/{key}"));
-        set.spawn(async move {
-            let mut cycle = 0;
-            while now_us() < until_us {
-                cycle += 1;
-                let start_us = now_us();
-                let (result, value, error) = match get(addr, &path).await {
-                    Ok(value) => (OpResult::Ok, value, None),
-                    Err(e) => (OpResult::Failed, None, Some(e)),
-                };
-                let op = Op {
-                    worker: first_worker + i as u32,
-                    cycle,
-                    kind: OpKind::Get,
-                    start_us,
-                    end_us: now_us(),
-                    result,
-                    token: None,
-                    value,
-                    error,
-                    promised_until_us: None,
-                    lost_signalled: None,
-                };
-                if tx.send(op).is_err() {
-                    return;
-                }
-                sleep(READ_EVERY).await;
-            }
-        });
+/// The readers of a run and the reads they send in.
+pub struct Readers {
+    set: JoinSet<()>,
+    rx: mpsc::UnboundedReceiver<Op>,
+}
+
+impl Readers {
+    /// Starts a reader per member (`addrs`, reached directly) reading `key` until
+    /// `until_us`; reader `i` records its operations as worker `first_worker + i`.
+    pub fn spawn(addrs: &[SocketAddr], key: &str, first_worker: u32, until_us: u64) -> Readers {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut set = JoinSet::new();
+        for (i, addr) in addrs.iter().copied().enumerate() {
+            let (tx, path) = (tx.clone(), format!("/v1/store/{key}"));
+            set.spawn(read_until(addr, path, first_worker + i as u32, until_us, tx));
+        }
+        Readers { set, rx }
     }
-    set
+
+    /// Waits for every reader to stop (at `until_us`), adding their reads to `history`.
+    pub async fn finish(mut self, history: &mut Vec<Op>) {
+        while self.set.join_next().await.is_some() {}
+        while let Some(op) = self.rx.recv().await {
+            history.push(op);
+        }
+    }
+}
+
+/// One reader: reads of `path` at `addr`, one after the other, until `until_us`.
+async fn read_until(addr: SocketAddr, path: String, worker: u32, until_us: u64, tx: mpsc::UnboundedSender<Op>) {
+    let mut cycle = 0;
+    while now_us() < until_us {
+        cycle += 1;
+        let start_us = now_us();
+        let (result, value, error) = match get(addr, &path).await {
+            Ok(value) => (OpResult::Ok, value, None),
+            Err(e) => (OpResult::Failed, None, Some(e)),
+        };
+        let op = Op {
+            worker,
+            cycle,
+            kind: OpKind::Get,
+            start_us,
+            end_us: now_us(),
+            result,
+            token: None,
+            value,
+            error,
+            promised_until_us: None,
+            lost_signalled: None,
+        };
+        if tx.send(op).is_err() {
+            return;
+        }
+        sleep(READ_EVERY).await;
+    }
 }
 
 /// One plain read: the counter (`None` when absent), or why there is no answer to
 /// judge (`not_leader`, a time-out, a refused connection: none of them read anything).
 async fn get(addr: SocketAddr, path: &str) -> Result<Option<u64>, String> {
-    let ask = async {
-        let mut s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-        let req = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n");
-        s.write_all(req.as_bytes()).await.map_err(|e| e.to_string())?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await.map_err(|e| e.to_string())?;
-        Ok::<_, String>(buf)
-    };
-    let buf = timeout(READ_BOUND, ask).await.map_err(|_| format!("no answer within {READ_BOUND:?}"))??;
-    let text = String::from_utf8_lossy(&buf);
-    let (head, body) = text.split_once("\r\n\r\n").ok_or("a reply without a head")?;
-    let status = head.split(' ').nth(1).unwrap_or("");
-    match status {
-        "200" => body.trim().parse().map(Some).map_err(|_| format!("the counter holds {body:?}, not a number")),
-        "404" => Ok(None),
-        _ => Err(format!("HTTP {status}: {}", body.trim())),
+    let answer = crate::http::get(addr, path, READ_BOUND).await?;
+    let body = answer.text();
+    match answer.status {
+        200 => body.parse().map(Some).map_err(|_| format!("the counter holds {body:?}, not a number")),
+        404 => Ok(None),
+        status => Err(format!("HTTP {status}: {body}")),
     }
 }

@@ -20,7 +20,7 @@
 //!
 //! The four rows after `postgres` and the two clusters keep their counter in a second
 //! Fenced server (the gate), reached directly: the nemesis crashes and delays only
-//! their lock service (for a cluster, the cluster nemesis of [`crate::peer_nemesis`]
+//! their lock service (for a cluster, the cluster nemesis of [`crate::nemesis`]
 //! strikes its members and the links between them).
 
 use std::fmt;

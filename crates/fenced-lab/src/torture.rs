@@ -104,7 +104,7 @@ impl TortureConfig {
             return Err(format!("--nodes is for --target fenced-cluster; {} runs one server", self.target));
         }
         if self.target.cluster() && self.nemesis.clock {
-            return Err(crate::peer_nemesis::clock_refusal(self.target).unwrap_or("no clock nemesis here").into());
+            return Err(crate::nemesis::peers::clock_refusal(self.target).unwrap_or("no clock nemesis here").into());
         }
         if self.workload == Workload::Elect && (!self.target.fenced_locks() || self.target.client_language().is_some())
         {
@@ -444,11 +444,8 @@ impl Workers {
 /// Runs one torture run.
 pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Result<TortureReport> {
     cfg.validate().map_err(anyhow::Error::msg)?;
-    if cfg.target.fenced_cluster() {
+    if cfg.target.fenced_cluster() || cfg.target.cluster() {
         return crate::nemesis::run(cfg, progress).await;
-    }
-    if cfg.target.cluster() {
-        return crate::peer_nemesis::run(cfg, progress).await;
     }
     check_client(cfg).await?;
     let bin = cfg.fenced_bin.clone();

@@ -92,7 +92,7 @@ fn assert_gate_held(r: &Value) {
 }
 
 /// kill -9 and SIGSTOP of members, the leader among them; seed 3 puts a kill of every
-/// member first (`peer_nemesis`'s tests check that plan).
+/// member first (`fenced-lab`'s `nemesis.rs` tests check that plan).
 fn leader_faults(target: &str) {
     let r = nemesis_run(target, "kill,pause", "3");
     assert!(num(&r, "leader_kills") >= 1, "the leader was never killed: {r}");

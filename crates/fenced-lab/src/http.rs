@@ -1,0 +1,158 @@
+//! The harness's one HTTP client for its own questions to loopback services (a member's
+//! status, a peer's health, a bucket made), on hyper: one connection per request,
+//! the whole exchange within a bound, the answer's status and body. The clients of
+//! the systems under test are elsewhere ([`crate::etcd`], Fenced's own client).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::header::{CONTENT_TYPE, HOST};
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+use tokio::time::timeout;
+
+/// A service's answer.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Bytes,
+}
+
+impl Answer {
+    /// The body as JSON, if the status is 200 and the body is JSON.
+    pub fn json_if_ok(&self) -> Option<Value> {
+        (self.status == 200).then(|| serde_json::from_slice(&self.body).ok())?
+    }
+
+    /// The body as text, for a message.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).trim().to_owned()
+    }
+}
+
+/// `GET path` of the service at `addr`, within `bound`.
+pub async fn get(addr: SocketAddr, path: &str, bound: Duration) -> Result<Answer, String> {
+    request(Method::GET, addr, path, "", bound).await
+}
+
+/// `method path` with a JSON `body` (none when empty) to the service at `addr`, on a
+/// connection of its own, answered within `bound` (connecting included); why not, as
+/// text.
+pub async fn request(
+    method: Method,
+    addr: SocketAddr,
+    path: &str,
+    body: &str,
+    bound: Duration,
+) -> Result<Answer, String> {
+    let exchange = async {
+        let stream = TcpStream::connect(addr).await.map_err(|e| format!("connect to {addr}: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(text)?;
+        // Aborted when the exchange ends or is abandoned at the bound.
+        let _conn = Abort(tokio::spawn(async move {
+            let _ = conn.await;
+        }));
+        let mut req = Request::builder().method(method).uri(path).header(HOST, addr.to_string());
+        if !body.is_empty() {
+            req = req.header(CONTENT_TYPE, "application/json");
+        }
+        let req = req.body(Full::new(Bytes::copy_from_slice(body.as_bytes()))).map_err(text)?;
+        let answer = sender.send_request(req).await.map_err(text)?;
+        let status = answer.status().as_u16();
+        let body = answer.into_body().collect().await.map_err(text)?.to_bytes();
+        Ok(Answer { status, body })
+    };
+    timeout(bound, exchange).await.map_err(|_| format!("no answer from {addr} within {bound:?}"))?
+}
+
+/// [`request`] for the harness's plain threads: on a thread and a runtime of its own,
+/// so that it may be called from anywhere, a tokio blocking thread or not.
+pub fn blocking(method: Method, addr: SocketAddr, path: &str, body: &str, bound: Duration) -> Result<Answer, String> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(text)?;
+            rt.block_on(request(method, addr, path, body, bound))
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the HTTP exchange panicked".into()))
+    })
+}
+
+fn text(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// A task aborted when dropped.
+struct Abort(JoinHandle<()>);
+
+impl Drop for Abort {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    /// A server that reads one request and answers `reply` (or nothing, when empty),
+    /// then closes; the request it read.
+    async fn serve_once(reply: &'static str) -> (SocketAddr, JoinHandle<String>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut buf = vec![0; 4096];
+            let n = s.read(&mut buf).await.unwrap();
+            if reply.is_empty() {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            } else {
+                s.write_all(reply.as_bytes()).await.unwrap();
+            }
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        });
+        (addr, task)
+    }
+
+    #[tokio::test]
+    async fn a_json_answer_a_chunked_one_an_error_and_a_silence() {
+        let (addr, asked) = serve_once("HTTP/1.1 200 OK\r\ncontent-length: 13\r\n\r\n{\"leader\":1}\n").await;
+        let a = request(Method::POST, addr, "/v3/x", "{}", Duration::from_secs(2)).await.unwrap();
+        assert_eq!(a.json_if_ok(), Some(serde_json::json!({"leader": 1})));
+        let asked = asked.await.unwrap();
+        assert!(asked.starts_with("POST /v3/x HTTP/1.1\r\n"), "{asked}");
+        assert!(asked.contains("content-type: application/json") && asked.ends_with("\r\n\r\n{}"), "{asked}");
+
+        let chunked = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\n{\"a\r\n4\r\n\":2}\r\n0\r\n\r\n";
+        let (addr, _) = serve_once(chunked).await;
+        let a = get(addr, "/s", Duration::from_secs(2)).await.unwrap();
+        assert_eq!(a.json_if_ok(), Some(serde_json::json!({"a": 2})));
+
+        let (addr, _) = serve_once("HTTP/1.1 421 Misdirected\r\ncontent-length: 12\r\n\r\nnot_leader\r\n").await;
+        let a = get(addr, "/s", Duration::from_secs(2)).await.unwrap();
+        assert_eq!((a.status, a.text(), a.json_if_ok()), (421, "not_leader".to_owned(), None));
+
+        let (addr, _) = serve_once("").await;
+        let e = get(addr, "/s", Duration::from_millis(200)).await.unwrap_err();
+        assert!(e.contains("within 200ms"), "{e}");
+    }
+
+    #[test]
+    fn blocking_answers_from_a_plain_thread_and_from_inside_a_runtime() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (addr, _) = rt.block_on(serve_once("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"));
+        let a = blocking(Method::GET, addr, "/", "", Duration::from_secs(2)).unwrap();
+        assert_eq!(a.json_if_ok(), Some(serde_json::json!({})));
+        let (addr, _) = rt.block_on(serve_once("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"));
+        let inside = rt.block_on(async { blocking(Method::GET, addr, "/", "", Duration::from_secs(2)) });
+        assert_eq!(inside.unwrap().status, 200);
+    }
+}
