@@ -77,6 +77,8 @@ pub const LARGE_COMMAND_BYTES: u64 = 64 << 10;
 /// size ([`Node::log_bound`]).
 const LOG_BYTES_MAX: u64 = 128 << 20;
 const LOG_CHECK_MS: u64 = 200;
+/// How often [`Node::snapshot_count_loop`] looks at the count of entries.
+const SNAPSHOT_COUNT_CHECK_MS: u64 = 20;
 /// How long after asking for a snapshot the log loop waits before asking again.
 const SNAPSHOT_RETRY: Duration = Duration::from_secs(2);
 /// How long a refused caller is told to wait before retrying.
@@ -1039,12 +1041,16 @@ impl Node {
     }
 
     /// Asks for a snapshot once the log holds [`Node::snapshot_interval`] entries past
-    /// the last one, on every member.
+    /// the last one, on every member. It looks every [`SNAPSHOT_COUNT_CHECK_MS`] (a
+    /// look is a read of the metrics and three counts), so a snapshot is asked for
+    /// within that of the count, as openraft's own policy did at the entry; it asks
+    /// again only once the last ask was answered (the snapshot moved) or
+    /// [`SNAPSHOT_RETRY`] passed.
     async fn snapshot_count_loop(self: Arc<Self>) {
-        let mut asked_at: Option<Instant> = None;
+        let mut asked: Option<(Instant, u64)> = None;
         loop {
             tokio::select! {
-                _ = tokio::time::sleep(Duration::from_millis(LOG_CHECK_MS)) => {}
+                _ = tokio::time::sleep(Duration::from_millis(SNAPSHOT_COUNT_CHECK_MS)) => {}
                 _ = self.stopping() => return,
             }
             let (last, snapshot) = {
@@ -1052,9 +1058,9 @@ impl Node {
                 let m = m.borrow_watched();
                 (m.last_applied.as_ref().map_or(0, |l| l.index), m.snapshot.as_ref().map_or(0, |l| l.index))
             };
-            let due = last.saturating_sub(snapshot) >= self.snapshot_interval();
-            if due && asked_at.is_none_or(|t| t.elapsed() > SNAPSHOT_RETRY) {
-                asked_at = Some(Instant::now());
+            let waiting = asked.is_some_and(|(at, from)| snapshot == from && at.elapsed() <= SNAPSHOT_RETRY);
+            if !waiting && last.saturating_sub(snapshot) >= self.snapshot_interval() {
+                asked = Some((Instant::now(), snapshot));
                 let _ = self.raft.trigger().snapshot().await;
             }
         }
