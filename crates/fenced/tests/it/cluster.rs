@@ -433,9 +433,14 @@ fn a_snapshot_transfer_cut_midway_resumes_where_it_stopped() {
         let (st, v) = c.any_with("PUT", &format!("/v1/store/big{i}"), &value, &[("fencing-token", token.clone())]);
         assert_eq!(st, 200, "{v}");
     }
-    until(30, || {
+    // Until the leader's snapshot holds every value (snapshots come after as many
+    // entries as the table holds objects, here about 200) and its log is purged.
+    let written = c.status(l).unwrap()["commit_index"].as_u64().unwrap();
+    until(60, || {
         c.any("POST", "/v1/locks/s0/acquire", "{\"ttl_ms\":60000}");
-        c.status(l).is_some_and(|s| s["purged_index"].as_u64().unwrap_or(0) > 0)
+        c.status(l).is_some_and(|s| {
+            s["snapshot_index"].as_u64().unwrap_or(0) >= written && s["purged_index"].as_u64().unwrap_or(0) > 0
+        })
     });
     c.spawn(f);
     let target = c.status(l).unwrap()["commit_index"].as_u64().unwrap();
