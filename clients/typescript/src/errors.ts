@@ -224,6 +224,7 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = {
   // peer routes refused: not a client's business, typed all the same
   not_a_cluster: ForbiddenError,
   invalid_snapshot: BadRequestError,
+  snapshot_not_resumable: BadRequestError,
   // 404
   lease_not_found: LeaseNotFoundError,
   not_found: NotFoundError,

@@ -447,6 +447,7 @@ ERROR_CODES: Dict[str, Type[FencedError]] = {
     # the peer routes, refused to a client: typed all the same
     "not_a_cluster": Forbidden,
     "invalid_snapshot": BadRequest,
+    "snapshot_not_resumable": BadRequest,
     # the server itself
     "internal": ServerError,
     "snapshot_failed": ServerError,
