@@ -90,29 +90,20 @@ impl SnapshotBody {
         if let SnapshotBody::Bytes(bytes) | SnapshotBody::Checked { bytes, .. } = self {
             return Ok(bytes);
         }
-        let (mut reader, len) = self.into_reader()?;
-        let mut bytes = Vec::with_capacity(len as usize);
-        reader.read_to_end(&mut bytes)?;
+        let source = self.into_source()?;
+        let mut bytes = Vec::with_capacity(source.len() as usize);
+        source.from(0)?.read_to_end(&mut bytes)?;
         Ok(bytes)
     }
 
-    /// The bytes as a reader, and their length, without reading them into memory: how
-    /// a snapshot is sent (streamed in chunks, however large). A kept snapshot replaced
-    /// since it was offered is an error, as for [`SnapshotBody::into_bytes`].
-    pub fn into_reader(self) -> io::Result<(Box<dyn io::Read + Send + Sync>, u64)> {
-        let source = self.into_source()?;
-        let len = source.len();
-        Ok((source.from(0)?, len))
-    }
-
-    /// The bytes opened to be sent from any offset, and named by a checksum: a transfer
-    /// cut midway resumes where the member's copy ends, if it is of the same bytes.
+    /// The bytes opened to be sent from any offset (streamed in chunks, however large,
+    /// without reading them into memory), and named by a checksum: a transfer cut
+    /// midway resumes where the member's copy ends, if it is of the same bytes. A kept
+    /// snapshot replaced since it was offered is an error, as for
+    /// [`SnapshotBody::into_bytes`].
     pub fn into_source(self) -> io::Result<SnapshotSource> {
         match self {
-            SnapshotBody::Bytes(bytes) | SnapshotBody::Checked { bytes, .. } => {
-                let crc = snapshot_file::crc32c(&[&bytes]);
-                Ok(SnapshotSource::Bytes { bytes, crc })
-            }
+            SnapshotBody::Bytes(bytes) | SnapshotBody::Checked { bytes, .. } => Ok(SnapshotSource::Bytes(bytes)),
             SnapshotBody::Kept { db, last_log_id } => Ok(SnapshotSource::Kept(db.snapshot_reader(last_log_id)?)),
         }
     }
@@ -120,7 +111,7 @@ impl SnapshotBody {
 
 /// A snapshot's bytes, opened to be sent ([`SnapshotBody::into_source`]).
 pub enum SnapshotSource {
-    Bytes { bytes: Vec<u8>, crc: u32 },
+    Bytes(Vec<u8>),
     Kept(snapshot_file::Outgoing),
 }
 
@@ -128,7 +119,7 @@ impl SnapshotSource {
     /// How many bytes.
     pub fn len(&self) -> u64 {
         match self {
-            SnapshotSource::Bytes { bytes, .. } => bytes.len() as u64,
+            SnapshotSource::Bytes(bytes) => bytes.len() as u64,
             SnapshotSource::Kept(kept) => kept.len,
         }
     }
@@ -138,10 +129,11 @@ impl SnapshotSource {
         self.len() == 0
     }
 
-    /// A checksum that tells these bytes from another snapshot's of the same length.
+    /// A checksum that tells these bytes from another snapshot's of the same length
+    /// (computed when asked for bytes in memory; read from a kept file's end).
     pub fn crc(&self) -> u32 {
         match self {
-            SnapshotSource::Bytes { crc, .. } => *crc,
+            SnapshotSource::Bytes(bytes) => snapshot_file::crc32c(&[bytes]),
             SnapshotSource::Kept(kept) => kept.crc,
         }
     }
@@ -149,7 +141,7 @@ impl SnapshotSource {
     /// The bytes from `offset` (at most their length) to their end.
     pub fn from(self, offset: u64) -> io::Result<Box<dyn io::Read + Send + Sync>> {
         match self {
-            SnapshotSource::Bytes { bytes, .. } => {
+            SnapshotSource::Bytes(bytes) => {
                 let mut cursor = io::Cursor::new(bytes);
                 cursor.set_position(offset.min(cursor.get_ref().len() as u64));
                 Ok(Box::new(cursor))

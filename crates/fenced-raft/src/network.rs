@@ -424,15 +424,16 @@ impl Peer {
 }
 
 impl Peer {
-    /// Sends a snapshot to a member that resumes a cut transfer: asks it how much of
-    /// these bytes it holds already, then streams the frame's header and the rest. A
-    /// transfer of a full store (about 720 MiB) cut at its end by a leader's stall or a
-    /// network fault no longer starts again from its first byte.
-    async fn resumable_snapshot(
+    /// Streams a snapshot: the frame's header, then the bytes. To a member that
+    /// resumes a cut transfer (`resumable`), it first asks how much of these bytes the
+    /// member holds already and sends the rest, naming them; a transfer of a full store
+    /// (about 720 MiB) cut near its end no longer starts again from its first byte.
+    async fn streamed_snapshot(
         &self,
         vote: Vote,
         meta: crate::SnapshotMeta,
         body: crate::SnapshotBody,
+        resumable: bool,
         option: &RPCOption,
     ) -> Result<SnapshotResponse<TypeConfig>, RPCError<TypeConfig>> {
         let network = |e: std::io::Error| RPCError::Network(net_err(e));
@@ -440,11 +441,19 @@ impl Peer {
             .await
             .map_err(|e| RPCError::Network(net_err(e)))?
             .map_err(network)?;
-        let (len, id) = (source.len(), snapshot_id(&meta, source.len(), source.crc()));
-        let held: u64 = self.call("snapshot-offset", &id, option).await?;
-        let offset = if held <= len { held } else { 0 };
-        if offset > 0 {
-            tracing::info!(member = self.target, offset, len, "resuming a cut snapshot transfer where it stopped");
+        let len = source.len();
+        let (mut offset, mut headers) = (0, Vec::new());
+        if resumable {
+            let id = snapshot_id(&meta, len, source.crc());
+            let held: u64 = self.call("snapshot-offset", &id, option).await?;
+            offset = if held <= len { held } else { 0 };
+            if offset > 0 {
+                tracing::info!(member = self.target, offset, len, "resuming a cut snapshot transfer where it stopped");
+            }
+            headers = vec![
+                (crate::framing::SNAPSHOT_ID_HEADER, id),
+                (crate::framing::SNAPSHOT_OFFSET_HEADER, offset.to_string()),
+            ];
         }
         let reader = tokio::task::spawn_blocking(move || source.from(offset))
             .await
@@ -454,8 +463,6 @@ impl Peer {
         let reader = crate::fault::cut_snapshot(reader, offset);
         let head = crate::framing::snapshot_head(&vote, &meta);
         let total = head.len() as u64 + (len - offset);
-        let headers =
-            [(crate::framing::SNAPSHOT_ID_HEADER, id), (crate::framing::SNAPSHOT_OFFSET_HEADER, offset.to_string())];
         let body = streamed(head, reader, len - offset);
         self.send_body("snapshot", body, total, crate::framing::CONTENT_TYPE, &headers, option).await
     }
@@ -518,18 +525,10 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         }
         let (meta, body) = (snapshot.meta, snapshot.snapshot);
         let sent = async {
-            if self.level() >= crate::framing::LEVEL_RESUMABLE_SNAPSHOTS {
-                return self.resumable_snapshot(vote, meta, body, &option).await;
-            }
-            if self.level() >= crate::framing::LEVEL_BINARY_SNAPSHOTS {
-                let (reader, len) = tokio::task::spawn_blocking(move || body.into_reader())
-                    .await
-                    .map_err(|e| RPCError::Network(net_err(e)))?
-                    .map_err(|e| RPCError::Network(net_err(e)))?;
-                let head = crate::framing::snapshot_head(&vote, &meta);
-                let total = head.len() as u64 + len;
-                let body = streamed(head, reader, len);
-                return self.send_body("snapshot", body, total, crate::framing::CONTENT_TYPE, &[], &option).await;
+            let level = self.level();
+            if level >= crate::framing::LEVEL_BINARY_SNAPSHOTS {
+                let resumable = level >= crate::framing::LEVEL_RESUMABLE_SNAPSHOTS;
+                return self.streamed_snapshot(vote, meta, body, resumable, &option).await;
             }
             // A member of an earlier release reads only the JSON snapshot, whole.
             let data = tokio::task::spawn_blocking(move || body.into_bytes())
