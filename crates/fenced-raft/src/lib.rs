@@ -25,6 +25,7 @@ pub mod log_store;
 pub mod metrics;
 pub mod network;
 pub mod node;
+pub mod segment_log;
 pub mod snapshot_file;
 pub mod snapshot_format;
 pub mod state_machine;

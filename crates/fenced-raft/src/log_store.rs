@@ -1,17 +1,19 @@
-//! The log and the vote, in one redb file (`raft.redb`); the kept snapshot in a file of
-//! its own beside it ([`crate::snapshot_file`]), so that the log's writer never waits
-//! for a snapshot of hundreds of MiB.
+//! The log, the vote and the commit and purge marks, in segments of their own (`log/`,
+//! [`crate::segment_log`], data directory format 5); the kept snapshot in a file of its
+//! own beside them ([`crate::snapshot_file`]), so that the log's writer never waits for
+//! a snapshot of hundreds of MiB; `raft.redb` keeps only the base state of a restored or
+//! migrated directory (and, until the first open of this format, what format 4 kept).
 //!
 //! Reads are served from memory: the entries since the last purge (the snapshot policy
-//! keeps that window small), mirrored from the file at start. Every change goes to one
-//! writer thread that folds the changes queued meanwhile into one transaction; redb's
-//! commit returns after fsync, and only then does openraft hear that an append is
-//! flushed (group commit: one fsync for every entry that arrived during the last one,
-//! and for those of the wave still arriving: see [`Linger`]).
+//! keeps that window small), read from the segments at start. Every change goes to one
+//! writer thread that folds the changes queued meanwhile into one write and one
+//! `fdatasync`, and only then does openraft hear that an append is flushed (group
+//! commit: one fsync for every entry that arrived during the last one, and for those of
+//! the wave still arriving: see [`Linger`]).
 //! A vote, a truncation and a purge are durable when their call returns. The commit mark
-//! rides along: openraft's `save_committed` only updates memory, and the next
-//! transaction writes the latest mark (openraft allows it to lag; a standalone write
-//! would cost an fsync of its own after every group commit).
+//! rides along: openraft's `save_committed` only updates memory, and the next write
+//! carries the latest mark (openraft allows it to lag; a standalone write would cost an
+//! fsync of its own after every group commit).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
@@ -30,6 +32,7 @@ use tokio::sync::oneshot;
 
 use crate::entry_format;
 use crate::metrics::LogMetrics;
+use crate::segment_log::{Change, Recovered, SegmentLog};
 use crate::snapshot_file::SnapshotFile;
 use crate::{io_err, Entry, LogId, NodeId, SnapshotMeta, TypeConfig, Vote};
 
@@ -50,8 +53,10 @@ const BASE: &str = "base";
 /// The most changes one transaction carries.
 const BATCH_MAX: usize = 1024;
 
-/// The redb file behind the log, and the snapshot file beside it.
+/// The log's segments, the redb file beside them, and the snapshot file.
 pub struct Db {
+    /// The log as opened, until [`LogStore::open`] takes it.
+    log: Mutex<Option<(SegmentLog, Recovered)>>,
     // Fields drop in order: the file is closed before `closed` says so.
     db: Database,
     closed: Closed,
@@ -89,7 +94,12 @@ impl Db {
         txn.commit().map_err(io_err)?;
         let snap = SnapshotFile::open(dir)?;
         move_snapshot_out(&mut db, &snap)?;
-        Ok(Arc::new(Db { db, closed: Closed(Arc::new(AtomicBool::new(false))), snap, dir: dir.to_path_buf() }))
+        let log = Mutex::new(Some(move_log_out(&db, dir)?));
+        Ok(Arc::new(Db { log, db, closed: Closed(Arc::new(AtomicBool::new(false))), snap, dir: dir.to_path_buf() }))
+    }
+
+    fn log(&self) -> MutexGuard<'_, Option<(SegmentLog, Recovered)>> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A flag set once this database is closed.
@@ -122,12 +132,10 @@ impl Db {
     /// included. Returns the new entry's index.
     pub fn force_single_member(&self, id: NodeId, addr: String) -> io::Result<u64> {
         use openraft::vote::RaftLeaderIdExt;
-        let last_entry: Option<Entry> = {
-            let txn = self.db.begin_read().map_err(io_err)?;
-            let log = txn.open_table(LOG).map_err(io_err)?;
-            let last = log.last().map_err(io_err)?;
-            last.map(|(k, v)| entry_format::decode(v.value(), k.value())).transpose()?
-        };
+        let mut guard = self.log();
+        let (log, rec) = guard.as_mut().ok_or_else(|| io::Error::other("the log is open already"))?;
+        let last_entry: Option<Entry> =
+            rec.entries.last_key_value().map(|(k, v)| entry_format::decode(v, *k)).transpose()?;
         let last_id: Option<LogId> = match last_entry {
             Some(e) => Some(e.log_id),
             None => match self.snapshot()? {
@@ -135,7 +143,7 @@ impl Db {
                 None => None,
             },
         };
-        let vote: Option<Vote> = self.meta(VOTE)?.map(|b| decode(&b, "vote")).transpose()?;
+        let vote: Option<Vote> = rec.state.vote.as_deref().map(|b| decode(b, "vote")).transpose()?;
         let term = vote.map_or(0, |v| v.leader_id.term).max(last_id.map_or(0, |l| l.leader_id.term)) + 1;
         let index = last_id.map_or(0, |l| l.index + 1);
         let log_id = LogId::new(openraft::alias::LeaderIdOf::<TypeConfig>::new_committed(term, id), index);
@@ -143,24 +151,22 @@ impl Db {
             openraft::Membership::new(vec![BTreeSet::from([id])], BTreeMap::from([(id, openraft::BasicNode { addr })]))
                 .map_err(io_err)?;
         let entry = Entry::new_membership(log_id, membership);
-        let vote = Vote::new(term, id);
-        let txn = self.db.begin_write().map_err(io_err)?;
-        {
-            let mut log = txn.open_table(LOG).map_err(io_err)?;
-            log.insert(index, entry_format::to_vec(&entry).as_slice()).map_err(io_err)?;
-            let mut meta = txn.open_table(META).map_err(io_err)?;
-            meta.insert(VOTE, encode(&vote)?.as_slice()).map_err(io_err)?;
-        }
-        txn.commit().map_err(io_err)?;
+        let (bytes, vote) = (entry_format::to_vec(&entry), encode(&Vote::new(term, id))?);
+        let changes = [Change::Entry { index, bytes: &bytes }, Change::Vote(&vote)];
+        log.write(&changes)?;
+        changes.iter().for_each(|c| rec.apply(c));
         Ok(index)
     }
 
     /// True when the log has never been written: no vote, no entry, no snapshot.
     pub fn is_empty(&self) -> io::Result<bool> {
+        let log_empty = match self.log().as_ref() {
+            Some((_, rec)) => rec.entries.is_empty() && rec.state == Default::default(),
+            None => return Err(io::Error::other("the log is open already")),
+        };
         let txn = self.db.begin_read().map_err(io_err)?;
-        let log = txn.open_table(LOG).map_err(io_err)?;
         let meta = txn.open_table(META).map_err(io_err)?;
-        Ok(log.first().map_err(io_err)?.is_none() && meta.first().map_err(io_err)?.is_none() && !self.has_snapshot())
+        Ok(log_empty && meta.first().map_err(io_err)?.is_none() && !self.has_snapshot())
     }
 
     /// The last snapshot taken or installed: its meta and its bytes, checked whole.
@@ -252,6 +258,68 @@ fn snapshot_sum(meta: &[u8], data: &[u8]) -> [u8; 4] {
     (digest.finalize() as u32).to_le_bytes()
 }
 
+/// The directory of the log's segments.
+pub const LOG_DIR: &str = "log";
+
+/// Opens the log's segments; a log that a data directory before format 5 kept in
+/// `raft.redb` is moved there first: written whole to `log.moving`, flushed, renamed to
+/// `log`, then removed from `raft.redb`. A crash before the rename leaves it in
+/// `raft.redb` (moved again at the next open); after it, the next open finds `log` and
+/// only removes what `raft.redb` still holds.
+fn move_log_out(db: &Database, dir: &Path) -> io::Result<(SegmentLog, Recovered)> {
+    let target = dir.join(LOG_DIR);
+    if !target.exists() {
+        let moving = dir.join("log.moving");
+        let _ = std::fs::remove_dir_all(&moving);
+        let (rows, vote, committed, purged) = {
+            let txn = db.begin_read().map_err(io_err)?;
+            let log = txn.open_table(LOG).map_err(io_err)?;
+            let meta = txn.open_table(META).map_err(io_err)?;
+            let get = |key| meta.get(key).map(|v| v.map(|v| v.value().to_vec())).map_err(io_err);
+            let rows = log.iter().map_err(io_err)?.map(|r| r.map(|(k, v)| (k.value(), v.value().to_vec())));
+            (rows.collect::<Result<Vec<_>, _>>().map_err(io_err)?, get(VOTE)?, get(COMMITTED)?, get(LAST_PURGED)?)
+        };
+        if !rows.is_empty() || vote.is_some() || committed.is_some() || purged.is_some() {
+            let (mut log, _) = SegmentLog::open(&moving)?;
+            let mut changes = Vec::new();
+            if let Some(p) = &purged {
+                let upto = decode::<LogId>(p, "purge mark")?.index;
+                changes.push(Change::Purge { upto, mark: p });
+            }
+            changes.extend(vote.as_deref().map(Change::Vote));
+            changes.extend(rows.iter().map(|(index, bytes)| Change::Entry { index: *index, bytes }));
+            changes.extend(committed.as_deref().map(Change::Commit));
+            log.write(&changes)?;
+            drop(log);
+            tracing::info!(
+                entries = rows.len(),
+                "the raft log moved from raft.redb to segments of its own (data directory format 5)"
+            );
+        } else {
+            std::fs::create_dir_all(&moving)?;
+        }
+        std::fs::rename(&moving, &target)?;
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    let txn = db.begin_write().map_err(io_err)?;
+    let mut leftovers = false;
+    {
+        let mut log = txn.open_table(LOG).map_err(io_err)?;
+        leftovers |= log.first().map_err(io_err)?.is_some();
+        log.retain(|_, _| false).map_err(io_err)?;
+        let mut meta = txn.open_table(META).map_err(io_err)?;
+        for key in [VOTE, COMMITTED, LAST_PURGED] {
+            leftovers |= meta.remove(key).map_err(io_err)?.is_some();
+        }
+    }
+    if leftovers {
+        txn.commit().map_err(io_err)?;
+    } else {
+        txn.abort().map_err(io_err)?;
+    }
+    SegmentLog::open(&target)
+}
+
 /// What readers see: the log since the last purge, the vote, the purge and commit marks.
 #[derive(Default)]
 struct Mem {
@@ -289,8 +357,7 @@ enum Op {
         mark: Vec<u8>,
         done: oneshot::Sender<io::Result<()>>,
     },
-    Meta {
-        key: &'static str,
+    Vote {
         value: Vec<u8>,
         done: oneshot::Sender<io::Result<()>>,
     },
@@ -378,20 +445,16 @@ impl LogStore {
     /// Reads the log into memory and starts the writer thread (it ends when the last
     /// clone is dropped).
     pub fn open(db: Arc<Db>, linger: Linger) -> io::Result<LogStore> {
+        let (seglog, rec) = db.log().take().ok_or_else(|| io::Error::other("the log is open already"))?;
         let mut mem = Mem::default();
-        {
-            let txn = db.db.begin_read().map_err(io_err)?;
-            let log = txn.open_table(LOG).map_err(io_err)?;
-            for row in log.iter().map_err(io_err)? {
-                let (k, v) = row.map_err(io_err)?;
-                let entry = entry_format::decode(v.value(), k.value())?;
-                mem.entries.insert(k.value(), entry);
-                mem.sized(k.value(), v.value().len());
-            }
+        for (index, bytes) in &rec.entries {
+            mem.entries.insert(*index, entry_format::decode(bytes, *index)?);
+            mem.sized(*index, bytes.len());
         }
-        mem.vote = db.meta(VOTE)?.map(|b| decode(&b, "vote")).transpose()?;
-        mem.committed = db.meta(COMMITTED)?.map(|b| decode(&b, "commit mark")).transpose()?;
-        mem.last_purged = db.meta(LAST_PURGED)?.map(|b| decode(&b, "purge mark")).transpose()?;
+        mem.vote = rec.state.vote.as_deref().map(|b| decode(b, "vote")).transpose()?;
+        mem.committed = rec.state.committed.as_deref().map(|b| decode(b, "commit mark")).transpose()?;
+        mem.last_purged = rec.state.purged.as_ref().map(|(_, b)| decode(b, "purge mark")).transpose()?;
+        drop(rec);
         let (tx, rx) = mpsc::channel();
         let mem = Arc::new(Mutex::new(mem));
         let marks = mem.clone();
@@ -399,7 +462,7 @@ impl LogStore {
         let figures = metrics.clone();
         std::thread::Builder::new()
             .name("fenced-raft-log".into())
-            .spawn(move || writer(&db, &marks, &figures, linger, rx))?;
+            .spawn(move || writer(&db, seglog, &marks, &figures, linger, rx))?;
         Ok(LogStore { mem, tx, metrics })
     }
 
@@ -443,7 +506,14 @@ impl LogStore {
 
 /// The writer thread: one durable transaction for every run of queued changes, which
 /// also carries the commit mark when it moved since the last one written.
-fn writer(db: &Db, mem: &Mutex<Mem>, metrics: &LogMetrics, linger: Linger, rx: mpsc::Receiver<Op>) {
+fn writer(
+    #[cfg_attr(not(feature = "fault-injection"), allow(unused_variables))] db: &Db,
+    mut log: SegmentLog,
+    mem: &Mutex<Mem>,
+    metrics: &LogMetrics,
+    linger: Linger,
+    rx: mpsc::Receiver<Op>,
+) {
     let (mut written, mut durable) = {
         let m = mem.lock().unwrap_or_else(|p| p.into_inner());
         let last = m.entries.last_key_value().map(|(k, _)| *k);
@@ -460,7 +530,7 @@ fn writer(db: &Db, mem: &Mutex<Mem>, metrics: &LogMetrics, linger: Linger, rx: m
         let after = durable_after(durable, &batch);
         let mark = mark_to_write(committed, written, after).and_then(|c| encode(&c).ok());
         let started = Instant::now();
-        let result = commit(db, &batch, mark.as_deref()).map_err(|e| e.to_string());
+        let result = commit(&mut log, &batch, mark.as_deref()).map_err(|e| e.to_string());
         last_commit = started.elapsed();
         metrics.observe_commit(last_commit);
         if last_commit >= SLOW_COMMIT {
@@ -483,7 +553,7 @@ fn writer(db: &Db, mem: &Mutex<Mem>, metrics: &LogMetrics, linger: Linger, rx: m
             let r = result.clone().map_err(io::Error::other);
             match op {
                 Op::Append { done, .. } => done.io_completed(r),
-                Op::Truncate { done, .. } | Op::Purge { done, .. } | Op::Meta { done, .. } => drop(done.send(r)),
+                Op::Truncate { done, .. } | Op::Purge { done, .. } | Op::Vote { done, .. } => drop(done.send(r)),
             }
         }
     }
@@ -503,7 +573,7 @@ fn warn_slow(batch: &[Op], took: Duration) {
             }
             Op::Truncate { .. } => other.push("truncate"),
             Op::Purge { .. } => other.push("purge"),
-            Op::Meta { key, .. } => other.push(key),
+            Op::Vote { .. } => other.push("vote"),
         }
     }
     tracing::warn!(
@@ -548,7 +618,7 @@ fn durable_after(mut last: u64, batch: &[Op]) -> u64 {
             Op::Append { rows, .. } => last = rows.last().map_or(last, |(index, _)| last.max(*index)),
             Op::Truncate { from, .. } => last = last.min(from.saturating_sub(1)),
             Op::Purge { upto, .. } => last = last.max(*upto),
-            Op::Meta { .. } => {}
+            Op::Vote { .. } => {}
         }
     }
     last
@@ -565,34 +635,22 @@ fn mark_to_write(committed: Option<LogId>, written: Option<LogId>, durable: u64)
     (committed != written && names_held).then_some(committed)
 }
 
-fn commit(db: &Db, batch: &[Op], committed: Option<&[u8]>) -> Result<(), redb::Error> {
-    let txn = db.db.begin_write()?;
-    {
-        let mut log = txn.open_table(LOG)?;
-        let mut meta = txn.open_table(META)?;
-        if let Some(mark) = committed {
-            meta.insert(COMMITTED, mark)?;
-        }
-        for op in batch {
-            match op {
-                Op::Append { rows, .. } => {
-                    for (index, bytes) in rows {
-                        log.insert(*index, bytes.as_slice())?;
-                    }
-                }
-                Op::Truncate { from, .. } => log.retain_in(*from.., |_, _| false)?,
-                Op::Purge { upto, mark, .. } => {
-                    log.retain_in(..=*upto, |_, _| false)?;
-                    meta.insert(LAST_PURGED, mark.as_slice())?;
-                }
-                Op::Meta { key, value, .. } => {
-                    meta.insert(*key, value.as_slice())?;
-                }
+/// Writes `batch` as one write of the log, the commit mark (if it moved) last, so that
+/// a write cut short never keeps a mark without the entries it names.
+fn commit(log: &mut SegmentLog, batch: &[Op], committed: Option<&[u8]>) -> io::Result<()> {
+    let mut changes = Vec::with_capacity(batch.len() + 1);
+    for op in batch {
+        match op {
+            Op::Append { rows, .. } => {
+                changes.extend(rows.iter().map(|(index, bytes)| Change::Entry { index: *index, bytes }));
             }
+            Op::Truncate { from, .. } => changes.push(Change::Truncate { from: *from }),
+            Op::Purge { upto, mark, .. } => changes.push(Change::Purge { upto: *upto, mark }),
+            Op::Vote { value, .. } => changes.push(Change::Vote(value)),
         }
     }
-    txn.commit()?;
-    Ok(())
+    changes.extend(committed.map(Change::Commit));
+    log.write(&changes)
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -625,7 +683,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), io::Error> {
         let value = encode(vote)?;
         self.mem().vote = Some(*vote);
-        self.durable(|done| Op::Meta { key: VOTE, value, done }).await
+        self.durable(|done| Op::Vote { value, done }).await
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), io::Error> {
@@ -703,7 +761,7 @@ mod tests {
 
     fn vote() -> Op {
         let (done, _) = oneshot::channel();
-        Op::Meta { key: VOTE, value: vec![], done }
+        Op::Vote { value: vec![], done }
     }
 
     /// Sends `ops` one by one, each after its pause.
@@ -760,7 +818,7 @@ mod tests {
         let started = Instant::now();
         let group = Linger { frac: 1.0 }.gather(append(1), &rx, Duration::from_secs(10));
         assert!(started.elapsed() < Duration::from_millis(500), "the vote waited {:?}", started.elapsed());
-        assert!(matches!(group.as_slice(), [Op::Append { .. }, Op::Meta { .. }]));
+        assert!(matches!(group.as_slice(), [Op::Append { .. }, Op::Vote { .. }]));
         sender.join().unwrap();
         // A vote first is written without any wait.
         let (rx, sender) = arrivals(vec![(50, append(2))]);
@@ -834,9 +892,8 @@ mod tests {
         let batch = Batch::one(RequestId(1), Command::Store(write), 5);
         let leader = openraft::alias::LeaderIdOf::<TypeConfig>::new_committed(1, 1);
         let entry = Entry { log_id: LogId::new(leader, 3), payload: EntryPayload::Normal(batch) };
-        let txn = db.db.begin_write().unwrap();
-        txn.open_table(LOG).unwrap().insert(3, entry_format::to_vec(&entry).as_slice()).unwrap();
-        txn.commit().unwrap();
+        let bytes = entry_format::to_vec(&entry);
+        db.log().as_mut().unwrap().0.write(&[Change::Entry { index: 3, bytes: &bytes }]).unwrap();
         assert!(db.put_snapshot(&meta_at(2), b"{\"store\":\"mark=0017\"}").unwrap());
         drop(db);
         // Untouched, both read back.
@@ -846,10 +903,11 @@ mod tests {
         assert_eq!(store.mem().entries.len(), 1);
         drop(store);
         std::thread::sleep(Duration::from_millis(100));
-        edit_file(&dir, "raft.redb", b"balance=1000", b"balance=9000");
-        let err = LogStore::open(Db::open(&dir).unwrap(), Linger::DEFAULT).err().expect("the edited entry was read");
-        assert!(err.to_string().contains("log entry 3 is refused: its checksum does not match"), "{err}");
-        edit_file(&dir, "raft.redb", b"balance=9000", b"balance=1000");
+        let segment = "log/00000000000000000001.seg";
+        edit_file(&dir, segment, b"balance=1000", b"balance=9000");
+        let err = Db::open(&dir).err().expect("the edited entry was read");
+        assert!(err.to_string().contains("the raft log is damaged") && err.to_string().contains("an edit"), "{err}");
+        edit_file(&dir, segment, b"balance=9000", b"balance=1000");
         edit_file(&dir, "snapshot", b"mark=0017", b"mark=0011");
         let err = Db::open(&dir).unwrap().snapshot().unwrap_err();
         assert!(err.to_string().contains("the snapshot is refused"), "{err}");

@@ -102,6 +102,7 @@ pub struct RaftFigures {
     /// On the leader: since each other member last acknowledged a heartbeat or an
     /// append, in milliseconds (`None`: never since this leader took office).
     pub peer_ack_age_ms: Vec<(NodeId, Option<u64>)>,
-    /// The size of the log's file (`raft.redb`: log, vote and snapshots), in bytes.
+    /// The size of the log on disk: its segments (written and prepared) and `raft.redb`
+    /// (the base state), in bytes. The snapshot file is not counted.
     pub db_bytes: u64,
 }

@@ -652,7 +652,8 @@ impl Node {
             } else {
                 None
             },
-            db_bytes: std::fs::metadata(&self.db_file).map_or(0, |md| md.len()),
+            db_bytes: std::fs::metadata(&self.db_file).map_or(0, |md| md.len())
+                + crate::segment_log::SegmentLog::disk_bytes(&self.db_file.with_file_name(crate::log_store::LOG_DIR)),
         }
     }
 

@@ -13,7 +13,10 @@
 //!   the entry that sets the cluster's limits (`SetLimits`), which format 2 cannot read;
 //!   format 4 keeps the snapshot in a file of its own (`snapshot`, see
 //!   `fenced_raft::snapshot_file`), moved out of `raft.redb` at the first open, where
-//!   format 3 would look for it and, not finding it, start from nothing;
+//!   format 3 would look for it and, not finding it, start from nothing; format 5
+//!   keeps the log, the vote and the marks in segments of their own (the directory
+//!   `log`, see `fenced_raft::segment_log`), moved out of `raft.redb` at the first open,
+//!   where format 4 would find no log;
 //! - a newer one (written by a later release): refused, saying both versions and what
 //!   to do; nothing in the directory is touched;
 //! - no `FORMAT` beside the files of an earlier release (`raft.redb`, or `fenced.redb`
@@ -29,7 +32,7 @@ use std::io::Write;
 use std::path::Path;
 
 /// The format this release writes and reads.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 
 /// The earliest format this release reads (and upgrades to [`FORMAT_VERSION`]).
 pub const FORMAT_VERSION_MIN: u32 = 1;

@@ -229,7 +229,11 @@ fn render_raft(out: &mut String, r: &RaftFigures, log: &LogMetrics) {
         ("fenced_raft_purged_index", "The last index purged from the log.", r.purged_index),
         ("fenced_raft_voters", "Voters in the membership this member follows.", r.voters),
         ("fenced_raft_members", "Members (voters and learners) in that membership.", r.members),
-        ("fenced_raft_db_bytes", "Size of the log's file (log, vote and snapshots).", r.db_bytes),
+        (
+            "fenced_raft_db_bytes",
+            "Size of the raft log on disk: its segments (written and prepared) and raft.redb.",
+            r.db_bytes,
+        ),
         (
             "fenced_raft_proposals_pending",
             "Commands taken for the log and not yet committed or refused.",

@@ -139,10 +139,7 @@ const FIXTURE_LEASE: &str = "6f1d2c3b4a5968778695a4b3c2d1e0f1";
 fn a_data_directory_of_an_earlier_format_reads(format: u32) {
     let dir = crate::harness::scratch_dir();
     std::fs::create_dir_all(&dir).unwrap();
-    for entry in std::fs::read_dir(format!("{FIXTURES}/data-dir-format-{format}")).expect("the fixture is there") {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
-    }
+    copy_tree(std::path::Path::new(&format!("{FIXTURES}/data-dir-format-{format}")), &dir);
     let said = |dir: &std::path::Path| std::fs::read_to_string(dir.join("FORMAT")).unwrap();
     assert_eq!(said(&dir), format!("fenced data directory format {format}\n"));
     let s = TestServer::on(Config { data_dir: dir.clone(), ..Config::default() });
@@ -152,6 +149,7 @@ fn a_data_directory_of_an_earlier_format_reads(format: u32) {
         assert!(c["snapshot_index"].as_u64().is_some(), "the fixture holds a snapshot: {c}");
         assert!(dir.join("snapshot").exists(), "the snapshot is kept in its own file from format 4");
     }
+    assert!(dir.join("log").is_dir(), "the log is kept in segments of its own from format 5");
     let lock = s.get("/v1/locks/fixture-held").json();
     assert_eq!((lock["held"].as_bool(), lock["token"].as_u64()), (Some(true), Some(1)), "{lock}");
     let (st, g) = s.acquire("fixture-held", &format!("{{\"lease_id\":\"{FIXTURE_LEASE}\",\"ttl_ms\":300000}}"));
@@ -168,6 +166,19 @@ fn a_data_directory_of_an_earlier_format_reads(format: u32) {
     assert_eq!((lock["held"].as_bool(), lock["token"].as_u64()), (Some(true), Some(3)), "{lock}");
     s.stop();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Copies the fixture `from` (files and the `log` directory of format 5) into `to`.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    for entry in std::fs::read_dir(from).expect("the fixture is there") {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(to.join(entry.file_name())).unwrap();
+            copy_tree(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
 }
 
 #[test]
