@@ -11,7 +11,8 @@
 #   - store key `fixture-key` = "format N" (the directory's format), written with token 2;
 #   - (from format 3) a snapshot of all of the above (from format 4 in the file
 #     `snapshot`, not in raft.redb): the server snapshots every 10
-#     entries here, and keepalives of LEASE add entries until one is taken.
+#     entries here, and keepalives of LEASE add entries until one is taken;
+#   - (from format 5) the log in segments, `log/` (its prepared spare is not kept).
 #
 #   scripts/write-data-dir-fixture.sh [--bin PATH] DIR
 #
@@ -73,5 +74,5 @@ case "$(curl -sS "$url/v1/cluster")" in *'"snapshot_index":null'*) fail "no snap
 kill -TERM "$pid"
 wait "$pid" || fail "the server did not stop cleanly (see $dir.log)"
 trap - EXIT
-rm -f "$dir.log"
+rm -f "$dir.log" "$dir/log/spare.tmp"
 echo "wrote $dir: $(cat "$dir/FORMAT")"

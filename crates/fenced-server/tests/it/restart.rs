@@ -204,6 +204,12 @@ fn a_data_directory_of_format_4_still_reads() {
     a_data_directory_of_an_earlier_format_reads(4);
 }
 
+/// Format 5's fixture keeps its log in segments (`log/`), not in `raft.redb`.
+#[test]
+fn a_data_directory_of_format_5_still_reads() {
+    a_data_directory_of_an_earlier_format_reads(5);
+}
+
 /// A directory of a later format is refused with both versions, and left as it was.
 #[test]
 fn a_data_directory_of_a_later_format_is_refused_untouched() {
