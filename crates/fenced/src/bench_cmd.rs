@@ -234,7 +234,7 @@ fn cpu(r: &BenchReport) -> String {
 fn ceiling(r: &BenchReport) -> Option<String> {
     let (ceiling, share) = (r.log_ceiling_ops_per_s?, r.of_log_ceiling?);
     Some(format!(
-        "{:.0}% of its log's zero-work ceiling ({ceiling:.0} ops/s: raft.redb as the server writes it, the same clients, nothing else, measured after it)",
+        "{:.0}% of its log's zero-work ceiling ({ceiling:.0} ops/s: a preallocated log segment written as the server writes it, the same clients, nothing else, measured after it)",
         share * 100.0
     ))
 }

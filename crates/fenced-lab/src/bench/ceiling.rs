@@ -5,13 +5,14 @@
 //! measures are a ceiling for any service that fsyncs before it answers, Fenced's
 //! cluster of one included, on this disk with this many clients. `fenced bench` runs
 //! it beside each Fenced row ([`CeilingConfig::server_log`]: the log Fenced writes, a
-//! redb table written as the server writes it); `examples/disk_ceiling.rs` runs every
-//! variant below.
+//! preallocated segment with one write and one `fdatasync` per group, as
+//! `fenced_raft::segment_log` writes it); `examples/disk_ceiling.rs` runs every variant
+//! below.
 //!
 //! [`Log::File`]: each group is one `write` into the log file and one `fdatasync` (the
 //! least any write-ahead log does), the file as its [`Segment`] says before the run.
 //! [`Log::Redb`]: each group is one redb transaction of one row per commit, as Fenced's
-//! log writes them (`raft.redb`, default durability). `writers: 2`: two writer
+//! log wrote them until data directory format 5 (`raft.redb`, default durability). `writers: 2`: two writer
 //! threads, so that the next group is written and synced while the one before is still
 //! in its `fdatasync`; a commit is answered once it and every commit before it are on
 //! disk (one member, a file only). `members: 3`: the leader's writer hands each group
@@ -88,13 +89,14 @@ pub struct CeilingConfig {
 }
 
 impl CeilingConfig {
-    /// The log a Fenced server of one writes: a redb table, with the server's default
-    /// linger (`log_linger_percent` 0: none).
+    /// The log a Fenced server of one writes: a zero-filled, preallocated segment, one
+    /// write and one `fdatasync` per group, with the server's default linger
+    /// (`log_linger_percent` 0: none).
     pub fn server_log(clients: usize, duration: Duration, dir: &Path) -> CeilingConfig {
         CeilingConfig {
             clients,
             duration,
-            log: Log::Redb,
+            log: Log::File(Segment::Prealloc),
             members: 1,
             writers: 1,
             linger: Duration::ZERO,
