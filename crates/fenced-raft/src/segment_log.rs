@@ -165,6 +165,9 @@ pub struct SegmentLog {
     state: State,
     spare: Spare,
     buf: Vec<u8>,
+    /// Set when a write failed: what it left on disk is unknown, and nothing more is
+    /// written (openraft stops, and the server with it).
+    failed: bool,
 }
 
 impl SegmentLog {
@@ -220,6 +223,7 @@ impl SegmentLog {
             state: rec.state.clone(),
             spare,
             buf: Vec::new(),
+            failed: false,
         };
         Ok((log, rec))
     }
@@ -227,13 +231,19 @@ impl SegmentLog {
     /// Writes `changes` as one write and waits for its `fdatasync`: durable when this
     /// returns. A purge's whole segments are deleted after.
     pub fn write(&mut self, changes: &[Change]) -> io::Result<()> {
+        if self.failed {
+            return Err(io::Error::other("an earlier write of the raft log failed: nothing more is written"));
+        }
         if changes.is_empty() {
             return Ok(());
         }
         let needed: u64 = changes.iter().map(|c| (HEADER + 2 + payload_len(c)) as u64).sum();
         let head = if self.pos == 0 && self.next_seq > 1 { (HEADER + 2 + state_len(&self.state)) as u64 } else { 0 };
         if self.pos + head + needed > self.size {
-            self.roll(needed)?;
+            if let Err(e) = self.roll(needed) {
+                self.failed = true;
+                return Err(e);
+            }
         }
         let group = self.next_seq;
         if self.pos == 0 && self.next_seq > 1 {
@@ -255,9 +265,7 @@ impl SegmentLog {
         let written = self.buf.len() as u64;
         self.buf.clear();
         if let Err(e) = result {
-            // What was written may be on disk or not: the log cannot go on past it
-            // without knowing, and the writer stops (openraft stops with an error).
-            self.next_seq = u64::MAX;
+            self.failed = true;
             return Err(e);
         }
         self.pos += written;
@@ -361,6 +369,7 @@ impl SegmentLog {
 
 /// A segment being prepared (zeros, flushed) on a thread of its own.
 struct Spare {
+    path: PathBuf,
     size: u64,
     job: Option<std::thread::JoinHandle<io::Result<()>>>,
 }
@@ -368,14 +377,12 @@ struct Spare {
 impl Spare {
     fn start(dir: &Path, size: u64) -> Spare {
         let path = dir.join(SPARE);
-        let job = std::thread::Builder::new().name("fenced-raft-spare".into()).spawn(move || prepare(&path, size));
-        match job {
-            Ok(job) => Spare { size, job: Some(job) },
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot start the thread that prepares log segments; prepared when needed");
-                Spare { size, job: None }
-            }
+        let at = path.clone();
+        let job = std::thread::Builder::new().name("fenced-raft-spare".into()).spawn(move || prepare(&at, size));
+        if let Err(e) = &job {
+            tracing::warn!(error = %e, "cannot start the thread that prepares log segments; prepared when needed");
         }
+        Spare { path, size, job: job.ok() }
     }
 
     /// Waits for the spare to be ready (it usually is) and returns its size.
@@ -383,7 +390,7 @@ impl Spare {
         let started = std::time::Instant::now();
         match self.job.take() {
             Some(job) => job.join().map_err(|_| io::Error::other("the thread preparing a log segment panicked"))??,
-            None => return Err(io::Error::other("no log segment was being prepared")),
+            None => prepare(&self.path, self.size)?,
         }
         if started.elapsed() > std::time::Duration::from_millis(50) {
             tracing::warn!(
