@@ -24,7 +24,7 @@
 //!
 //! Nothing is ever rewritten in place: a truncation of a conflicting suffix, a purge, a
 //! vote and a commit mark are records too, replayed in order at open. Every segment
-//! after the first starts with a [`Kind::State`] record (vote, commit mark, purge mark
+//! after the first starts with a state record (vote, commit mark, purge mark
 //! as they stood), so a purge deletes whole segments from the front and what the log
 //! knows survives in the ones kept.
 //!
@@ -50,50 +50,18 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::codec::crc;
+use record::{kind_of, payload_len, put_payload, put_state, state_len, Kind, END, HEADER, TRAILER};
+use recover::{damaged, read_segment, starts_with_state};
 
-/// The bytes before a record's body.
-const HEADER: usize = 4 + 4 + 8 + 8;
+mod record;
+mod recover;
+
 /// The size of a new log's first segment, and of the first after a restart.
 pub const FIRST_SEGMENT: u64 = 1 << 20;
 /// The largest segment made ahead of need (a write larger than that gets one of its size).
 pub const MAX_SEGMENT: u64 = 64 << 20;
 /// The file a segment is prepared in before it is needed.
 const SPARE: &str = "spare.tmp";
-/// Marks the last record of a write.
-const END: u8 = 0x80;
-/// Every record's last byte: never zero, so a record cut short (zeros where the rest of
-/// it should be) is told from one edited (see [`torn_by_zeros`]).
-const TRAILER: u8 = 0xa5;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-enum Kind {
-    /// The vote, the commit mark and the purge mark, at the start of a segment.
-    State = 1,
-    /// A log entry: its index, then its record (`entry_format`).
-    Entry = 2,
-    Vote = 3,
-    Commit = 4,
-    /// Removes the entries from an index on.
-    Truncate = 5,
-    /// Removes the entries up to an index, and records the purge mark.
-    Purge = 6,
-}
-
-impl Kind {
-    fn of(byte: u8) -> Option<Kind> {
-        Some(match byte & !END {
-            1 => Kind::State,
-            2 => Kind::Entry,
-            3 => Kind::Vote,
-            4 => Kind::Commit,
-            5 => Kind::Truncate,
-            6 => Kind::Purge,
-            _ => return None,
-        })
-    }
-}
-
 /// What the log knows besides its entries: each as the bytes its owner encoded.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct State {
@@ -140,11 +108,6 @@ impl Recovered {
             }
         }
     }
-}
-
-/// The first record of the first segment that a purge reads as keeping.
-fn purge_keeps_from(payload: &[u8]) -> Result<u64, String> {
-    u64_at(payload, 8)
 }
 
 struct Segment {
@@ -435,257 +398,6 @@ fn segment_names(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
     }
     names.sort();
     Ok(names)
-}
-
-fn damaged(path: &Path, at: u64, why: &str) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidData,
-        format!(
-            "the raft log is damaged: {} at byte {at}: {why}. Nothing was changed; restore this member from its peers \
-             (remove its data directory and add it again) or from a backup (docs/operations.md)",
-            path.display()
-        ),
-    )
-}
-
-fn starts_with_state(path: &Path) -> io::Result<bool> {
-    let mut head = [0u8; HEADER + 1];
-    File::open(path)?.read_exact_at(&mut head, 0)?;
-    Ok(Kind::of(head[HEADER]) == Some(Kind::State))
-}
-
-/// One record read back.
-struct Read<'a> {
-    seq: u64,
-    group: u64,
-    kind: Kind,
-    end: bool,
-    payload: &'a [u8],
-    len: usize,
-}
-
-/// The record at `at` in `bytes`, if one that checks is there.
-fn record_at(bytes: &[u8], at: usize) -> Option<Read<'_>> {
-    let head = bytes.get(at..at + HEADER + 1)?;
-    let len = u32::from_le_bytes(head[0..4].try_into().ok()?) as usize;
-    let sum = u32::from_le_bytes(head[4..8].try_into().ok()?);
-    let body = bytes.get(at + HEADER..at + HEADER + len)?;
-    if len < 2 || crc(&bytes[at + 8..at + HEADER + len]) != sum {
-        return None;
-    }
-    Some(Read {
-        seq: u64::from_le_bytes(head[8..16].try_into().ok()?),
-        group: u64::from_le_bytes(head[16..24].try_into().ok()?),
-        kind: Kind::of(body[0])?,
-        end: body[0] & END != 0,
-        payload: &body[1..len - 1],
-        len: HEADER + len,
-    })
-}
-
-/// Replays one segment into `rec`; returns it and where its records end.
-fn read_segment(
-    path: &Path,
-    first: u64,
-    next_seq: &mut u64,
-    last: bool,
-    rec: &mut Recovered,
-) -> io::Result<(Segment, u64)> {
-    let bytes = std::fs::read(path)?;
-    if first != *next_seq {
-        return Err(damaged(
-            path,
-            0,
-            &format!("it starts at record {first}, the log expected {next_seq}: a segment is missing"),
-        ));
-    }
-    let mut seg = Segment { path: path.to_path_buf(), first_seq: first, max_index: None };
-    let (mut at, mut open_group) = (0usize, None::<u64>);
-    while let Some(r) = record_at(&bytes, at).filter(|r| r.seq == *next_seq) {
-        let change = decode(&r).map_err(|why| damaged(path, at as u64, &why))?;
-        match change {
-            Some(Change::Entry { index, .. }) => seg.max_index = seg.max_index.max(Some(index)),
-            Some(Change::Purge { .. }) => {
-                let from = purge_keeps_from(r.payload).map_err(|why| damaged(path, at as u64, &why))?;
-                rec.state.kept_from = rec.state.kept_from.max(from);
-            }
-            None => {
-                rec.state = decode_state(r.payload).map_err(|why| damaged(path, at as u64, &why))?;
-                if let Some((upto, _)) = &rec.state.purged {
-                    rec.entries = rec.entries.split_off(&(upto + 1));
-                }
-            }
-            _ => {}
-        }
-        if let Some(change) = &change {
-            rec.apply(change);
-        }
-        open_group = (!r.end).then_some(r.group);
-        *next_seq += 1;
-        at += r.len;
-    }
-    let stop = at;
-    if bytes[stop..].iter().all(|b| *b == 0) {
-        return Ok((seg, stop as u64));
-    }
-    // The write that stopped the replay: the one left open, else one starting there.
-    let torn_group = open_group.unwrap_or(*next_seq);
-    let later = (stop + 1..bytes.len())
-        .find_map(|i| record_at(&bytes, i).filter(|r| r.seq >= *next_seq && r.group <= r.seq && r.group != torn_group));
-    if !last || later.is_some() {
-        return Err(damaged(path, stop as u64, "a record does not check, and records written after it do"));
-    }
-    if !torn_by_zeros(&bytes, stop) {
-        return Err(damaged(
-            path,
-            stop as u64,
-            "the last write's record does not check, and no sector of it is unwritten (zeros): an edit or a bit \
-             flip, not a crash, so it may have been acknowledged",
-        ));
-    }
-    // A torn tail: nothing of that write was acknowledged. The whole records before the
-    // damage are kept (a prefix of a write is a log like any other: entries come before
-    // the commit mark that names them); the rest is zeroed, so nothing of it is read later.
-    tracing::warn!(segment = %path.display(), at = stop, "the raft log ends in a torn write (a crash before its fsync): cut there");
-    zero_from(path, stop as u64, bytes.len() as u64)?;
-    rec.torn = Some((path.to_path_buf(), stop as u64));
-    Ok((seg, stop as u64))
-}
-
-/// The disk's sector: the unit a crash leaves written or not.
-const SECTOR: usize = 512;
-
-/// Whether the record that stops the replay at `stop` is torn the way a crash tears a
-/// write into a zero-filled segment, leaving zeros (what the segment held before) where
-/// the write did not land:
-/// - its header's first bytes are zeros, or a sector of its header is;
-/// - a 512-byte sector's share of it, 8 bytes or more, is all zeros (a sector unwritten);
-/// - it ends in a zero where its trailer should be, and the segment is zeros after it
-///   (cut short).
-///
-/// Garbage, or a changed byte with every sector written and the trailer in place, is
-/// damage: the caller refuses it rather than cut an entry that may have been
-/// acknowledged.
-fn torn_by_zeros(bytes: &[u8], stop: usize) -> bool {
-    let zero = |a: usize, b: usize| bytes[a..b].iter().all(|x| *x == 0);
-    let len = bytes.get(stop..stop + 4).map_or(0, |b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize);
-    let whole = len > 0 && stop + HEADER + len <= bytes.len();
-    let (end, min_run) = if whole { (stop + HEADER + len, 8) } else { ((stop + HEADER).min(bytes.len()), 1) };
-    let mut sector = stop / SECTOR * SECTOR;
-    while sector < end {
-        let (a, b) = (sector.max(stop), (sector + SECTOR).min(end));
-        if b - a >= min_run && zero(a, b) {
-            return true;
-        }
-        sector += SECTOR;
-    }
-    whole && bytes[end - 1] == 0 && zero(end, bytes.len())
-}
-
-fn zero_from(path: &Path, from: u64, to: u64) -> io::Result<()> {
-    let file = std::fs::OpenOptions::new().write(true).open(path)?;
-    let zeros = vec![0u8; (to - from).min(1 << 20) as usize];
-    let mut at = from;
-    while at < to {
-        let n = (to - at).min(zeros.len() as u64) as usize;
-        file.write_all_at(&zeros[..n], at)?;
-        at += n as u64;
-    }
-    file.sync_data()
-}
-
-fn kind_of(change: &Change) -> Kind {
-    match change {
-        Change::Entry { .. } => Kind::Entry,
-        Change::Vote(_) => Kind::Vote,
-        Change::Commit(_) => Kind::Commit,
-        Change::Truncate { .. } => Kind::Truncate,
-        Change::Purge { .. } => Kind::Purge,
-    }
-}
-
-fn payload_len(change: &Change) -> usize {
-    match change {
-        Change::Entry { bytes, .. } => 8 + bytes.len(),
-        Change::Vote(b) | Change::Commit(b) => b.len(),
-        Change::Truncate { .. } => 8,
-        Change::Purge { mark, .. } => 16 + mark.len(),
-    }
-}
-
-/// A change's payload; a purge's carries `keep_from` ([`State::kept_from`]).
-fn put_payload(out: &mut Vec<u8>, change: &Change, keep_from: u64) {
-    match change {
-        Change::Entry { index, bytes } => {
-            out.extend_from_slice(&index.to_le_bytes());
-            out.extend_from_slice(bytes);
-        }
-        Change::Vote(b) | Change::Commit(b) => out.extend_from_slice(b),
-        Change::Truncate { from } => out.extend_from_slice(&from.to_le_bytes()),
-        Change::Purge { upto, mark } => {
-            out.extend_from_slice(&upto.to_le_bytes());
-            out.extend_from_slice(&keep_from.to_le_bytes());
-            out.extend_from_slice(mark);
-        }
-    }
-}
-
-fn state_len(state: &State) -> usize {
-    let field = |b: &Option<Vec<u8>>| 1 + 4 + b.as_ref().map_or(0, Vec::len);
-    field(&state.vote) + field(&state.committed) + 8 + field(&state.purged.as_ref().map(|(_, m)| m.clone())) + 8
-}
-
-fn put_state(out: &mut Vec<u8>, state: &State) {
-    let put = |out: &mut Vec<u8>, b: Option<&Vec<u8>>| {
-        out.push(b.is_some() as u8);
-        let b = b.map_or(&[][..], Vec::as_slice);
-        out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-        out.extend_from_slice(b);
-    };
-    put(out, state.vote.as_ref());
-    put(out, state.committed.as_ref());
-    out.extend_from_slice(&state.purged.as_ref().map_or(0, |(upto, _)| *upto).to_le_bytes());
-    put(out, state.purged.as_ref().map(|(_, mark)| mark));
-    out.extend_from_slice(&state.kept_from.to_le_bytes());
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> Result<u64, String> {
-    bytes
-        .get(at..at + 8)
-        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-        .ok_or_else(|| "a record is cut short".into())
-}
-
-/// The change a record holds (`None` for the state at a segment's start).
-fn decode<'a>(r: &Read<'a>) -> Result<Option<Change<'a>>, String> {
-    let p = r.payload;
-    Ok(Some(match r.kind {
-        Kind::State => return Ok(None),
-        Kind::Entry => Change::Entry { index: u64_at(p, 0)?, bytes: &p[8..] },
-        Kind::Vote => Change::Vote(p),
-        Kind::Commit => Change::Commit(p),
-        Kind::Truncate => Change::Truncate { from: u64_at(p, 0)? },
-        Kind::Purge => Change::Purge { upto: u64_at(p, 0)?, mark: p.get(16..).ok_or("a purge record is cut short")? },
-    }))
-}
-
-fn decode_state(p: &[u8]) -> Result<State, String> {
-    let mut at = 0;
-    let field = |at: &mut usize| -> Result<Option<Vec<u8>>, String> {
-        let present = *p.get(*at).ok_or("the state record is cut short")? == 1;
-        let len = p.get(*at + 1..*at + 5).ok_or("the state record is cut short")?;
-        let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
-        let bytes = p.get(*at + 5..*at + 5 + len).ok_or("the state record is cut short")?;
-        *at += 5 + len;
-        Ok(present.then(|| bytes.to_vec()))
-    };
-    let vote = field(&mut at)?;
-    let committed = field(&mut at)?;
-    let upto = u64_at(p, at)?;
-    at += 8;
-    let purged = field(&mut at)?.map(|mark| (upto, mark));
-    let kept_from = u64_at(p, at)?;
-    Ok(State { vote, committed, purged, kept_from })
 }
 
 #[cfg(test)]

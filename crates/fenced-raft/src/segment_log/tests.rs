@@ -2,6 +2,7 @@
 //! injector (a crash's cut or garbage at every kind of offset of the last write is cut
 //! back to whole records; damage before it is an error, never skipped).
 
+use super::recover::{zero_from, SECTOR};
 use super::*;
 
 fn temp(name: &str) -> PathBuf {
