@@ -72,9 +72,13 @@ pub enum SnapshotBody {
     /// Received from the leader and decoded once, with this member's limits, to check
     /// it before openraft sees it: installed as decoded, not decoded again (a snapshot of
     /// a full store takes seconds to decode).
+    /// `file`: where the bytes were received, in the kept file's layout
+    /// ([`snapshot_file::seal_incoming`]): renamed over the kept snapshot at install,
+    /// not written a second time.
     Checked {
         bytes: Vec<u8>,
         table: Box<fenced_core::LockTable>,
+        file: Option<std::path::PathBuf>,
     },
     /// The snapshot kept in `db` that covers the log up to `last_log_id`.
     Kept {

@@ -198,6 +198,12 @@ impl Db {
         self.snap.write(meta, data)
     }
 
+    /// Keeps a snapshot received into `file` in the kept layout by renaming it
+    /// ([`SnapshotFile::adopt`]), with the same rule as [`Db::put_snapshot`].
+    pub fn adopt_snapshot(&self, meta: &SnapshotMeta, file: &Path) -> io::Result<bool> {
+        self.snap.adopt(meta, file)
+    }
+
     /// The state a log with no snapshot starts from, when it is not a fresh table.
     pub fn base(&self) -> io::Result<Option<Vec<u8>>> {
         self.meta(BASE)

@@ -987,9 +987,14 @@ impl Node {
     /// A snapshot received from a peer, decoded off the runtime's threads with this
     /// member's limits ([`crate::state_machine::check_snapshot`]): refused when it does
     /// not decode, else ready to install without decoding it again.
-    pub async fn check_snapshot(&self, bytes: Vec<u8>) -> std::io::Result<crate::SnapshotBody> {
+    /// `file`: where it was received in the kept layout, renamed at install.
+    pub async fn check_snapshot(
+        &self,
+        bytes: Vec<u8>,
+        file: Option<std::path::PathBuf>,
+    ) -> std::io::Result<crate::SnapshotBody> {
         let limits = self.sm.configured_limits().clone();
-        tokio::task::spawn_blocking(move || crate::state_machine::check_snapshot(bytes, &limits))
+        tokio::task::spawn_blocking(move || crate::state_machine::check_snapshot(bytes, &limits, file))
             .await
             .map_err(crate::io_err)?
     }

@@ -34,8 +34,13 @@ const MAGIC: &[u8; 8] = b"fenced-k";
 const VERSION: u8 = 1;
 const NAME: &str = "snapshot";
 const TMP: &str = "snapshot.tmp";
-/// Where a snapshot sent by the leader is received before it is installed.
+/// Where a snapshot sent by the leader is received before it is installed, in this
+/// file's layout ([`incoming_head`], [`seal_incoming`]): once whole it is renamed over
+/// the kept snapshot ([`SnapshotFile::adopt`]), not written a second time.
 pub const INCOMING: &str = "snapshot.incoming";
+/// The name of the bytes [`INCOMING`] holds (the leader's snapshot id), so that a
+/// transfer cut by this member's restart resumes too.
+pub const INCOMING_ID: &str = "snapshot.incoming.id";
 /// Magic, version and the meta's length.
 const HEAD: usize = 8 + 1 + 4;
 /// A snapshot is flushed to the disk every this many bytes as it is written. One
@@ -57,10 +62,11 @@ pub struct SnapshotFile {
 pub type Kept = (Vec<u8>, Vec<u8>);
 
 impl SnapshotFile {
-    /// The snapshot file of `dir`. A `snapshot.tmp` or `snapshot.incoming` left by a
-    /// crash is removed: neither was ever the kept snapshot.
+    /// The snapshot file of `dir`. A `snapshot.tmp` left by a crash is removed: it was
+    /// never the kept snapshot. A `snapshot.incoming` stays (the receiver resumes it or
+    /// starts it again; it is never read as the kept snapshot).
     pub fn open(dir: &Path) -> io::Result<SnapshotFile> {
-        for leftover in [TMP, INCOMING] {
+        for leftover in [TMP] {
             match std::fs::remove_file(dir.join(leftover)) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
                 _ => {}
@@ -91,21 +97,96 @@ impl SnapshotFile {
     /// The kept snapshot's meta, read from the file's head alone (not checked against
     /// the checksum: [`SnapshotFile::read`] checks the whole before the bytes are used).
     pub fn meta(&self) -> io::Result<Option<SnapshotMeta>> {
-        let path = self.path();
-        let mut file = match File::open(&path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let mut head = [0u8; HEAD];
-        file.read_exact(&mut head).map_err(|_| refused(&path, "it is cut short"))?;
-        let mut meta = vec![0u8; check_head(&path, &head)?];
-        file.read_exact(&mut meta).map_err(|_| refused(&path, "it is cut short"))?;
-        let meta =
-            serde_json::from_slice(&meta).map_err(|e| refused(&path, &format!("its meta does not read: {e}")))?;
-        Ok(Some(meta))
+        read_meta(&self.path())
     }
 
+    /// Keeps a received snapshot (a file [`seal_incoming`] made whole, of `meta`) by
+    /// renaming it over the kept one, unless that covers more of the log (then it is
+    /// removed). Returns whether it was kept.
+    pub fn adopt(&self, meta: &SnapshotMeta, path: &Path) -> io::Result<bool> {
+        let _one_writer = self.write.lock().unwrap_or_else(|p| p.into_inner());
+        if self.meta()?.is_some_and(|kept| kept.last_log_id > meta.last_log_id) {
+            let _ = std::fs::remove_file(path);
+            return Ok(false);
+        }
+        let held = read_meta(path)?.map(|m| m.last_log_id);
+        if held != Some(meta.last_log_id) {
+            return Err(io::Error::other(format!(
+                "{} holds the snapshot up to {held:?}, not the one installed (up to {:?})",
+                path.display(),
+                meta.last_log_id
+            )));
+        }
+        std::fs::rename(path, self.path())?;
+        File::open(&self.dir)?.sync_all()?;
+        Ok(true)
+    }
+}
+
+/// The meta at the head of the snapshot file at `path` (`None`: no file).
+fn read_meta(path: &Path) -> io::Result<Option<SnapshotMeta>> {
+    let mut file = match File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut head = [0u8; HEAD];
+    file.read_exact(&mut head).map_err(|_| refused(path, "it is cut short"))?;
+    let mut meta = vec![0u8; check_head(path, &head)?];
+    file.read_exact(&mut meta).map_err(|_| refused(path, "it is cut short"))?;
+    let meta = serde_json::from_slice(&meta).map_err(|e| refused(path, &format!("its meta does not read: {e}")))?;
+    Ok(Some(meta))
+}
+
+/// The head a received snapshot's file starts with, before its bytes: this file's
+/// layout, the bytes' length 0 until [`seal_incoming`] writes it.
+pub fn incoming_head(meta: &SnapshotMeta) -> io::Result<Vec<u8>> {
+    let meta_json = serde_json::to_vec(meta).map_err(crate::io_err)?;
+    Ok(head_bytes(&meta_json, 0))
+}
+
+fn head_bytes(meta_json: &[u8], data_len: u64) -> Vec<u8> {
+    let mut head = Vec::with_capacity(HEAD + meta_json.len() + 8);
+    head.extend_from_slice(MAGIC);
+    head.push(VERSION);
+    head.extend_from_slice(&(meta_json.len() as u32).to_le_bytes());
+    head.extend_from_slice(meta_json);
+    head.extend_from_slice(&data_len.to_le_bytes());
+    head
+}
+
+/// How many of the snapshot's bytes a file being received holds after its head
+/// (`None`: no file, or no head that reads).
+pub fn incoming_held(path: &Path) -> Option<u64> {
+    let mut file = File::open(path).ok()?;
+    let mut head = [0u8; HEAD];
+    file.read_exact(&mut head).ok()?;
+    let meta_len = check_head(path, &head).ok()?;
+    file.metadata().ok()?.len().checked_sub((HEAD + meta_len + 8) as u64)
+}
+
+/// Makes a received file whole in this layout: the bytes' length and the checksum
+/// written after them, flushed. Returns the bytes, read back to be decoded.
+pub fn seal_incoming(path: &Path) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut file = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
+    let mut head = [0u8; HEAD];
+    file.read_exact(&mut head).map_err(|_| refused(path, "it is cut short"))?;
+    let meta_len = check_head(path, &head)?;
+    let mut prefix = vec![0u8; HEAD + meta_len + 8];
+    file.read_exact(&mut prefix[HEAD..]).map_err(|_| refused(path, "it is cut short"))?;
+    prefix[..HEAD].copy_from_slice(&head);
+    let mut data = Vec::new();
+    file.read_to_end(&mut data)?;
+    let data_len = (data.len() as u64).to_le_bytes();
+    prefix[HEAD + meta_len..].copy_from_slice(&data_len);
+    file.write_all_at(&data_len, (HEAD + meta_len) as u64)?;
+    file.write_all_at(&crc32c(&[&prefix, &data]).to_le_bytes(), (prefix.len() + data.len()) as u64)?;
+    file.sync_data()?;
+    Ok(data)
+}
+
+impl SnapshotFile {
     /// The kept snapshot's bytes, opened to be sent, if it still covers the log up to
     /// `offered` (it may have been replaced since its meta was offered). The file's own
     /// checksum is not checked here (that would read it all): the bytes are in the
@@ -147,12 +228,7 @@ impl SnapshotFile {
         }
         let tmp = self.dir.join(TMP);
         let mut file = File::create(&tmp)?;
-        let mut head = Vec::with_capacity(HEAD + meta_json.len() + 8);
-        head.extend_from_slice(MAGIC);
-        head.push(VERSION);
-        head.extend_from_slice(&(meta_json.len() as u32).to_le_bytes());
-        head.extend_from_slice(&meta_json);
-        head.extend_from_slice(&(data.len() as u64).to_le_bytes());
+        let head = head_bytes(&meta_json, data.len() as u64);
         file.write_all(&head)?;
         for chunk in data.chunks(FLUSH_EVERY) {
             file.write_all(chunk)?;

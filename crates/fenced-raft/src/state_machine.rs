@@ -85,9 +85,9 @@ pub(crate) fn decode_table(bytes: &[u8], limits: &Limits) -> io::Result<LockTabl
 /// A peer's snapshot, decoded with `limits` (this member's, as its install would):
 /// checked before it is handed to openraft, whose install would stop the log on a bad
 /// one, and installed as decoded. Blocking: seconds for a full store.
-pub fn check_snapshot(bytes: Vec<u8>, limits: &Limits) -> io::Result<SnapshotBody> {
+pub fn check_snapshot(bytes: Vec<u8>, limits: &Limits, file: Option<std::path::PathBuf>) -> io::Result<SnapshotBody> {
     let table = Box::new(decode_table(&bytes, limits)?);
-    Ok(SnapshotBody::Checked { bytes, table })
+    Ok(SnapshotBody::Checked { bytes, table, file })
 }
 
 impl StateMachine {
@@ -233,15 +233,18 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // off the runtime's threads, which also send this member's heartbeats.
         let (db, kept, limits) = (self.db.clone(), meta.clone(), self.limits.clone());
         let table = tokio::task::spawn_blocking(move || {
-            let (data, table) = match snapshot {
-                SnapshotBody::Checked { bytes, table } => (bytes, *table),
+            let (data, table, file) = match snapshot {
+                SnapshotBody::Checked { bytes, table, file } => (bytes, *table, file),
                 other => {
                     let data = other.into_bytes()?;
                     let table = decode_table(&data, &limits)?;
-                    (data, table)
+                    (data, table, None)
                 }
             };
-            db.put_snapshot(&kept, &data)?;
+            match file {
+                Some(file) => db.adopt_snapshot(&kept, &file)?,
+                None => db.put_snapshot(&kept, &data)?,
+            };
             Ok::<_, io::Error>(table)
         })
         .await

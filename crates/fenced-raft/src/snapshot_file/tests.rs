@@ -111,3 +111,38 @@ fn the_kept_bytes_are_sent_from_any_offset_and_named_by_their_checksum() {
     assert!(file.open_data(offered).is_err(), "a replaced snapshot is not opened under its old meta");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A snapshot received into `snapshot.incoming` (its head, its bytes as they came) is
+/// sealed into a whole kept file and adopted by a rename: it reads back as written; an
+/// older one is not adopted over a newer kept one (and is removed); a file holding
+/// another snapshot than the one installed is refused.
+#[test]
+fn a_received_snapshot_is_sealed_and_adopted_not_written_again() {
+    let dir = scratch("adopt");
+    let file = SnapshotFile::open(&dir).unwrap();
+    let incoming = dir.join(INCOMING);
+    let receive = |index: u64, data: &[u8]| {
+        let mut bytes = incoming_head(&meta_at(index)).unwrap();
+        bytes.extend_from_slice(data);
+        std::fs::write(&incoming, bytes).unwrap();
+        assert_eq!(incoming_held(&incoming), Some(data.len() as u64));
+        assert_eq!(seal_incoming(&incoming).unwrap(), data);
+    };
+    receive(10, b"the table at ten");
+    assert!(file.adopt(&meta_at(10), &incoming).unwrap());
+    assert!(!incoming.exists(), "renamed, not copied");
+    let kept = file.read().unwrap().unwrap();
+    assert_eq!((index_of(&kept), kept.1.as_slice()), (10, b"the table at ten".as_slice()));
+    receive(7, b"older");
+    assert!(!file.adopt(&meta_at(7), &incoming).unwrap());
+    assert!(!incoming.exists());
+    assert_eq!(index_of(&file.read().unwrap().unwrap()), 10);
+    receive(12, b"twelve");
+    let err = file.adopt(&meta_at(13), &incoming).unwrap_err();
+    assert!(err.to_string().contains("not the one installed"), "{err}");
+    assert_eq!(index_of(&file.read().unwrap().unwrap()), 10);
+    // An incoming file is not removed at open (a receiver resumes it).
+    let _ = SnapshotFile::open(&dir).unwrap();
+    assert!(incoming.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}

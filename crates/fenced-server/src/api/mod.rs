@@ -99,7 +99,7 @@ pub struct AppInner {
 
 pub type App = Arc<AppInner>;
 
-pub use raft::{PEER_BYTES_IN_FLIGHT_MAX, PEER_CONNECTIONS_MAX};
+pub use raft::{recovered_incoming, PEER_BYTES_IN_FLIGHT_MAX, PEER_CONNECTIONS_MAX};
 
 pub fn router(app: App) -> Router {
     // The laboratory's simulations run on the server's own cores: an admin's call.

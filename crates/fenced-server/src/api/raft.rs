@@ -24,7 +24,7 @@ use super::{ApiError, App};
 
 mod incoming;
 
-pub use incoming::Incoming;
+pub use incoming::{recovered as recovered_incoming, Incoming};
 
 /// The largest peer message taken whole in memory: appends, votes, and the JSON
 /// snapshot of a release before frames. A framed snapshot is received into a file
@@ -167,21 +167,33 @@ async fn pre_vote(State(app): State<App>, headers: HeaderMap, body: Body) -> Res
 async fn snapshot(State(app): State<App>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     // A framed snapshot (every release since frames) is received into a file, however
     // large; the JSON of releases before frames is read whole, as it always was.
-    let (vote, meta, data): incoming::Received = if is_framed(&headers) {
-        incoming::receive(&app, &headers, body).await?
+    // The receiver is held to the install: a second message must not replace the file
+    // that the install renames over the kept snapshot.
+    let mut held = incoming::take(&app.incoming_snapshot)?;
+    let framed = is_framed(&headers);
+    let (vote, meta, data): incoming::Received = if framed {
+        incoming::receive(&app, &mut held, &headers, body).await?
     } else {
         read(&app, &headers, body).await?
     };
-    let checked = match app.locks.node.check_snapshot(data).await {
-        Ok(checked) => checked,
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-            return Err(ApiError::bad_request("invalid_snapshot", e.to_string()))
-        }
-        Err(e) => return Err(ApiError::internal(e)),
-    };
-    let snapshot = fenced_raft::Snapshot { meta, snapshot: checked };
-    let r = app.locks.node.raft.install_full_snapshot(vote, snapshot).await;
-    Ok(answer(&r.map_err(openraft_fatal)))
+    let file = framed.then(|| incoming::incoming_path(&app));
+    let installed = async {
+        let checked = match app.locks.node.check_snapshot(data, file).await {
+            Ok(checked) => checked,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                return Err(ApiError::bad_request("invalid_snapshot", e.to_string()))
+            }
+            Err(e) => return Err(ApiError::internal(e)),
+        };
+        let snapshot = fenced_raft::Snapshot { meta, snapshot: checked };
+        let r = app.locks.node.raft.install_full_snapshot(vote, snapshot).await;
+        Ok(answer(&r.map_err(openraft_fatal)))
+    }
+    .await;
+    if framed {
+        incoming::done(&app).await;
+    }
+    installed
 }
 
 /// How much of a snapshot's bytes this member holds from a cut transfer, by their name

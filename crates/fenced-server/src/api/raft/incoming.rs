@@ -3,9 +3,11 @@
 //! was larger than one peer message (512 MiB) and could never be sent, and one buffered
 //! whole held its size in memory twice over while it was read. The leader streams it in
 //! chunks ([`fenced_raft::network`]); the frame's header (vote and meta) is read from
-//! the stream, the snapshot's bytes go to the file, which is read back once whole, to
-//! be decoded and installed. One at a time: a second while one is received is refused
-//! `too_busy`.
+//! the stream, and the file is written in the kept snapshot's layout (its head, the
+//! bytes as they come, flushed every 8 MiB, then their length and checksum): read back
+//! once whole to be decoded, then renamed over the kept snapshot at install, never
+//! written a second time. One at a time, from the first byte to the install: a second
+//! while one is received or installed is refused `too_busy`.
 //!
 //! **Resumed transfers.** A leader at peer level 3 names the snapshot's bytes
 //! ([`fenced_raft::framing::SNAPSHOT_ID_HEADER`]) and first asks how much of them this
@@ -13,9 +15,10 @@
 //! link failed, a chunk came late), what arrived stays in the file under that name,
 //! and the next message may begin at its end
 //! ([`fenced_raft::framing::SNAPSHOT_OFFSET_HEADER`]). Bytes of another name, or an
-//! offset other than the end of what is held, start again from nothing. The file is
-//! not flushed to the disk: a restart removes it (`SnapshotFile::open`), and the
-//! snapshot's own checksum refuses bytes that do not make it whole.
+//! offset other than the end of what is held, start again from nothing. The name is
+//! kept beside the file (`snapshot.incoming.id`), so a member that restarts mid-transfer
+//! resumes it as well ([`recovered`]); the snapshot's own checksum refuses bytes that
+//! do not make it whole (a crash of the machine may leave the unflushed end damaged).
 
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
@@ -75,6 +78,26 @@ impl Resume {
     }
 }
 
+/// What a data directory holds of a transfer cut by a restart: the name beside
+/// `snapshot.incoming` and the bytes after its head. A file without a name that reads
+/// (or a name without a file) is removed.
+pub fn recovered(dir: &Path) -> Option<Partial> {
+    let (path, named) = (dir.join(fenced_raft::snapshot_file::INCOMING), id_path(dir));
+    let id = std::fs::read_to_string(&named).ok().filter(|id| !id.is_empty());
+    match (id, fenced_raft::snapshot_file::incoming_held(&path)) {
+        (Some(id), Some(len)) => Some(Partial { id, len }),
+        _ => {
+            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(&named);
+            None
+        }
+    }
+}
+
+fn id_path(dir: &Path) -> std::path::PathBuf {
+    dir.join(fenced_raft::snapshot_file::INCOMING_ID)
+}
+
 /// How many bytes of the snapshot named `id` this member holds from a cut transfer
 /// (0: none). Asked while one is received, the answer is `too_busy`.
 pub fn offset(incoming: &Incoming, id: &str) -> Result<u64, ApiError> {
@@ -87,30 +110,51 @@ fn busy() -> ApiError {
         .with(fenced_wire::Detail::RetryAfterMs(1000))
 }
 
+/// The receiver, held from the first byte of a message to the install of what it
+/// brought ([`receive`]).
+pub type Held<'a> = tokio::sync::MutexGuard<'a, Option<Partial>>;
+
+/// Takes the receiver, or `too_busy` while another message is received or installed.
+pub fn take(incoming: &Incoming) -> Result<Held<'_>, ApiError> {
+    incoming.try_lock().map_err(|_| busy())
+}
+
 /// Receives a framed snapshot message ([`fenced_raft::framing`]) into the data
-/// directory, then reads its bytes back.
-pub async fn receive(app: &App, headers: &HeaderMap, body: Body) -> Result<Received, ApiError> {
+/// directory, then reads its bytes back; the file, whole in the kept layout, stays at
+/// [`incoming_path`] to be installed (or removed: [`done`]).
+pub async fn receive(app: &App, held: &mut Held<'_>, headers: &HeaderMap, body: Body) -> Result<Received, ApiError> {
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > SNAPSHOT_MESSAGE_BYTES_MAX) {
         return Err(ApiError::too_large("snapshot", SNAPSHOT_MESSAGE_BYTES_MAX as usize));
     }
     let resume = Resume::of(headers)?;
-    let Ok(mut held) = app.incoming_snapshot.try_lock() else { return Err(busy()) };
     if let Some(rest) = declared {
-        // The rest of the file, then the kept snapshot it becomes.
-        room(app, rest.saturating_add(resume.offset.saturating_add(rest)))?;
+        // The rest of the file, which becomes the kept snapshot.
+        room(app, rest)?;
     }
-    let path = app.config.data_dir.join(fenced_raft::snapshot_file::INCOMING);
+    let path = incoming_path(app);
     let idle = std::time::Duration::from_millis(app.config.body_timeout_ms.max(1_000));
     let resumed = resume.offset > 0;
     let received = &app.metrics.snapshot_bytes_received;
-    let (result, kept) = receive_into(&path, &mut held, resume, body, idle, received).await;
+    let (result, kept) = receive_into(&path, held, resume, body, idle, received).await;
     if resumed && !result.as_ref().is_err_and(|e| e.code == "snapshot_not_resumable") {
         crate::metrics::inc(&app.metrics.snapshot_transfers_resumed);
     }
-    *held = kept;
+    **held = kept;
     result
+}
+
+/// Where a snapshot is received.
+pub fn incoming_path(app: &App) -> std::path::PathBuf {
+    app.config.data_dir.join(fenced_raft::snapshot_file::INCOMING)
+}
+
+/// After the install of what [`receive`] brought (or its refusal): the file, if it was
+/// not renamed over the kept snapshot, is removed, with its name.
+pub async fn done(app: &App) {
+    let _ = tokio::fs::remove_file(incoming_path(app)).await;
+    let _ = tokio::fs::remove_file(id_path(&app.config.data_dir)).await;
 }
 
 /// Receives into `path` what follows what `held` says it holds, counting the bytes
@@ -124,11 +168,13 @@ async fn receive_into(
     idle: std::time::Duration,
     received: &AtomicU64,
 ) -> (Result<Received, ApiError>, Option<Partial>) {
+    let named = path.with_file_name(fenced_raft::snapshot_file::INCOMING_ID);
     let start = match resume.offset {
         0 => {
             // From the start: whatever was held (of these bytes or others) goes first,
             // so a cut before the first byte keeps nothing under the new name.
             let _ = tokio::fs::remove_file(path).await;
+            let _ = tokio::fs::remove_file(&named).await;
             None
         }
         n => match held.take() {
@@ -137,6 +183,7 @@ async fn receive_into(
                 let holds = other.filter(|p| Some(&p.id) == resume.id.as_ref()).map_or(0, |p| p.len);
                 let why = format!("a snapshot resumed at byte {n}, where this member holds {holds} of those bytes");
                 let _ = tokio::fs::remove_file(path).await;
+                let _ = tokio::fs::remove_file(&named).await;
                 return (Err(ApiError::new(StatusCode::CONFLICT, "snapshot_not_resumable", why)), None);
             }
         },
@@ -144,32 +191,42 @@ async fn receive_into(
     let mut chunks = body.into_data_stream();
     let got = async {
         let (vote, meta, rest) = read_head(&mut chunks, idle).await?;
-        let mut file = open(path, start).await.map_err(Stage::Local)?;
+        let mut file = open(path, start, &meta, resume.id.as_deref()).await.map_err(Stage::Local)?;
         let written = write_rest(&mut file, rest, &mut chunks, idle, received).await;
         file.flush().await.map_err(Stage::Local)?;
         written?;
         Ok((vote, meta))
     }
     .await;
+    let drop_all = || async {
+        let _ = tokio::fs::remove_file(path).await;
+        let _ = tokio::fs::remove_file(&named).await;
+    };
     match got {
         Ok((vote, meta)) => {
-            let read = {
+            let sealed = {
                 let path = path.to_path_buf();
-                tokio::task::spawn_blocking(move || std::fs::read(path)).await.map_err(ApiError::internal)
+                tokio::task::spawn_blocking(move || fenced_raft::snapshot_file::seal_incoming(&path)).await
             };
-            let _ = tokio::fs::remove_file(path).await;
-            (read.and_then(|r| r.map_err(ApiError::internal)).map(|data| (vote, meta, data)), None)
+            let _ = tokio::fs::remove_file(&named).await;
+            match sealed.map_err(ApiError::internal).and_then(|r| r.map_err(ApiError::internal)) {
+                Ok(data) => (Ok((vote, meta, data)), None),
+                Err(e) => {
+                    drop_all().await;
+                    (Err(e), None)
+                }
+            }
         }
         Err(Stage::Cut(e)) if resume.id.is_some() => {
-            let len = tokio::fs::metadata(path).await.map_or(0, |m| m.len());
+            let len = fenced_raft::snapshot_file::incoming_held(path).unwrap_or(0);
             (Err(e), resume.id.map(|id| Partial { id, len }))
         }
         Err(Stage::Cut(e) | Stage::Refused(e)) => {
-            let _ = tokio::fs::remove_file(path).await;
+            drop_all().await;
             (Err(e), None)
         }
         Err(Stage::Local(e)) => {
-            let _ = tokio::fs::remove_file(path).await;
+            drop_all().await;
             (Err(ApiError::internal(e)), None)
         }
     }
@@ -228,16 +285,33 @@ async fn read_head(
     }
 }
 
-/// The file the bytes go to: new, or the one holding `start` bytes already.
-async fn open(path: &Path, start: Option<u64>) -> std::io::Result<tokio::fs::File> {
-    let Some(start) = start else { return tokio::fs::File::create(path).await };
-    let file = tokio::fs::OpenOptions::new().append(true).open(path).await?;
-    let len = file.metadata().await?.len();
-    if len != start {
-        return Err(std::io::Error::other(format!("{} holds {len} bytes, not {start}", path.display())));
+/// The file the bytes go to: new (the kept layout's head of `meta` written, and the
+/// bytes' name beside it when they have one), or the one holding `start` bytes already.
+async fn open(
+    path: &Path,
+    start: Option<u64>,
+    meta: &fenced_raft::SnapshotMeta,
+    id: Option<&str>,
+) -> std::io::Result<tokio::fs::File> {
+    let Some(start) = start else {
+        let mut file = tokio::fs::File::create(path).await?;
+        file.write_all(&fenced_raft::snapshot_file::incoming_head(meta)?).await?;
+        if let Some(id) = id {
+            tokio::fs::write(path.with_file_name(fenced_raft::snapshot_file::INCOMING_ID), id).await?;
+        }
+        return Ok(file);
+    };
+    let held = fenced_raft::snapshot_file::incoming_held(path);
+    if held != Some(start) {
+        return Err(std::io::Error::other(format!("{} holds {held:?} bytes, not {start}", path.display())));
     }
-    Ok(file)
+    tokio::fs::OpenOptions::new().append(true).open(path).await
 }
+
+/// The received bytes are flushed to the disk every this many: one `fdatasync` of
+/// hundreds of MiB at the end held the disk for seconds, and the log's own fsyncs
+/// waited behind it (as for the kept snapshot, `fenced_raft::snapshot_file`).
+const FLUSH_EVERY: u64 = 8 << 20;
 
 /// Writes `first` and the chunks after it, up to [`SNAPSHOT_MESSAGE_BYTES_MAX`].
 async fn write_rest(
@@ -247,7 +321,7 @@ async fn write_rest(
     idle: std::time::Duration,
     received: &AtomicU64,
 ) -> Result<(), Stage> {
-    let mut written = 0u64;
+    let (mut written, mut flushed) = (0u64, 0u64);
     let mut chunk = Some(first);
     while let Some(bytes) = chunk {
         written += bytes.len() as u64;
@@ -255,6 +329,11 @@ async fn write_rest(
             return Err(Stage::Refused(ApiError::too_large("snapshot", SNAPSHOT_MESSAGE_BYTES_MAX as usize)));
         }
         file.write_all(&bytes).await.map_err(Stage::Local)?;
+        if written - flushed >= FLUSH_EVERY {
+            file.flush().await.map_err(Stage::Local)?;
+            file.sync_data().await.map_err(Stage::Local)?;
+            flushed = written;
+        }
         received.fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
         chunk = next(chunks, idle).await?;
     }

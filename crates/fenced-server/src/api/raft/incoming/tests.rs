@@ -60,9 +60,11 @@ impl Drop for Dir {
     }
 }
 
-/// A whole message is received: its vote, meta and bytes as sent, and nothing kept.
+/// A whole message is received: its vote, meta and bytes as sent, nothing kept for a
+/// resume, and the file is a whole kept snapshot (meta, bytes, checksum) to be renamed
+/// at install, not written again.
 #[tokio::test]
-async fn a_whole_message_is_received_and_nothing_is_kept() {
+async fn a_whole_message_is_received_into_a_kept_snapshot_file() {
     let dir = Dir::new("whole");
     let mut held = None;
     let (r, kept) =
@@ -70,7 +72,35 @@ async fn a_whole_message_is_received_and_nothing_is_kept() {
     let (v, m, bytes) = r.unwrap();
     assert_eq!((v, m.last_log_id, bytes), (vote(), meta().last_log_id, data()));
     assert_eq!(kept, None);
-    assert!(!dir.path().exists(), "the received file is removed once read");
+    let (kept_meta, kept_data) = fenced_raft::snapshot_file::read_path(&dir.path()).expect("a whole snapshot file");
+    assert_eq!(kept_meta, serde_json::to_vec(&meta()).unwrap());
+    assert_eq!(kept_data, data());
+    assert!(!dir.0.join(fenced_raft::snapshot_file::INCOMING_ID).exists(), "the name goes once the bytes are whole");
+}
+
+/// A member that restarts in the middle of a named transfer finds what it held and its
+/// name ([`recovered`]), and the leader's next message resumes from there; a file
+/// without its name is removed at start.
+#[tokio::test]
+async fn a_transfer_cut_by_a_restart_resumes_too() {
+    let dir = Dir::new("restarted");
+    let head = fenced_raft::framing::snapshot_head(&vote(), &meta()).len();
+    let first = message(&data(), Some(head + 120_000));
+    let (r, kept) = receive_into(&dir.path(), &mut None, named(0), first, IDLE, &AtomicU64::new(0)).await;
+    assert!(r.is_err());
+    assert_eq!(kept.as_ref().map(|p| p.len), Some(120_000));
+    // The process goes; the files stay.
+    let found = recovered(&dir.0).expect("a cut transfer is found at start");
+    assert_eq!(found, kept.unwrap());
+    let mut held = Some(found);
+    let rest = &data()[120_000..];
+    let (r, _) =
+        receive_into(&dir.path(), &mut held, named(120_000), message(rest, None), IDLE, &AtomicU64::new(0)).await;
+    assert_eq!(r.unwrap().2, data());
+    // A file without its name (an unnamed transfer, cut) is not resumed, and goes.
+    std::fs::write(dir.path(), b"left over").unwrap();
+    assert_eq!(recovered(&dir.0), None);
+    assert!(!dir.path().exists());
 }
 
 /// A named transfer cut midway keeps what arrived under its name; the leader's next
