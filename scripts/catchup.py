@@ -146,7 +146,10 @@ def main():
             time.sleep(0.05)
         after = status(lp) or {}
         f = status(fp) or {}
-        snap = [os.path.getsize(f"{root}/d{leader}/raft.redb")]
+        # The leader's log on disk: its segments (format 5) and raft.redb.
+        logdir = f"{root}/d{leader}/log"
+        segments = [os.path.join(logdir, n) for n in os.listdir(logdir)] if os.path.isdir(logdir) else []
+        log_bytes = os.path.getsize(f"{root}/d{leader}/raft.redb") + sum(os.path.getsize(p) for p in segments)
         counters = metrics(fp)
         out = {
             "store_mib": a.mib,
@@ -159,7 +162,7 @@ def main():
             # (128 MiB): nearer than that, the follower replays the log instead.
             "via": "snapshot" if f.get("snapshot_index") else "log",
             "target_index": target,
-            "leader_raft_redb_mib": round(snap[0] / (1 << 20), 1),
+            "leader_log_mib": round(log_bytes / (1 << 20), 1),
             "follower_snapshot_mib": round(os.path.getsize(f"{root}/d{follower}/snapshot") / (1 << 20), 1)
             if os.path.exists(f"{root}/d{follower}/snapshot") else None,
             "snapshot_received_mib": round(counters.get("fenced_raft_snapshot_received_bytes_total", 0) / (1 << 20), 1),
