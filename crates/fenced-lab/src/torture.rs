@@ -277,11 +277,18 @@ struct Worker {
     pid: u32,
 }
 
+/// Operations the workers streamed in and the nemesis has not taken yet. It takes
+/// them at least every 50 ms, except while it holds a pause or restarts a service (a
+/// few TTLs at most), when a fast target's workers send a few thousand. Past the bound
+/// a worker's reader waits, and so does the worker on its stdout pipe: the run slows,
+/// but no operation is dropped (the checkers judge the whole history).
+const OPS_QUEUED_MAX: usize = 65_536;
+
 /// The workers of a run and the operations they stream in.
 pub(crate) struct Workers {
     procs: Vec<Worker>,
     stderr: Vec<tokio::task::JoinHandle<String>>,
-    rx: mpsc::UnboundedReceiver<Op>,
+    rx: mpsc::Receiver<Op>,
     /// Workers that completed a read since the last look (the pause's victims).
     pending_reads: Vec<u32>,
     pub(crate) history: Vec<Op>,
@@ -299,7 +306,7 @@ impl Workers {
         until_us: u64,
         progress: watch::Sender<Progress>,
     ) -> Result<Workers> {
-        let (ops_tx, rx) = mpsc::unbounded_channel::<Op>();
+        let (ops_tx, rx) = mpsc::channel::<Op>(OPS_QUEUED_MAX);
         let mut procs = Vec::new();
         let mut stderr_tasks = Vec::new();
         for w in 0..cfg.workers {
@@ -332,7 +339,7 @@ impl Workers {
                 let mut lines = BufReader::new(stdout).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
                     if let Ok(op) = serde_json::from_str::<Op>(&line) {
-                        let _ = tx.send(op);
+                        let _ = tx.send(op).await;
                     }
                 }
             });
