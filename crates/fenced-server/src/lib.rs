@@ -101,23 +101,7 @@ pub async fn run_with_wire(
         import_old(&locks, old).await?;
     }
     let (stop_tx, stop_rx) = watch::channel(false);
-    let disk = Arc::new(disk::DiskGuard::new(config.min_free_bytes, config.data_dir.clone()));
-    tokio::spawn(disk::watch(disk.clone(), stop_rx.clone()));
-    let app = Arc::new(api::AppInner {
-        locks: locks.clone(),
-        config: config.clone(),
-        metrics: metrics.clone(),
-        identities: std::sync::RwLock::new(Arc::new(identities)),
-        identities_generation: std::sync::atomic::AtomicU64::new(0),
-        audit,
-        body_budget: Arc::new(Semaphore::new(config.body_bytes_in_flight_max)),
-        peer_budget: Arc::new(Semaphore::new(api::PEER_BYTES_IN_FLIGHT_MAX)),
-        incoming_snapshot: tokio::sync::Mutex::new(None),
-        shutdown: stop_rx.clone(),
-        openapi: api::doc::document(&config),
-        disk,
-        signer: signing::GrantSigner::load(&config).map_err(ServerError::Setup)?.map(Arc::new),
-    });
+    let app = app_state(&config, &locks, &metrics, identities, audit, &stop_rx)?;
     // Registered here, before the server answers: a SIGHUP that comes once it serves
     // reloads, never kills.
     #[cfg(unix)]
@@ -276,6 +260,34 @@ async fn import_old(locks: &Locks, mut old: migrate::Old) -> Result<(), ServerEr
         tracing::warn!(keys = n, "brought the fenced store into the replicated log");
     }
     old.retire()
+}
+
+/// What every handler shares; the disk guard's watch starts here.
+fn app_state(
+    config: &Config,
+    locks: &Arc<Locks>,
+    metrics: &Arc<Metrics>,
+    identities: identity::Identities,
+    audit: audit::Audit,
+    stop_rx: &watch::Receiver<bool>,
+) -> Result<api::App, ServerError> {
+    let disk = Arc::new(disk::DiskGuard::new(config.min_free_bytes, config.data_dir.clone()));
+    tokio::spawn(disk::watch(disk.clone(), stop_rx.clone()));
+    Ok(Arc::new(api::AppInner {
+        locks: locks.clone(),
+        config: config.clone(),
+        metrics: metrics.clone(),
+        identities: std::sync::RwLock::new(Arc::new(identities)),
+        identities_generation: std::sync::atomic::AtomicU64::new(0),
+        audit,
+        body_budget: Arc::new(Semaphore::new(config.body_bytes_in_flight_max)),
+        peer_budget: Arc::new(Semaphore::new(api::PEER_BYTES_IN_FLIGHT_MAX)),
+        incoming_snapshot: tokio::sync::Mutex::new(None),
+        shutdown: stop_rx.clone(),
+        openapi: api::doc::document(config),
+        disk,
+        signer: signing::GrantSigner::load(config).map_err(ServerError::Setup)?.map(Arc::new),
+    }))
 }
 
 #[cfg(unix)]
