@@ -6,27 +6,20 @@ use std::process::Command;
 
 use crate::support::{fenced, installed, num};
 
-#[test]
-fn fencing_loses_nothing_where_the_same_locks_unfenced_lose_updates() {
-    let args = [
-        "torture",
-        "--compare",
-        "fenced,fenced-unfenced",
-        "--duration",
-        "25s",
-        "--ttl",
-        "1s",
-        "--workers",
-        "4",
-        "--seed",
-        "3",
-        "--json",
-    ];
+/// `fenced torture --compare fenced,fenced-unfenced SETTINGS --json`: the run with
+/// fencing and the one without.
+fn fenced_and_unfenced(settings: &[&str]) -> (serde_json::Value, serde_json::Value) {
+    let args = [&["torture", "--compare", "fenced,fenced-unfenced"][..], settings, &["--json"]].concat();
     let out = fenced(&args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "fenced torture failed: {stderr}");
+    assert!(out.status.success(), "fenced torture failed: {}", String::from_utf8_lossy(&out.stderr));
     let runs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let [on, off] = runs.as_array().expect("an array").as_slice() else { panic!("two runs: {runs}") };
+    (on.clone(), off.clone())
+}
+
+#[test]
+fn fencing_loses_nothing_where_the_same_locks_unfenced_lose_updates() {
+    let (on, off) = &fenced_and_unfenced(&["--duration", "25s", "--ttl", "1s", "--workers", "4", "--seed", "3"]);
     for field in [
         "target",
         "seed",
@@ -41,7 +34,7 @@ fn fencing_loses_nothing_where_the_same_locks_unfenced_lose_updates() {
         "restarts_injected",
         "token_regressions",
     ] {
-        assert!(on.get(field).is_some() && off.get(field).is_some(), "{field} missing: {runs}");
+        assert!(on.get(field).is_some() && off.get(field).is_some(), "{field} missing: {on} / {off}");
     }
     assert_eq!((on["target"].as_str(), off["target"].as_str()), (Some("fenced"), Some("fenced-unfenced")));
 
@@ -280,10 +273,7 @@ fn a_comparison_skips_a_peer_that_is_not_installed() {
 /// is lost; the same leaders unfenced (the control) lose increments.
 #[test]
 fn leaders_under_pauses_lose_nothing_fenced_where_unfenced_leaders_lose_updates() {
-    let args = [
-        "torture",
-        "--compare",
-        "fenced,fenced-unfenced",
+    let settings = [
         "--workload",
         "elect",
         "--faults",
@@ -296,12 +286,8 @@ fn leaders_under_pauses_lose_nothing_fenced_where_unfenced_leaders_lose_updates(
         "4",
         "--seed",
         "3",
-        "--json",
     ];
-    let out = fenced(&args);
-    assert!(out.status.success(), "fenced torture failed: {}", String::from_utf8_lossy(&out.stderr));
-    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let [on, off] = runs.as_array().expect("an array").as_slice() else { panic!("two runs: {runs}") };
+    let (on, off) = &fenced_and_unfenced(&settings);
     for r in [on, off] {
         assert_eq!(r["workload"], "elect", "{r}");
         assert!(num(r, "pauses_injected") >= 1, "no pause injected: {r}");
