@@ -386,7 +386,7 @@ impl Client {
     /// another member (its first answer lost) can then never take the lock from the
     /// holder granted after the revoke.
     pub async fn revoke_lock(&self, name: &str, token: Option<Token>) -> Result<Token, Error> {
-        let name = LockName::new(name).map_err(|e| Error::BadRequest(e.to_string()))?;
+        let name = lock_name(name)?;
         let token = match token {
             Some(t) => t,
             None => {
@@ -505,50 +505,39 @@ impl LockRequest {
         if !self.also.is_empty() {
             return self.acquire_all().await;
         }
-        let name = LockName::new(&self.name).map_err(|e| Error::BadRequest(e.to_string()))?;
-        let LockOptions { ttl, wait, margin } = self.options;
-        let ttl_ms = ttl_ms(ttl)?;
+        let name = lock_name(&self.name)?;
+        let a = self.attempt()?;
         let conn = &self.client.conn;
-        let give_up_at = Instant::now() + wait;
-        let grant_started = Instant::now();
-        let holder = self.holder.as_deref();
-        let attempt = || conn.acquire(&name, ttl_ms, holder, give_up_at);
-        let (granted, sent_at) = until_answered(give_up_at, || name.to_string(), attempt).await?;
+        let attempt = || conn.acquire(&name, a.ttl_ms, a.holder, a.give_up_at);
+        let (granted, sent_at) = until_answered(a.give_up_at, || name.to_string(), attempt).await?;
         if granted.name != name.as_str() {
             return Err(bad_answer(&format!("asked for lock '{}', granted '{}'", name, granted.name)));
         }
-        let granted_ttl = Duration::from_millis(granted.ttl_ms.min(ttl_ms));
-        let margin = margin.unwrap_or_else(|| validity::default_margin(granted_ttl));
+        let (ttl, margin) = self.validity(granted.ttl_ms, a.ttl_ms);
         let grant = Grant {
             name,
             token: granted.token,
             also: vec![],
             signatures: granted.signature.into_iter().collect(),
             lease_id: granted.lease,
-            ttl: granted_ttl,
+            ttl,
             margin,
             sent_at,
         };
-        self.start_guard(grant, grant_started).await
+        self.start_guard(grant, a.started).await
     }
 
     /// Every name of [`Client::lock_all`] at once, as [`acquire`](Self::acquire) does one.
     async fn acquire_all(self) -> Result<LockGuard, Error> {
-        let mut names = std::iter::once(&self.name)
-            .chain(&self.also)
-            .map(|n| LockName::new(n).map_err(|e| Error::BadRequest(e.to_string())))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut names =
+            std::iter::once(&self.name).chain(&self.also).map(|n| lock_name(n)).collect::<Result<Vec<_>, _>>()?;
         names.sort_unstable();
         names.dedup();
-        let LockOptions { ttl, wait, margin } = self.options;
-        let ttl_ms = ttl_ms(ttl)?;
+        let a = self.attempt()?;
         let conn = &self.client.conn;
-        let give_up_at = Instant::now() + wait;
-        let grant_started = Instant::now();
-        let holder = self.holder.as_deref();
-        let attempt = || conn.acquire_all(&names, ttl_ms, holder, give_up_at);
+        let attempt = || conn.acquire_all(&names, a.ttl_ms, a.holder, a.give_up_at);
         let held = || names.iter().map(LockName::as_str).collect::<Vec<_>>().join(",");
-        let (grants, sent_at) = until_answered(give_up_at, held, attempt).await?;
+        let (grants, sent_at) = until_answered(a.give_up_at, held, attempt).await?;
         let granted: Vec<&str> = grants.iter().map(|g| g.name.as_str()).collect();
         let asked: Vec<&str> = names.iter().map(LockName::as_str).collect();
         if granted != asked {
@@ -559,16 +548,28 @@ impl LockRequest {
         if grants.iter().any(|g| g.lease != lease_id) {
             return Err(bad_answer("the locks of one request were granted under different leases"));
         }
-        let granted_ttl = Duration::from_millis(first.ttl_ms.min(ttl_ms));
-        let margin = margin.unwrap_or_else(|| validity::default_margin(granted_ttl));
+        let (ttl, margin) = self.validity(first.ttl_ms, a.ttl_ms);
         // Signed, every grant carries one; a set signed only in part is no signed set.
         let signatures: Vec<String> = grants.iter().map_while(|g| g.signature.clone()).collect();
         let signatures = if signatures.len() == grants.len() { signatures } else { vec![] };
         let mut tokens = names.into_iter().zip(&grants).map(|(n, g)| (n, g.token));
         let (name, token) = tokens.next().expect("one name or more");
         let also = tokens.collect();
-        let grant = Grant { name, token, also, signatures, lease_id, ttl: granted_ttl, margin, sent_at };
-        self.start_guard(grant, grant_started).await
+        let grant = Grant { name, token, also, signatures, lease_id, ttl, margin, sent_at };
+        self.start_guard(grant, a.started).await
+    }
+
+    /// Where both acquires start: the TTL checked, the deadline counted from now.
+    fn attempt(&self) -> Result<Attempt<'_>, Error> {
+        let ttl_ms = ttl_ms(self.options.ttl)?;
+        let give_up_at = Instant::now() + self.options.wait;
+        Ok(Attempt { ttl_ms, give_up_at, started: Instant::now(), holder: self.holder.as_deref() })
+    }
+
+    /// The TTL granted (never above the one asked for) and the margin kept below it.
+    fn validity(&self, granted_ttl_ms: u64, ttl_ms: u64) -> (Duration, Duration) {
+        let ttl = Duration::from_millis(granted_ttl_ms.min(ttl_ms));
+        (ttl, self.options.margin.unwrap_or_else(|| validity::default_margin(ttl)))
     }
 
     /// The guard of a grant. One that came after a long wait in the queue may leave
@@ -588,6 +589,21 @@ impl LockRequest {
         }
         Ok(LockGuard::start(grant, conn.clone()))
     }
+}
+
+/// An acquire under way: what it asked for and until when it may wait.
+struct Attempt<'a> {
+    ttl_ms: u64,
+    /// When the queue's wait is over.
+    give_up_at: Instant,
+    /// When it began: a grant that took long is renewed before its guard starts.
+    started: Instant,
+    holder: Option<&'a str>,
+}
+
+/// A lock's name, checked; a bad one is the caller's error.
+fn lock_name(name: &str) -> Result<LockName, Error> {
+    LockName::new(name).map_err(|e| Error::BadRequest(e.to_string()))
 }
 
 /// A lock's TTL in whole milliseconds, at least 1.

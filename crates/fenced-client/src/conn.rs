@@ -99,19 +99,11 @@ impl Endpoint {
         }
     }
 
-    pub fn new(
-        endpoint: &str,
-        auth: Option<&str>,
-        connect_timeout: Duration,
-        request_timeout: Duration,
-        tls: crate::http::TlsFiles<'_>,
-        connect_attempts: u32,
-    ) -> Result<Endpoint, Error> {
+    pub fn new(endpoint: &str, dial: crate::http::Dial<'_>) -> Result<Endpoint, Error> {
         if endpoint.starts_with("fenced://") || endpoint.starts_with("fenceds://") {
-            let mux = Mux::new(endpoint, auth, connect_timeout, request_timeout, tls, connect_attempts)?;
-            return Ok(Endpoint::Wire(Arc::new(mux)));
+            return Ok(Endpoint::Wire(Arc::new(Mux::new(endpoint, dial)?)));
         }
-        Ok(Endpoint::Http(Transport::new(endpoint, auth, connect_timeout, request_timeout, tls, connect_attempts)?))
+        Ok(Endpoint::Http(Transport::new(endpoint, dial)?))
     }
 
     pub fn endpoint(&self) -> &str {
@@ -472,10 +464,8 @@ impl Conn {
         // With several members, a refused connection sends the call to the next member
         // at once (the rounds come back to it), rather than after backing off on it.
         let connect_attempts = if given.len() > 1 { 1 } else { crate::http::CONNECT_ATTEMPTS_MAX };
-        let list: Vec<Endpoint> = given
-            .into_iter()
-            .map(|e| Endpoint::new(e, auth, connect_timeout, request_timeout, tls, connect_attempts))
-            .collect::<Result<_, _>>()?;
+        let dial = crate::http::Dial { auth, connect_timeout, request_timeout, tls, connect_attempts };
+        let list: Vec<Endpoint> = given.into_iter().map(|e| Endpoint::new(e, dial)).collect::<Result<_, _>>()?;
         if list.is_empty() {
             return Err(Error::BadRequest("no endpoint given".into()));
         }

@@ -94,16 +94,24 @@ pub(crate) struct TlsFiles<'a> {
     pub client_pem: Option<(&'a [u8], &'a [u8])>,
 }
 
+/// How every endpoint of a client is reached, over HTTP or the wire protocol alike.
+#[derive(Clone, Copy)]
+pub(crate) struct Dial<'a> {
+    /// The bearer token, when the servers take one.
+    pub auth: Option<&'a str>,
+    /// How long opening a connection may take.
+    pub connect_timeout: Duration,
+    /// Upper bound on one request's round trip; a blocking acquire adds its wait.
+    pub request_timeout: Duration,
+    /// What a TLS endpoint is verified with and presents.
+    pub tls: TlsFiles<'a>,
+    /// Tries of a request whose connection could not be opened.
+    pub connect_attempts: u32,
+}
+
 impl Transport {
-    /// `tls`: what a `https://` endpoint is verified with and presents.
-    pub fn new(
-        endpoint: &str,
-        auth_token: Option<&str>,
-        connect_timeout: Duration,
-        request_timeout: Duration,
-        tls: TlsFiles<'_>,
-        connect_attempts: u32,
-    ) -> Result<Arc<Transport>, Error> {
+    pub fn new(endpoint: &str, dial: Dial<'_>) -> Result<Arc<Transport>, Error> {
+        let Dial { auth: auth_token, connect_timeout, request_timeout, tls, connect_attempts } = dial;
         let base = endpoint.trim_end_matches('/').to_owned();
         let rest = base.strip_prefix("http://").or_else(|| base.strip_prefix("https://")).ok_or_else(|| {
             Error::BadRequest(format!(
@@ -338,7 +346,14 @@ mod tests {
 
     #[test]
     fn endpoints_are_checked() {
-        let t = |e| Transport::new(e, None, Duration::from_secs(1), Duration::from_secs(1), TlsFiles::default(), 1);
+        let dial = Dial {
+            auth: None,
+            connect_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(1),
+            tls: TlsFiles::default(),
+            connect_attempts: 1,
+        };
+        let t = |e| Transport::new(e, dial);
         assert!(t("http://127.0.0.1:7400/").is_ok());
         assert!(matches!(t("127.0.0.1:7400"), Err(Error::BadRequest(_))));
         assert!(matches!(t("http://127.0.0.1:7400/v1"), Err(Error::BadRequest(_))));

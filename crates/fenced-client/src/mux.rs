@@ -138,16 +138,10 @@ enum Slot {
 
 impl Mux {
     /// `endpoint` is `fenced://host:port`, or `fenceds://host:port` over TLS (the
-    /// server's certificate checked against `tls_files.ca_pem`, else the public web
-    /// roots; `tls_files.client_pem` presented to a server that asks for one).
-    pub fn new(
-        endpoint: &str,
-        auth: Option<&str>,
-        connect_timeout: Duration,
-        request_timeout: Duration,
-        tls_files: crate::http::TlsFiles<'_>,
-        connect_attempts: u32,
-    ) -> Result<Mux, Error> {
+    /// server's certificate checked against `dial.tls.ca_pem`, else the public web
+    /// roots; `dial.tls.client_pem` presented to a server that asks for one).
+    pub fn new(endpoint: &str, dial: crate::http::Dial<'_>) -> Result<Mux, Error> {
+        let crate::http::Dial { auth, connect_timeout, request_timeout, tls: tls_files, connect_attempts } = dial;
         let endpoint = endpoint.trim_end_matches('/').to_owned();
         let (addr, tls) = match endpoint.strip_prefix("fenceds://") {
             Some(addr) => (addr, true),

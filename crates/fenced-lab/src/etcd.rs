@@ -136,18 +136,12 @@ impl Etcd {
     /// of one lock has a higher one than every holder before it, across restarts too.
     pub async fn create_revision(&self, key: &[u8]) -> Result<Option<i64>> {
         #[derive(Deserialize)]
-        struct Range {
-            // Left out when nothing matched.
-            #[serde(default)]
-            kvs: Vec<Kv>,
-        }
-        #[derive(Deserialize)]
         struct Kv {
             #[serde(deserialize_with = "int64")]
             create_revision: i64,
         }
         let body = json!({ "key": BASE64.encode(key), "keys_only": true });
-        let r: Range = self.call("/v3/kv/range", body, self.op_timeout).await?;
+        let r: Range<Kv> = self.call("/v3/kv/range", body, self.op_timeout).await?;
         Ok(r.kvs.into_iter().next().map(|kv| kv.create_revision))
     }
 
@@ -161,18 +155,12 @@ impl Etcd {
     /// A `Range` of one key: its value, `None` when it does not exist.
     pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         #[derive(Deserialize)]
-        struct Range {
-            // Left out when nothing matched.
-            #[serde(default)]
-            kvs: Vec<Kv>,
-        }
-        #[derive(Deserialize)]
         struct Kv {
             // Left out when empty.
             #[serde(default, deserialize_with = "base64_bytes")]
             value: Vec<u8>,
         }
-        let r: Range = self.call("/v3/kv/range", json!({ "key": BASE64.encode(key) }), self.op_timeout).await?;
+        let r: Range<Kv> = self.call("/v3/kv/range", json!({ "key": BASE64.encode(key) }), self.op_timeout).await?;
         Ok(r.kvs.into_iter().next().map(|kv| kv.value))
     }
 
@@ -226,6 +214,14 @@ impl Drop for Keeper {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// The answer to a `Range`: the keys that matched, each as the caller asks for it.
+#[derive(Deserialize)]
+struct Range<Kv> {
+    // Left out when nothing matched.
+    #[serde(default = "Vec::new")]
+    kvs: Vec<Kv>,
 }
 
 /// Keeps lease `lease` alive every third of `ttl` until dropped, or until a renewal

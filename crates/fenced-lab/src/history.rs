@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use fenced_core::checker::{Checker, Event, EventKind, FindingKind, Outcome as CheckOutcome};
+use fenced_core::checker::{Checker, Event, EventKind, Finding, FindingKind, Outcome as CheckOutcome};
 use fenced_core::Token;
 use serde::{Deserialize, Serialize};
 
@@ -131,14 +131,9 @@ const PROOFS_MAX: usize = 20;
 /// (when not, grants are ranked by completion time to give each holder an order).
 pub fn analyse(ops: &[Op], faults: &[Fault], final_value: u64, tokens: bool, fenced: bool) -> Analysis {
     let mut a = Analysis::default();
-    // The token each (worker, cycle) acted under.
-    let mut grant_of: HashMap<(u32, u64), u64> = HashMap::new();
     let mut grants: Vec<&Op> = ops.iter().filter(|o| o.kind == OpKind::Acquire && o.result == OpResult::Ok).collect();
     grants.sort_by_key(|o| (o.end_us, o.worker));
-    for (rank, g) in grants.iter().enumerate() {
-        let token = if tokens { g.token.unwrap_or(0) } else { rank as u64 + 1 };
-        grant_of.insert((g.worker, g.cycle), token);
-    }
+    let tokens_of = TokensOf::new(&grants, tokens);
     a.grants = grants.len() as u64;
     if tokens {
         let (n, duplicates, proofs) = regressions(&grants);
@@ -146,47 +141,9 @@ pub fn analyse(ops: &[Op], faults: &[Fault], final_value: u64, tokens: bool, fen
         a.duplicate_tokens = Some(duplicates);
         a.proofs.extend(proofs);
     }
-
-    // The checker's events, each with the operation it came from.
-    let mut events: Vec<(u64, u8, Event, Option<&Op>)> = Vec::with_capacity(ops.len() + faults.len());
-    let tok = |o: &Op| grant_of.get(&(o.worker, o.cycle)).copied().and_then(Token::new);
-    for o in ops {
-        let held = tok(o);
-        let outcome = match o.result {
-            OpResult::Ok => CheckOutcome::Accepted,
-            OpResult::Rejected => CheckOutcome::Rejected,
-            OpResult::Failed | OpResult::Unknown => CheckOutcome::Unknown,
-        };
-        let value = o.value.unwrap_or(0);
-        let (t, kind) = match o.kind {
-            OpKind::Acquire if o.result == OpResult::Ok => match held {
-                Some(token) => (o.end_us, EventKind::Granted { token }),
-                None => continue,
-            },
-            OpKind::Read if o.result == OpResult::Ok => {
-                (o.end_us, EventKind::Read { held, fenced, value, outcome: CheckOutcome::Accepted })
-            }
-            OpKind::Read => {
-                if o.result == OpResult::Rejected {
-                    a.stale_reads_rejected += 1;
-                }
-                continue;
-            }
-            OpKind::Write => (o.start_us, EventKind::Write { held, fenced, value, value_before: None, outcome }),
-            _ => continue,
-        };
-        // At one instant, completions (which raise the mark) before invocations.
-        let order = if matches!(kind, EventKind::Write { .. }) { 1 } else { 0 };
-        events.push((t, order, Event { t_ms: t / 1000, client: o.worker, kind }, Some(o)));
-    }
-    for f in faults {
-        if let Fault::Pause { worker, start_us, end_us } = *f {
-            let kind = EventKind::Paused { duration_ms: (end_us - start_us) / 1000 };
-            events.push((start_us, 0, Event { t_ms: start_us / 1000, client: worker, kind }, None));
-        }
-    }
-    events.sort_by_key(|(t, order, ..)| (*t, *order));
-
+    a.stale_reads_rejected =
+        ops.iter().filter(|o| o.kind == OpKind::Read && o.result == OpResult::Rejected).count() as u64;
+    let events = checker_events(ops, faults, &tokens_of, fenced);
     let mut checker = Checker::new();
     for (_, _, e, _) in &events {
         checker.observe(e);
@@ -209,36 +166,98 @@ pub fn analyse(ops: &[Op], faults: &[Fault], final_value: u64, tokens: bool, fen
         if a.proofs.len() >= PROOFS_MAX {
             break;
         }
-        let FindingKind::ZombieWrite { token, highest_seen, pause_ms } = f.kind else { continue };
-        let Some(write) = events[f.event].3 else { continue };
-        // The operation under the newer token that completed before the write was sent.
-        let newer = events[..f.event]
-            .iter()
-            .rev()
-            .filter_map(|(_, _, e, op)| {
-                op.filter(|_| matches!(e.kind, EventKind::Read { .. } | EventKind::Write { .. }))
-            })
-            .find(|o| tok(o).map(Token::get) == Some(highest_seen.get()));
-        let mut proof = format!(
-            "zombie write: worker {} wrote {} under token {} at {} (after a {} ms pause), accepted",
-            write.worker,
-            write.value.unwrap_or(0),
-            token.get(),
-            us(write.start_us),
-            pause_ms
-        );
-        if let Some(n) = newer {
-            proof += &format!(
-                "; worker {} had already {} under the newer token {} at {}",
-                n.worker,
-                if n.kind == OpKind::Read { "read" } else { "written" },
-                highest_seen.get(),
-                us(n.end_us)
-            );
-        }
-        a.proofs.push(proof);
+        a.proofs.extend(zombie_proof(f, &events, &tokens_of));
     }
     a
+}
+
+/// The token each (worker, cycle) acted under: the grant's, or without tokens its rank
+/// in completion order.
+struct TokensOf(HashMap<(u32, u64), u64>);
+
+impl TokensOf {
+    fn new(grants: &[&Op], tokens: bool) -> TokensOf {
+        let ranked = grants.iter().enumerate();
+        TokensOf(
+            ranked
+                .map(|(rank, g)| ((g.worker, g.cycle), if tokens { g.token.unwrap_or(0) } else { rank as u64 + 1 }))
+                .collect(),
+        )
+    }
+
+    fn of(&self, o: &Op) -> Option<Token> {
+        self.0.get(&(o.worker, o.cycle)).copied().and_then(Token::new)
+    }
+}
+
+/// A checker's event at its time, with its order at one instant and the operation it
+/// came from (none for a fault).
+type Timed<'a> = (u64, u8, Event, Option<&'a Op>);
+
+/// The checker's events, in order, each with the operation it came from.
+fn checker_events<'a>(ops: &'a [Op], faults: &[Fault], tokens_of: &TokensOf, fenced: bool) -> Vec<Timed<'a>> {
+    let mut events: Vec<Timed<'a>> = Vec::with_capacity(ops.len() + faults.len());
+    for o in ops {
+        let held = tokens_of.of(o);
+        let outcome = match o.result {
+            OpResult::Ok => CheckOutcome::Accepted,
+            OpResult::Rejected => CheckOutcome::Rejected,
+            OpResult::Failed | OpResult::Unknown => CheckOutcome::Unknown,
+        };
+        let value = o.value.unwrap_or(0);
+        let (t, kind) = match o.kind {
+            OpKind::Acquire if o.result == OpResult::Ok => match held {
+                Some(token) => (o.end_us, EventKind::Granted { token }),
+                None => continue,
+            },
+            OpKind::Read if o.result == OpResult::Ok => {
+                (o.end_us, EventKind::Read { held, fenced, value, outcome: CheckOutcome::Accepted })
+            }
+            OpKind::Write => (o.start_us, EventKind::Write { held, fenced, value, value_before: None, outcome }),
+            _ => continue,
+        };
+        // At one instant, completions (which raise the mark) before invocations.
+        let order = if matches!(kind, EventKind::Write { .. }) { 1 } else { 0 };
+        events.push((t, order, Event { t_ms: t / 1000, client: o.worker, kind }, Some(o)));
+    }
+    for f in faults {
+        if let Fault::Pause { worker, start_us, end_us } = *f {
+            let kind = EventKind::Paused { duration_ms: (end_us - start_us) / 1000 };
+            events.push((start_us, 0, Event { t_ms: start_us / 1000, client: worker, kind }, None));
+        }
+    }
+    events.sort_by_key(|(t, order, ..)| (*t, *order));
+    events
+}
+
+/// A zombie write's proof, for a person: the write, and the operation under the newer
+/// token that completed before it was sent.
+fn zombie_proof(f: &Finding, events: &[Timed<'_>], tokens_of: &TokensOf) -> Option<String> {
+    let FindingKind::ZombieWrite { token, highest_seen, pause_ms } = f.kind else { return None };
+    let write = events[f.event].3?;
+    let newer = events[..f.event]
+        .iter()
+        .rev()
+        .filter_map(|(_, _, e, op)| op.filter(|_| matches!(e.kind, EventKind::Read { .. } | EventKind::Write { .. })))
+        .find(|o| tokens_of.of(o).map(Token::get) == Some(highest_seen.get()));
+    let mut proof = format!(
+        "zombie write: worker {} wrote {} under token {} at {} (after a {} ms pause), accepted",
+        write.worker,
+        write.value.unwrap_or(0),
+        token.get(),
+        us(write.start_us),
+        pause_ms
+    );
+    if let Some(n) = newer {
+        proof += &format!(
+            "; worker {} had already {} under the newer token {} at {}",
+            n.worker,
+            if n.kind == OpKind::Read { "read" } else { "written" },
+            highest_seen.get(),
+            us(n.end_us)
+        );
+    }
+    Some(proof)
 }
 
 /// Token order against real time: for every grant, every grant that completed before it

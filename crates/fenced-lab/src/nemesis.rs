@@ -193,13 +193,7 @@ impl Nemesis {
     /// drawn when the last round is spent (one seed gives one schedule for every
     /// target).
     pub(crate) fn next_kind(self, plan: &mut Vec<Kind>, rng: &mut ChaCha8Rng) -> Option<Kind> {
-        if plan.is_empty() {
-            *plan = self.kinds();
-            for i in (1..plan.len()).rev() {
-                plan.swap(i, rng.next_u64() as usize % (i + 1));
-            }
-        }
-        plan.pop()
+        next_in_round(plan, || self.kinds(), rng)
     }
 
     fn kinds(self) -> Vec<Kind> {
@@ -214,6 +208,18 @@ impl Nemesis {
         .filter_map(|(on, k)| on.then_some(k))
         .collect()
     }
+}
+
+/// The next fault of a plan made of rounds: when the last round is spent, `round`
+/// gives the next one's faults, in a seeded shuffle (Fisher–Yates over `rng`).
+pub(crate) fn next_in_round<T>(plan: &mut Vec<T>, round: impl FnOnce() -> Vec<T>, rng: &mut ChaCha8Rng) -> Option<T> {
+    if plan.is_empty() {
+        *plan = round();
+        for i in (1..plan.len()).rev() {
+            plan.swap(i, rng.next_u64() as usize % (i + 1));
+        }
+    }
+    plan.pop()
 }
 
 impl fmt::Display for Nemesis {

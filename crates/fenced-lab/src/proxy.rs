@@ -131,9 +131,15 @@ async fn connect_within(upstream: SocketAddr, patience: Duration) -> Option<TcpS
     }
 }
 
+/// Chunks (of up to 16 KiB) one direction of a link holds for their delay. Past it
+/// the proxy stops reading that direction: the sender's bytes wait in the kernel's
+/// buffers and TCP's flow control slows it, as a slow link would. Nothing is dropped
+/// (a byte stream cannot lose bytes); the lab's traffic is far below it.
+const CHUNKS_HELD_MAX: usize = 1024;
+
 /// Copies `from` to `to`, each chunk released at its read time plus the delay then.
 async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay_ms: Arc<AtomicU64>) {
-    let (tx, mut rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
+    let (tx, mut rx) = mpsc::channel::<(Instant, Vec<u8>)>(CHUNKS_HELD_MAX);
     let reader = async move {
         let mut buf = vec![0u8; 16 * 1024];
         loop {
@@ -141,7 +147,7 @@ async fn pump(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay_ms: Arc<Ato
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
                     let due = Instant::now() + Duration::from_millis(delay_ms.load(Ordering::Relaxed));
-                    if tx.send((due, buf[..n].to_vec())).is_err() {
+                    if tx.send((due, buf[..n].to_vec())).await.is_err() {
                         break;
                     }
                 }

@@ -10,7 +10,6 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::sleep;
 
@@ -22,36 +21,40 @@ const READ_EVERY: Duration = Duration::from_millis(40);
 /// The longest one read may take before it counts as not done.
 const READ_BOUND: Duration = Duration::from_secs(1);
 
-/// The readers of a run and the reads they send in.
+/// The readers of a run. Each keeps its own reads until the end (no queue between
+/// them and the run): at most one per [`READ_EVERY`] of the run, so a reader's
+/// history is bounded by the run's duration (90,000 reads in the longest, an hour).
 pub struct Readers {
-    set: JoinSet<()>,
-    rx: mpsc::UnboundedReceiver<Op>,
+    set: JoinSet<Vec<Op>>,
 }
 
 impl Readers {
     /// Starts a reader per member (`addrs`, reached directly) reading `key` until
     /// `until_us`; reader `i` records its operations as worker `first_worker + i`.
     pub fn spawn(addrs: &[SocketAddr], key: &str, first_worker: u32, until_us: u64) -> Readers {
-        let (tx, rx) = mpsc::unbounded_channel();
         let mut set = JoinSet::new();
         for (i, addr) in addrs.iter().copied().enumerate() {
-            let (tx, path) = (tx.clone(), format!("/v1/store/{key}"));
-            set.spawn(read_until(addr, path, first_worker + i as u32, until_us, tx));
+            let path = format!("/v1/store/{key}");
+            set.spawn(read_until(addr, path, first_worker + i as u32, until_us));
         }
-        Readers { set, rx }
+        Readers { set }
     }
 
-    /// Waits for every reader to stop (at `until_us`), adding their reads to `history`.
+    /// Waits for every reader to stop (at `until_us`), adding their reads to `history`
+    /// in the order they ended.
     pub async fn finish(mut self, history: &mut Vec<Op>) {
-        while self.set.join_next().await.is_some() {}
-        while let Some(op) = self.rx.recv().await {
-            history.push(op);
+        let mut reads = Vec::new();
+        while let Some(done) = self.set.join_next().await {
+            reads.extend(done.unwrap_or_default());
         }
+        reads.sort_by_key(|op| op.end_us);
+        history.extend(reads);
     }
 }
 
 /// One reader: reads of `path` at `addr`, one after the other, until `until_us`.
-async fn read_until(addr: SocketAddr, path: String, worker: u32, until_us: u64, tx: mpsc::UnboundedSender<Op>) {
+async fn read_until(addr: SocketAddr, path: String, worker: u32, until_us: u64) -> Vec<Op> {
+    let mut reads = Vec::new();
     let mut cycle = 0;
     while now_us() < until_us {
         cycle += 1;
@@ -73,11 +76,10 @@ async fn read_until(addr: SocketAddr, path: String, worker: u32, until_us: u64, 
             promised_until_us: None,
             lost_signalled: None,
         };
-        if tx.send(op).is_err() {
-            return;
-        }
+        reads.push(op);
         sleep(READ_EVERY).await;
     }
+    reads
 }
 
 /// One plain read: the counter (`None` when absent), or why there is no answer to

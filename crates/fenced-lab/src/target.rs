@@ -546,71 +546,9 @@ impl Driver {
             }
             Conn::Redis(conn) => {
                 let with_token = self.target == Target::RedisToken;
-                let deadline = Instant::now() + wait;
-                loop {
-                    let token = if with_token {
-                        let mut script = redis::cmd("EVAL");
-                        script
-                            .arg(REDIS_LOCK_WITH_TOKEN)
-                            .arg(2)
-                            .arg(LOCK)
-                            .arg(format!("{LOCK}:token"))
-                            .arg(&value)
-                            .arg(ttl.as_millis() as u64);
-                        let t = timeout(op, script.query_async::<u64>(conn))
-                            .await
-                            .map_err(|_| anyhow!("lock script timed out"))??;
-                        (t > 0).then_some(Some(t))
-                    } else {
-                        let mut set = redis::cmd("SET");
-                        set.arg(LOCK).arg(&value).arg("NX").arg("PX").arg(ttl.as_millis() as u64);
-                        let got = timeout(op, set.query_async::<Option<String>>(conn))
-                            .await
-                            .map_err(|_| anyhow!("SET NX timed out"))??;
-                        got.map(|_| None)
-                    };
-                    if let Some(token) = token {
-                        return Ok(Grant { token, held: Held::Redis { value } });
-                    }
-                    if Instant::now() >= deadline {
-                        bail!("lock held (no grant within {wait:?})");
-                    }
-                    // Redis has no queue: a waiter polls.
-                    sleep(Duration::from_millis(2)).await;
-                }
+                redis_acquire(conn, with_token, value, ttl, wait, op).await
             }
-            Conn::Etcd(etcd) => {
-                let secs = ttl.as_secs().max(1) as i64;
-                let lease = etcd.lease_grant(secs).await.context("lease grant")?;
-                // Kept alive from its grant, while it waits in line too, as etcd's own
-                // clients do (a concurrency.Session): a queued key whose lease ran out
-                // would be deleted, and etcd 3.4's Lock would then answer success anyway.
-                let keeper = spawn_keepalive(etcd.clone(), lease, ttl);
-                let locked = match etcd.lock(LOCK.as_bytes(), lease, wait).await {
-                    Ok(Some(r)) => r,
-                    failed => {
-                        drop(keeper);
-                        // The queued lock key dies with its lease.
-                        let _ = etcd.lease_revoke(lease).await;
-                        return Err(match failed {
-                            Err(e) => e.context("lock"),
-                            _ => anyhow!("lock held (no grant within {wait:?})"),
-                        });
-                    }
-                };
-                // The token is the lock key's create_revision, as etcd advises: the
-                // revision that created this waiter's key, which orders the holders of
-                // the lock. The Lock answer's header revision is the store's revision
-                // when it answered, tied to nothing. A key that is gone was never held
-                // (etcd 3.5's Lock checks this itself; 3.4's does not).
-                let Some(revision) = etcd.create_revision(&locked.key).await.context("the lock key's revision")? else {
-                    drop(keeper);
-                    let _ = etcd.lease_revoke(lease).await;
-                    bail!("lock answered, but its key is gone (the lease expired while it waited)");
-                };
-                let token = Some(revision as u64);
-                Ok(Grant { token, held: Held::Etcd { key: locked.key, lease, _keeper: keeper } })
-            }
+            Conn::Etcd(etcd) => etcd_acquire(etcd, ttl, wait).await,
             Conn::Zookeeper { addr, session } => {
                 let o = ConnOptions { ttl, op_timeout: op };
                 if session.is_none() {
@@ -767,6 +705,84 @@ impl Driver {
         };
         parse_counter(raw.as_deref())
     }
+}
+
+/// Redis's lock: SET NX PX under `value`, or with a token the script that also
+/// increments one; polled until `wait` passes (Redis has no queue).
+async fn redis_acquire(
+    conn: &mut redis::aio::MultiplexedConnection,
+    with_token: bool,
+    value: String,
+    ttl: Duration,
+    wait: Duration,
+    op: Duration,
+) -> Result<Grant> {
+    let deadline = Instant::now() + wait;
+    loop {
+        let token = if with_token {
+            let mut script = redis::cmd("EVAL");
+            script
+                .arg(REDIS_LOCK_WITH_TOKEN)
+                .arg(2)
+                .arg(LOCK)
+                .arg(format!("{LOCK}:token"))
+                .arg(&value)
+                .arg(ttl.as_millis() as u64);
+            let t =
+                timeout(op, script.query_async::<u64>(conn)).await.map_err(|_| anyhow!("lock script timed out"))??;
+            (t > 0).then_some(Some(t))
+        } else {
+            let mut set = redis::cmd("SET");
+            set.arg(LOCK).arg(&value).arg("NX").arg("PX").arg(ttl.as_millis() as u64);
+            let got = timeout(op, set.query_async::<Option<String>>(conn))
+                .await
+                .map_err(|_| anyhow!("SET NX timed out"))??;
+            got.map(|_| None)
+        };
+        if let Some(token) = token {
+            return Ok(Grant { token, held: Held::Redis { value } });
+        }
+        if Instant::now() >= deadline {
+            bail!("lock held (no grant within {wait:?})");
+        }
+        // Redis has no queue: a waiter polls.
+        sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// etcd's lock under a lease of `ttl` (whole seconds), kept alive from its grant;
+/// the token is the lock key's create_revision.
+async fn etcd_acquire(etcd: &Etcd, ttl: Duration, wait: Duration) -> Result<Grant> {
+    let secs = ttl.as_secs().max(1) as i64;
+    let lease = etcd.lease_grant(secs).await.context("lease grant")?;
+    // Kept alive from its grant, while it waits in line too, as etcd's own
+    // clients do (a concurrency.Session): a queued key whose lease ran out
+    // would be deleted, and etcd 3.4's Lock would then answer success anyway.
+    let keeper = spawn_keepalive(etcd.clone(), lease, ttl);
+    let locked = match etcd.lock(LOCK.as_bytes(), lease, wait).await {
+        Ok(Some(r)) => r,
+        failed => {
+            drop(keeper);
+            // The queued lock key dies with its lease.
+            let _ = etcd.lease_revoke(lease).await;
+            return Err(match failed {
+                Err(e) => e.context("lock"),
+                _ => anyhow!("lock held (no grant within {wait:?})"),
+            });
+        }
+    };
+    // The token is the lock key's create_revision, as etcd advises: the
+    // revision that created this waiter's key, which orders the holders of
+    // the lock. The Lock answer's header revision is the store's revision
+    // when it answered, tied to nothing. A key that is gone was never held
+    // (etcd 3.5's Lock checks this itself; 3.4's does not).
+    let Some(revision) = etcd.create_revision(&locked.key).await.context("the lock key's revision")? else {
+        drop(keeper);
+        let _ = etcd.lease_revoke(lease).await;
+        bail!("lock answered, but its key is gone (the lease expired while it waited)");
+    };
+    let token = Some(revision as u64);
+    Ok(Grant { token, held: Held::Etcd { key: locked.key, lease, _keeper: keeper } })
 }
 
 /// One Redlock attempt, as published: `SET NX PX` on every instance in turn, each

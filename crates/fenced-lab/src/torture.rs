@@ -277,11 +277,18 @@ struct Worker {
     pid: u32,
 }
 
+/// Operations the workers streamed in and the nemesis has not taken yet. It takes
+/// them at least every 50 ms, except while it holds a pause or restarts a service (a
+/// few TTLs at most), when a fast target's workers send a few thousand. Past the bound
+/// a worker's reader waits, and so does the worker on its stdout pipe: the run slows,
+/// but no operation is dropped (the checkers judge the whole history).
+const OPS_QUEUED_MAX: usize = 65_536;
+
 /// The workers of a run and the operations they stream in.
 pub(crate) struct Workers {
     procs: Vec<Worker>,
     stderr: Vec<tokio::task::JoinHandle<String>>,
-    rx: mpsc::UnboundedReceiver<Op>,
+    rx: mpsc::Receiver<Op>,
     /// Workers that completed a read since the last look (the pause's victims).
     pending_reads: Vec<u32>,
     pub(crate) history: Vec<Op>,
@@ -299,7 +306,7 @@ impl Workers {
         until_us: u64,
         progress: watch::Sender<Progress>,
     ) -> Result<Workers> {
-        let (ops_tx, rx) = mpsc::unbounded_channel::<Op>();
+        let (ops_tx, rx) = mpsc::channel::<Op>(OPS_QUEUED_MAX);
         let mut procs = Vec::new();
         let mut stderr_tasks = Vec::new();
         for w in 0..cfg.workers {
@@ -332,7 +339,7 @@ impl Workers {
                 let mut lines = BufReader::new(stdout).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
                     if let Ok(op) = serde_json::from_str::<Op>(&line) {
-                        let _ = tx.send(op);
+                        let _ = tx.send(op).await;
                     }
                 }
             });
@@ -458,9 +465,8 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     for addr in &lock_addrs {
         proxies.push(DelayProxy::start(*addr).await?);
     }
-    let joined = |addrs: Vec<String>| addrs.join(",");
     let endpoints = Endpoints {
-        lock: joined(proxies.iter().map(|p| p.addr.to_string()).collect()),
+        lock: comma_list(proxies.iter().map(|p| p.addr)),
         pg: pg.as_ref().map(Service::pg_config),
         gate: gate.as_ref().map(|g| g.addr.to_string()),
         s3: s3.as_ref().map(Service::url),
@@ -474,78 +480,14 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     let until_us = start_us + cfg.duration.as_micros() as u64;
     let faults_until = Instant::now() + cfg.duration - cfg.recovery;
     let mut w = Workers::spawn(cfg, &endpoints, start_us, until_us, progress)?;
-
-    // The nemesis, while the history streams in.
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let mut plan: Vec<u8> = Vec::new();
-    let ttl_ms = cfg.ttl.as_millis() as u64;
-    while Instant::now() < faults_until {
-        let gap = Duration::from_millis(ttl_ms / 2 + rng.next_u64() % (ttl_ms * 3 / 2 + 1));
-        w.pump_until((Instant::now() + gap).min(faults_until)).await;
-        if Instant::now() >= faults_until {
-            break;
-        }
-        // Faults come in rounds, a seeded shuffle of every enabled kind (pauses twice:
-        // they are the seeds' story), so a short run still sees each kind.
-        if plan.is_empty() {
-            plan = [(cfg.faults.pause, 0u8), (cfg.faults.pause, 0), (cfg.faults.crash, 1), (cfg.faults.delay, 2)]
-                .into_iter()
-                .filter_map(|(on, f)| on.then_some(f))
-                .collect();
-            for i in (1..plan.len()).rev() {
-                plan.swap(i, rng.next_u64() as usize % (i + 1));
-            }
-        }
-        let Some(fault) = plan.pop() else { continue };
-        match fault {
-            0 => {
-                w.pause_one(cfg.ttl, &mut rng).await;
-            }
-            1 => {
-                // Aimed at a holder: just after a worker's read (a lock held, its lease
-                // to outlive the restart), so the restart is judged on the lease it
-                // must keep, not on an idle moment; within a TTL, before recovery.
-                w.next_read(cfg.ttl.min(faults_until.saturating_duration_since(Instant::now()))).await;
-                let from = now_us();
-                let down = Duration::from_millis(100 + rng.next_u64() % 500);
-                // Redlock's five instances: one crashes at a time (a draw only then, so
-                // the other targets keep their plan).
-                let which = if locks.len() > 1 { rng.next_u64() as usize % locks.len() } else { 0 };
-                let svc = locks[which].clone();
-                tokio::task::spawn_blocking(move || {
-                    let mut s = svc.lock().expect("service lock");
-                    s.crash();
-                    std::thread::sleep(down);
-                    s.restart()
-                })
-                .await??;
-                w.faults.push(Fault::Restart { start_us: from, end_us: now_us() });
-            }
-            _ => {
-                let delay_ms = ttl_ms / 2 + rng.next_u64() % (ttl_ms + 1);
-                let hold = Duration::from_millis(1000 + rng.next_u64() % 2000);
-                let from = now_us();
-                proxies.iter().for_each(|p| p.set_delay(Duration::from_millis(delay_ms)));
-                w.pump_until((Instant::now() + hold).min(faults_until)).await;
-                proxies.iter().for_each(|p| p.set_delay(Duration::ZERO));
-                w.faults.push(Fault::Delay { delay_ms, start_us: from, end_us: now_us() });
-            }
-        }
-        w.pump();
-    }
+    inject_faults(cfg, &mut w, &locks, &proxies, faults_until).await?;
 
     // Recovery: no faults; the workers finish their last cycle and exit.
     w.finish(cfg, until_us).await?;
     drop(proxies);
 
     // The counter as it ends, read directly (not through the proxy).
-    let direct = Endpoints {
-        lock: joined(lock_addrs.iter().map(ToString::to_string).collect()),
-        pg: endpoints.pg.clone(),
-        gate: endpoints.gate.clone(),
-        s3: endpoints.s3.clone(),
-        dynamodb: endpoints.dynamodb.clone(),
-    };
+    let direct = Endpoints { lock: comma_list(&lock_addrs), ..endpoints };
     let final_value = read_counter(target, &direct, cfg.op_timeout()).await?;
     drop(pg);
     drop(s3);
@@ -553,6 +495,111 @@ pub async fn run(cfg: &TortureConfig, progress: watch::Sender<Progress>) -> Resu
     drop(gate);
     drop(locks);
     Ok(report(cfg, w.history, w.faults, final_value, None, None))
+}
+
+/// Addresses as the drivers take several: separated by commas.
+fn comma_list<A: ToString>(addrs: impl IntoIterator<Item = A>) -> String {
+    addrs.into_iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",")
+}
+
+/// A fault of a run on one lock service (the clusters' are [`crate::nemesis`]'s).
+#[derive(Clone, Copy, Debug)]
+enum LocalFault {
+    Pause,
+    Crash,
+    Delay,
+}
+
+/// One round of faults: every enabled kind, pauses twice (they are the seeds' story).
+fn local_faults(faults: Faults) -> Vec<LocalFault> {
+    let kinds = [
+        (faults.pause, LocalFault::Pause),
+        (faults.pause, LocalFault::Pause),
+        (faults.crash, LocalFault::Crash),
+        (faults.delay, LocalFault::Delay),
+    ];
+    kinds.into_iter().filter_map(|(on, f)| on.then_some(f)).collect()
+}
+
+/// The nemesis, while the history streams in: a seeded gap, then the next fault of
+/// the plan, until the recovery phase.
+async fn inject_faults(
+    cfg: &TortureConfig,
+    w: &mut Workers,
+    locks: &[Arc<Mutex<Service>>],
+    proxies: &[DelayProxy],
+    faults_until: Instant,
+) -> Result<()> {
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
+    let mut plan = Vec::new();
+    let ttl_ms = cfg.ttl.as_millis() as u64;
+    while Instant::now() < faults_until {
+        let gap = Duration::from_millis(ttl_ms / 2 + rng.next_u64() % (ttl_ms * 3 / 2 + 1));
+        w.pump_until((Instant::now() + gap).min(faults_until)).await;
+        if Instant::now() >= faults_until {
+            break;
+        }
+        // Faults come in rounds, a seeded shuffle of every enabled kind, so a short run
+        // still sees each kind.
+        let Some(fault) = crate::nemesis::next_in_round(&mut plan, || local_faults(cfg.faults), &mut rng) else {
+            continue;
+        };
+        match fault {
+            LocalFault::Pause => {
+                w.pause_one(cfg.ttl, &mut rng).await;
+            }
+            LocalFault::Crash => crash_one(cfg, w, locks, faults_until, &mut rng).await?,
+            LocalFault::Delay => delay_links(w, proxies, ttl_ms, faults_until, &mut rng).await,
+        }
+        w.pump();
+    }
+    Ok(())
+}
+
+/// kill -9 one lock service and start it again on its data directory.
+async fn crash_one(
+    cfg: &TortureConfig,
+    w: &mut Workers,
+    locks: &[Arc<Mutex<Service>>],
+    faults_until: Instant,
+    rng: &mut ChaCha8Rng,
+) -> Result<()> {
+    // Aimed at a holder: just after a worker's read (a lock held, its lease to outlive
+    // the restart), so the restart is judged on the lease it must keep, not on an idle
+    // moment; within a TTL, before recovery.
+    w.next_read(cfg.ttl.min(faults_until.saturating_duration_since(Instant::now()))).await;
+    let from = now_us();
+    let down = Duration::from_millis(100 + rng.next_u64() % 500);
+    // Redlock's five instances: one crashes at a time (a draw only then, so the other
+    // targets keep their plan).
+    let which = if locks.len() > 1 { rng.next_u64() as usize % locks.len() } else { 0 };
+    let svc = locks[which].clone();
+    tokio::task::spawn_blocking(move || {
+        let mut s = svc.lock().expect("service lock");
+        s.crash();
+        std::thread::sleep(down);
+        s.restart()
+    })
+    .await??;
+    w.faults.push(Fault::Restart { start_us: from, end_us: now_us() });
+    Ok(())
+}
+
+/// Holds the bytes between the workers and the lock service for a seeded while.
+async fn delay_links(
+    w: &mut Workers,
+    proxies: &[DelayProxy],
+    ttl_ms: u64,
+    faults_until: Instant,
+    rng: &mut ChaCha8Rng,
+) {
+    let delay_ms = ttl_ms / 2 + rng.next_u64() % (ttl_ms + 1);
+    let hold = Duration::from_millis(1000 + rng.next_u64() % 2000);
+    let from = now_us();
+    proxies.iter().for_each(|p| p.set_delay(Duration::from_millis(delay_ms)));
+    w.pump_until((Instant::now() + hold).min(faults_until)).await;
+    proxies.iter().for_each(|p| p.set_delay(Duration::ZERO));
+    w.faults.push(Fault::Delay { delay_ms, start_us: from, end_us: now_us() });
 }
 
 /// The report of a run from its history: the checkers' verdicts, and the cluster's

@@ -137,6 +137,18 @@ fn hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 3).unwrap()
 }
 
+/// Every task's count and latencies, added up.
+async fn gather(tasks: Vec<tokio::task::JoinHandle<(u64, Histogram<u64>)>>) -> (u64, Histogram<u64>) {
+    let mut total = hist();
+    let mut ops = 0;
+    for t in tasks {
+        let (n, h) = t.await.unwrap();
+        ops += n;
+        total.add(&h).unwrap();
+    }
+    (ops, total)
+}
+
 fn report(what: &str, ops: u64, elapsed: Duration, h: &Histogram<u64>) {
     println!(
         "{what:<44} {:>9.0} ops/s   p50 {:>7.3} ms   p99 {:>7.3} ms   ({ops} ops in {:.1} s)",
@@ -175,13 +187,7 @@ async fn acquire_release(addr: SocketAddr, clients: usize, shared: bool, dur: Du
             (n, h)
         }));
     }
-    let mut total = hist();
-    let mut ops = 0;
-    for t in tasks {
-        let (n, h) = t.await.unwrap();
-        ops += n;
-        total.add(&h).unwrap();
-    }
+    let (ops, total) = gather(tasks).await;
     let what = format!("acquire+release, {clients} clients, {}", if shared { "one shared lock" } else { "own locks" });
     report(&what, ops, start.elapsed(), &total);
 }
@@ -207,13 +213,7 @@ async fn store_writes(addr: SocketAddr, clients: usize, dur: Duration) {
             (n, h)
         }));
     }
-    let mut total = hist();
-    let mut ops = 0;
-    for t in tasks {
-        let (n, h) = t.await.unwrap();
-        ops += n;
-        total.add(&h).unwrap();
-    }
+    let (ops, total) = gather(tasks).await;
     report(&format!("fenced-store write (16 B), {clients} clients"), ops, start.elapsed(), &total);
 }
 
@@ -244,13 +244,7 @@ async fn fan_out(
             (n, h)
         }));
     }
-    let mut total = hist();
-    let mut ops = 0;
-    for t in tasks {
-        let (n, h) = t.await.unwrap();
-        ops += n;
-        total.add(&h).unwrap();
-    }
+    let (ops, total) = gather(tasks).await;
     (ops, total, start.elapsed())
 }
 

@@ -114,6 +114,15 @@ fn ms(h: &Histogram<u64>, q: f64) -> f64 {
 /// What every closed-loop run returns per task: cycles, cycle latency, acquire latency.
 type TaskResult = (u64, Histogram<u64>, Histogram<u64>);
 
+/// Every task's result, in the order they were spawned.
+async fn joined<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut results = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        results.push(t.await.unwrap());
+    }
+    results
+}
+
 fn report(what: &str, results: Vec<TaskResult>, elapsed: Duration) {
     let (mut cycles, mut acq) = (hist(), hist());
     let mut n = 0;
@@ -175,10 +184,7 @@ async fn fenced_cycles(endpoint: &str, sharing: Sharing, clients: usize, shared_
             (n, c, a)
         }));
     }
-    let mut results = Vec::new();
-    for t in tasks {
-        results.push(t.await.unwrap());
-    }
+    let results = joined(tasks).await;
     let elapsed = start.elapsed();
     let scheme = endpoint.split(':').next().unwrap();
     let how = match (sharing, scheme) {
@@ -329,10 +335,7 @@ async fn redis_cycles(addr: SocketAddr, clients: usize, shared_lock: bool, dur: 
             (n, c, a)
         }));
     }
-    let mut results = Vec::new();
-    for t in tasks {
-        results.push(t.await.unwrap());
-    }
+    let results = joined(tasks).await;
     let elapsed = start.elapsed();
     let lock = if shared_lock { "one key, spinning" } else { "own keys" };
     report(&format!("redis no persistence, {clients} clients, connection each, {lock}"), results, elapsed);
@@ -362,10 +365,7 @@ async fn redis_mux_cycles(addr: SocketAddr, clients: usize, dur: Duration) {
             (n, c, a)
         }));
     }
-    let mut results = Vec::new();
-    for t in tasks {
-        results.push(t.await.unwrap());
-    }
+    let results = joined(tasks).await;
     let elapsed = start.elapsed();
     report(&format!("redis no persistence, {clients} clients, one connection, own keys"), results, elapsed);
 }

@@ -59,14 +59,7 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let wire = match &config.wire_listen {
-        None => None,
-        Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .map_err(|e| ServerError::Setup(format!("cannot listen on {addr} (wire_listen): {e}")))?,
-        ),
-    };
+    let wire = bind_setting(config.wire_listen.as_deref(), "wire_listen").await?;
     run_with_wire(listener, wire, config, shutdown).await
 }
 
@@ -83,7 +76,6 @@ pub async fn run_with_wire(
         Some(path) => Some(identity::read_token(path, "auth_token_file").map_err(ServerError::Setup)?),
     };
     let identities = load_identities(&config).map_err(ServerError::Setup)?;
-
     let tls = match (&config.tls_cert, &config.tls_key) {
         (Some(cert), Some(key)) => {
             Some(tls::acceptor(cert, key, config.client_ca.as_deref()).map_err(ServerError::Setup)?)
@@ -91,17 +83,77 @@ pub async fn run_with_wire(
         _ => None,
     };
     let peer_tls = tls::peer(&config).map_err(ServerError::Setup)?;
+    let peer_listener = bind_setting(config.peer_listen.as_deref(), "peer_listen").await?;
+    warn_ignored_settings(&config);
+    format::check_or_create(&config.data_dir).map_err(ServerError::Setup)?;
+    let mut old = migrate::read(&config)?;
+    let peer_addr = peer_listener.as_ref().map_or_else(|| listener.local_addr(), |l| l.local_addr())?;
+    let opts = node_options(&config, peer_addr, &mut old, auth_token.as_deref(), peer_tls.as_ref())?;
+    let hand_over_within = Duration::from_millis(opts.election_timeout_max_ms.max(500) * 2);
+    let metrics = Arc::new(Metrics::default());
+    let audit = open_audit(&config, &metrics)?;
+    let (router, gone) = locks::Router::new(metrics.clone(), config.events_retained);
+    let node = start_node(opts, &config, router.clone()).await?;
+    let fatal = Arc::new(tokio::sync::Notify::new());
+    tokio::spawn(watch_fatal(node.clone(), fatal.clone()));
+    let locks = Locks::new(node.clone(), router, gone);
+    if let Some(old) = old {
+        import_old(&locks, old).await?;
+    }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let app = app_state(&config, &locks, &metrics, identities, audit, &stop_rx)?;
+    // Registered here, before the server answers: a SIGHUP that comes once it serves
+    // reloads, never kills.
+    #[cfg(unix)]
+    let reload = watch_sighup(&app);
+    if let Some(w) = &wire {
+        tracing::info!(addr = %w.local_addr()?, "serving the wire protocol");
+    }
+    let peer_serve = peer_listener.map(|tcp| {
+        let conns = Arc::new(Semaphore::new(api::PEER_CONNECTIONS_MAX));
+        let listener = fenced_listener(&config, tcp, peer_tls.map(|(acceptor, _)| acceptor), conns, &metrics);
+        serve_peers(listener, &app, stop_rx.clone())
+    });
     // The wire protocol speaks TLS whenever the HTTP listener does (fenceds://).
-    let wire_tls = tls.clone();
-    let peer_listener = match &config.peer_listen {
-        None => None,
-        Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .map_err(|e| ServerError::Setup(format!("cannot listen on {addr} (peer_listen): {e}")))?,
+    let listeners = Listeners {
+        http: fenced_listener(
+            &config,
+            listener,
+            tls.clone(),
+            Arc::new(Semaphore::new(config.connections_max)),
+            &metrics,
         ),
+        wire: wire.map(|tcp| (tcp, tls)),
     };
+    let signal = shut_down(shutdown, node.clone(), locks.clone(), stop_tx, hand_over_within);
+    let served = serve(listeners, app, stop_rx, config.shutdown_drain_ms, signal, &fatal).await?;
+    locks.close();
+    node.shutdown().await;
+    match served {
+        Served::Drained => {}
+        Served::DeadlinePassed => tracing::warn!("closing with requests in flight"),
+        Served::LogStopped => {
+            return Err(ServerError::Setup("the replicated log stopped (a write failed); stopped".into()))
+        }
+    }
+    // The tasks that hold the app (and so the log) end before the log's file is closed.
+    drop(peer_serve);
+    #[cfg(unix)]
+    drop(reload);
+    close_log(node, locks).await;
+    Ok(())
+}
 
+/// Binds the listener a setting names, if it names one.
+async fn bind_setting(addr: Option<&str>, setting: &str) -> Result<Option<TcpListener>, ServerError> {
+    let Some(addr) = addr else { return Ok(None) };
+    let tcp = TcpListener::bind(addr)
+        .await
+        .map_err(|e| ServerError::Setup(format!("cannot listen on {addr} ({setting}): {e}")))?;
+    Ok(Some(tcp))
+}
+
+fn warn_ignored_settings(config: &Config) {
     for setting in &config.ignored_settings {
         tracing::warn!(
             setting = %setting,
@@ -109,10 +161,18 @@ pub async fn run_with_wire(
              replicated log); remove it from the config file"
         );
     }
-    format::check_or_create(&config.data_dir).map_err(ServerError::Setup)?;
-    let mut old = migrate::read(&config)?;
+}
+
+/// The replicated log's options: this member's identity, its peers, its limits, and
+/// the base an old single-node data directory hands over.
+fn node_options(
+    config: &Config,
+    peer_addr: std::net::SocketAddr,
+    old: &mut Option<migrate::Old>,
+    auth_token: Option<&[u8]>,
+    peer_tls: Option<&(tokio_rustls::TlsAcceptor, tokio_rustls::rustls::ClientConfig)>,
+) -> Result<fenced_raft::NodeOptions, ServerError> {
     let scheme = if config.peer_tls() { "https" } else { "http" };
-    let peer_addr = peer_listener.as_ref().map_or_else(|| listener.local_addr(), |l| l.local_addr())?;
     let self_url = format!("{scheme}://{peer_addr}");
     let members = config.members(&self_url).map_err(|e| ServerError::Setup(e.to_string()))?;
     let single = members.len() == 1;
@@ -136,7 +196,7 @@ pub async fn run_with_wire(
         // Without certificates the members present the client token to each other
         // (`insecure_peers`); with them the handshake is the proof, and no client
         // credential opens a peer route.
-        opts.peer_token = auth_token.as_ref().map(|t| String::from_utf8_lossy(t).into_owned());
+        opts.peer_token = auth_token.map(|t| String::from_utf8_lossy(t).into_owned());
         if !single {
             tracing::warn!(
                 "insecure_peers: the members do not authenticate each other; anyone who reaches the peer routes \
@@ -145,7 +205,7 @@ pub async fn run_with_wire(
             );
         }
     }
-    opts.peer_tls = peer_tls.as_ref().map(|(_, client)| client.clone());
+    opts.peer_tls = peer_tls.map(|(_, client)| client.clone());
     opts.force_new_cluster = config.force_new_cluster;
     opts.join = config.join;
     opts.snapshot_keep = config.snapshot_entries / 5;
@@ -154,18 +214,25 @@ pub async fn run_with_wire(
         (opts.election_timeout_min_ms, opts.election_timeout_max_ms) = (30, 60);
         opts.heartbeat_ms = 10;
     }
-    let election_timeout_max_ms = opts.election_timeout_max_ms;
-    let metrics = Arc::new(Metrics::default());
-    let audit = match &config.audit_log {
-        None => audit::Audit::default(),
-        Some(path) => {
-            let (bytes_max, files) = (config.audit_log_bytes_max, config.audit_log_files as usize);
-            audit::Audit::open(path, bytes_max, files, config.audit_all, metrics.audit_dropped.clone())
-                .map_err(ServerError::Setup)?
-        }
-    };
-    let (router, gone) = locks::Router::new(metrics.clone(), config.events_retained);
-    let node = fenced_raft::Node::start(opts, router.clone(), router.clone()).await.map_err(|e| {
+    Ok(opts)
+}
+
+fn open_audit(config: &Config, metrics: &Metrics) -> Result<audit::Audit, ServerError> {
+    let Some(path) = &config.audit_log else { return Ok(audit::Audit::default()) };
+    let (bytes_max, files) = (config.audit_log_bytes_max, config.audit_log_files as usize);
+    audit::Audit::open(path, bytes_max, files, config.audit_all, metrics.audit_dropped.clone())
+        .map_err(ServerError::Setup)
+}
+
+/// Starts the replicated log; a single member (or a forced new cluster) waits until it
+/// leads, so that its first request is not refused.
+async fn start_node(
+    opts: fenced_raft::NodeOptions,
+    config: &Config,
+    router: Arc<locks::Router>,
+) -> Result<Arc<fenced_raft::Node>, ServerError> {
+    let single = opts.members.len() == 1;
+    let node = fenced_raft::Node::start(opts, router.clone(), router).await.map_err(|e| {
         ServerError::Setup(format!("cannot start the replicated log in {}: {e}", config.data_dir.display()))
     })?;
     if (single || config.force_new_cluster) && !node.wait_leading(Duration::from_secs(10)).await {
@@ -178,25 +245,35 @@ pub async fn run_with_wire(
         highest_issued = node.state_machine().state().table.highest_issued().map_or(0, |t| t.get()),
         "recovered"
     );
-    let fatal = Arc::new(tokio::sync::Notify::new());
-    tokio::spawn(watch_fatal(node.clone(), fatal.clone()));
-    let locks = Locks::new(node.clone(), router, gone);
-    if let Some(mut old) = old {
-        let records = std::mem::take(&mut old.import);
-        if !records.is_empty() {
-            let n = records.len();
-            let cmd = fenced_core::Command::Store(fenced_core::StoreCommand::Import { records });
-            if let Err(e) = locks.answered::<fenced_core::StoreAnswer>(cmd).await {
-                return Err(ServerError::Setup(format!("cannot bring the fenced store into the log: {e:?}")));
-            }
-            tracing::warn!(keys = n, "brought the fenced store into the replicated log");
+    Ok(node)
+}
+
+/// Brings an old single-node directory's store into the log, then retires its file.
+async fn import_old(locks: &Locks, mut old: migrate::Old) -> Result<(), ServerError> {
+    let records = std::mem::take(&mut old.import);
+    if !records.is_empty() {
+        let n = records.len();
+        let cmd = fenced_core::Command::Store(fenced_core::StoreCommand::Import { records });
+        if let Err(e) = locks.answered::<fenced_core::StoreAnswer>(cmd).await {
+            return Err(ServerError::Setup(format!("cannot bring the fenced store into the log: {e:?}")));
         }
-        old.retire()?;
+        tracing::warn!(keys = n, "brought the fenced store into the replicated log");
     }
-    let (stop_tx, stop_rx) = watch::channel(false);
+    old.retire()
+}
+
+/// What every handler shares; the disk guard's watch starts here.
+fn app_state(
+    config: &Config,
+    locks: &Arc<Locks>,
+    metrics: &Arc<Metrics>,
+    identities: identity::Identities,
+    audit: audit::Audit,
+    stop_rx: &watch::Receiver<bool>,
+) -> Result<api::App, ServerError> {
     let disk = Arc::new(disk::DiskGuard::new(config.min_free_bytes, config.data_dir.clone()));
     tokio::spawn(disk::watch(disk.clone(), stop_rx.clone()));
-    let app = Arc::new(api::AppInner {
+    Ok(Arc::new(api::AppInner {
         locks: locks.clone(),
         config: config.clone(),
         metrics: metrics.clone(),
@@ -207,113 +284,140 @@ pub async fn run_with_wire(
         peer_budget: Arc::new(Semaphore::new(api::PEER_BYTES_IN_FLIGHT_MAX)),
         incoming_snapshot: tokio::sync::Mutex::new(api::recovered_incoming(&config.data_dir)),
         shutdown: stop_rx.clone(),
-        openapi: api::doc::document(&config),
+        openapi: api::doc::document(config),
         disk,
-        signer: signing::GrantSigner::load(&config).map_err(ServerError::Setup)?.map(Arc::new),
-    });
-    let router = api::router(app.clone());
-    // Registered here, before the server answers: a SIGHUP that comes once it serves
-    // reloads, never kills.
-    #[cfg(unix)]
-    let reload = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        signer: signing::GrantSigner::load(config).map_err(ServerError::Setup)?.map(Arc::new),
+    }))
+}
+
+#[cfg(unix)]
+fn watch_sighup(app: &api::App) -> Option<AbortOnDrop> {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
         Ok(hup) => Some(AbortOnDrop(tokio::spawn(reload_on_sighup(app.clone(), hup)))),
         Err(e) => {
             tracing::warn!(error = %e, "no SIGHUP handler: the identities cannot be reloaded");
             None
         }
-    };
-    let conns = Arc::new(Semaphore::new(config.connections_max));
-    if let Some(w) = &wire {
-        tracing::info!(addr = %w.local_addr()?, "serving the wire protocol");
     }
-    let peer_serve = peer_listener.map(|tcp| {
-        let listener = listener::FencedListener {
-            tcp,
-            tls: peer_tls.map(|(acceptor, _)| acceptor),
-            conns: Arc::new(Semaphore::new(api::PEER_CONNECTIONS_MAX)),
-            metrics: metrics.clone(),
-            idle: (config.idle_timeout_ms > 0).then(|| Duration::from_millis(config.idle_timeout_ms)),
-            head: (config.head_timeout_ms > 0).then(|| Duration::from_millis(config.head_timeout_ms)),
-        };
-        let mut stop = stop_rx.clone();
-        let router = api::peer_router(app.clone());
-        tracing::info!(addr = ?listener.tcp.local_addr().ok(), tls = listener.tls.is_some(), "serving the peer routes");
-        AbortOnDrop(tokio::spawn(async move {
-            let serve = axum::serve(listener, router.into_make_service_with_connect_info::<listener::ConnMeta>())
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                });
-            if let Err(e) = serve.await {
-                tracing::error!(error = %e, "the peer listener stopped");
-            }
-        }))
-    });
-    let wire_serve = async {
-        if let Some(w) = wire {
-            wire::serve(w, wire_tls, app, conns.clone(), stop_rx.clone()).await;
-        }
-    };
-    let listener = listener::FencedListener {
-        tcp: listener,
+}
+
+/// A listener with the connection limits and timeouts of `config`.
+fn fenced_listener(
+    config: &Config,
+    tcp: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    conns: Arc<Semaphore>,
+    metrics: &Arc<Metrics>,
+) -> listener::FencedListener {
+    listener::FencedListener {
+        tcp,
         tls,
-        conns: conns.clone(),
+        conns,
         metrics: metrics.clone(),
         idle: (config.idle_timeout_ms > 0).then(|| Duration::from_millis(config.idle_timeout_ms)),
         head: (config.head_timeout_ms > 0).then(|| Duration::from_millis(config.head_timeout_ms)),
+    }
+}
+
+/// Serves the peer routes until the stop signal; the task ends when the handle drops.
+fn serve_peers(listener: listener::FencedListener, app: &api::App, mut stop: watch::Receiver<bool>) -> AbortOnDrop {
+    let router = api::peer_router(app.clone());
+    tracing::info!(addr = ?listener.tcp.local_addr().ok(), tls = listener.tls.is_some(), "serving the peer routes");
+    AbortOnDrop(tokio::spawn(async move {
+        let serve = axum::serve(listener, router.into_make_service_with_connect_info::<listener::ConnMeta>())
+            .with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            });
+        if let Err(e) = serve.await {
+            tracing::error!(error = %e, "the peer listener stopped");
+        }
+    }))
+}
+
+/// The client-facing listeners: HTTP, and the wire protocol with its TLS when set.
+struct Listeners {
+    http: listener::FencedListener,
+    wire: Option<(TcpListener, Option<tokio_rustls::TlsAcceptor>)>,
+}
+
+/// How serving ended.
+enum Served {
+    /// Every in-flight request was answered.
+    Drained,
+    /// `shutdown_drain_ms` passed with requests in flight.
+    DeadlinePassed,
+    /// The replicated log stopped on an error.
+    LogStopped,
+}
+
+/// The shutdown sequence `signal` starts: a leader hands its office over, then the
+/// listeners stop accepting and queued acquires are answered.
+async fn shut_down(
+    signal: impl Future<Output = ()> + Send,
+    node: Arc<fenced_raft::Node>,
+    locks: Arc<Locks>,
+    stop_tx: watch::Sender<bool>,
+    hand_over_within: Duration,
+) {
+    signal.await;
+    // A leader first gives its office to a caught-up follower: requests that come
+    // meanwhile are forwarded to it once it leads.
+    node.hand_over(hand_over_within).await;
+    tracing::info!("shutting down: draining in-flight requests");
+    notify::notify("STOPPING=1");
+    let _ = stop_tx.send(true);
+    // Queued acquires answer 503 now rather than hold the drain up.
+    locks.close();
+}
+
+/// Serves HTTP and the wire protocol until `signal` has run and the requests in flight
+/// are answered, the drain deadline passes, or the log stops.
+async fn serve(
+    listeners: Listeners,
+    app: api::App,
+    stop_rx: watch::Receiver<bool>,
+    drain_ms: u64,
+    signal: impl Future<Output = ()> + Send + 'static,
+    fatal: &tokio::sync::Notify,
+) -> Result<Served, ServerError> {
+    let Listeners { http, wire } = listeners;
+    let router = api::router(app.clone());
+    // The wire protocol's connections count against the HTTP listener's limit.
+    let conns = http.conns.clone();
+    let wire_serve = async {
+        if let Some((w, wire_tls)) = wire {
+            wire::serve(w, wire_tls, app, conns, stop_rx.clone()).await;
+        }
     };
-    tracing::info!(addr = %listener.tcp.local_addr()?, tls = listener.tls.is_some(), "serving");
+    tracing::info!(addr = %http.tcp.local_addr()?, tls = http.tls.is_some(), "serving");
     // Every listener is bound and the log recovered: connections queue from here on.
     notify::notify("READY=1");
-
-    let close_locks = locks.clone();
-    let hand_over = node.clone();
-    let hand_over_within = Duration::from_millis(election_timeout_max_ms.max(500) * 2);
-    let signal = async move {
-        shutdown.await;
-        // A leader first gives its office to a caught-up follower: requests that come
-        // meanwhile are forwarded to it once it leads.
-        hand_over.hand_over(hand_over_within).await;
-        tracing::info!("shutting down: draining in-flight requests");
-        notify::notify("STOPPING=1");
-        let _ = stop_tx.send(true);
-        // Queued acquires answer 503 now rather than hold the drain up.
-        close_locks.close();
-    };
     let mut drain_rx = stop_rx.clone();
-    let drain_ms = config.shutdown_drain_ms;
     let drain_deadline = async move {
         let _ = drain_rx.wait_for(|stop| *stop).await;
         tokio::time::sleep(Duration::from_millis(drain_ms)).await;
     };
-    let serve = axum::serve(listener, router.into_make_service_with_connect_info::<listener::ConnMeta>())
+    let serve = axum::serve(http, router.into_make_service_with_connect_info::<listener::ConnMeta>())
         .with_graceful_shutdown(signal);
     let both = async { tokio::join!(serve, wire_serve).0 };
-    let fatal = fatal.notified();
-    let drained = tokio::select! {
-        r = both => { r?; true }
-        _ = drain_deadline => { tracing::warn!("drain deadline passed; closing with requests in flight"); false }
-        _ = fatal => {
-            locks.close();
-            node.shutdown().await;
-            return Err(ServerError::Setup("the replicated log stopped (a write failed); stopped".into()));
+    tokio::select! {
+        r = both => { r?; Ok(Served::Drained) }
+        _ = drain_deadline => {
+            tracing::warn!("drain deadline passed; closing with requests in flight");
+            Ok(Served::DeadlinePassed)
         }
-    };
-    if !drained {
-        tracing::warn!("closing with requests in flight");
+        _ = fatal.notified() => Ok(Served::LogStopped),
     }
-    locks.close();
-    node.shutdown().await;
-    // The tasks that hold the app (and so the log) end before the log's file is closed.
-    drop(peer_serve);
-    #[cfg(unix)]
-    drop(reload);
+}
+
+/// Waits until the raft log's file is closed: every holder of the node is gone.
+async fn close_log(node: Arc<fenced_raft::Node>, locks: Arc<Locks>) {
     let raft_db = node.db_handle();
     drop(locks);
     drop(node);
     if !fenced_raft::Node::wait_closed(raft_db, Duration::from_secs(5)).await {
         tracing::warn!("the raft log's file is still open at exit");
     }
-    Ok(())
 }
 
 fn load_identities(config: &Config) -> Result<identity::Identities, String> {

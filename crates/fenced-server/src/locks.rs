@@ -35,15 +35,22 @@ pub trait Narrow: Sized {
     fn narrow(answer: Answer) -> Result<Self, Answer>;
 }
 
-impl Narrow for Grant {
-    const WHAT: &'static str = "a grant";
-    fn narrow(answer: Answer) -> Result<Grant, Answer> {
-        match answer {
-            Answer::Granted(g) => Ok(g),
-            other => Err(other),
+/// [`Narrow`] for a type that is the payload of one variant of [`Answer`].
+macro_rules! narrow_to_one {
+    ($ty:ty, $what:literal, $variant:ident) => {
+        impl Narrow for $ty {
+            const WHAT: &'static str = $what;
+            fn narrow(answer: Answer) -> Result<$ty, Answer> {
+                match answer {
+                    Answer::$variant(v) => Ok(v),
+                    other => Err(other),
+                }
+            }
         }
-    }
+    };
 }
+
+narrow_to_one!(Grant, "a grant", Granted);
 
 /// An acquire of several names: one grant per name, in the names' sorted order.
 impl Narrow for Vec<Grant> {
@@ -57,36 +64,10 @@ impl Narrow for Vec<Grant> {
     }
 }
 
-/// A release or an operator's revoke: the released grant's token.
-impl Narrow for Token {
-    const WHAT: &'static str = "a released token";
-    fn narrow(answer: Answer) -> Result<Token, Answer> {
-        match answer {
-            Answer::Released(t) => Ok(t),
-            other => Err(other),
-        }
-    }
-}
-
-impl Narrow for LeaseInfo {
-    const WHAT: &'static str = "a lease";
-    fn narrow(answer: Answer) -> Result<LeaseInfo, Answer> {
-        match answer {
-            Answer::Lease(info) => Ok(info),
-            other => Err(other),
-        }
-    }
-}
-
-impl Narrow for StoreAnswer {
-    const WHAT: &'static str = "a store answer";
-    fn narrow(answer: Answer) -> Result<StoreAnswer, Answer> {
-        match answer {
-            Answer::Store(a) => Ok(a),
-            other => Err(other),
-        }
-    }
-}
+// A release or an operator's revoke: the released grant's token.
+narrow_to_one!(Token, "a released token", Released);
+narrow_to_one!(LeaseInfo, "a lease", Lease);
+narrow_to_one!(StoreAnswer, "a store answer", Store);
 
 /// A lease's revoke: done.
 impl Narrow for () {

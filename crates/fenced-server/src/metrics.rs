@@ -82,7 +82,25 @@ impl Metrics {
 
     pub fn render(&self, g: &Gauges, raft: &RaftFigures, log: &LogMetrics) -> String {
         let mut out = String::with_capacity(4096);
-        let counters: [(&str, &str, u64); 26] = [
+        for (name, help, v) in self.counters() {
+            write_one(&mut out, "counter", name, help, v);
+        }
+        let gauges = [
+            ("fenced_leases", "Live leases.", g.leases),
+            ("fenced_locks", "Lock entries (held, waited on or in lock-delay).", g.locks),
+            ("fenced_waiters", "Queued acquires.", g.waiters),
+        ];
+        for (name, help, v) in gauges {
+            write_one(&mut out, "gauge", name, help, v);
+        }
+        render_raft(&mut out, raft, log);
+        self.render_latency(&mut out);
+        out
+    }
+
+    /// The request counters, by name, with their help lines.
+    fn counters(&self) -> [(&'static str, &'static str, u64); 26] {
+        [
             ("fenced_grants_total", "Locks granted.", self.grants.load(Relaxed)),
             ("fenced_releases_total", "Locks released explicitly.", self.releases.load(Relaxed)),
             ("fenced_revoked_releases_total", "Locks released by a lease revoke.", self.revoked_releases.load(Relaxed)),
@@ -177,19 +195,11 @@ impl Metrics {
                 "Audit lines dropped: the queue was full or the file could not be written.",
                 self.audit_dropped.load(Relaxed),
             ),
-        ];
-        for (name, help, v) in counters {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
-        }
-        let gauges = [
-            ("fenced_leases", "Live leases.", g.leases),
-            ("fenced_locks", "Lock entries (held, waited on or in lock-delay).", g.locks),
-            ("fenced_waiters", "Queued acquires.", g.waiters),
-        ];
-        for (name, help, v) in gauges {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
-        }
-        render_raft(&mut out, raft, log);
+        ]
+    }
+
+    /// The HTTP request latency histogram.
+    fn render_latency(&self, out: &mut String) {
         let name = "fenced_http_request_duration_seconds";
         let _ = writeln!(out, "# HELP {name} HTTP request latency.\n# TYPE {name} histogram");
         let mut cumulative = 0;
@@ -201,8 +211,12 @@ impl Metrics {
         let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
         let _ = writeln!(out, "{name}_sum {}", self.latency_sum_us.load(Relaxed) as f64 / 1e6);
         let _ = writeln!(out, "{name}_count {count}");
-        out
     }
+}
+
+/// One metric of one value: its help line, its type line and its value.
+fn write_one(out: &mut String, kind: &str, name: &str, help: &str, v: impl std::fmt::Display) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
 }
 
 /// The member's raft and log figures (`fenced_raft_*`): what an operator of etcd
@@ -246,7 +260,7 @@ fn render_raft(out: &mut String, r: &RaftFigures, log: &LogMetrics) {
         ),
     ];
     for (name, help, v) in gauges {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+        write_one(out, "gauge", name, help, v);
     }
     let name = "fenced_raft_quorum_ack_age_seconds";
     let _ = writeln!(out, "# HELP {name} On the leader: since a quorum last acknowledged it.\n# TYPE {name} gauge");
@@ -290,7 +304,7 @@ fn render_raft(out: &mut String, r: &RaftFigures, log: &LogMetrics) {
         ),
     ];
     for (name, help, v) in counters {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Relaxed));
+        write_one(out, "counter", name, help, v.load(Relaxed));
     }
     let h = log.commit_histogram();
     let name = "fenced_raft_log_commit_duration_seconds";

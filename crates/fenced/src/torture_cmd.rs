@@ -104,45 +104,57 @@ pub fn run_worker(a: WorkerArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn run(a: TortureArgs, g: &Global) -> anyhow::Result<ExitCode> {
-    let targets: Vec<Target> = match &a.compare {
-        // `all`: the one-server rows; a cluster and the other clients' rows are asked
-        // for by name.
-        Some(list) if list == "all" => Ok(Target::ALL
-            .into_iter()
-            .filter(|t| !t.fenced_cluster() && !t.cluster() && t.client_language().is_none())
-            .collect()),
-        Some(list) => list.split(',').map(|t| t.trim().parse()).collect::<Result<_, _>>(),
-        None => a.target.parse().map(|t| vec![t]),
+    let configs = configs(&a)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let mut reports = Vec::new();
+    let mut history = match &a.history {
+        Some(p) => {
+            Some(std::io::BufWriter::new(std::fs::File::create(p).with_context(|| format!("create {}", p.display()))?))
+        }
+        None => None,
+    };
+    let mut skipped: Vec<(Target, String)> = Vec::new();
+    for cfg in &configs {
+        // Comparing, a row whose peer is not installed is skipped with the reason; a
+        // target asked for alone fails with it (below, when it starts).
+        if let (Some(_), Some(why)) = (&a.compare, cfg.target.missing()) {
+            eprintln!("skipped {}: {why}", cfg.target);
+            skipped.push((cfg.target, why));
+            continue;
+        }
+        let report = match rt.block_on(one(cfg))? {
+            Some(r) => r,
+            None => {
+                eprintln!("interrupted: every service and worker this run started has been stopped");
+                return Ok(ExitCode::from(130));
+            }
+        };
+        if let Some(h) = history.as_mut() {
+            write_history(h, &report)?;
+        }
+        reports.push(report);
     }
-    .map_err(|e: String| BadArgument::error(if a.compare.is_some() { "--compare" } else { "--target" }, e))?;
+    if let Some(mut h) = history {
+        h.flush()?;
+    }
+    print_reports(&a, g, &reports, &skipped)?;
+    // Fencing on and unsafe is a bug in Fenced (or in its adapter): say so and fail.
+    let broken: Vec<&TortureReport> = reports.iter().filter(|r| r.fencing && !r.safe).collect();
+    for r in &broken {
+        eprintln!("error: {} lost safety with fencing on (seed {}):", r.target, r.seed);
+        for p in &r.proofs {
+            eprintln!("  {p}");
+        }
+    }
+    Ok(if broken.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// One run's settings for each target asked for, checked.
+fn configs(a: &TortureArgs) -> anyhow::Result<Vec<TortureConfig>> {
+    let targets = targets(a)?;
     let faults = parse_faults(a.faults.as_deref().unwrap_or("pause,crash,delay"))
         .map_err(|e| BadArgument::error("--faults", e))?;
-    let clusters: Vec<&Target> = targets.iter().filter(|t| t.fenced_cluster() || t.cluster()).collect();
-    if let (Some(t), Some(_)) = (clusters.first(), &a.faults) {
-        return Err(BadArgument::error("--faults", format!("{t} takes --nemesis, not --faults")));
-    }
-    if clusters.is_empty() && a.nemesis.is_some() {
-        return Err(BadArgument::error(
-            "--nemesis",
-            "--nemesis is for the clusters: fenced-cluster, etcd-cluster, zookeeper-ensemble",
-        ));
-    }
-    if !targets.iter().any(|t| t.fenced_cluster()) && a.nodes.is_some() {
-        return Err(BadArgument::error("--nodes", "--nodes is for --target fenced-cluster"));
-    }
-    let default_nemesis = if cfg!(feature = "fault-injection") {
-        "kill,pause,partition,delay,clock"
-    } else {
-        "kill,pause,partition,delay"
-    };
-    let nemesis = Nemesis::parse(a.nemesis.as_deref().unwrap_or(default_nemesis))
-        .map_err(|e| BadArgument::error("--nemesis", e))?;
-    if nemesis.clock && !cfg!(feature = "fault-injection") {
-        return Err(BadArgument::error(
-            "--nemesis",
-            "the clock nemesis needs a fenced built with the test-only fault-injection feature",
-        ));
-    }
+    let nemesis = nemesis(a, &targets)?;
     // Asked for by name, a clock fault on a peer cluster is refused (by `validate`);
     // by default, they go without it.
     let nemesis_of = |t: Target| {
@@ -174,67 +186,89 @@ pub fn run(a: TortureArgs, g: &Global) -> anyhow::Result<ExitCode> {
     for c in &configs {
         c.validate().map_err(|e| BadArgument::error("torture", e))?;
     }
+    Ok(configs)
+}
 
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let mut reports = Vec::new();
-    let mut history = match &a.history {
-        Some(p) => {
-            Some(std::io::BufWriter::new(std::fs::File::create(p).with_context(|| format!("create {}", p.display()))?))
-        }
-        None => None,
+/// The targets of `--compare`, or the one of `--target`.
+fn targets(a: &TortureArgs) -> anyhow::Result<Vec<Target>> {
+    let targets = match &a.compare {
+        // `all`: the one-server rows; a cluster and the other clients' rows are asked
+        // for by name.
+        Some(list) if list == "all" => Ok(Target::ALL
+            .into_iter()
+            .filter(|t| !t.fenced_cluster() && !t.cluster() && t.client_language().is_none())
+            .collect()),
+        Some(list) => list.split(',').map(|t| t.trim().parse()).collect::<Result<_, _>>(),
+        None => a.target.parse().map(|t| vec![t]),
+    }
+    .map_err(|e: String| BadArgument::error(if a.compare.is_some() { "--compare" } else { "--target" }, e))?;
+    Ok(targets)
+}
+
+/// The clusters' faults, once `--faults`, `--nemesis` and `--nodes` are checked
+/// against the targets.
+fn nemesis(a: &TortureArgs, targets: &[Target]) -> anyhow::Result<Nemesis> {
+    let clusters: Vec<&Target> = targets.iter().filter(|t| t.fenced_cluster() || t.cluster()).collect();
+    if let (Some(t), Some(_)) = (clusters.first(), &a.faults) {
+        return Err(BadArgument::error("--faults", format!("{t} takes --nemesis, not --faults")));
+    }
+    if clusters.is_empty() && a.nemesis.is_some() {
+        return Err(BadArgument::error(
+            "--nemesis",
+            "--nemesis is for the clusters: fenced-cluster, etcd-cluster, zookeeper-ensemble",
+        ));
+    }
+    if !targets.iter().any(|t| t.fenced_cluster()) && a.nodes.is_some() {
+        return Err(BadArgument::error("--nodes", "--nodes is for --target fenced-cluster"));
+    }
+    let default_nemesis = if cfg!(feature = "fault-injection") {
+        "kill,pause,partition,delay,clock"
+    } else {
+        "kill,pause,partition,delay"
     };
-    let mut skipped: Vec<(Target, String)> = Vec::new();
-    for cfg in &configs {
-        // Comparing, a row whose peer is not installed is skipped with the reason; a
-        // target asked for alone fails with it (below, when it starts).
-        if let (Some(_), Some(why)) = (&a.compare, cfg.target.missing()) {
-            eprintln!("skipped {}: {why}", cfg.target);
-            skipped.push((cfg.target, why));
-            continue;
-        }
-        let report = match rt.block_on(one(cfg))? {
-            Some(r) => r,
-            None => {
-                eprintln!("interrupted: every service and worker this run started has been stopped");
-                return Ok(ExitCode::from(130));
-            }
-        };
-        if let Some(h) = history.as_mut() {
-            for op in &report.history {
-                serde_json::to_writer(&mut *h, &serde_json::json!({ "target": report.target, "op": op }))?;
-                h.write_all(b"\n")?;
-            }
-            for f in &report.faults {
-                serde_json::to_writer(&mut *h, &serde_json::json!({ "target": report.target, "fault": f }))?;
-                h.write_all(b"\n")?;
-            }
-        }
-        reports.push(report);
+    let nemesis = Nemesis::parse(a.nemesis.as_deref().unwrap_or(default_nemesis))
+        .map_err(|e| BadArgument::error("--nemesis", e))?;
+    if nemesis.clock && !cfg!(feature = "fault-injection") {
+        return Err(BadArgument::error(
+            "--nemesis",
+            "the clock nemesis needs a fenced built with the test-only fault-injection feature",
+        ));
     }
-    if let Some(mut h) = history {
-        h.flush()?;
-    }
+    Ok(nemesis)
+}
 
+/// A run's operations and faults as JSON lines, each with its target.
+fn write_history(h: &mut impl Write, report: &TortureReport) -> anyhow::Result<()> {
+    for op in &report.history {
+        serde_json::to_writer(&mut *h, &serde_json::json!({ "target": report.target, "op": op }))?;
+        h.write_all(b"\n")?;
+    }
+    for f in &report.faults {
+        serde_json::to_writer(&mut *h, &serde_json::json!({ "target": report.target, "fault": f }))?;
+        h.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// The reports as JSON, as a comparison table, or as one run's text.
+fn print_reports(
+    a: &TortureArgs,
+    g: &Global,
+    reports: &[TortureReport],
+    skipped: &[(Target, String)],
+) -> anyhow::Result<()> {
     if g.json() {
-        let v = if a.compare.is_some() { serde_json::to_value(&reports)? } else { serde_json::to_value(&reports[0])? };
+        let v = if a.compare.is_some() { serde_json::to_value(reports)? } else { serde_json::to_value(&reports[0])? };
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else if a.compare.is_some() {
-        print!("{}", table(&reports));
-        for (target, why) in &skipped {
+        print!("{}", table(reports));
+        for (target, why) in skipped {
             println!("{:<16} skipped: {why}", target.name());
         }
     } else {
         print!("{}", text(&reports[0]));
     }
-    // Fencing on and unsafe is a bug in Fenced (or in its adapter): say so and fail.
-    let broken: Vec<&TortureReport> = reports.iter().filter(|r| r.fencing && !r.safe).collect();
-    for r in &broken {
-        eprintln!("error: {} lost safety with fencing on (seed {}):", r.target, r.seed);
-        for p in &r.proofs {
-            eprintln!("  {p}");
-        }
-    }
-    Ok(if broken.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(())
 }
 
 /// One run with a progress bar; `None` when interrupted (everything already stopped).

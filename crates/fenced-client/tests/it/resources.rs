@@ -12,13 +12,12 @@ mod s3;
 mod sqlite;
 mod store;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use fenced_client::{Client, Fenced, FencedResource, Token};
 
-fn t(n: u64) -> Token {
-    Token::new(n).expect("non-zero")
-}
+use crate::support::t;
 
 /// A refusal names the refused token and the mark, and leaves value and mark alone.
 pub async fn stale_token_is_refused_and_changes_nothing(r: &impl FencedResource, key: &str) {
@@ -95,6 +94,36 @@ pub async fn counter_workload_loses_no_update(client: &Client, r: &impl FencedRe
     last.release().await.expect("release");
     assert_eq!(total, acked, "every acknowledged increment is in the final value");
     assert_eq!(refused, ROUNDS, "each late write was refused");
+}
+
+/// Sixteen writers, tokens 1 to 16, all at once on one key, three times, started in an
+/// order that differs each round (highest first in one of them): whatever the
+/// interleaving, the key ends with the value of token 16 and its mark, every refusal
+/// names a newer mark, and writer 16 is never refused.
+pub async fn many_writers_race_and_the_highest_token_wins<R: FencedResource + Send + Sync + 'static>(gate: Arc<R>) {
+    for round in 0..3u64 {
+        let key = format!("race/{round}");
+        let mut writers = tokio::task::JoinSet::new();
+        for i in 0..16u64 {
+            let token = match round {
+                0 => i + 1,
+                1 => 16 - i,
+                _ => (i * 7) % 16 + 1,
+            };
+            let (gate, key) = (gate.clone(), key.clone());
+            writers.spawn(async move { (token, gate.write(&key, t(token), format!("w{token}").as_bytes()).await) });
+        }
+        while let Some(done) = writers.join_next().await {
+            let (token, outcome) = done.expect("a writer task");
+            if let Fenced::Rejected { token: refused, highest_seen } = outcome.expect("no store error") {
+                assert_eq!(refused, t(token));
+                assert!(highest_seen > refused, "refused under a mark that is not newer: {highest_seen}");
+                assert_ne!(token, 16, "the highest token was refused");
+            }
+        }
+        assert_eq!(gate.read(&key, t(16)).await.expect("read"), Fenced::Accepted(Some(b"w16".to_vec())));
+        assert_eq!(gate.read(&key, t(15)).await.expect("read"), Fenced::Rejected { token: t(15), highest_seen: t(16) });
+    }
 }
 
 async fn read_counter(r: &impl FencedResource, key: &str, token: Token) -> Option<u64> {

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use fenced_client::Client;
+use fenced_client::{Client, Token};
 
 /// A directory removed when dropped.
 pub struct TempDir(pub PathBuf);
@@ -62,6 +62,39 @@ pub fn free_port() -> u16 {
         if TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
+    }
+}
+
+/// A token in a test (never 0).
+pub fn t(n: u64) -> Token {
+    Token::new(n).expect("non-zero")
+}
+
+/// What a test needs and this machine lacks: fails loudly under CI, skips (None) with
+/// the reason otherwise.
+pub fn skip_or_fail<T>(why: &str) -> Option<T> {
+    assert!(std::env::var_os("CI").is_none(), "{why}");
+    eprintln!("skipping: {why}");
+    None
+}
+
+/// `program` in a directory of the PATH.
+pub fn on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file())
+}
+
+/// A service a resource's tests run against (moto, DynamoDB Local) on a loopback port,
+/// killed when dropped.
+pub struct Helper {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

@@ -252,50 +252,11 @@ fn relevant(history: &[usize], all: &[Operation<impl Sized>]) -> Vec<usize> {
 fn check_key<K>(all: &[Operation<K>], ops: &[usize], steps_max: u64) -> Search {
     let ops = relevant(ops, all);
     let n = ops.len();
-    // Entries sorted by time; at equal times calls come first, so operations that touch
-    // at one instant count as concurrent (never a false alarm from clock granularity).
-    let mut order: Vec<(u64, bool, usize)> = Vec::with_capacity(2 * n);
-    for (local, &i) in ops.iter().enumerate() {
-        let o = &all[i];
-        let complete = if o.ret == Ret::Unknown { u64::MAX } else { o.complete };
-        order.push((o.invoke, false, local));
-        order.push((complete, true, local));
-    }
-    order.sort_unstable();
-    let mut entries = vec![Entry { op: 0, is_call: false, matching: 0 }; 2 * n];
-    let mut at = vec![[0usize; 2]; n];
-    for (pos, &(_, is_return, op)) in order.iter().enumerate() {
-        at[op][is_return as usize] = pos;
-    }
-    for (pos, &(_, is_return, op)) in order.iter().enumerate() {
-        entries[pos] = Entry { op, is_call: !is_return, matching: at[op][!is_return as usize] };
-    }
-    // A doubly linked list over positions 1..=2n, with 0 the head; `NIL` ends it.
-    const NIL: usize = usize::MAX;
-    let mut next: Vec<usize> = (1..=2 * n + 1).map(|p| if p == 2 * n + 1 { NIL } else { p }).collect();
-    let mut prev: Vec<usize> = (0..=2 * n).map(|p| p.wrapping_sub(1)).collect();
-    let unlink = |p: usize, next: &mut Vec<usize>, prev: &mut Vec<usize>| {
-        next[prev[p]] = next[p];
-        if next[p] != NIL {
-            prev[next[p]] = prev[p];
-        }
-    };
-    let relink = |p: usize, next: &mut Vec<usize>, prev: &mut Vec<usize>| {
-        next[prev[p]] = p;
-        if next[p] != NIL {
-            prev[next[p]] = p;
-        }
-    };
-
+    let entries = entries(all, &ops);
+    let mut list = List::new(2 * n);
     // Operations with an answer and those without are two bitsets: a search state with
     // fewer unanswered operations placed dominates one with more (see `Explored`).
-    let mut slot = vec![(false, 0usize); n];
-    let (mut known, mut open) = (0usize, 0usize);
-    for (local, &i) in ops.iter().enumerate() {
-        let counter = if all[i].ret == Ret::Unknown { &mut open } else { &mut known };
-        slot[local] = (all[i].ret == Ret::Unknown, *counter);
-        *counter += 1;
-    }
+    let (slot, known, open) = slots(all, &ops);
     let mut done = Bits::new(known);
     let mut placed = Bits::new(open);
     let mut known_left = known;
@@ -306,7 +267,7 @@ fn check_key<K>(all: &[Operation<K>], ops: &[usize], steps_max: u64) -> Search {
     let mut state = KeyState::default();
     let mut best: Option<(Vec<usize>, KeyState, usize)> = None;
     let mut steps = 0u64;
-    let mut cursor = next[0];
+    let mut cursor = list.next[0];
     // Each search state tries the answered operations that may go next first, then (a
     // second pass over the same candidates) the unanswered ones: those are optional, and
     // placing one that never took effect only leads the search astray.
@@ -324,7 +285,7 @@ fn check_key<K>(all: &[Operation<K>], ops: &[usize], steps_max: u64) -> Search {
             let o = &all[ops[e.op]];
             let (is_open, bit) = slot[e.op];
             if is_open != pass_open {
-                cursor = next[cursor];
+                cursor = list.next[cursor];
                 continue;
             }
             if let Some(after) = state.step(o.call, o.ret) {
@@ -340,16 +301,16 @@ fn check_key<K>(all: &[Operation<K>], ops: &[usize], steps_max: u64) -> Search {
                     state = after;
                     (done, placed) = (d, p);
                     known_left -= usize::from(!is_open);
-                    unlink(cursor, &mut next, &mut prev);
-                    unlink(e.matching + 1, &mut next, &mut prev);
-                    cursor = next[0];
+                    list.unlink(cursor);
+                    list.unlink(e.matching + 1);
+                    cursor = list.next[0];
                     continue;
                 }
             }
-            cursor = next[cursor];
+            cursor = list.next[cursor];
         } else if !pass_open {
             pass_open = true;
-            cursor = next[0];
+            cursor = list.next[0];
         } else {
             // A return whose call is not linearized yet: nothing can go before it that
             // has not been tried, so undo the last choice.
@@ -370,12 +331,80 @@ fn check_key<K>(all: &[Operation<K>], ops: &[usize], steps_max: u64) -> Search {
             known_left += usize::from(!is_open);
             state = before;
             pass_open = pass;
-            relink(entries[p - 1].matching + 1, &mut next, &mut prev);
-            relink(p, &mut next, &mut prev);
-            cursor = next[p];
+            list.relink(entries[p - 1].matching + 1);
+            list.relink(p);
+            cursor = list.next[p];
         }
     }
     Search::Linearizable
+}
+
+/// The calls and returns of `ops` sorted by time; at equal times calls come first, so
+/// operations that touch at one instant count as concurrent (never a false alarm from
+/// clock granularity). An operation without an answer returns at the end of time.
+fn entries<K>(all: &[Operation<K>], ops: &[usize]) -> Vec<Entry> {
+    let n = ops.len();
+    let mut order: Vec<(u64, bool, usize)> = Vec::with_capacity(2 * n);
+    for (local, &i) in ops.iter().enumerate() {
+        let o = &all[i];
+        let complete = if o.ret == Ret::Unknown { u64::MAX } else { o.complete };
+        order.push((o.invoke, false, local));
+        order.push((complete, true, local));
+    }
+    order.sort_unstable();
+    let mut entries = vec![Entry { op: 0, is_call: false, matching: 0 }; 2 * n];
+    let mut at = vec![[0usize; 2]; n];
+    for (pos, &(_, is_return, op)) in order.iter().enumerate() {
+        at[op][is_return as usize] = pos;
+    }
+    for (pos, &(_, is_return, op)) in order.iter().enumerate() {
+        entries[pos] = Entry { op, is_call: !is_return, matching: at[op][!is_return as usize] };
+    }
+    entries
+}
+
+/// Each operation's bit: whether it is unanswered, and its index among the answered or
+/// among the unanswered; then how many of each there are.
+fn slots<K>(all: &[Operation<K>], ops: &[usize]) -> (Vec<(bool, usize)>, usize, usize) {
+    let mut slot = vec![(false, 0usize); ops.len()];
+    let (mut known, mut open) = (0usize, 0usize);
+    for (local, &i) in ops.iter().enumerate() {
+        let counter = if all[i].ret == Ret::Unknown { &mut open } else { &mut known };
+        slot[local] = (all[i].ret == Ret::Unknown, *counter);
+        *counter += 1;
+    }
+    (slot, known, open)
+}
+
+/// A doubly linked list over positions 1..=len, with 0 the head; `NIL` ends it. An
+/// entry taken out can be put back in the reverse order of its taking.
+struct List {
+    next: Vec<usize>,
+    prev: Vec<usize>,
+}
+
+const NIL: usize = usize::MAX;
+
+impl List {
+    fn new(len: usize) -> List {
+        let next = (1..=len + 1).map(|p| if p == len + 1 { NIL } else { p }).collect();
+        let prev = (0..=len).map(|p: usize| p.wrapping_sub(1)).collect();
+        List { next, prev }
+    }
+
+    fn unlink(&mut self, p: usize) {
+        self.next[self.prev[p]] = self.next[p];
+        if self.next[p] != NIL {
+            self.prev[self.next[p]] = self.prev[p];
+        }
+    }
+
+    fn relink(&mut self, p: usize) {
+        self.next[self.prev[p]] = p;
+        if self.next[p] != NIL {
+            self.prev[self.next[p]] = p;
+        }
+    }
 }
 
 /// A fixed-size set of operations.

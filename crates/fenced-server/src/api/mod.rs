@@ -358,12 +358,16 @@ pub async fn read_body(
     max: usize,
     what: &str,
 ) -> Result<Bytes, ApiError> {
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let declared = declared_length(headers);
     if let Some(n) = declared.filter(|n| *n >= fenced_raft::node::LARGE_COMMAND_BYTES && *n <= max as u64) {
         app.locks.node.room_for(n)?;
     }
     read_body_within(app, &app.body_budget, headers, body, max, what).await
+}
+
+/// The body's length as its `Content-Length` declares it, if it does.
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
 }
 
 /// [`read_body`] against another budget (the peer messages have their own).
@@ -375,8 +379,7 @@ pub async fn read_body_within(
     max: usize,
     what: &str,
 ) -> Result<Bytes, ApiError> {
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let declared = declared_length(headers);
     if declared.is_some_and(|n| n > max as u64) {
         return Err(ApiError::too_large(what, max));
     }

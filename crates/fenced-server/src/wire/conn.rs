@@ -130,93 +130,17 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
 ) {
     let idle = (app.config.idle_timeout_ms > 0).then(|| Duration::from_millis(app.config.idle_timeout_ms));
     let frame_max = app.config.body_bytes_max + w::FRAME_OVERHEAD_BYTES;
-    // Before any AUTH: the open server's identity, or the certificate's.
-    let open = app.identity(None, subject.as_deref());
     let (watch_tx, mut watch_rx) = tokio::sync::mpsc::channel(WATCH_FRAMES_QUEUED);
-    let mut s = Session {
-        authed: open.is_some(),
-        caller: open.map(|identity| Caller { identity, remote }),
-        remote,
-        subject,
-        token: None,
-        generation: app.identities_generation.load(std::sync::atomic::Ordering::Acquire),
-        app,
-        out: Vec::with_capacity(4096),
-        pending: FuturesUnordered::new(),
-        cancels: HashMap::new(),
-        watches: HashMap::new(),
-        watch_tx,
-        version: Version::CURRENT,
-    };
-    let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
-    let mut start = 0;
-    let mut greeted = false;
-    let mut fatal = false;
+    let mut s = Session::new(app, remote, subject, watch_tx);
+    let mut inbox = Inbox::default();
     let mut closing = *stop.borrow();
     let mut last_io = Instant::now();
     let mut idle_sleep = Box::pin(tokio::time::sleep(idle.unwrap_or(Duration::MAX / 4)));
-    // A frame begun must arrive whole within this long (the head deadline before
-    // AUTH, the body deadline after): a trickled frame closes its connection only.
-    let frame_deadline = |authed: bool, app: &App| {
-        let ms = if authed { app.config.body_timeout_ms } else { app.config.head_timeout_ms };
-        (ms > 0).then(|| Duration::from_millis(ms))
-    };
-    let mut partial_since: Option<Instant> = None;
-    let mut frame_sleep = Box::pin(tokio::time::sleep(Duration::MAX / 4));
-    // The body budget's permits for the large frame being read, if one is.
-    let mut frame_permit: Option<tokio::sync::OwnedSemaphorePermit> = None;
-    // A large frame begun while the leader has no room for it: not read further yet.
-    let mut held = false;
+    let mut frame_timer = FrameTimer::new();
     loop {
-        if !greeted {
-            match s.greet(&inbuf[start..]) {
-                Some(true) => (start, greeted) = (start + w::PREAMBLE.len(), true),
-                Some(false) => fatal = true,
-                None => {}
-            }
-        }
-        let mut incomplete = !greeted && inbuf.len() > start;
-        let was_held = held;
-        held = false;
-        while greeted && !fatal && s.pending.len() < IN_FLIGHT_MAX {
-            let limit = if s.authed { frame_max } else { PREAUTH_FRAME_BYTES_MAX };
-            match w::split_frame(&inbuf[start..], limit) {
-                Ok(Some((id, op, payload, used))) => {
-                    s.on_frame(id, op, payload);
-                    start += used;
-                    frame_permit = None;
-                }
-                Ok(None) => {
-                    incomplete = inbuf.len() > start;
-                    if frame_permit.is_none() {
-                        match s.reserve_frame(&inbuf[start..], &mut frame_permit) {
-                            Reserve::Read => {}
-                            Reserve::Hold => held = true,
-                            Reserve::Refused => fatal = true,
-                        }
-                    }
-                    break;
-                }
-                Err(e) => {
-                    // Only a length that cannot be trusted gets here: the stream is lost.
-                    s.frame_error(e);
-                    fatal = true;
-                }
-            }
-        }
-        if start == inbuf.len() {
-            inbuf.clear();
-            start = 0;
-        } else if start >= READ_CHUNK_BYTES {
-            inbuf.drain(..start);
-            start = 0;
-        }
-        while let Some(Some((id, answer))) = s.pending.next().now_or_never() {
-            s.finished(id, answer);
-        }
-        while let Ok((id, frame, last)) = watch_rx.try_recv() {
-            s.watched(id, &frame, last);
-        }
+        let was_held = inbox.held;
+        let incomplete = inbox.take_frames(&mut s, frame_max);
+        s.collect_ready(&mut watch_rx);
         if !s.out.is_empty() {
             if stream.write_all(&s.out).await.is_err() {
                 return;
@@ -224,31 +148,20 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
             s.out.clear();
             last_io = Instant::now();
         }
-        if fatal || (closing && s.pending.is_empty()) {
+        if inbox.fatal || (closing && s.pending.is_empty()) {
             let _ = stream.shutdown().await;
             return;
         }
-        if held && !was_held {
+        if inbox.held && !was_held {
             inc(&s.app.metrics.wire_frames_held);
         }
         // A frame held back is not the client's delay: its deadline starts again once
         // the frame is read.
-        match (incomplete && !held, partial_since) {
-            (false, _) => partial_since = None,
-            (true, None) => {
-                partial_since = Some(Instant::now());
-                if let Some(d) = frame_deadline(s.authed, &s.app) {
-                    frame_sleep.as_mut().reset(Instant::now() + d);
-                }
-            }
-            (true, Some(_)) => {}
-        }
-        let can_read = !closing && !held && s.pending.len() < IN_FLIGHT_MAX;
-        if inbuf.capacity() - inbuf.len() < READ_CHUNK_BYTES / 4 {
-            inbuf.reserve(READ_CHUNK_BYTES);
-        }
+        frame_timer.track(incomplete && !inbox.held, s.frame_deadline());
+        let can_read = !closing && !inbox.held && s.pending.len() < IN_FLIGHT_MAX;
+        inbox.make_room();
         tokio::select! {
-            r = stream.read_buf(&mut inbuf), if can_read => match r {
+            r = stream.read_buf(&mut inbox.buf), if can_read => match r {
                 Ok(0) | Err(_) => return,
                 Ok(_) => last_io = Instant::now(),
             },
@@ -262,17 +175,168 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
                 }
                 idle_sleep.as_mut().reset(deadline);
             }
-            _ = &mut frame_sleep, if partial_since.is_some() && frame_deadline(s.authed, &s.app).is_some() => {
+            _ = &mut frame_timer.sleep, if frame_timer.since.is_some() && s.frame_deadline().is_some() => {
                 inc(&s.app.metrics.wire_frame_timeouts);
                 return;
             }
-            _ = tokio::time::sleep(HOLD_RECHECK), if held => {}
+            _ = tokio::time::sleep(HOLD_RECHECK), if inbox.held => {}
             _ = stop.changed(), if !closing => closing = true,
         }
     }
 }
 
+/// The read side of a connection: the bytes read and not yet taken as frames, and the
+/// state of the frame being read.
+#[derive(Default)]
+struct Inbox {
+    buf: Vec<u8>,
+    /// Where the bytes not yet taken start in `buf`.
+    start: usize,
+    /// Whether the preamble was read and accepted.
+    greeted: bool,
+    /// The stream is lost (a bad preamble, a length that cannot be trusted, a large
+    /// frame refused): the connection closes once its answers are written.
+    fatal: bool,
+    /// The body budget's permits for the large frame being read, if one is.
+    frame_permit: Option<OwnedSemaphorePermit>,
+    /// A large frame begun while the leader has no room for it: not read further yet.
+    held: bool,
+}
+
+impl Inbox {
+    /// Runs the preamble and every whole frame buffered through the session while it
+    /// has room for more requests in flight; returns whether a frame (or the
+    /// preamble) is begun and not whole.
+    fn take_frames(&mut self, s: &mut Session, frame_max: usize) -> bool {
+        if !self.greeted {
+            match s.greet(&self.buf[self.start..]) {
+                Some(true) => (self.start, self.greeted) = (self.start + w::PREAMBLE.len(), true),
+                Some(false) => self.fatal = true,
+                None => {}
+            }
+        }
+        let mut incomplete = !self.greeted && self.buf.len() > self.start;
+        self.held = false;
+        while self.greeted && !self.fatal && s.pending.len() < IN_FLIGHT_MAX {
+            let limit = if s.authed { frame_max } else { PREAUTH_FRAME_BYTES_MAX };
+            match w::split_frame(&self.buf[self.start..], limit) {
+                Ok(Some((id, op, payload, used))) => {
+                    s.on_frame(id, op, payload);
+                    self.start += used;
+                    self.frame_permit = None;
+                }
+                Ok(None) => {
+                    incomplete = self.buf.len() > self.start;
+                    if self.frame_permit.is_none() {
+                        match s.reserve_frame(&self.buf[self.start..], &mut self.frame_permit) {
+                            Reserve::Read => {}
+                            Reserve::Hold => self.held = true,
+                            Reserve::Refused => self.fatal = true,
+                        }
+                    }
+                    break;
+                }
+                Err(e) => {
+                    // Only a length that cannot be trusted gets here: the stream is lost.
+                    s.frame_error(e);
+                    self.fatal = true;
+                }
+            }
+        }
+        self.compact();
+        incomplete
+    }
+
+    /// Drops the bytes taken, once they are all of the buffer or a read's worth.
+    fn compact(&mut self) {
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        } else if self.start >= READ_CHUNK_BYTES {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+    }
+
+    /// Keeps room for a read's worth of bytes.
+    fn make_room(&mut self) {
+        if self.buf.capacity() - self.buf.len() < READ_CHUNK_BYTES / 4 {
+            self.buf.reserve(READ_CHUNK_BYTES);
+        }
+    }
+}
+
+/// The deadline of a frame begun: it must arrive whole within the head deadline before
+/// AUTH, the body deadline after; a trickled frame closes its connection only.
+struct FrameTimer {
+    /// When the frame being read was begun; None when no frame is partly read.
+    since: Option<Instant>,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl FrameTimer {
+    fn new() -> FrameTimer {
+        FrameTimer { since: None, sleep: Box::pin(tokio::time::sleep(Duration::MAX / 4)) }
+    }
+
+    /// Starts the deadline when a frame is first seen partly read, forgets it once none is.
+    fn track(&mut self, partly_read: bool, deadline: Option<Duration>) {
+        match (partly_read, self.since) {
+            (false, _) => self.since = None,
+            (true, None) => {
+                self.since = Some(Instant::now());
+                if let Some(d) = deadline {
+                    self.sleep.as_mut().reset(Instant::now() + d);
+                }
+            }
+            (true, Some(_)) => {}
+        }
+    }
+}
+
 impl Session {
+    fn new(
+        app: App,
+        remote: Option<std::net::SocketAddr>,
+        subject: Option<String>,
+        watch_tx: tokio::sync::mpsc::Sender<(u32, Vec<u8>, bool)>,
+    ) -> Session {
+        // Before any AUTH: the open server's identity, or the certificate's.
+        let open = app.identity(None, subject.as_deref());
+        Session {
+            authed: open.is_some(),
+            caller: open.map(|identity| Caller { identity, remote }),
+            remote,
+            subject,
+            token: None,
+            generation: app.identities_generation.load(std::sync::atomic::Ordering::Acquire),
+            app,
+            out: Vec::with_capacity(4096),
+            pending: FuturesUnordered::new(),
+            cancels: HashMap::new(),
+            watches: HashMap::new(),
+            watch_tx,
+            version: Version::CURRENT,
+        }
+    }
+
+    /// Takes the answers and watch frames that are ready without waiting.
+    fn collect_ready(&mut self, watch_rx: &mut tokio::sync::mpsc::Receiver<(u32, Vec<u8>, bool)>) {
+        while let Some(Some((id, answer))) = self.pending.next().now_or_never() {
+            self.finished(id, answer);
+        }
+        while let Ok((id, frame, last)) = watch_rx.try_recv() {
+            self.watched(id, &frame, last);
+        }
+    }
+
+    /// How long a frame begun may take to arrive whole (the head deadline before
+    /// AUTH, the body deadline after); None: no limit.
+    fn frame_deadline(&self) -> Option<Duration> {
+        let ms = if self.authed { self.app.config.body_timeout_ms } else { self.app.config.head_timeout_ms };
+        (ms > 0).then(|| Duration::from_millis(ms))
+    }
+
     fn on_frame(&mut self, id: u32, op: u8, payload: &[u8]) {
         inc(&self.app.metrics.wire_requests);
         let req = match w::decode_request(id, op, payload) {
@@ -553,111 +617,94 @@ impl Call {
 /// Runs one request (neither AUTH nor CANCEL, which belong to the connection) for
 /// `caller` through the API's handlers.
 pub(super) fn dispatch(app: &App, caller: Caller, req: Request<'_>) -> Call {
-    let answer = match req {
-        Request::Auth { .. } | Request::Cancel { .. } | Request::Watch { .. } => {
-            Err(ApiError::bad_request("invalid_frame", "AUTH, CANCEL and WATCH are answered by the connection itself"))
-        }
-        Request::CreateLease { ttl_ms } => {
-            let app = app.clone();
-            return Call::later(false, async move {
-                let created = api::create_lease(&app, &caller, ttl_ms).await;
-                answer(created, |(l, t)| Answer::Lease(op::CREATE_LEASE, l, t))
-            });
-        }
-        Request::Keepalive { lease } => {
-            let app = app.clone();
-            return Call::later(false, async move {
-                let kept = api::keepalive_lease(&app, &caller, lease).await;
-                answer(kept, |ttl| Answer::Lease(op::KEEPALIVE, lease, ttl))
-            });
-        }
-        Request::Revoke { lease } => {
-            let app = app.clone();
-            return Call::later(false, async move {
-                answer(api::revoke_lease(&app, &caller, lease).await, |()| Answer::Done(op::REVOKE))
-            });
-        }
+    match req {
+        Request::Auth { .. } | Request::Cancel { .. } | Request::Watch { .. } => Call::Now(Answer::Error(
+            ApiError::bad_request("invalid_frame", "AUTH, CANCEL and WATCH are answered by the connection itself"),
+        )),
+        Request::CreateLease { ttl_ms } => later(app, Ok(()), false, move |app, ()| async move {
+            let created = api::create_lease(&app, &caller, ttl_ms).await;
+            answer(created, |(l, t)| Answer::Lease(op::CREATE_LEASE, l, t))
+        }),
+        Request::Keepalive { lease } => later(app, Ok(()), false, move |app, ()| async move {
+            let kept = api::keepalive_lease(&app, &caller, lease).await;
+            answer(kept, |ttl| Answer::Lease(op::KEEPALIVE, lease, ttl))
+        }),
+        Request::Revoke { lease } => later(app, Ok(()), false, move |app, ()| async move {
+            answer(api::revoke_lease(&app, &caller, lease).await, |()| Answer::Done(op::REVOKE))
+        }),
         Request::Acquire { name, lease, ttl_ms, wait_ms, lock_delay_ms, holder } => {
-            match (api::lock_name(app, name), api::holder_label(holder.map(str::to_owned))) {
-                (Err(e), _) | (_, Err(e)) => Err(e),
-                (Ok(name), Ok(holder)) => {
-                    let app = app.clone();
-                    let req = api::AcquireReq { lease, ttl_ms, wait_ms, lock_delay_ms, holder };
-                    return Call::later(true, async move {
-                        let signer = app.signer.clone();
-                        let sign = |g: Grant| {
-                            let signature = signer.as_ref().map(|s| s.sign_bytes(g.name.as_str(), g.token.get()));
-                            Answer::Granted(g, signature)
-                        };
-                        answer(api::acquire_grant(app, &caller, name, req).await, sign)
-                    });
-                }
-            }
+            let checked = both(api::lock_name(app, name), api::holder_label(holder.map(str::to_owned)));
+            later(app, checked, true, move |app, (name, holder)| async move {
+                let req = api::AcquireReq { lease, ttl_ms, wait_ms, lock_delay_ms, holder };
+                let signer = app.signer.clone();
+                let granted = api::acquire_grant(app, &caller, name, req).await;
+                answer(granted, |g| {
+                    let signature = signature(&signer, &g);
+                    Answer::Granted(g, signature)
+                })
+            })
         }
         Request::AcquireAll { names, lease, ttl_ms, wait_ms, lock_delay_ms, holder } => {
-            let names = if names.is_empty() || names.len() > fenced_core::LOCK_NAMES_MAX {
-                Err(fenced_core::Error::InvalidNames { names_max: fenced_core::LOCK_NAMES_MAX }.into())
-            } else {
-                names.into_iter().map(|n| api::lock_name(app, n)).collect::<Result<Vec<_>, _>>()
-            };
-            match (names, api::holder_label(holder.map(str::to_owned))) {
-                (Err(e), _) | (_, Err(e)) => Err(e),
-                (Ok(names), Ok(holder)) => {
-                    let app = app.clone();
-                    let req = api::AcquireReq { lease, ttl_ms, wait_ms, lock_delay_ms, holder };
-                    return Call::later(true, async move {
-                        let signer = app.signer.clone();
-                        let sign = |gs: Vec<Grant>| {
-                            let sign_one =
-                                |g: &Grant| signer.as_ref().map(|s| s.sign_bytes(g.name.as_str(), g.token.get()));
-                            let signatures = gs.iter().filter_map(sign_one).collect();
-                            Answer::GrantedAll(gs, signatures)
-                        };
-                        answer(api::acquire_all_grants(app, &caller, names, req).await, sign)
-                    });
-                }
-            }
+            let checked = both(lock_names(app, names), api::holder_label(holder.map(str::to_owned)));
+            later(app, checked, true, move |app, (names, holder)| async move {
+                let req = api::AcquireReq { lease, ttl_ms, wait_ms, lock_delay_ms, holder };
+                let signer = app.signer.clone();
+                let granted = api::acquire_all_grants(app, &caller, names, req).await;
+                answer(granted, |gs| {
+                    let signatures = gs.iter().filter_map(|g| signature(&signer, g)).collect();
+                    Answer::GrantedAll(gs, signatures)
+                })
+            })
         }
-        Request::Release { name, lease } => match api::lock_name(app, name) {
-            Err(e) => Err(e),
-            Ok(name) => {
-                let app = app.clone();
-                return Call::later(false, async move {
-                    answer(api::release_lock(&app, &caller, &name, lease).await, Answer::Released)
-                });
-            }
-        },
-        Request::Check { name, token } => match api::lock_name(app, name) {
-            Err(e) => Err(e),
-            Ok(name) => {
-                let app = app.clone();
-                return Call::later(false, async move {
-                    answer(api::check_token(&app, &caller, &name, token).await, |(current, holder)| {
-                        Answer::Checked(current, holder)
-                    })
-                });
-            }
-        },
-        Request::Put { key, token, value } => match api::store_key(app, key.to_owned()) {
-            Err(e) => Err(e),
-            Ok(key) => {
-                let (app, value) = (app.clone(), value.to_vec());
-                return Call::later(false, async move {
-                    answer(api::write_value(&app, &caller, key, token, value, None).await, Answer::Written)
-                });
-            }
-        },
-        Request::Get { key, token } => match api::store_key(app, key.to_owned()) {
-            Err(e) => Err(e),
-            Ok(key) => {
-                let app = app.clone();
-                return Call::later(false, async move {
-                    answer(api::read_value(&app, &caller, key, token, None).await, |(m, v)| Answer::Read(m, v))
-                });
-            }
-        },
-    };
-    Call::Now(answer.unwrap_or_else(Answer::Error))
+        Request::Release { name, lease } => later(app, api::lock_name(app, name), false, move |app, name| async move {
+            answer(api::release_lock(&app, &caller, &name, lease).await, Answer::Released)
+        }),
+        Request::Check { name, token } => later(app, api::lock_name(app, name), false, move |app, name| async move {
+            let checked = api::check_token(&app, &caller, &name, token).await;
+            answer(checked, |(current, holder)| Answer::Checked(current, holder))
+        }),
+        Request::Put { key, token, value } => {
+            let value = value.to_vec();
+            later(app, api::store_key(app, key.to_owned()), false, move |app, key| async move {
+                answer(api::write_value(&app, &caller, key, token, value, None).await, Answer::Written)
+            })
+        }
+        Request::Get { key, token } => {
+            later(app, api::store_key(app, key.to_owned()), false, move |app, key| async move {
+                answer(api::read_value(&app, &caller, key, token, None).await, |(m, v)| Answer::Read(m, v))
+            })
+        }
+    }
+}
+
+/// A request whose fields were `checked`: refused now if they do not hold, else the
+/// call `run` makes of them with its own handle on the app.
+fn later<T, F>(app: &App, checked: Result<T, ApiError>, cancellable: bool, run: impl FnOnce(App, T) -> F) -> Call
+where
+    F: Future<Output = Answer> + Send + 'static,
+{
+    match checked {
+        Err(e) => Call::Now(Answer::Error(e)),
+        Ok(fields) => Call::later(cancellable, run(app.clone(), fields)),
+    }
+}
+
+/// Both checks' values, or the first one's error.
+fn both<A, B>(a: Result<A, ApiError>, b: Result<B, ApiError>) -> Result<(A, B), ApiError> {
+    Ok((a?, b?))
+}
+
+/// The names of an ACQUIRE_ALL: one to `LOCK_NAMES_MAX`, each a valid lock name.
+fn lock_names(app: &App, names: Vec<&str>) -> Result<Vec<fenced_core::LockName>, ApiError> {
+    if names.is_empty() || names.len() > fenced_core::LOCK_NAMES_MAX {
+        return Err(fenced_core::Error::InvalidNames { names_max: fenced_core::LOCK_NAMES_MAX }.into());
+    }
+    names.into_iter().map(|n| api::lock_name(app, n)).collect()
+}
+
+/// A grant's signature, when the service signs grants.
+fn signature(signer: &Option<std::sync::Arc<crate::signing::GrantSigner>>, g: &Grant) -> Option<Vec<u8>> {
+    signer.as_ref().map(|s| s.sign_bytes(g.name.as_str(), g.token.get()))
 }
 
 fn answer<T>(r: Result<T, ApiError>, ok: impl FnOnce(T) -> Answer) -> Answer {

@@ -389,8 +389,7 @@ fn health_metrics_index_and_openapi() {
 
 #[test]
 fn bearer_auth_guards_v1_only() {
-    let token_file = crate::harness::scratch_dir().with_extension("token");
-    std::fs::write(&token_file, "s3cret\n").unwrap();
+    let token_file = crate::harness::token_file("s3cret");
     let tf = token_file.clone();
     let s = TestServer::with(move |c| c.auth_token_file = Some(tf));
     let (st, e) = s.call("POST", "/v1/leases", "{\"ttl_ms\":1000}");

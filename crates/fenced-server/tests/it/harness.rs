@@ -28,6 +28,13 @@ pub fn scratch_dir() -> PathBuf {
     dir
 }
 
+/// A fresh file holding `secret` and a newline, as `auth_token_file` takes it.
+pub fn token_file(secret: &str) -> PathBuf {
+    let file = scratch_dir().with_extension("token");
+    std::fs::write(&file, format!("{secret}\n")).unwrap();
+    file
+}
+
 impl TestServer {
     pub fn start() -> TestServer {
         TestServer::with(|_| {})
@@ -249,6 +256,11 @@ pub fn eventually(secs: u64, mut f: impl FnMut() -> bool) {
 }
 
 /// Writes raw bytes and reads whatever comes back until the server closes.
+/// A JSON `POST` (from another thread: it needs no `TestServer`).
+pub fn post_json(addr: SocketAddr, path: &str, body: &str) -> Resp {
+    request(addr, "POST", path, &[("content-type", "application/json")], body.as_bytes())
+}
+
 pub fn request_raw(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

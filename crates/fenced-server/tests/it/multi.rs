@@ -80,25 +80,12 @@ fn a_waiting_set_is_granted_when_its_last_lock_is_freed_and_single_waiters_queue
     let addr = s.addr;
     let set = std::thread::spawn(move || {
         let body = r#"{"names":["w/a","w/b"],"ttl_ms":10000,"wait_ms":20000}"#;
-        crate::harness::request(
-            addr,
-            "POST",
-            "/v1/locks/acquire",
-            &[("content-type", "application/json")],
-            body.as_bytes(),
-        )
+        crate::harness::post_json(addr, "/v1/locks/acquire", body)
     });
     crate::harness::eventually(5, || s.call("GET", "/v1/locks/w/b", "").1["waiters"].as_u64() == Some(1));
     // A single waiter for w/a comes after the set: w/a is free, yet it waits.
     let single = std::thread::spawn(move || {
-        let body = r#"{"ttl_ms":10000,"wait_ms":20000}"#;
-        crate::harness::request(
-            addr,
-            "POST",
-            "/v1/locks/w/a/acquire",
-            &[("content-type", "application/json")],
-            body.as_bytes(),
-        )
+        crate::harness::post_json(addr, "/v1/locks/w/a/acquire", r#"{"ttl_ms":10000,"wait_ms":20000}"#)
     });
     crate::harness::eventually(5, || s.call("GET", "/v1/locks/w/a", "").1["waiters"].as_u64() == Some(2));
     std::thread::sleep(Duration::from_millis(300));

@@ -122,26 +122,7 @@ fn cut_and_resume(skip: u64) -> Result<(), String> {
     let s = TestServer::start();
     let addr = s.addr;
     let done = Arc::new(AtomicBool::new(false));
-    // The load: four workers on `w/` names, one on `other/`, each acquire and release.
-    let workers: Vec<_> = (0..5)
-        .map(|i| {
-            let done = done.clone();
-            std::thread::spawn(move || {
-                let name = if i == 4 { "other/x".to_string() } else { format!("w/{i}") };
-                let mut tokens = vec![];
-                while !done.load(Ordering::Relaxed) {
-                    let r = request(addr, "POST", &format!("/v1/locks/{name}/acquire"), &[], br#"{"ttl_ms":60000}"#);
-                    assert_eq!(r.status, 200, "{}", r.json());
-                    let g = r.json();
-                    let body = format!("{{\"lease_id\":\"{}\"}}", g["lease_id"].as_str().unwrap());
-                    let r = request(addr, "POST", &format!("/v1/locks/{name}/release"), &[], body.as_bytes());
-                    assert_eq!(r.status, 200);
-                    tokens.push(g["token"].as_u64().unwrap());
-                }
-                (name, tokens)
-            })
-        })
-        .collect();
+    let workers = start_load(addr, &done);
     // The watcher: cut after a few events each time (sometimes inside a burst), resumed
     // by `since` or by `Last-Event-ID`, alternately.
     let mut seen = Seen::new();
@@ -167,9 +148,8 @@ fn cut_and_resume(skip: u64) -> Result<(), String> {
             last = Some(id);
             let Some(d) = b.data else { continue };
             assert_eq!(d["index"].as_u64(), Some(id), "the data's index is its id: {d}");
-            let name = d["name"].as_str().unwrap().to_string();
-            assert!(name.starts_with("w/"), "an event of another prefix: {d}");
-            let entry = (d["type"].as_str().unwrap().to_string(), name, d["token"].as_u64().unwrap());
+            let entry = event_entry(&d);
+            assert!(entry.1.starts_with("w/"), "an event of another prefix: {d}");
             if seen.insert(id, entry).is_some() {
                 return Err(format!("event {id} came twice"));
             }
@@ -197,20 +177,49 @@ fn cut_and_resume(skip: u64) -> Result<(), String> {
     while !want(&seen) && Instant::now() < deadline {
         let Some(b) = stream.next() else { break };
         if let (Some(id), Some(d)) = (b.id, b.data) {
-            let entry = (
-                d["type"].as_str().unwrap().to_string(),
-                d["name"].as_str().unwrap().to_string(),
-                d["token"].as_u64().unwrap(),
-            );
-            if seen.insert(id, entry).is_some() {
+            if seen.insert(id, event_entry(&d)).is_some() {
                 return Err(format!("event {id} came twice"));
             }
         }
     }
     stream.cut();
     assert!(reconnects >= 20 && expected.len() >= 100, "too little load: {reconnects} cuts, {} cycles", expected.len());
-    // Every cycle of the workers: one granted and one released, nothing else, nothing twice.
-    for (name, token) in &expected {
+    every_cycle_seen_once(&seen, &expected)
+}
+
+/// The load: four workers on `w/` names, one on `other/`, each acquiring and releasing
+/// until `done`; each gives back its name and the tokens of its cycles.
+fn start_load(addr: std::net::SocketAddr, done: &Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<(String, Vec<u64>)>> {
+    (0..5)
+        .map(|i| {
+            let done = Arc::clone(done);
+            std::thread::spawn(move || {
+                let name = if i == 4 { "other/x".to_string() } else { format!("w/{i}") };
+                let mut tokens = vec![];
+                while !done.load(Ordering::Relaxed) {
+                    let r = request(addr, "POST", &format!("/v1/locks/{name}/acquire"), &[], br#"{"ttl_ms":60000}"#);
+                    assert_eq!(r.status, 200, "{}", r.json());
+                    let g = r.json();
+                    let body = format!("{{\"lease_id\":\"{}\"}}", g["lease_id"].as_str().unwrap());
+                    let r = request(addr, "POST", &format!("/v1/locks/{name}/release"), &[], body.as_bytes());
+                    assert_eq!(r.status, 200);
+                    tokens.push(g["token"].as_u64().unwrap());
+                }
+                (name, tokens)
+            })
+        })
+        .collect()
+}
+
+/// An event's (type, name, token).
+fn event_entry(d: &serde_json::Value) -> (String, String, u64) {
+    (d["type"].as_str().unwrap().to_string(), d["name"].as_str().unwrap().to_string(), d["token"].as_u64().unwrap())
+}
+
+/// Every cycle of the workers was seen: one granted and one released, nothing else,
+/// nothing twice.
+fn every_cycle_seen_once(seen: &Seen, expected: &[(String, u64)]) -> Result<(), String> {
+    for (name, token) in expected {
         let kinds: Vec<&str> = seen.values().filter(|e| &e.1 == name && e.2 == *token).map(|e| e.0.as_str()).collect();
         if kinds != ["granted", "released"] {
             return Err(format!("{name} token {token}: seen {kinds:?}, not granted then released"));

@@ -340,10 +340,7 @@ fn bad_frames_get_a_clear_error_and_change_nothing() {
 
 #[test]
 fn without_the_token_every_call_is_refused() {
-    let dir = crate::harness::scratch_dir();
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("token");
-    std::fs::write(&file, "s3cret\n").unwrap();
+    let file = crate::harness::token_file("s3cret");
     let server = TestServer::with(|c| c.auth_token_file = Some(file.clone()));
     let mut w = Wire::open(server.wire);
     assert_eq!(w.call(1, &Request::CreateLease { ttl_ms: 1000 }).code(), "unauthorized");
@@ -351,7 +348,7 @@ fn without_the_token_every_call_is_refused() {
     assert_eq!(w.call(3, &Request::CreateLease { ttl_ms: 1000 }).code(), "unauthorized");
     assert_eq!(w.call(4, &Request::Auth { token: b"s3cret" }).decode(), Response::Done { op: op::AUTH });
     w.lease(1000);
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&file);
 }
 
 /// Review defect 1 over the wire, 1,000 times: H holds X; lease L queues acquires A and
@@ -403,10 +400,7 @@ fn a_cancelled_twin_never_revokes_the_grant_its_original_was_told() {
 /// the deadline closes its connection; others are served throughout.
 #[test]
 fn oversized_or_trickled_frames_close_only_their_own_connection() {
-    let dir = crate::harness::scratch_dir();
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("token");
-    std::fs::write(&file, "s3cret\n").unwrap();
+    let file = crate::harness::token_file("s3cret");
     let server = TestServer::with(|c| {
         c.auth_token_file = Some(file.clone());
         c.head_timeout_ms = 500;
@@ -436,7 +430,7 @@ fn oversized_or_trickled_frames_close_only_their_own_connection() {
     good.lease(1000);
     let metrics = server.get("/metrics").text();
     assert!(metrics.contains("fenced_wire_frame_timeouts_total 1"), "{metrics}");
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&file);
 }
 
 /// Large frames take their length from the budget of bodies in flight, as HTTP bodies

@@ -216,18 +216,87 @@ struct World<'a, S: TraceSink> {
     summary: Summary,
 }
 
+/// The summary of a run before its first event: the settings, every count at zero.
+fn new_summary(cfg: &Config) -> Summary {
+    Summary {
+        scenario: cfg.scenario,
+        seed: cfg.seed,
+        clients: cfg.clients,
+        locks: cfg.locks,
+        duration_ms: cfg.duration_ms,
+        lease_ms: cfg.lease_ms,
+        fencing: cfg.fencing,
+        renew_fraction: cfg.renew_fraction,
+        pause_model: cfg.pauses,
+        grants: 0,
+        lease_expiries: 0,
+        pauses: 0,
+        crashes: 0,
+        writes_attempted: 0,
+        writes_accepted: 0,
+        writes_aborted: 0,
+        late_writes: 0,
+        zombie_writes: 0,
+        stale_writes_rejected: 0,
+        lost_updates: 0,
+        token_regressions: 0,
+        overlapping_holders: 0,
+        acknowledged: 0,
+        final_value: 0,
+        events: 0,
+        zombies: Vec::new(),
+        zombie_pause_ms_min: None,
+        first_rejection: None,
+        lock_delay_ms: cfg.lock_delay_ms,
+        clock: cfg.clock,
+        clock_step_ms: cfg.clock_step_ms,
+        clock_steps: 0,
+        early_expiries: 0,
+        delayed_messages: 0,
+        duplicates_absorbed: 0,
+        service_crashes: cfg.service_crash_every_ms.map(|_| 0),
+        service_restart_durable: cfg.service_restart == ServiceRestart::Durable,
+        replication: cfg.replication,
+        duplicate_tokens: 0,
+        failovers: 0,
+    }
+}
+
+/// The simulated table's limits: none that a scenario could reach.
+fn unbounded_limits() -> Limits {
+    Limits {
+        leases_max: usize::MAX,
+        locks_max: usize::MAX,
+        waiters_max: usize::MAX,
+        waiters_per_lock_max: usize::MAX,
+        ttl_ms_min: 1,
+        ttl_ms_max: u64::MAX / 4,
+        wait_ms_max: u64::MAX / 4,
+        lock_delay_ms_max: u64::MAX / 4,
+    }
+}
+
+impl Client {
+    /// A client thinking before its first cycle on `lock`.
+    fn new(lock: u32) -> Client {
+        Client {
+            phase: Phase::Thinking,
+            gen: 0,
+            lease_n: 0,
+            lock,
+            token: None,
+            lost: false,
+            paused_until: 0,
+            net_held_until: 0,
+            read_value: 0,
+            read_version: 0,
+        }
+    }
+}
+
 impl<'a, S: TraceSink> World<'a, S> {
     fn new(cfg: &'a Config, sink: &'a mut S) -> Self {
-        let limits = Limits {
-            leases_max: usize::MAX,
-            locks_max: usize::MAX,
-            waiters_max: usize::MAX,
-            waiters_per_lock_max: usize::MAX,
-            ttl_ms_min: 1,
-            ttl_ms_max: u64::MAX / 4,
-            wait_ms_max: u64::MAX / 4,
-            lock_delay_ms_max: u64::MAX / 4,
-        };
+        let limits = unbounded_limits();
         let locks = cfg.locks as usize;
         let replicas = cfg.replication.map_or(1, replicas::count);
         let mut nodes = vec![Node::new(LockTable::new(limits.clone()))];
@@ -265,63 +334,9 @@ impl<'a, S: TraceSink> World<'a, S> {
             gate: FenceGate::new(),
             values: vec![0; locks],
             versions: vec![0; locks],
-            clients: (0..cfg.clients)
-                .map(|i| Client {
-                    phase: Phase::Thinking,
-                    gen: 0,
-                    lease_n: 0,
-                    lock: i % cfg.locks,
-                    token: None,
-                    lost: false,
-                    paused_until: 0,
-                    net_held_until: 0,
-                    read_value: 0,
-                    read_version: 0,
-                })
-                .collect(),
+            clients: (0..cfg.clients).map(|i| Client::new(i % cfg.locks)).collect(),
             checkers: (0..locks).map(|_| Checker::new()).collect(),
-            summary: Summary {
-                scenario: cfg.scenario,
-                seed: cfg.seed,
-                clients: cfg.clients,
-                locks: cfg.locks,
-                duration_ms: cfg.duration_ms,
-                lease_ms: cfg.lease_ms,
-                fencing: cfg.fencing,
-                renew_fraction: cfg.renew_fraction,
-                pause_model: cfg.pauses,
-                grants: 0,
-                lease_expiries: 0,
-                pauses: 0,
-                crashes: 0,
-                writes_attempted: 0,
-                writes_accepted: 0,
-                writes_aborted: 0,
-                late_writes: 0,
-                zombie_writes: 0,
-                stale_writes_rejected: 0,
-                lost_updates: 0,
-                token_regressions: 0,
-                overlapping_holders: 0,
-                acknowledged: 0,
-                final_value: 0,
-                events: 0,
-                zombies: Vec::new(),
-                zombie_pause_ms_min: None,
-                first_rejection: None,
-                lock_delay_ms: cfg.lock_delay_ms,
-                clock: cfg.clock,
-                clock_step_ms: cfg.clock_step_ms,
-                clock_steps: 0,
-                early_expiries: 0,
-                delayed_messages: 0,
-                duplicates_absorbed: 0,
-                service_crashes: cfg.service_crash_every_ms.map(|_| 0),
-                service_restart_durable: cfg.service_restart == ServiceRestart::Durable,
-                replication: cfg.replication,
-                duplicate_tokens: 0,
-                failovers: 0,
-            },
+            summary: new_summary(cfg),
         }
     }
 

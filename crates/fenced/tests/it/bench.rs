@@ -1,32 +1,19 @@
 //! End-to-end tests of `fenced bench`: short runs against a spawned Fenced and its
 //! spawned peers. They check what the command reports, never how fast anything was.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn fenced(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fenced")).args(args).output().expect("run fenced")
-}
+use crate::support::{fenced, installed};
 
 fn json(o: &Output) -> Value {
     assert!(o.status.success(), "fenced bench failed: {}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&o.stdout).expect("valid JSON")
 }
 
-/// `program` on the PATH (`install` puts it there); without it the test skips, except
-/// under CI, where it must be there.
-fn have(program: &str, install: &str) -> bool {
-    let found = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()));
-    if !found {
-        assert!(std::env::var_os("CI").is_none(), "{program} is needed ({install})");
-        eprintln!("skipping: {program} is not installed ({install})");
-    }
-    found
-}
-
 fn have_redis() -> bool {
-    have("redis-server", "apt-get install -y redis-server")
+    installed("redis-server", None, "apt-get install -y redis-server")
 }
 
 /// `fenced bench --spawn --compare TARGETS --workload WORKLOADS`, 3 clients for 1 s, as JSON.
@@ -165,7 +152,9 @@ fn redis_both_durabilities_and_the_comparison_table() {
 #[test]
 fn etcd_and_zookeeper_queue_their_waiters_fairly() {
     let zookeeper = std::path::Path::new("/usr/share/java/zookeeper.jar").exists();
-    if !have("etcd", "apt-get install -y etcd-server") || !have("java", "apt-get install -y zookeeper") {
+    if !installed("etcd", None, "apt-get install -y etcd-server")
+        || !installed("java", None, "apt-get install -y zookeeper")
+    {
         return;
     }
     assert!(zookeeper || std::env::var_os("CI").is_none(), "ZooKeeper is needed (apt-get install -y zookeeper)");

@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::exit_within;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root")
 }
@@ -110,17 +112,7 @@ fn the_console_in_a_real_browser() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start node");
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let status = loop {
-        if let Some(s) = node.try_wait().unwrap() {
-            break Some(s);
-        }
-        if Instant::now() > deadline {
-            let _ = node.kill();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let status = exit_within(&mut node, Duration::from_secs(300));
     let out = node.wait_with_output().unwrap();
     let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     drop(server);

@@ -5,53 +5,38 @@
 #![cfg(all(feature = "client", feature = "server"))]
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::support::TempDir;
+
 const BIN: &str = env!("CARGO_BIN_EXE_fenced");
 /// Short enough to keep the suite fast, long enough for a loaded machine.
 const QUICK: [&str; 4] = ["--ttl", "1s", "--pause", "1500ms"];
 
-/// A private `$TMPDIR` for one run, so the test can see what the demo left in it.
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Tmp {
-        let p = std::env::temp_dir().join(format!("fenced-demo-it-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Tmp(p)
-    }
-
-    fn entries(&self) -> Vec<String> {
-        std::fs::read_dir(&self.0).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
-    }
+/// What the demo left in its private `$TMPDIR`.
+fn entries(tmp: &TempDir) -> Vec<String> {
+    std::fs::read_dir(&tmp.0).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
 }
 
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn demo(tmp: &Tmp, args: &[&str]) -> Command {
+fn demo(tmp: &TempDir, args: &[&str]) -> Command {
     let mut c = Command::new(BIN);
     c.arg("demo").args(args).env("TMPDIR", &tmp.0).env_remove("FENCED_ENDPOINT");
     c
 }
 
 fn run_json(tag: &str, extra: &[&str]) -> Value {
-    let tmp = Tmp::new(tag);
+    let tmp = TempDir::new("demo-it", tag);
     let mut args = QUICK.to_vec();
     args.extend_from_slice(extra);
     args.push("--json");
     let o: Output = demo(&tmp, &args).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "stderr: {err}\nstdout: {}", String::from_utf8_lossy(&o.stdout));
-    assert!(tmp.entries().is_empty(), "the demo left {:?} behind", tmp.entries());
+    assert!(entries(&tmp).is_empty(), "the demo left {:?} behind", entries(&tmp));
     serde_json::from_slice(&o.stdout).expect("one JSON object")
 }
 
@@ -95,7 +80,7 @@ fn fencing_off_lets_the_zombie_write_through_and_loses_an_update() {
 
 #[test]
 fn text_output_narrates_and_draws_the_sequence() {
-    let tmp = Tmp::new("text");
+    let tmp = TempDir::new("demo-it", "text");
     let o = demo(&tmp, &QUICK).output().unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
@@ -113,7 +98,7 @@ fn text_output_narrates_and_draws_the_sequence() {
 
 #[test]
 fn an_interrupted_run_leaves_no_process_and_no_directory() {
-    let tmp = Tmp::new("sigint");
+    let tmp = TempDir::new("demo-it", "sigint");
     let mut child = demo(&tmp, &["--ttl", "1s", "--pause", "20s"]).stdout(Stdio::piped()).spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     // Wait until A is frozen and B is waiting or done: every child is alive then.
@@ -133,12 +118,12 @@ fn an_interrupted_run_leaves_no_process_and_no_directory() {
     for pid in children {
         assert!(!Path::new(&format!("/proc/{pid}")).exists(), "process {pid} outlived the demo");
     }
-    assert!(tmp.entries().is_empty(), "the demo left {:?} behind", tmp.entries());
+    assert!(entries(&tmp).is_empty(), "the demo left {:?} behind", entries(&tmp));
 }
 
 #[test]
 fn bad_arguments_exit_2_with_one_line_naming_the_argument() {
-    let tmp = Tmp::new("bad");
+    let tmp = TempDir::new("demo-it", "bad");
     for (args, needle) in [
         (&["--ttl", "1s", "--pause", "500ms"][..], "--pause"),
         (&["--ttl", "10ms"][..], "--ttl"),
@@ -151,7 +136,7 @@ fn bad_arguments_exit_2_with_one_line_naming_the_argument() {
         let first = err.lines().next().unwrap_or_default();
         assert!(first.starts_with("error: ") && first.contains(needle), "{args:?}: {err}");
     }
-    assert!(tmp.entries().is_empty(), "nothing started for bad arguments");
+    assert!(entries(&tmp).is_empty(), "nothing started for bad arguments");
 }
 
 /// Every process whose parent chain leads to `root`.

@@ -6,42 +6,26 @@
 #![cfg(feature = "client")]
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use fenced_client::{Client, LeaseId};
 
+use crate::support::{wait_exit, wait_for_file, TempDir};
+
 const BIN: &str = env!("CARGO_BIN_EXE_fenced");
-
-/// A temp dir removed when dropped.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Dir {
-        let p = std::env::temp_dir().join(format!("fenced-exec-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Dir(p)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A `fenced server` child on a free loopback port; SIGKILLed when dropped.
 struct Server {
     child: Child,
     endpoint: String,
-    _data: Dir,
+    _data: TempDir,
 }
 
 impl Server {
     fn start(tag: &str) -> Server {
-        let data = Dir::new(tag);
+        let data = TempDir::new("exec", tag);
         let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
         let child = Command::new(BIN)
             .args(["server", "--listen", &addr.to_string(), "--data-dir"])
@@ -89,36 +73,6 @@ fn gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(stat) => stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
-    }
-}
-
-fn wait_for_file(path: &Path, exec: &mut Child) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(s) = std::fs::read_to_string(path) {
-            if s.ends_with('\n') {
-                return s.trim().to_owned();
-            }
-        }
-        if let Some(status) = exec.try_wait().unwrap() {
-            panic!("fenced exec exited early: {status}");
-        }
-        assert!(Instant::now() < deadline, "the child never wrote {}", path.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn wait_exit(child: &mut Child, within: Duration) -> ExitStatus {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("fenced exec still running after {within:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -184,7 +138,7 @@ fn a_busy_lock_exits_1_without_running_the_command() {
     let rt = rt();
     let client = server.client();
     let holder = rt.block_on(client.lock("held").ttl(Duration::from_secs(20)).try_acquire()).unwrap();
-    let dir = Dir::new("busy-marker");
+    let dir = TempDir::new("exec", "busy-marker");
     let marker = dir.0.join("ran");
     let script = format!("touch {}", marker.display());
     for wait in ["0s", "300ms"] {
@@ -201,7 +155,7 @@ fn a_busy_lock_exits_1_without_running_the_command() {
 #[test]
 fn a_revoked_lease_stops_the_child_and_its_children() {
     let server = Server::start("revoke");
-    let dir = Dir::new("revoke-files");
+    let dir = TempDir::new("exec", "revoke-files");
     let (lease_file, pid_file) = (dir.0.join("lease"), dir.0.join("grandchild"));
     // The shell and its background child both ignore SIGTERM, so only SIGKILL after
     // the grace can stop them: the hardest case.
@@ -250,7 +204,7 @@ fn a_revoked_lease_stops_the_child_and_its_children() {
 #[test]
 fn nothing_of_the_group_outlives_a_normal_exit() {
     let server = Server::start("leftover");
-    let dir = Dir::new("leftover-files");
+    let dir = TempDir::new("exec", "leftover-files");
     let pid_file = dir.0.join("bg");
     let script = format!("sleep 1000 & echo $! > {}; exit 0", pid_file.display());
     let out = output(server.exec(&["jobs/leftover", "--grace", "2s", "--", "sh", "-c", &script]));
@@ -322,7 +276,7 @@ fn lock_locks_put_and_get_speak_json() {
 #[test]
 fn killing_exec_with_sigkill_kills_everything_it_started() {
     let server = Server::start("kill9");
-    let dir = Dir::new("kill9-files");
+    let dir = TempDir::new("exec", "kill9-files");
     let [beat, shell, bg, escaped] = ["beat", "shell", "bg", "escaped"].map(|f| dir.0.join(f));
     // A heartbeat written by the command itself, a background child in its group, and a
     // process that left the group: all three must die with `fenced exec`.
@@ -355,7 +309,7 @@ fn killing_exec_with_sigkill_kills_everything_it_started() {
 #[test]
 fn a_process_that_left_the_group_dies_before_the_lock_is_released() {
     let server = Server::start("setsid");
-    let dir = Dir::new("setsid-files");
+    let dir = TempDir::new("exec", "setsid-files");
     let [looper, log, go] = ["loop", "log", "go"].map(|f| dir.0.join(f));
     // The review's case: a loop that setsid takes out of the group, and a command that
     // exits 0 while it runs on. The command waits for `go` so that the next holder
@@ -396,7 +350,7 @@ fn a_process_that_left_the_group_dies_before_the_lock_is_released() {
 #[test]
 fn sigkill_comes_by_the_lease_deadline_whatever_the_grace() {
     let server = Server::start("deadline");
-    let dir = Dir::new("deadline-files");
+    let dir = TempDir::new("exec", "deadline-files");
     let [shell, escaped] = ["shell", "escaped"].map(|f| dir.0.join(f));
     // Both ignore SIGTERM (an ignored signal stays ignored across fork and exec), and
     // one has left the group: only SIGKILL, sent to more than the group, stops them.
@@ -441,7 +395,7 @@ fn sigkill_comes_by_the_lease_deadline_whatever_the_grace() {
 fn elect_runs_one_leader_at_a_time_and_leader_follows_the_changes() {
     use std::io::{BufRead, BufReader};
     let server = Server::start("elect");
-    let dir = Dir::new("elect-files");
+    let dir = TempDir::new("exec", "elect-files");
     let a_file = dir.0.join("a");
     let elect = |holder: &str, script: String| {
         let mut c = Command::new(BIN);

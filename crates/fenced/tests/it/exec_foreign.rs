@@ -6,10 +6,12 @@
 #![cfg(all(feature = "client", feature = "lab"))]
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fenced_lab::etcd::Etcd;
 use fenced_lab::peers::Service;
+
+use crate::support::{wait_exit, wait_for_file, TempDir};
 
 const BIN: &str = env!("CARGO_BIN_EXE_fenced");
 
@@ -77,35 +79,14 @@ fn an_etcd_lock_held_elsewhere_exits_1_and_a_revoked_lease_exits_3() {
     rt.block_on(etcd.unlock(&held.key)).unwrap();
 
     // Its lease revoked from outside while the command runs: stopped, exit 3.
-    let dir = std::env::temp_dir().join(format!("fenced-exec-etcd-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let lease_file = dir.join("lease");
+    let dir = TempDir::new("exec", "etcd");
+    let lease_file = dir.0.join("lease");
     let script = format!("echo $FENCED_LEASE_ID > {}; sleep 1000", lease_file.display());
     let mut child =
         exec(&service, &["jobs/revoke", "--ttl", "2s", "--grace", "1s", "--", "sh", "-c", &script]).spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let hex = loop {
-        if let Ok(s) = std::fs::read_to_string(&lease_file) {
-            if s.ends_with('\n') {
-                break s.trim().to_owned();
-            }
-        }
-        assert!(Instant::now() < deadline, "the command never wrote its lease");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let hex = wait_for_file(&lease_file, &mut child);
     rt.block_on(etcd.lease_revoke(i64::from_str_radix(&hex, 16).expect("a hex lease"))).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("fenced exec still running 20 s after its lease was revoked");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let _ = std::fs::remove_dir_all(&dir);
+    let status = wait_exit(&mut child, Duration::from_secs(20));
     assert_eq!(status.code(), Some(3), "exit 3 when the etcd lock is lost");
 }
 
@@ -130,17 +111,12 @@ fn zookeeper_locks_hand_the_command_their_czxid_and_a_frozen_exec_loses_its_lock
     assert!(first > 0 && second > first, "tokens {first} then {second}");
 
     // Held by a running exec: a second one waits 300 ms, runs nothing, exits 1.
-    let dir = std::env::temp_dir().join(format!("fenced-exec-zk-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let ready = dir.join("ready");
+    let dir = TempDir::new("exec", "zk");
+    let ready = dir.0.join("ready");
     let script = format!("echo up > {}; sleep 1000", ready.display());
     let mut holder =
         exec(&service, &["jobs/zk", "--ttl", "2s", "--grace", "1s", "--", "sh", "-c", &script]).spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !std::fs::read_to_string(&ready).is_ok_and(|s| s.ends_with('\n')) {
-        assert!(Instant::now() < deadline, "the holder's command never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_file(&ready, &mut holder);
     let out = exec(&service, &["jobs/zk", "--wait", "300ms", "--", "sh", "-c", "echo ran"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stdout.is_empty(), "the command ran without the lock");
@@ -153,17 +129,6 @@ fn zookeeper_locks_hand_the_command_their_czxid_and_a_frozen_exec_loses_its_lock
     std::thread::sleep(Duration::from_secs(6));
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = holder.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = holder.kill();
-            panic!("fenced exec still running 20 s after its pause");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let _ = std::fs::remove_dir_all(&dir);
+    let status = wait_exit(&mut holder, Duration::from_secs(20));
     assert_eq!(status.code(), Some(3), "exit 3 when the ZooKeeper lock is lost");
 }

@@ -13,4 +13,5 @@ mod peer_clusters;
 mod security;
 mod server;
 mod sim;
+mod support;
 mod torture;

@@ -21,9 +21,7 @@ fn torture(args: &[&str], env: &[(&str, &str)]) -> (Output, Option<serde_json::V
 }
 
 #[cfg(feature = "fault-injection")]
-fn num(v: &serde_json::Value, field: &str) -> u64 {
-    v[field].as_u64().unwrap_or_else(|| panic!("{field} is not a number in {v}"))
-}
+use crate::support::num;
 
 /// The run's safety figures, all zero.
 #[cfg(feature = "fault-injection")]

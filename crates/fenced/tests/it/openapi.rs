@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::server::{call, free_addr, scratch, BIN};
+use crate::support::exit_within;
 
 /// The fuzzer: in the virtual environment `.ci/run` makes, or on the PATH.
 fn schemathesis() -> Option<PathBuf> {
@@ -66,17 +67,7 @@ fn an_api_fuzzer_driven_by_the_document_finds_no_disagreement() {
         .spawn()
         .expect("schemathesis runs");
     // Its own time bound: a fuzzer that hangs fails the test rather than the CI run.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = fuzz.try_wait().unwrap() {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            let _ = fuzz.kill();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let status = exit_within(&mut fuzz, Duration::from_secs(120));
     let out = fuzz.wait_with_output().unwrap();
     let _ = server.kill();
     let _ = server.wait();

@@ -6,29 +6,9 @@
 //! Without etcd or ZooKeeper (and Java) a test skips with the reason, except under CI,
 //! where it fails.
 
-use std::path::Path;
-use std::process::{Command, Output};
-
 use serde_json::Value;
 
-fn fenced(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fenced")).args(args).output().expect("run fenced")
-}
-
-fn num(v: &Value, field: &str) -> u64 {
-    v[field].as_u64().unwrap_or_else(|| panic!("{field} is not a number in {v}"))
-}
-
-/// Whether `program` is on the PATH (and `file`, if named, exists); under CI they must be.
-fn installed(program: &str, file: Option<&str>, install: &str) -> bool {
-    let found = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
-        && file.is_none_or(|f| Path::new(f).exists());
-    if !found {
-        assert!(std::env::var_os("CI").is_none(), "{program} is needed ({install})");
-        eprintln!("skipping: {program} is not installed ({install})");
-    }
-    found
-}
+use crate::support::{fenced, installed, num};
 
 fn have_etcd() -> bool {
     installed("etcd", None, "apt-get install -y etcd-server")

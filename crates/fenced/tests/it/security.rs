@@ -28,32 +28,22 @@ fn openssl(dir: &Path, args: &[&str]) {
     assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// `openssl req` (with `kind`: `-x509` for a self-signed certificate) with a new P-256
+/// key written to `key`, then `more` arguments.
+fn new_key_request(dir: &Path, kind: &[&str], key: &str, more: &[&str]) {
+    let mut args = vec!["req"];
+    args.extend(kind);
+    args.extend(["-new", "-nodes", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-keyout", key]);
+    args.extend(more);
+    openssl(dir, &args);
+}
+
 impl Pki {
     /// A new CA, `NAME-ca.pem` and `NAME-ca.key` in `dir`.
     fn new(dir: &Path, name: &str) -> Pki {
         std::fs::create_dir_all(dir).unwrap();
         let (pem, key, subj) = (format!("{name}-ca.pem"), format!("{name}-ca.key"), format!("/CN={name} CA"));
-        openssl(
-            dir,
-            &[
-                "req",
-                "-x509",
-                "-new",
-                "-nodes",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-keyout",
-                &key,
-                "-out",
-                &pem,
-                "-days",
-                "30",
-                "-subj",
-                &subj,
-            ],
-        );
+        new_key_request(dir, &["-x509"], &key, &["-out", &pem, "-days", "30", "-subj", &subj]);
         Pki { dir: dir.to_path_buf(), name: name.to_string() }
     }
 
@@ -72,24 +62,7 @@ impl Pki {
         let (csr, pem, key, subj) =
             (format!("{who}.csr"), format!("{who}.pem"), format!("{who}.key"), format!("/CN={who}"));
         let (ca_pem, ca_key) = (format!("{}-ca.pem", self.name), format!("{}-ca.key", self.name));
-        openssl(
-            &self.dir,
-            &[
-                "req",
-                "-new",
-                "-nodes",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-keyout",
-                &key,
-                "-out",
-                &csr,
-                "-subj",
-                &subj,
-            ],
-        );
+        new_key_request(&self.dir, &[], &key, &["-out", &csr, "-subj", &subj]);
         openssl(
             &self.dir,
             &[

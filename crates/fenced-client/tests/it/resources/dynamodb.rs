@@ -6,31 +6,14 @@
 
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fenced_client::resource::dynamodb::{AwsCredential, DynamoGate};
-use fenced_client::{Fenced, FencedResource, Token};
+use fenced_client::{Fenced, FencedResource};
 
-use crate::support::{free_port, Server};
-
-fn t(n: u64) -> Token {
-    Token::new(n).expect("non-zero")
-}
-
-/// A DynamoDB Local, killed when dropped.
-struct DynamoLocal {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for DynamoLocal {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::support::{free_port, on_path, skip_or_fail, t, Helper, Server};
 
 /// The directory holding `DynamoDBLocal.jar`, from the npm package under tests/dynamodb.
 fn jar_dir() -> Option<PathBuf> {
@@ -41,20 +24,12 @@ fn jar_dir() -> Option<PathBuf> {
         .find(|d| d.join("DynamoDBLocal.jar").is_file())
 }
 
-fn skip_or_fail(why: &str) -> Option<DynamoLocal> {
-    assert!(std::env::var_os("CI").is_none(), "{why}");
-    eprintln!("skipping: {why}");
-    None
-}
-
 /// A fresh, in-memory DynamoDB Local; `None` (the test skips) without it, outside CI.
-fn dynamo_local() -> Option<DynamoLocal> {
+fn dynamo_local() -> Option<Helper> {
     let Some(dir) = jar_dir() else {
         return skip_or_fail("DynamoDB Local is needed (cd tests/dynamodb && npm ci)");
     };
-    let java_found =
-        std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("java").is_file()));
-    if !java_found {
+    if on_path("java").is_none() {
         return skip_or_fail("java is needed (apt-get install -y openjdk-17-jre-headless)");
     }
     let port = free_port();
@@ -67,7 +42,7 @@ fn dynamo_local() -> Option<DynamoLocal> {
         .stderr(Stdio::null())
         .spawn()
         .expect("start DynamoDB Local");
-    let local = DynamoLocal { child, port };
+    let local = Helper { child, port };
     let deadline = Instant::now() + Duration::from_secs(60);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "DynamoDB Local did not listen on {port} within 60 s");
@@ -78,7 +53,7 @@ fn dynamo_local() -> Option<DynamoLocal> {
 
 /// A gate on a fresh table (DynamoDB Local takes any credentials, and checks the
 /// signature's form).
-async fn gate(d: &DynamoLocal) -> DynamoGate {
+async fn gate(d: &Helper) -> DynamoGate {
     let credential = AwsCredential { key_id: "test".into(), secret_key: "test".into(), token: None };
     let gate = DynamoGate::new(&format!("http://127.0.0.1:{}", d.port), "us-east-1", credential, "fenced")
         .expect("a DynamoDB gate");
@@ -115,36 +90,10 @@ async fn dynamodb_counter_workload() {
     super::counter_workload_loses_no_update(&server.client(), &gate(&d).await, "counter", "ddb/counter").await;
 }
 
-/// Sixteen writers, tokens 1 to 16, all at once on one item, three times: the item ends
-/// with the value and the mark of token 16, every refusal names a newer mark, and
-/// writer 16 is never refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn dynamodb_race_of_many_writers_the_highest_token_wins() {
     let Some(d) = dynamo_local() else { return };
-    let gate = Arc::new(gate(&d).await);
-    for round in 0..3u64 {
-        let key = format!("race/{round}");
-        let mut writers = tokio::task::JoinSet::new();
-        for i in 0..16u64 {
-            let token = match round {
-                0 => i + 1,
-                1 => 16 - i,
-                _ => (i * 7) % 16 + 1,
-            };
-            let (gate, key) = (gate.clone(), key.clone());
-            writers.spawn(async move { (token, gate.write(&key, t(token), format!("w{token}").as_bytes()).await) });
-        }
-        while let Some(done) = writers.join_next().await {
-            let (token, outcome) = done.expect("a writer task");
-            if let Fenced::Rejected { token: refused, highest_seen } = outcome.expect("no store error") {
-                assert_eq!(refused, t(token));
-                assert!(highest_seen > refused, "refused under a mark that is not newer: {highest_seen}");
-                assert_ne!(token, 16, "the highest token was refused");
-            }
-        }
-        assert_eq!(gate.value(&key).await.expect("value"), Some(b"w16".to_vec()));
-        assert_eq!(gate.read(&key, t(15)).await.expect("read"), Fenced::Rejected { token: t(15), highest_seen: t(16) });
-    }
+    super::many_writers_race_and_the_highest_token_wins(Arc::new(gate(&d).await)).await;
 }
 
 #[tokio::test]

@@ -5,45 +5,25 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fenced_client::resource::s3::S3Gate;
-use fenced_client::{Error, Fenced, FencedResource, Token};
+use fenced_client::{Error, FencedResource};
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
 use object_store::{Attribute, Attributes, ObjectStore, ObjectStoreExt as _, PutMode, PutOptions, UpdateVersion};
 
-use crate::support::{free_port, Server};
+use crate::support::{free_port, on_path, skip_or_fail, t, Helper, Server};
 
 const BUCKET: &str = "fenced-test";
 
-fn t(n: u64) -> Token {
-    Token::new(n).expect("non-zero")
-}
-
-/// A moto server, killed when dropped.
-struct Moto {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A fresh moto server with the test bucket; `None` (the test skips) when moto is not
 /// installed, outside CI.
-fn moto() -> Option<Moto> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let Some(program) = std::env::split_paths(&path).map(|d| d.join("moto_server")).find(|p| p.is_file()) else {
-        assert!(std::env::var_os("CI").is_none(), "moto_server is needed (pip install 'moto[server]')");
-        eprintln!("skipping: moto_server is not on the PATH (pip install 'moto[server]')");
-        return None;
+fn moto() -> Option<Helper> {
+    let Some(program) = on_path("moto_server") else {
+        return skip_or_fail("moto_server is needed on the PATH (pip install 'moto[server]')");
     };
     let port = free_port();
     let child = Command::new(program)
@@ -53,7 +33,7 @@ fn moto() -> Option<Moto> {
         .stderr(Stdio::null())
         .spawn()
         .expect("start moto_server");
-    let moto = Moto { child, port };
+    let moto = Helper { child, port };
     // Listening, then the bucket (moto checks no signature on a bare PUT).
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -78,7 +58,7 @@ fn http(port: u16, request: &str) -> Option<String> {
     Some(answer)
 }
 
-fn builder(m: &Moto) -> AmazonS3Builder {
+fn builder(m: &Helper) -> AmazonS3Builder {
     AmazonS3Builder::new()
         .with_endpoint(format!("http://127.0.0.1:{}", m.port))
         .with_allow_http(true)
@@ -88,7 +68,7 @@ fn builder(m: &Moto) -> AmazonS3Builder {
         .with_secret_access_key("test")
 }
 
-fn gate(m: &Moto) -> S3Gate {
+fn gate(m: &Helper) -> S3Gate {
     S3Gate::new(builder(m)).expect("an S3 gate")
 }
 
@@ -112,42 +92,10 @@ async fn s3_counter_workload() {
     super::counter_workload_loses_no_update(&server.client(), &gate(&m), "counter", "s3/counter").await;
 }
 
-/// Sixteen writers, tokens 1 to 16, all at once on one object, three times: whatever
-/// the interleaving, the object ends with the value of token 16 and its mark, every
-/// refusal names a newer mark, and writer 16 is never refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s3_race_of_many_writers_the_highest_token_wins() {
     let Some(m) = moto() else { return };
-    let gate = Arc::new(gate(&m));
-    for round in 0..3u64 {
-        let key = format!("race/{round}");
-        let mut writers = tokio::task::JoinSet::new();
-        // Started in an order that differs each round, highest first in one of them.
-        for i in 0..16u64 {
-            let token = match round {
-                0 => i + 1,
-                1 => 16 - i,
-                _ => (i * 7) % 16 + 1,
-            };
-            let (gate, key) = (gate.clone(), key.clone());
-            writers.spawn(async move { (token, gate.write(&key, t(token), format!("w{token}").as_bytes()).await) });
-        }
-        let mut accepted = 0;
-        while let Some(done) = writers.join_next().await {
-            let (token, outcome) = done.expect("a writer task");
-            match outcome.expect("no store error") {
-                Fenced::Accepted(()) => accepted += 1,
-                Fenced::Rejected { token: refused, highest_seen } => {
-                    assert_eq!(refused, t(token));
-                    assert!(highest_seen > refused, "refused under a mark that is not newer: {highest_seen}");
-                    assert_ne!(token, 16, "the highest token was refused");
-                }
-            }
-        }
-        assert!(accepted >= 1);
-        assert_eq!(gate.read(&key, t(16)).await.expect("read"), Fenced::Accepted(Some(b"w16".to_vec())));
-        assert_eq!(gate.read(&key, t(15)).await.expect("read"), Fenced::Rejected { token: t(15), highest_seen: t(16) });
-    }
+    super::many_writers_race_and_the_highest_token_wins(Arc::new(gate(&m))).await;
 }
 
 /// Why the mark is in the object's bytes: S3's ETag of a one-part object is the MD5 of
