@@ -296,6 +296,99 @@ fn raft_io(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
 
+/// Opens the log and the state machine in `opts.dir` (`--force-new-cluster` and a
+/// base state applied first): the log, the state machine, whether the base state still
+/// wants its first snapshot, and the flag set once the database is closed.
+fn open_storage(
+    opts: &NodeOptions,
+    applied: Arc<dyn Applied>,
+) -> io::Result<(LogStore, StateMachine, bool, Arc<AtomicBool>)> {
+    let db = Db::open(&opts.dir)?;
+    if opts.force_new_cluster {
+        if db.is_empty()? {
+            return Err(io::Error::other(format!(
+                "force_new_cluster: {} holds no log to keep (start a new member without it)",
+                opts.dir.display()
+            )));
+        }
+        let url = opts.members.get(&opts.id).cloned().unwrap_or_default();
+        let index = db.force_single_member(opts.id, url)?;
+        tracing::warn!(index, id = opts.id, "force_new_cluster: this member is now the only voter");
+    }
+    if let Some(base) = &opts.base {
+        if db.is_empty()? && db.base()?.is_none() {
+            StateMachine::write_base(&db, base)?;
+        }
+    }
+    // A base state is not in the log: until a snapshot holds it, a member that
+    // replays the log from the start would miss it.
+    let base_unsnapshotted = db.base()?.is_some() && !db.has_snapshot();
+    let db_closed = db.closed_flag();
+    let log = LogStore::open(db.clone(), opts.log_linger)?;
+    let sm = StateMachine::open(db, opts.limits.clone(), applied)?;
+    Ok((log, sm, base_unsnapshotted, db_closed))
+}
+
+/// Whether this member may take office again in its old term without an election
+/// (openraft's leader restore): only a member alone. A follower can hold entries of
+/// that term the leader sent before they were on its own disk, and a leader that lost
+/// them would write other entries under the same index and term, which the follower
+/// takes for the ones it has (found by the kill nemesis: replicas diverged, tokens were
+/// issued twice). The members are the last membership in the log, else the snapshot's,
+/// else the configured ones.
+fn restores_alone(opts: &NodeOptions, log: &LogStore, sm: &StateMachine) -> bool {
+    let members: BTreeSet<NodeId> = log.last_membership().unwrap_or_else(|| {
+        let st = sm.state();
+        let stored: BTreeSet<NodeId> = st.membership.membership().nodes().map(|(id, _)| *id).collect();
+        if stored.is_empty() {
+            opts.members.keys().copied().collect()
+        } else {
+            stored
+        }
+    });
+    let alone = members.len() <= 1 && members.iter().all(|id| *id == opts.id);
+    // The negative control of the test that found it: restore whatever the members.
+    #[cfg(feature = "fault-injection")]
+    let alone = alone || fault::broken("leader-restore");
+    alone
+}
+
+/// openraft's configuration for this member (`alone`: [`restores_alone`]).
+fn raft_config(opts: &NodeOptions, alone: bool) -> io::Result<openraft::Config> {
+    openraft::Config {
+        cluster_name: "fenced".into(),
+        heartbeat_interval: opts.heartbeat_ms,
+        election_timeout_min: opts.election_timeout_min_ms,
+        election_timeout_max: opts.election_timeout_max_ms,
+        enable_pre_vote: Some(true),
+        enable_leader_restore: Some(alone),
+        // Snapshots by count are asked for by `snapshot_count_loop`, scaled to the
+        // state; by weight, by `log_bound_loop`.
+        snapshot_policy: SnapshotPolicy::Never,
+        max_in_snapshot_log_to_keep: opts.snapshot_keep,
+        // Purge in steps of a tenth of the snapshot interval (openraft's default, 256,
+        // would keep a small interval's log forever).
+        purge_batch_size: (opts.snapshot_every / 10).max(1),
+        max_payload_entries: PAYLOAD_ENTRIES_MAX,
+        ..Default::default()
+    }
+    .validate()
+    .map_err(raft_io)
+}
+
+/// Initialises a new cluster when this member is the lowest configured id, not
+/// joining, and the log is new.
+async fn initialize_if_lowest(raft: &Raft, opts: &NodeOptions) -> io::Result<()> {
+    let lowest = opts.members.keys().next().copied();
+    if !raft.is_initialized().await.map_err(raft_io)? && lowest == Some(opts.id) && !opts.join {
+        let members: BTreeMap<NodeId, BasicNode> =
+            opts.members.iter().map(|(id, url)| (*id, BasicNode { addr: url.clone() })).collect();
+        tracing::info!(members = ?opts.members, "initialising a new cluster");
+        raft.initialize(members).await.map_err(raft_io)?;
+    }
+    Ok(())
+}
+
 impl Node {
     /// Opens the log and the state machine in `opts.dir`, starts openraft and this
     /// node's tasks, and initialises a new cluster when this node is its lowest id.
@@ -304,78 +397,12 @@ impl Node {
         applied: Arc<dyn Applied>,
         refusals: Arc<dyn Refusals>,
     ) -> io::Result<Arc<Node>> {
-        let db = Db::open(&opts.dir)?;
-        if opts.force_new_cluster {
-            if db.is_empty()? {
-                return Err(io::Error::other(format!(
-                    "force_new_cluster: {} holds no log to keep (start a new member without it)",
-                    opts.dir.display()
-                )));
-            }
-            let url = opts.members.get(&opts.id).cloned().unwrap_or_default();
-            let index = db.force_single_member(opts.id, url)?;
-            tracing::warn!(index, id = opts.id, "force_new_cluster: this member is now the only voter");
-        }
-        if let Some(base) = &opts.base {
-            if db.is_empty()? && db.base()?.is_none() {
-                StateMachine::write_base(&db, base)?;
-            }
-        }
-        // A base state is not in the log: until a snapshot holds it, a member that
-        // replays the log from the start would miss it.
-        let base_unsnapshotted = db.base()?.is_some() && !db.has_snapshot();
-        let db_closed = db.closed_flag();
-        let log = LogStore::open(db.clone(), opts.log_linger)?;
-        let sm = StateMachine::open(db, opts.limits.clone(), applied)?;
-        // A leader that restarts may take office again in its old term without an
-        // election (openraft's leader restore), but only a member alone may: a follower
-        // can hold entries of that term the leader sent before they were on its own
-        // disk, and a leader that lost them would write other entries under the same
-        // index and term, which the follower takes for the ones it has (found by the
-        // kill nemesis: replicas diverged, tokens were issued twice). The members are
-        // the last membership in the log, else the snapshot's, else the configured ones.
-        let members: BTreeSet<NodeId> = log.last_membership().unwrap_or_else(|| {
-            let st = sm.state();
-            let stored: BTreeSet<NodeId> = st.membership.membership().nodes().map(|(id, _)| *id).collect();
-            if stored.is_empty() {
-                opts.members.keys().copied().collect()
-            } else {
-                stored
-            }
-        });
-        let alone = members.len() <= 1 && members.iter().all(|id| *id == opts.id);
-        // The negative control of the test that found it: restore whatever the members.
-        #[cfg(feature = "fault-injection")]
-        let alone = alone || fault::broken("leader-restore");
-        let config = openraft::Config {
-            cluster_name: "fenced".into(),
-            heartbeat_interval: opts.heartbeat_ms,
-            election_timeout_min: opts.election_timeout_min_ms,
-            election_timeout_max: opts.election_timeout_max_ms,
-            enable_pre_vote: Some(true),
-            enable_leader_restore: Some(alone),
-            // Snapshots by count are asked for by `snapshot_count_loop`, scaled to the
-            // state; by weight, by `log_bound_loop`.
-            snapshot_policy: SnapshotPolicy::Never,
-            max_in_snapshot_log_to_keep: opts.snapshot_keep,
-            // Purge in steps of a tenth of the snapshot interval (openraft's default, 256,
-            // would keep a small interval's log forever).
-            purge_batch_size: (opts.snapshot_every / 10).max(1),
-            max_payload_entries: PAYLOAD_ENTRIES_MAX,
-            ..Default::default()
-        }
-        .validate()
-        .map_err(raft_io)?;
+        let (log, sm, base_unsnapshotted, db_closed) = open_storage(&opts, applied)?;
+        let config = raft_config(&opts, restores_alone(&opts, &log, &sm))?;
         let network = Network::new(opts.peer_token.clone(), opts.peer_routes.clone(), opts.peer_tls.clone());
         let raft =
             Raft::new(opts.id, Arc::new(config), network.clone(), log.clone(), sm.clone()).await.map_err(raft_io)?;
-        let lowest = opts.members.keys().next().copied();
-        if !raft.is_initialized().await.map_err(raft_io)? && lowest == Some(opts.id) && !opts.join {
-            let members: BTreeMap<NodeId, BasicNode> =
-                opts.members.iter().map(|(id, url)| (*id, BasicNode { addr: url.clone() })).collect();
-            tracing::info!(members = ?opts.members, "initialising a new cluster");
-            raft.initialize(members).await.map_err(raft_io)?;
-        }
+        initialize_if_lowest(&raft, &opts).await?;
         let (tx, rx) = mpsc::unbounded_channel();
         let node = Arc::new(Node {
             raft,
@@ -408,18 +435,23 @@ impl Node {
             dir: opts.dir.clone(),
         });
         node.tokens_above_applied();
-        tokio::spawn(node.clone().propose_loop(rx));
-        tokio::spawn(node.clone().count_changes());
-        tokio::spawn(node.clone().leadership_loop());
-        tokio::spawn(node.clone().timer_loop());
-        tokio::spawn(node.clone().log_bound_loop());
-        tokio::spawn(node.clone().snapshot_count_loop());
-        if base_unsnapshotted {
-            tokio::spawn(node.clone().snapshot_base());
-        }
+        node.clone().spawn_tasks(rx, base_unsnapshotted);
         Ok(node)
     }
 
+    /// This member's tasks: the proposer, the counters, leadership, the timer, the
+    /// log's bound and snapshots by count (and the base state's first snapshot).
+    fn spawn_tasks(self: Arc<Self>, rx: mpsc::UnboundedReceiver<(RequestId, Command)>, base_unsnapshotted: bool) {
+        tokio::spawn(self.clone().propose_loop(rx));
+        tokio::spawn(self.clone().count_changes());
+        tokio::spawn(self.clone().leadership_loop());
+        tokio::spawn(self.clone().timer_loop());
+        tokio::spawn(self.clone().log_bound_loop());
+        tokio::spawn(self.clone().snapshot_count_loop());
+        if base_unsnapshotted {
+            tokio::spawn(self.snapshot_base());
+        }
+    }
     /// Puts a migrated base state into a snapshot and purges the log it covers, so that
     /// every member added later starts from the snapshot, never from an empty table.
     async fn snapshot_base(self: Arc<Self>) {
