@@ -1,4 +1,5 @@
-//! A log entry as `raft.redb` keeps it: a versioned, checksummed, binary record,
+//! A log entry as the log keeps it (a segment's entry record, `segment_log`; `raft.redb`
+//! before data directory format 5): a versioned, checksummed, binary record,
 //! written and read by hand rather than derived from the core's types, so that
 //! renaming a field of `Command` cannot change the format on disk, and a record edited
 //! or damaged on disk is refused rather than applied.
@@ -100,7 +101,7 @@ pub fn decode_record(bytes: &[u8]) -> Result<Entry, String> {
 }
 
 fn invalid(index: u64, why: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("raft.redb: log entry {index} is refused: {why}"))
+    io::Error::new(io::ErrorKind::InvalidData, format!("the raft log: log entry {index} is refused: {why}"))
 }
 
 fn decode_v1(bytes: &[u8]) -> Result<Entry, String> {

@@ -440,7 +440,7 @@ pub struct LogStore {
 
 fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> io::Result<T> {
     serde_json::from_slice(bytes)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("raft.redb: the {what} does not decode: {e}")))
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("the raft log: the {what} does not decode: {e}")))
 }
 
 fn encode<T: serde::Serialize>(value: &T) -> io::Result<Vec<u8>> {
@@ -877,10 +877,10 @@ mod tests {
         std::fs::write(&path, bytes).unwrap();
     }
 
-    /// The outside test's attack on a closed `raft.redb`: a same-length edit of a store
-    /// write inside a log entry (`balance=1000` to `9000`) is refused when the log is
-    /// opened, naming the entry; so is an edit inside the snapshot. Before the records
-    /// had checksums, both were served.
+    /// The outside test's attack on a closed log: a same-length edit of a store write
+    /// inside a log entry (`balance=1000` to `9000`) is refused when the log is opened,
+    /// naming the segment and the byte; so is an edit inside the snapshot. Before the
+    /// records had checksums, both were served.
     #[test]
     fn an_edit_of_a_closed_log_or_snapshot_is_refused_at_open() {
         use fenced_core::{Batch, Command, Quotas, RequestId, StoreCommand, Token};

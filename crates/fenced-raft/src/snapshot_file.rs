@@ -1,4 +1,4 @@
-//! The kept snapshot, in a file of its own (`snapshot`) beside `raft.redb`.
+//! The kept snapshot, in a file of its own (`snapshot`) beside the log.
 //!
 //! Until data directory format 4 the snapshot was a value in `raft.redb`. Keeping a
 //! snapshot of hundreds of MiB held redb's one write transaction for seconds, and every
