@@ -439,8 +439,9 @@ pub struct LogStore {
 }
 
 fn decode<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> io::Result<T> {
-    serde_json::from_slice(bytes)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("the raft log: the {what} does not decode: {e}")))
+    serde_json::from_slice(bytes).map_err(|e| {
+        io::Error::new(io::ErrorKind::InvalidData, format!("the raft log: the {what} does not decode: {e}"))
+    })
 }
 
 fn encode<T: serde::Serialize>(value: &T) -> io::Result<Vec<u8>> {

@@ -284,11 +284,18 @@ impl SegmentLog {
         std::fs::rename(self.dir.join(SPARE), &path)?;
         let file = std::fs::OpenOptions::new().read(true).write(true).open(&path)?;
         if size < needed + header {
+            // Grown past its zeros: the new size is made durable before any data.
             file.set_len(needed + header)?;
+            file.sync_all()?;
         }
         sync_dir(&self.dir)?;
         self.size = size.max(needed + header);
         self.file = file;
+        if self.pos == 0 {
+            // The open segment held no record, so it bore the same name: the rename
+            // replaced it, and it is no segment of the log any more.
+            self.segments.pop_back();
+        }
         self.pos = 0;
         self.segments.push_back(Segment { path, first_seq: self.next_seq, max_index: None });
         self.spare = Spare::start(&self.dir, (size * 2).min(MAX_SEGMENT));
@@ -310,14 +317,10 @@ impl SegmentLog {
     /// Deletes the segments a purge up to `upto` no longer needs ([`Self::droppable`]):
     /// the state at the start of the next says what they knew.
     fn drop_segments(&mut self, upto: u64) -> io::Result<()> {
-        let n = self.droppable(upto);
-        let mut dropped = false;
-        for _ in 0..n {
+        // Oldest first, each made durable before the next: a crash never leaves a gap.
+        for _ in 0..self.droppable(upto) {
             let seg = self.segments.pop_front().expect("checked");
             std::fs::remove_file(&seg.path)?;
-            dropped = true;
-        }
-        if dropped {
             sync_dir(&self.dir)?;
         }
         Ok(())

@@ -282,7 +282,7 @@ fn app_state(
         audit,
         body_budget: Arc::new(Semaphore::new(config.body_bytes_in_flight_max)),
         peer_budget: Arc::new(Semaphore::new(api::PEER_BYTES_IN_FLIGHT_MAX)),
-        incoming_snapshot: tokio::sync::Mutex::new(api::recovered_incoming(&config.data_dir)),
+        incoming_snapshot: api::recovered_incoming(&config.data_dir),
         shutdown: stop_rx.clone(),
         openapi: api::doc::document(config),
         disk,

@@ -74,9 +74,18 @@ pub(super) fn read_segment(
     }
     // The write that stopped the replay: the one left open, else one starting there.
     let torn_group = open_group.unwrap_or(*next_seq);
-    let later = (stop + 1..bytes.len())
-        .find_map(|i| record_at(&bytes, i).filter(|r| r.seq >= *next_seq && r.group <= r.seq && r.group != torn_group));
-    if !last || later.is_some() {
+    // A record of another write after the stop is damage in the middle. The torn write
+    // is the one left open, or the one that starts at the stop's sequence.
+    let expected = *next_seq;
+    let later = || {
+        (stop + 1..bytes.len()).find_map(|i| {
+            plausible_at(&bytes, i, expected)
+                .then(|| record_at(&bytes, i))
+                .flatten()
+                .filter(|r| r.group <= r.seq && r.group != torn_group && r.group != expected)
+        })
+    };
+    if !last || later().is_some() {
         return Err(damaged(path, stop as u64, "a record does not check, and records written after it do"));
     }
     if !torn_by_zeros(&bytes, stop) {
@@ -123,7 +132,19 @@ pub(super) fn torn_by_zeros(bytes: &[u8], stop: usize) -> bool {
         }
         sector += SECTOR;
     }
-    whole && bytes[end - 1] == 0 && zero(end, bytes.len())
+    // Cut short: zeros where the trailer should be, and the rest of that sector's share
+    // of the record, or the segment after it, zeros too.
+    let last_sector = ((end - 1) / SECTOR * SECTOR).max(stop);
+    whole && bytes[end - 1] == 0 && (zero(last_sector, end) || zero(end, bytes.len()))
+}
+
+/// Whether the header at `at` could be a record at or after `next_seq` (checked before
+/// its checksum, so the scan after a damaged record costs little per byte).
+fn plausible_at(bytes: &[u8], at: usize, next_seq: u64) -> bool {
+    let Some(head) = bytes.get(at..at + HEADER) else { return false };
+    let len = u32::from_le_bytes(head[0..4].try_into().expect("4 bytes")) as usize;
+    let seq = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
+    len >= 2 && at + HEADER + len <= bytes.len() && seq >= next_seq && seq - next_seq < 1 << 32
 }
 
 pub(super) fn zero_from(path: &Path, from: u64, to: u64) -> io::Result<()> {

@@ -2,6 +2,7 @@
 //! injector (a crash's cut or garbage at every kind of offset of the last write is cut
 //! back to whole records; damage before it is an error, never skipped).
 
+use super::record;
 use super::recover::{zero_from, SECTOR};
 use super::*;
 
@@ -248,5 +249,58 @@ fn a_missing_segment_is_an_error() {
     std::fs::remove_file(&paths[0]).unwrap();
     let err = SegmentLog::open(&dir).err().expect("a log without its front was read");
     assert!(err.to_string().contains("a segment is missing") || err.to_string().contains("does not start"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A write larger than the open segment while that segment holds no record (a new log,
+/// as the move out of `raft.redb` writes it, or a roll left empty by a crash): the
+/// rename replaces the empty segment, and a purge in the same write must not delete the
+/// file just written (found by review: the whole log was lost).
+#[test]
+fn a_first_write_larger_than_its_segment_survives_a_purge() {
+    let dir = temp("bigfirst");
+    let (mut log, _) = SegmentLog::open(&dir).unwrap();
+    let rows: Vec<(u64, Vec<u8>)> = (11..=400).map(|i| (i, entry_bytes(i, 8 << 10))).collect();
+    let mut changes = vec![Change::Purge { upto: 10, mark: b"purged 10" }, Change::Vote(b"vote")];
+    changes.extend(rows.iter().map(|(index, bytes)| Change::Entry { index: *index, bytes }));
+    changes.push(Change::Commit(b"commit 400"));
+    log.write(&changes).unwrap();
+    assert_eq!(log.segments.len(), 1, "the empty segment was replaced, not kept beside");
+    log.write(&[Change::Purge { upto: 20, mark: b"purged 20" }]).unwrap();
+    drop(log);
+    let (_, rec) = SegmentLog::open(&dir).unwrap();
+    assert_eq!(rec.entries.len(), 380);
+    assert_eq!(rec.state.vote.as_deref(), Some(&b"vote"[..]));
+    assert_eq!(rec.state.purged, Some((20, b"purged 20".to_vec())));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A torn write whose first records were kept (a prefix with no end of write), then
+/// another write torn by a second crash: the second is a torn tail too, not damage
+/// (found by review: the second open refused).
+#[test]
+fn a_second_torn_write_after_a_kept_prefix_is_cut_too() {
+    let dir = temp("twice");
+    let (mut log, _) = SegmentLog::open(&dir).unwrap();
+    append(&mut log, 1, 3, 100);
+    let start = log.pos;
+    append(&mut log, 4, 3, 2000);
+    let path = log.segments.back().unwrap().path.clone();
+    drop(log);
+    // The second write loses everything after its first record.
+    let first_end = start as usize + record::HEADER + 2 + 8 + 2000;
+    let len = std::fs::metadata(&path).unwrap().len();
+    zero_from(&path, first_end as u64 + 10, len).unwrap();
+    let (mut log, rec) = SegmentLog::open(&dir).unwrap();
+    assert_eq!(rec.entries.len(), 4, "the torn write's first whole record is kept");
+    let start = log.pos;
+    append(&mut log, 5, 4, 1500);
+    drop(log);
+    // The next write's first sector is lost, a later one landed.
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let first_sector_end = (start as usize / SECTOR + 1) * SECTOR;
+    file.write_all_at(&vec![0u8; first_sector_end - start as usize], start).unwrap();
+    let (_, rec) = SegmentLog::open(&dir).unwrap_or_else(|e| panic!("a crash's tear was refused: {e}"));
+    assert_eq!(rec.entries.len(), 4);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -177,23 +177,38 @@ async fn snapshot(State(app): State<App>, headers: HeaderMap, body: Body) -> Res
         read(&app, &headers, body).await?
     };
     let file = framed.then(|| incoming::incoming_path(&app));
-    let installed = async {
-        let checked = match app.locks.node.check_snapshot(data, file).await {
-            Ok(checked) => checked,
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                return Err(ApiError::bad_request("invalid_snapshot", e.to_string()))
-            }
-            Err(e) => return Err(ApiError::internal(e)),
-        };
-        let snapshot = fenced_raft::Snapshot { meta, snapshot: checked };
-        let r = app.locks.node.raft.install_full_snapshot(vote, snapshot).await;
-        Ok(answer(&r.map_err(openraft_fatal)))
-    }
-    .await;
-    if framed {
-        incoming::done(&app).await;
-    }
-    installed
+    // The install runs to its end in a task of its own, holding the receiver, even if
+    // this call is dropped (the leader's time-out): no next message may replace the file
+    // the install renames, and the file is removed only once the install is over.
+    let task = tokio::spawn(async move {
+        let installed = install(&app, vote, meta, data, file).await;
+        if framed {
+            incoming::done(&app).await;
+        }
+        drop(held);
+        installed
+    });
+    task.await.map_err(ApiError::internal)?
+}
+
+/// Checks a received snapshot and hands it to openraft to install.
+async fn install(
+    app: &App,
+    vote: fenced_raft::Vote,
+    meta: fenced_raft::SnapshotMeta,
+    data: Vec<u8>,
+    file: Option<std::path::PathBuf>,
+) -> Result<Response, ApiError> {
+    let checked = match app.locks.node.check_snapshot(data, file).await {
+        Ok(checked) => checked,
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            return Err(ApiError::bad_request("invalid_snapshot", e.to_string()))
+        }
+        Err(e) => return Err(ApiError::internal(e)),
+    };
+    let snapshot = fenced_raft::Snapshot { meta, snapshot: checked };
+    let r = app.locks.node.raft.install_full_snapshot(vote, snapshot).await;
+    Ok(answer(&r.map_err(openraft_fatal)))
 }
 
 /// How much of a snapshot's bytes this member holds from a cut transfer, by their name

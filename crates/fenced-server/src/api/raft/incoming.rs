@@ -48,8 +48,9 @@ pub struct Partial {
     pub len: u64,
 }
 
-/// The receiver's state, held while a snapshot is received (`AppInner::incoming_snapshot`).
-pub type Incoming = tokio::sync::Mutex<Option<Partial>>;
+/// The receiver's state, held while a snapshot is received and installed
+/// (`AppInner::incoming_snapshot`).
+pub type Incoming = std::sync::Arc<tokio::sync::Mutex<Option<Partial>>>;
 
 /// How a message says where its bytes begin.
 #[derive(Debug, PartialEq, Eq)]
@@ -81,7 +82,11 @@ impl Resume {
 /// What a data directory holds of a transfer cut by a restart: the name beside
 /// `snapshot.incoming` and the bytes after its head. A file without a name that reads
 /// (or a name without a file) is removed.
-pub fn recovered(dir: &Path) -> Option<Partial> {
+pub fn recovered(dir: &Path) -> Incoming {
+    std::sync::Arc::new(tokio::sync::Mutex::new(recovered_partial(dir)))
+}
+
+fn recovered_partial(dir: &Path) -> Option<Partial> {
     let (path, named) = (dir.join(fenced_raft::snapshot_file::INCOMING), id_path(dir));
     let id = std::fs::read_to_string(&named).ok().filter(|id| !id.is_empty());
     match (id, fenced_raft::snapshot_file::incoming_held(&path)) {
@@ -110,19 +115,20 @@ fn busy() -> ApiError {
         .with(fenced_wire::Detail::RetryAfterMs(1000))
 }
 
-/// The receiver, held from the first byte of a message to the install of what it
-/// brought ([`receive`]).
-pub type Held<'a> = tokio::sync::MutexGuard<'a, Option<Partial>>;
+/// The receiver, held from the first byte of a message to the end of the install of
+/// what it brought ([`receive`]), owned so that the install's task keeps it when the
+/// call that brought the message is dropped.
+pub type Held = tokio::sync::OwnedMutexGuard<Option<Partial>>;
 
 /// Takes the receiver, or `too_busy` while another message is received or installed.
-pub fn take(incoming: &Incoming) -> Result<Held<'_>, ApiError> {
-    incoming.try_lock().map_err(|_| busy())
+pub fn take(incoming: &Incoming) -> Result<Held, ApiError> {
+    incoming.clone().try_lock_owned().map_err(|_| busy())
 }
 
 /// Receives a framed snapshot message ([`fenced_raft::framing`]) into the data
 /// directory, then reads its bytes back; the file, whole in the kept layout, stays at
 /// [`incoming_path`] to be installed (or removed: [`done`]).
-pub async fn receive(app: &App, held: &mut Held<'_>, headers: &HeaderMap, body: Body) -> Result<Received, ApiError> {
+pub async fn receive(app: &App, held: &mut Held, headers: &HeaderMap, body: Body) -> Result<Received, ApiError> {
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > SNAPSHOT_MESSAGE_BYTES_MAX) {

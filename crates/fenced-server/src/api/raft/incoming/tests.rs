@@ -90,7 +90,7 @@ async fn a_transfer_cut_by_a_restart_resumes_too() {
     assert!(r.is_err());
     assert_eq!(kept.as_ref().map(|p| p.len), Some(120_000));
     // The process goes; the files stay.
-    let found = recovered(&dir.0).expect("a cut transfer is found at start");
+    let found = recovered_partial(&dir.0).expect("a cut transfer is found at start");
     assert_eq!(found, kept.unwrap());
     let mut held = Some(found);
     let rest = &data()[120_000..];
@@ -99,7 +99,7 @@ async fn a_transfer_cut_by_a_restart_resumes_too() {
     assert_eq!(r.unwrap().2, data());
     // A file without its name (an unnamed transfer, cut) is not resumed, and goes.
     std::fs::write(dir.path(), b"left over").unwrap();
-    assert_eq!(recovered(&dir.0), None);
+    assert_eq!(recovered_partial(&dir.0), None);
     assert!(!dir.path().exists());
 }
 
@@ -116,7 +116,7 @@ async fn a_cut_named_transfer_resumes_where_it_stopped() {
     assert_eq!(r.unwrap_err().code, "invalid_body");
     let kept = kept.expect("a cut named transfer is kept");
     assert_eq!(kept, Partial { id: named(0).id.unwrap(), len: 200_000 });
-    let incoming: Incoming = tokio::sync::Mutex::new(Some(kept.clone()));
+    let incoming: Incoming = std::sync::Arc::new(tokio::sync::Mutex::new(Some(kept.clone())));
     assert_eq!(offset(&incoming, &kept.id).unwrap(), 200_000);
     assert_eq!(offset(&incoming, "another snapshot").unwrap(), 0, "held bytes are offered only under their name");
 
