@@ -50,6 +50,14 @@ pub fn broken(what: &str) -> bool {
     std::env::var("FENCED_BREAK").is_ok_and(|v| v.split(',').any(|p| p.trim() == what))
 }
 
+/// Whether a member receiving a snapshot, `received` bytes of its message in, dies
+/// now: with `FENCED_FAULT_SNAPSHOT_DIE_AT` set, once that many arrived (the caller
+/// aborts, as kill -9 would stop it).
+pub fn dies_receiving(received: u64) -> bool {
+    let at = std::env::var("FENCED_FAULT_SNAPSHOT_DIE_AT").ok().and_then(|v| v.parse::<u64>().ok());
+    at.is_some_and(|at| received >= at)
+}
+
 /// The bytes of a snapshot to send from `offset`: with `FENCED_FAULT_SNAPSHOT_CUT_AT`
 /// set, the first sent from its start fails after that many bytes.
 pub fn cut_snapshot(reader: Box<dyn std::io::Read + Send + Sync>, offset: u64) -> Box<dyn std::io::Read + Send + Sync> {

@@ -412,19 +412,17 @@ fn a_follower_that_missed_more_than_the_log_keeps_catches_up_from_a_snapshot() {
     assert!(g["token"].as_u64().unwrap() > last);
 }
 
-/// A snapshot transfer cut midway (`FENCED_FAULT_SNAPSHOT_CUT_AT`: the leader's first
-/// transfer fails after 1 MiB, as a link cut would) resumes where it stopped: the
-/// follower keeps what arrived, says how much when the leader asks, and takes the rest.
-/// It catches up with every value, and its counters show one resumed transfer.
-#[test]
-fn a_snapshot_transfer_cut_midway_resumes_where_it_stopped() {
-    let mut c = Cluster::unstarted("resume", 3, None);
-    c.env.push(("FENCED_FAULT_SNAPSHOT_CUT_AT", (1u64 << 20).to_string()));
+/// A three-member cluster (`env` for every member) whose follower `f` was down while
+/// about 3 MiB of store values were written and the leader `l` snapshotted and purged
+/// its log: `f`, started again, can only catch up from a snapshot of several 1 MiB
+/// chunks. Returns the cluster, `l`, `f` and the value written.
+fn behind_a_snapshot(name: &str, env: (&'static str, String)) -> (Cluster, usize, usize, String) {
+    let mut c = Cluster::unstarted(name, 3, None);
+    c.env.push(env);
     c.start_all();
     let l = c.leader(20);
     let f = (l + 1) % 3;
     c.kill9(f);
-    // About 3 MiB of store values: a snapshot of several 1 MiB chunks.
     let (st, g) = c.any("POST", "/v1/locks/writer/acquire", "{\"ttl_ms\":60000}");
     assert_eq!(st, 200, "{g}");
     let token = g["token"].as_u64().unwrap().to_string();
@@ -442,24 +440,69 @@ fn a_snapshot_transfer_cut_midway_resumes_where_it_stopped() {
             s["snapshot_index"].as_u64().unwrap_or(0) >= written && s["purged_index"].as_u64().unwrap_or(0) > 0
         })
     });
-    c.spawn(f);
-    let target = c.status(l).unwrap()["commit_index"].as_u64().unwrap();
-    until(60, || c.status(f).is_some_and(|s| s["last_applied_index"].as_u64() >= Some(target)));
-    let counter = |name: &str| -> u64 {
-        let (_, v) = call(c.members[f].addr, "GET", "/metrics", "", &[]).unwrap();
+    (c, l, f, value)
+}
+
+impl Cluster {
+    /// Member `i`'s counter `name` from its `/metrics`.
+    fn counter(&self, i: usize, name: &str) -> u64 {
+        let (_, v) = call(self.members[i].addr, "GET", "/metrics", "", &[]).unwrap();
         let line = format!("{name} ");
         v.as_str().unwrap().lines().find_map(|l| l.strip_prefix(line.as_str())).unwrap().parse().unwrap()
-    };
-    let (resumed, received) =
-        (counter("fenced_raft_snapshot_transfers_resumed_total"), counter("fenced_raft_snapshot_received_bytes_total"));
+    }
+
+    /// Waits until member `f` applied what the leader `l` committed, then checks that
+    /// the replicas agree and that `f` serves the last value [`behind_a_snapshot`] wrote.
+    fn caught_up(&self, l: usize, f: usize, value: &str) {
+        let target = self.status(l).unwrap()["commit_index"].as_u64().unwrap();
+        until(60, || self.status(f).is_some_and(|s| s["last_applied_index"].as_u64() >= Some(target)));
+        self.replicas_agree();
+        let (st, v) = self.any("GET", "/v1/store/big199", "");
+        assert_eq!((st, v.as_str().map(str::len)), (200, Some(value.len())), "{v}");
+    }
+}
+
+/// A snapshot transfer cut midway (`FENCED_FAULT_SNAPSHOT_CUT_AT`: the leader's first
+/// transfer fails after 1 MiB, as a link cut would) resumes where it stopped: the
+/// follower keeps what arrived, says how much when the leader asks, and takes the rest.
+/// It catches up with every value, and its counters show one resumed transfer.
+#[test]
+fn a_snapshot_transfer_cut_midway_resumes_where_it_stopped() {
+    let (mut c, l, f, value) = behind_a_snapshot("resume", ("FENCED_FAULT_SNAPSHOT_CUT_AT", (1u64 << 20).to_string()));
+    c.spawn(f);
+    c.caught_up(l, f, &value);
+    let resumed = c.counter(f, "fenced_raft_snapshot_transfers_resumed_total");
+    let received = c.counter(f, "fenced_raft_snapshot_received_bytes_total");
     assert!(resumed >= 1, "no transfer was resumed ({received} bytes received)");
     let kept = std::fs::metadata(c.members[f].dir.join("snapshot")).unwrap().len();
     // The kept file is the snapshot's bytes and a small head: a transfer begun again
     // from its start would have received 1 MiB more than the bytes.
     assert!(received <= kept, "bytes crossed twice: {received} received for a snapshot file of {kept}");
-    c.replicas_agree();
-    let (st, v) = c.any("GET", "/v1/store/big199", "");
-    assert_eq!((st, v.as_str().map(str::len)), (200, Some(value.len())), "{v}");
+}
+
+/// A follower killed while it receives a snapshot (`FENCED_FAULT_SNAPSHOT_DIE_AT`: it
+/// aborts, as kill -9 would, once 2 MiB arrived) keeps what arrived across its restart:
+/// started again, it tells the leader how much it holds and takes only the rest.
+#[test]
+fn a_follower_killed_mid_transfer_resumes_it_after_its_restart() {
+    let (mut c, l, f, value) = behind_a_snapshot("die-mid", ("FENCED_FAULT_SNAPSHOT_DIE_AT", (2u64 << 20).to_string()));
+    c.spawn(f);
+    let died = c.members[f].child.as_mut().map(|child| crate::support::wait_exit(child, Duration::from_secs(60)));
+    assert!(died.is_some_and(|s| !s.success()), "the follower did not die mid-transfer: {died:?}");
+    c.members[f].child = None;
+    let incoming = c.members[f].dir.join("snapshot.incoming");
+    let held = std::fs::metadata(&incoming).map(|m| m.len()).unwrap_or(0);
+    assert!(held >= 2 << 20, "the follower kept {held} bytes of the transfer it died in");
+    c.env.clear();
+    c.spawn(f);
+    c.caught_up(l, f, &value);
+    let resumed = c.counter(f, "fenced_raft_snapshot_transfers_resumed_total");
+    let received = c.counter(f, "fenced_raft_snapshot_received_bytes_total");
+    assert!(resumed >= 1, "no transfer was resumed ({received} bytes received after the restart)");
+    let kept = std::fs::metadata(c.members[f].dir.join("snapshot")).unwrap().len();
+    // Begun again from its start, the transfer would have brought the whole file again.
+    assert!(received + (2 << 20) <= kept, "bytes crossed twice: {received} received after the restart, of {kept}");
+    assert!(!incoming.exists(), "the received file stayed behind after its install");
 }
 
 #[test]

@@ -335,6 +335,12 @@ async fn write_rest(
             return Err(Stage::Refused(ApiError::too_large("snapshot", SNAPSHOT_MESSAGE_BYTES_MAX as usize)));
         }
         file.write_all(&bytes).await.map_err(Stage::Local)?;
+        #[cfg(feature = "fault-injection")]
+        if fenced_raft::fault::dies_receiving(written) {
+            // What arrived reaches the file first, as it would before a kill -9.
+            let _ = file.flush().await;
+            std::process::abort();
+        }
         if written - flushed >= FLUSH_EVERY {
             file.flush().await.map_err(Stage::Local)?;
             file.sync_data().await.map_err(Stage::Local)?;
