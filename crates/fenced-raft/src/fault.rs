@@ -50,12 +50,29 @@ pub fn broken(what: &str) -> bool {
     std::env::var("FENCED_BREAK").is_ok_and(|v| v.split(',').any(|p| p.trim() == what))
 }
 
-/// Whether a member receiving a snapshot, `received` bytes of its message in, dies
-/// now: with `FENCED_FAULT_SNAPSHOT_DIE_AT` set, once that many arrived (the caller
-/// aborts, as kill -9 would stop it).
-pub fn dies_receiving(received: u64) -> bool {
-    let at = std::env::var("FENCED_FAULT_SNAPSHOT_DIE_AT").ok().and_then(|v| v.parse::<u64>().ok());
-    at.is_some_and(|at| received >= at)
+/// What befalls a member receiving a snapshot, `received` bytes of its message in
+/// ([`receiving`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Receiving {
+    /// It dies (the caller aborts, as kill -9 would stop it):
+    /// `FENCED_FAULT_SNAPSHOT_DIE_AT`, once that many bytes arrived.
+    Dies,
+    /// It freezes (the caller stops its own process, as SIGSTOP would, until a
+    /// SIGCONT): `FENCED_FAULT_SNAPSHOT_STOP_AT`, once that many arrived, once a process.
+    Freezes,
+}
+
+/// [`Receiving`], if anything, at `received` bytes.
+pub fn receiving(received: u64) -> Option<Receiving> {
+    static FROZEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let at = |var: &str| std::env::var(var).ok().and_then(|v| v.parse::<u64>().ok()).filter(|at| received >= *at);
+    if at("FENCED_FAULT_SNAPSHOT_DIE_AT").is_some() {
+        return Some(Receiving::Dies);
+    }
+    if at("FENCED_FAULT_SNAPSHOT_STOP_AT").is_some() && !FROZEN.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return Some(Receiving::Freezes);
+    }
+    None
 }
 
 /// The bytes of a snapshot to send from `offset`: with `FENCED_FAULT_SNAPSHOT_CUT_AT`

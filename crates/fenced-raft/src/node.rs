@@ -737,13 +737,22 @@ impl Node {
         NotLeader { leader, leader_url }
     }
 
+    /// This member's vote now (what a snapshot's answer carries).
+    pub fn vote(&self) -> crate::Vote {
+        self.raft.metrics().borrow_watched().vote
+    }
+
     /// Queues a command for the log. Its answer comes out of the state machine.
     /// Refused at once with `not_leader` off the leader, and with `too_busy` when the
     /// proposals waiting for the log are at their bound (nothing was done: the caller
     /// may retry).
     pub fn propose(&self, request: RequestId, cmd: Command) -> Result<(), Error> {
         #[cfg(feature = "fault-injection")]
-        if fault::broken("grant-deposed") && !self.is_leading() && !self.stopped.load(Ordering::Acquire) {
+        if request != NO_REQUEST
+            && fault::broken("grant-deposed")
+            && !self.is_leading()
+            && !self.stopped.load(Ordering::Acquire)
+        {
             fault::answer_locally(&self.sm, request, cmd);
             return Ok(());
         }

@@ -92,11 +92,11 @@ pub async fn run_with_wire(
     let hand_over_within = Duration::from_millis(opts.election_timeout_max_ms.max(500) * 2);
     let metrics = Arc::new(Metrics::default());
     let audit = open_audit(&config, &metrics)?;
-    let (router, gone) = locks::Router::new(metrics.clone(), config.events_retained);
+    let router = locks::Router::new(metrics.clone(), config.events_retained);
     let node = start_node(opts, &config, router.clone()).await?;
     let fatal = Arc::new(tokio::sync::Notify::new());
     tokio::spawn(watch_fatal(node.clone(), fatal.clone()));
-    let locks = Locks::new(node.clone(), router, gone);
+    let locks = Locks::new(node.clone(), router);
     if let Some(old) = old {
         import_old(&locks, old).await?;
     }

@@ -12,14 +12,14 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 
 use fenced_core::{
     Answer, Command, Effect, Error, Grant, LeaseInfo, LockTable, Op, Output, ReleaseReason, RequestId, StoreAnswer,
     StoreOutcome, Token, WaitEnd,
 };
 use fenced_raft::{Applied, Node, NodeId, Refusals};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use crate::events::{Event, EventLog, Indexed};
 use crate::metrics::{inc, Metrics};
@@ -126,15 +126,26 @@ pub struct Router {
     /// The recent events, numbered, for every watcher on this member.
     pub events: Arc<EventLog>,
     pub metrics: Arc<Metrics>,
-    /// Requests whose caller left after they were granted: withdrawn by a `Cancel`.
-    gone: mpsc::UnboundedSender<RequestId>,
+    /// Where a request whose caller left after it was granted (or queued) is withdrawn:
+    /// its `Cancel` is proposed at once, with no queue of its own between (set by
+    /// [`Locks::new`]; before, no caller waits here).
+    node: OnceLock<Weak<Node>>,
 }
 
 impl Router {
-    pub fn new(metrics: Arc<Metrics>, events_retained: usize) -> (Arc<Router>, mpsc::UnboundedReceiver<RequestId>) {
+    pub fn new(metrics: Arc<Metrics>, events_retained: usize) -> Arc<Router> {
         let events = Arc::new(EventLog::new(events_retained));
-        let (gone, gone_rx) = mpsc::unbounded_channel();
-        (Arc::new(Router { pending: Mutex::new(HashMap::new()), events, metrics, gone }), gone_rx)
+        Arc::new(Router { pending: Mutex::new(HashMap::new()), events, metrics, node: OnceLock::new() })
+    }
+
+    /// Withdraws `request`, whose caller left: proposes its `Cancel` (an internal
+    /// command, never refused for room: it follows a request already admitted, so the
+    /// waiting proposals stay bounded by what was admitted). Off the leader the
+    /// proposal is refused, and the new leader's `Promote` clears what nobody waits for.
+    fn withdraw(&self, request: RequestId) {
+        if let Some(node) = self.node.get().and_then(Weak::upgrade) {
+            let _ = node.propose(fenced_raft::state_machine::NO_REQUEST, Command::Cancel { request });
+        }
     }
 
     fn pending(&self) -> MutexGuard<'_, HashMap<RequestId, Slot>> {
@@ -149,7 +160,7 @@ impl Router {
             Slot::Later(tx) => tx.send(answer).is_ok(),
         };
         if !taken && granted {
-            let _ = self.gone.send(request);
+            self.withdraw(request);
         }
     }
 
@@ -257,7 +268,7 @@ impl Applied for Router {
                 if tx.send(Step::Queued(rx)).is_err() {
                     // The caller left before it heard: withdraw the request.
                     self.pending().remove(&id);
-                    let _ = self.gone.send(id);
+                    self.withdraw(id);
                 }
             }
         }
@@ -290,8 +301,8 @@ pub struct Locks {
 }
 
 impl Locks {
-    /// `gone` is the router's: requests to withdraw (a task proposes their `Cancel`).
-    pub fn new(node: Arc<Node>, router: Arc<Router>, mut gone: mpsc::UnboundedReceiver<RequestId>) -> Arc<Locks> {
+    /// The driver of `node`, whose applied output goes to `router`.
+    pub fn new(node: Arc<Node>, router: Arc<Router>) -> Arc<Locks> {
         let mut draw = [0u8; 2];
         // Without OS randomness the clock's nanoseconds still tell two starts apart.
         if getrandom::fill(&mut draw).is_err() {
@@ -301,23 +312,8 @@ impl Locks {
         let incarnation = u16::from_le_bytes(draw) as u64;
         // Never 0: that is the log's "nobody waits" id (node ids start at 1).
         let id_prefix = ((node.id() & 0xffff).max(1) << 48) | (incarnation << 32);
-        let locks =
-            Arc::new(Locks { node, events: router.events.clone(), router, id_prefix, next_request: AtomicU64::new(1) });
-        let node = locks.node.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    r = gone.recv() => match r {
-                        Some(request) => {
-                            let _ = node.propose(fenced_raft::state_machine::NO_REQUEST, Command::Cancel { request });
-                        }
-                        None => return,
-                    },
-                    _ = node.stopping() => return,
-                }
-            }
-        });
-        locks
+        let _ = router.node.set(Arc::downgrade(&node));
+        Arc::new(Locks { node, events: router.events.clone(), router, id_prefix, next_request: AtomicU64::new(1) })
     }
 
     fn next_id(&self) -> RequestId {

@@ -171,6 +171,15 @@ async fn snapshot(State(app): State<App>, headers: HeaderMap, body: Body) -> Res
     // that the install renames over the kept snapshot.
     let mut held = incoming::take(&app.incoming_snapshot)?;
     let framed = is_framed(&headers);
+    if framed && incoming::installed_already(&held, &headers)? {
+        // Taken whole and installed after the leader gave up on the message: the
+        // leader learns it is in place (and this member's vote), and sends no byte.
+        let vote = app.locks.node.vote();
+        let r = Ok::<_, fenced_raft::openraft::errors::RaftError<fenced_raft::TypeConfig>>(
+            fenced_raft::openraft::raft::SnapshotResponse::<fenced_raft::TypeConfig> { vote },
+        );
+        return Ok(answer(&r));
+    }
     let (vote, meta, data): incoming::Received = if framed {
         incoming::receive(&app, &mut held, &headers, body).await?
     } else {
@@ -180,25 +189,30 @@ async fn snapshot(State(app): State<App>, headers: HeaderMap, body: Body) -> Res
     // The install runs to its end in a task of its own, holding the receiver, even if
     // this call is dropped (the leader's time-out): no next message may replace the file
     // the install renames, and the file is removed only once the install is over.
+    let len = data.len() as u64;
     let task = tokio::spawn(async move {
-        let installed = install(&app, vote, meta, data, file).await;
+        let (answered, installed) = install(&app, vote, meta, data, file).await?;
         if framed {
             incoming::done(&app).await;
+            if installed {
+                incoming::installed(&mut held, &headers, len);
+            }
         }
         drop(held);
-        installed
+        Ok(answered)
     });
     task.await.map_err(ApiError::internal)?
 }
 
-/// Checks a received snapshot and hands it to openraft to install.
+/// Checks a received snapshot and hands it to openraft to install: the answer, and
+/// whether it was installed.
 async fn install(
     app: &App,
     vote: fenced_raft::Vote,
     meta: fenced_raft::SnapshotMeta,
     data: Vec<u8>,
     file: Option<std::path::PathBuf>,
-) -> Result<Response, ApiError> {
+) -> Result<(Response, bool), ApiError> {
     let checked = match app.locks.node.check_snapshot(data, file).await {
         Ok(checked) => checked,
         Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
@@ -208,7 +222,8 @@ async fn install(
     };
     let snapshot = fenced_raft::Snapshot { meta, snapshot: checked };
     let r = app.locks.node.raft.install_full_snapshot(vote, snapshot).await;
-    Ok(answer(&r.map_err(openraft_fatal)))
+    let installed = r.is_ok();
+    Ok((answer(&r.map_err(openraft_fatal)), installed))
 }
 
 /// How much of a snapshot's bytes this member holds from a cut transfer, by their name

@@ -505,6 +505,37 @@ fn a_follower_killed_mid_transfer_resumes_it_after_its_restart() {
     assert!(!incoming.exists(), "the received file stayed behind after its install");
 }
 
+/// A follower frozen while it receives a snapshot (`FENCED_FAULT_SNAPSHOT_STOP_AT`: it
+/// stops itself, as SIGSTOP would, once 1 MiB arrived) for longer than an election
+/// timeout: the leader keeps its term throughout (the frozen member, woken, asks a
+/// pre-vote, not a vote), and the follower finishes the transfer without taking any
+/// byte twice and catches up. (The rest of this small snapshot waits in the frozen
+/// member's socket: woken, it takes the message whole after the leader gave up on it,
+/// and the leader's next message, resuming at the end, brings no byte.)
+#[test]
+fn a_follower_frozen_mid_transfer_finishes_it_and_deposes_nobody() {
+    let (mut c, l, f, value) =
+        behind_a_snapshot("freeze-mid", ("FENCED_FAULT_SNAPSHOT_STOP_AT", (1u64 << 20).to_string()));
+    let term = c.status(l).unwrap()["term"].as_u64().unwrap();
+    c.spawn(f);
+    let pid = c.members[f].child.as_ref().unwrap().id();
+    let state = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| s.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()))
+    };
+    until(60, || state() == Some('T'));
+    // Several election timeouts, and the leader's snapshot send times out.
+    std::thread::sleep(Duration::from_secs(6));
+    c.signal(f, "-CONT");
+    c.caught_up(l, f, &value);
+    let s = c.status(l).unwrap();
+    assert_eq!((s["leader_id"].as_u64(), s["term"].as_u64()), (Some(c.members[l].id), Some(term)), "{s}");
+    let received = c.counter(f, "fenced_raft_snapshot_received_bytes_total");
+    let kept = std::fs::metadata(c.members[f].dir.join("snapshot")).unwrap().len();
+    assert!(received <= kept, "bytes crossed twice: {received} received for a snapshot file of {kept}");
+}
+
 #[test]
 fn a_leader_frozen_past_every_ttl_grants_nothing_when_it_wakes() {
     let c = Cluster::start("sigstop", 3);

@@ -41,11 +41,15 @@ const HEAD_BYTES_MAX: usize = 1 << 20;
 pub type Received = (fenced_raft::Vote, fenced_raft::SnapshotMeta, Vec<u8>);
 
 /// What `snapshot.incoming` holds of a cut transfer: the name of the bytes and how
-/// many of them, from their start.
+/// many of them, from their start; or (`installed`) the name and length of the last
+/// snapshot received whole and installed by this process, so that a leader that gave up
+/// on a message this member went on to take whole (a member frozen mid-transfer, its
+/// socket holding the rest) is not sent the same bytes again ([`installed_already`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Partial {
     pub id: String,
     pub len: u64,
+    pub installed: bool,
 }
 
 /// The receiver's state, held while a snapshot is received and installed
@@ -90,7 +94,7 @@ fn recovered_partial(dir: &Path) -> Option<Partial> {
     let (path, named) = (dir.join(fenced_raft::snapshot_file::INCOMING), id_path(dir));
     let id = std::fs::read_to_string(&named).ok().filter(|id| !id.is_empty());
     match (id, fenced_raft::snapshot_file::incoming_held(&path)) {
-        (Some(id), Some(len)) => Some(Partial { id, len }),
+        (Some(id), Some(len)) => Some(Partial { id, len, installed: false }),
         _ => {
             let _ = std::fs::remove_file(&path);
             let _ = std::fs::remove_file(&named);
@@ -108,6 +112,21 @@ fn id_path(dir: &Path) -> std::path::PathBuf {
 pub fn offset(incoming: &Incoming, id: &str) -> Result<u64, ApiError> {
     let Ok(held) = incoming.try_lock() else { return Err(busy()) };
     Ok(held.as_ref().filter(|p| p.id == id).map_or(0, |p| p.len))
+}
+
+/// Whether the message of `headers` resumes, at its end, the snapshot this process
+/// installed last: it brings no byte, and the snapshot is in place already.
+pub fn installed_already(held: &Held, headers: &HeaderMap) -> Result<bool, ApiError> {
+    let resume = Resume::of(headers)?;
+    Ok(held.as_ref().is_some_and(|p| p.installed && Some(&p.id) == resume.id.as_ref() && p.len == resume.offset))
+}
+
+/// After the install of a named message's `len` bytes: remembered, for
+/// [`installed_already`] (in memory only: after a restart the leader sends them again).
+pub fn installed(held: &mut Held, headers: &HeaderMap, len: u64) {
+    if let Ok(Resume { id: Some(id), .. }) = Resume::of(headers) {
+        **held = Some(Partial { id, len, installed: true });
+    }
 }
 
 fn busy() -> ApiError {
@@ -184,7 +203,7 @@ async fn receive_into(
             None
         }
         n => match held.take() {
-            Some(p) if Some(&p.id) == resume.id.as_ref() && p.len == n => Some(p.len),
+            Some(p) if !p.installed && Some(&p.id) == resume.id.as_ref() && p.len == n => Some(p.len),
             other => {
                 let holds = other.filter(|p| Some(&p.id) == resume.id.as_ref()).map_or(0, |p| p.len);
                 let why = format!("a snapshot resumed at byte {n}, where this member holds {holds} of those bytes");
@@ -225,7 +244,7 @@ async fn receive_into(
         }
         Err(Stage::Cut(e)) if resume.id.is_some() => {
             let len = fenced_raft::snapshot_file::incoming_held(path).unwrap_or(0);
-            (Err(e), resume.id.map(|id| Partial { id, len }))
+            (Err(e), resume.id.map(|id| Partial { id, len, installed: false }))
         }
         Err(Stage::Cut(e) | Stage::Refused(e)) => {
             drop_all().await;
@@ -336,10 +355,16 @@ async fn write_rest(
         }
         file.write_all(&bytes).await.map_err(Stage::Local)?;
         #[cfg(feature = "fault-injection")]
-        if fenced_raft::fault::dies_receiving(written) {
+        if let Some(fault) = fenced_raft::fault::receiving(written) {
             // What arrived reaches the file first, as it would before a kill -9.
             let _ = file.flush().await;
-            std::process::abort();
+            match fault {
+                fenced_raft::fault::Receiving::Dies => std::process::abort(),
+                fenced_raft::fault::Receiving::Freezes => {
+                    // SAFETY: raise only sends this process a signal.
+                    let _ = unsafe { libc::raise(libc::SIGSTOP) };
+                }
+            }
         }
         if written - flushed >= FLUSH_EVERY {
             file.flush().await.map_err(Stage::Local)?;

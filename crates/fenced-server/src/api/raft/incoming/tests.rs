@@ -115,7 +115,7 @@ async fn a_cut_named_transfer_resumes_where_it_stopped() {
     let (r, kept) = receive_into(&dir.path(), &mut held, named(0), first, IDLE, &received).await;
     assert_eq!(r.unwrap_err().code, "invalid_body");
     let kept = kept.expect("a cut named transfer is kept");
-    assert_eq!(kept, Partial { id: named(0).id.unwrap(), len: 200_000 });
+    assert_eq!(kept, Partial { id: named(0).id.unwrap(), len: 200_000, installed: false });
     let incoming: Incoming = std::sync::Arc::new(tokio::sync::Mutex::new(Some(kept.clone())));
     assert_eq!(offset(&incoming, &kept.id).unwrap(), 200_000);
     assert_eq!(offset(&incoming, "another snapshot").unwrap(), 0, "held bytes are offered only under their name");
@@ -135,9 +135,11 @@ async fn a_resume_that_does_not_continue_what_is_held_is_refused() {
     let dir = Dir::new("mismatch");
     let id = named(0).id.unwrap();
     for (held, resume) in [
-        (Some(Partial { id: id.clone(), len: 1_000 }), named(2_000)),
-        (Some(Partial { id: "another".into(), len: 2_000 }), named(2_000)),
+        (Some(Partial { id: id.clone(), len: 1_000, installed: false }), named(2_000)),
+        (Some(Partial { id: "another".into(), len: 2_000, installed: false }), named(2_000)),
         (None, named(2_000)),
+        // What was installed whole is answered before a message is read, never resumed.
+        (Some(Partial { id: id.clone(), len: 2_000, installed: true }), named(2_000)),
     ] {
         std::fs::write(dir.path(), vec![7u8; 2_000]).unwrap();
         let mut held = held;
@@ -157,13 +159,13 @@ async fn a_resume_that_does_not_continue_what_is_held_is_refused() {
 async fn a_transfer_from_the_start_replaces_what_was_held() {
     let dir = Dir::new("restart");
     std::fs::write(dir.path(), vec![7u8; 5_000]).unwrap();
-    let mut held = Some(Partial { id: "older".into(), len: 5_000 });
+    let mut held = Some(Partial { id: "older".into(), len: 5_000, installed: false });
     let (r, kept) =
         receive_into(&dir.path(), &mut held, named(0), message(&data(), Some(3)), IDLE, &AtomicU64::new(0)).await;
     assert!(r.is_err());
-    assert_eq!(kept, Some(Partial { id: named(0).id.unwrap(), len: 0 }));
+    assert_eq!(kept, Some(Partial { id: named(0).id.unwrap(), len: 0, installed: false }));
     std::fs::write(dir.path(), vec![7u8; 5_000]).unwrap();
-    let mut held = Some(Partial { id: "older".into(), len: 5_000 });
+    let mut held = Some(Partial { id: "older".into(), len: 5_000, installed: false });
     let (r, _) = receive_into(&dir.path(), &mut held, named(0), message(&data(), None), IDLE, &AtomicU64::new(0)).await;
     assert_eq!(r.unwrap().2, data());
 }
@@ -218,4 +220,30 @@ fn the_resume_headers_are_read_or_refused() {
     assert_eq!(Resume::of(&headers(&[(id, "x"), (off, "12")])).unwrap(), Resume { id: Some("x".into()), offset: 12 });
     assert_eq!(Resume::of(&headers(&[(off, "12")])).unwrap_err().code, "invalid_header");
     assert_eq!(Resume::of(&headers(&[(id, "x"), (off, "-1")])).unwrap_err().code, "invalid_header");
+}
+
+/// A snapshot installed whole after its leader gave up on the message: the leader,
+/// asking again, hears that this member holds all its bytes, and its message resuming
+/// at their end is answered without a byte read. Another name, another offset, or
+/// an unnamed message is not.
+#[tokio::test]
+async fn a_snapshot_installed_after_its_leader_gave_up_is_not_sent_again() {
+    let headers = |id: &str, offset: u64| {
+        let mut h = HeaderMap::new();
+        h.insert(fenced_raft::framing::SNAPSHOT_ID_HEADER, id.parse().unwrap());
+        h.insert(fenced_raft::framing::SNAPSHOT_OFFSET_HEADER, offset.to_string().parse().unwrap());
+        h
+    };
+    let incoming: Incoming = std::sync::Arc::new(tokio::sync::Mutex::new(None));
+    let id = named(0).id.unwrap();
+    let mut held = take(&incoming).unwrap();
+    assert!(!installed_already(&held, &headers(&id, 300_000)).unwrap());
+    installed(&mut held, &headers(&id, 0), 300_000);
+    assert!(installed_already(&held, &headers(&id, 300_000)).unwrap());
+    assert!(!installed_already(&held, &headers(&id, 299_999)).unwrap());
+    assert!(!installed_already(&held, &headers("another", 300_000)).unwrap());
+    assert!(!installed_already(&held, &HeaderMap::new()).unwrap());
+    drop(held);
+    assert_eq!(offset(&incoming, &id).unwrap(), 300_000);
+    assert_eq!(offset(&incoming, "another").unwrap(), 0);
 }
