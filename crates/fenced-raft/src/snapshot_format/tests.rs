@@ -155,3 +155,21 @@ fn a_well_formed_snapshot_of_a_broken_table_is_refused() {
     let e = decode(&bytes, &Limits::default()).unwrap_err();
     assert!(e.contains("not a waiter"), "{e}");
 }
+
+/// A transfer resumed into the bytes of another snapshot (a forged or mistaken name:
+/// the first `k` bytes of one, the rest of the other) is refused at every splice that
+/// is neither snapshot whole: the receiver never installs a mix of two tables.
+#[test]
+fn the_bytes_of_two_snapshots_spliced_at_any_offset_are_refused() {
+    let (a, b) = (encode(&busy(false)), encode(&busy(true)));
+    assert_ne!(a, b);
+    let mut refused = 0;
+    for k in 0..=a.len().min(b.len()) {
+        let spliced = [&a[..k], &b[k..]].concat();
+        if spliced != a && spliced != b {
+            assert!(decode(&spliced, &Limits::default()).is_err(), "spliced at {k}");
+            refused += 1;
+        }
+    }
+    assert!(refused > a.len() / 2, "only {refused} splices differ from both");
+}
