@@ -28,6 +28,12 @@ pub enum Command {
     GrantLease { lease: LeaseId, ttl_ms: u64 },
     /// Extends a live lease to `now + ttl`.
     Keepalive { lease: LeaseId },
+    /// Keepalives a leader answered from memory (a cluster of one: `Node::keepalive_here`),
+    /// each with the table time it was answered at, none before the table's time nor
+    /// after this entry's batch. Each lease still alive lives at least its TTL from
+    /// then. Applied before the batch's time moves (no timer fires first), so the
+    /// expiries due at the batch's time see these renewals; answered to nobody.
+    Renewed { leases: Vec<(LeaseId, u64)> },
     /// Acquires a lock at once, or queues for up to `wait_ms`.
     Acquire(Acquire),
     /// Acquires several locks under one lease, all together or none, at once or
@@ -83,6 +89,7 @@ impl Command {
                 key.len() + value.len()
             }
             Command::Store(StoreCommand::FencedRead { key, .. }) => key.len(),
+            Command::Renewed { leases } => leases.len() * 24,
             Command::Store(StoreCommand::Import { records }) => {
                 records.iter().map(|(k, r)| BASE + k.len() + r.value.as_ref().map_or(0, Vec::len)).sum()
             }

@@ -199,6 +199,14 @@ fn put_command(out: &mut Vec<u8>, cmd: &Command) {
             out.push(7);
             put_u64(out, request.0);
         }
+        Command::Renewed { leases } => {
+            out.push(13);
+            put_u64(out, leases.len() as u64);
+            for (lease, at_ms) in leases {
+                put_lease(out, *lease);
+                put_u64(out, *at_ms);
+            }
+        }
         Command::Tick => out.push(8),
         Command::Promote => out.push(9),
         Command::RaiseTokens { floor } => {
@@ -294,6 +302,11 @@ impl Reader<'_> {
             10 => Command::RaiseTokens { floor: self.token()? },
             11 => Command::Store(self.store()?),
             12 => Command::SetLimits(self.limits()?),
+            13 => {
+                let n = self.count(17)?;
+                let leases = (0..n).map(|_| Ok((self.lease()?, self.u64()?))).collect::<Result<_, String>>()?;
+                Command::Renewed { leases }
+            }
             t => return Err(format!("unknown command tag {t}")),
         })
     }

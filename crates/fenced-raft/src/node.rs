@@ -16,14 +16,14 @@
 //! out of the state machine (the [`Applied`] sink), never from here; a batch that cannot
 //! commit is refused with `NotLeader` for every request in it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use fenced_core::{Command, Error, Limits, LockTable, RequestId};
+use fenced_core::{Command, Error, LeaseId, LeaseInfo, Limits, LockTable, RequestId};
 use openraft::async_runtime::WatchReceiver;
 use openraft::impls::ProgressResponder;
 use openraft::{BasicNode, Instant as _, ReadPolicy, ServerState, SnapshotPolicy};
@@ -77,6 +77,9 @@ pub const LARGE_COMMAND_BYTES: u64 = 64 << 10;
 /// size ([`Node::log_bound`]).
 const LOG_BYTES_MAX: u64 = 128 << 20;
 const LOG_CHECK_MS: u64 = 200;
+/// How long a keepalive answered from memory waits at most for a batch to carry it
+/// into the log ([`Node::keepalive_here`]).
+const RENEWALS_FLUSH_MS: u64 = 100;
 /// How often [`Node::snapshot_count_loop`] looks at the count of entries.
 const SNAPSHOT_COUNT_CHECK_MS: u64 = 20;
 /// How long after asking for a snapshot the log loop waits before asking again.
@@ -280,6 +283,10 @@ pub struct Node {
     dir: PathBuf,
     /// A restore's `--tokens-above` not yet applied ([`crate::backup::TOKENS_ABOVE_FILE`]).
     tokens_above: Mutex<Option<fenced_core::Token>>,
+    /// Keepalives answered from memory and not yet in the log: each lease and the table
+    /// time of its last one ([`Node::keepalive_here`]). At most one a lease; the next
+    /// batch carries them all, first (`Command::Renewed`).
+    renewals: Mutex<HashMap<LeaseId, u64>>,
     /// [`NodeOptions::snapshot_every`].
     snapshot_every: u64,
 }
@@ -432,6 +439,7 @@ impl Node {
             leader_contact: Mutex::new(None),
             contact_window: contact_window(opts.election_timeout_max_ms),
             tokens_above: Mutex::new(crate::backup::pending_tokens_above(&opts.dir)?),
+            renewals: Mutex::new(HashMap::new()),
             dir: opts.dir.clone(),
         });
         node.tokens_above_applied();
@@ -448,6 +456,7 @@ impl Node {
         tokio::spawn(self.clone().timer_loop());
         tokio::spawn(self.clone().log_bound_loop());
         tokio::spawn(self.clone().snapshot_count_loop());
+        tokio::spawn(self.clone().renewals_loop());
         if base_unsnapshotted {
             tokio::spawn(self.snapshot_base());
         }
@@ -742,6 +751,54 @@ impl Node {
         self.raft.metrics().borrow_watched().vote
     }
 
+    fn renewals(&self) -> MutexGuard<'_, HashMap<LeaseId, u64>> {
+        self.renewals.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A keepalive answered from memory, without a log entry of its own: when this node
+    /// is a cluster of one, leads, and the lease is alive past now (by the table, or by
+    /// a keepalive answered here since). The renewal reaches the log with the next batch
+    /// (`Command::Renewed`, applied before that batch's time moves), and at least every
+    /// `RENEWALS_FLUSH_MS`. `None`: the log decides (a member of a cluster, a lease
+    /// unknown here or past its time, a node not leading).
+    ///
+    /// Why the promise holds: the renewals are drained and the next batch stamped under
+    /// one lock, the one taken here. A keepalive answered before is in that batch, at a
+    /// time at or before its stamp; one answered after saw a time at or after the
+    /// stamp, and a deadline past it, so no expiry of that batch can take the lease. A
+    /// crash loses renewals not yet in the log, and the restart's `Promote` gives every
+    /// lease its whole TTL again from then, later than anything answered before.
+    pub fn keepalive_here(&self, id: LeaseId) -> Option<LeaseInfo> {
+        if !self.is_leading() || self.stopped.load(Ordering::Acquire) || !self.is_alone() {
+            return None;
+        }
+        let mut renewals = self.renewals();
+        let (now_ms, _) = self.clock().stamp()?;
+        let lease = self.sm.state().table.lease(id)?;
+        let renewed = renewals.get(&id).map_or(0, |at| at + lease.ttl_ms);
+        if lease.expires_at_ms.max(renewed) <= now_ms {
+            return None;
+        }
+        let at = renewals.entry(id).or_insert(now_ms);
+        *at = (*at).max(now_ms);
+        Some(LeaseInfo { id, ttl_ms: lease.ttl_ms, expires_at_ms: now_ms + lease.ttl_ms })
+    }
+
+    /// Brings keepalives answered from memory into the log at least every
+    /// `RENEWALS_FLUSH_MS` (a `Tick`, whose batch carries them): the table's lease
+    /// views are that much behind at most.
+    async fn renewals_loop(self: Arc<Self>) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(RENEWALS_FLUSH_MS)) => {}
+                _ = self.stopping() => return,
+            }
+            if self.is_leading() && !self.renewals().is_empty() {
+                let _ = self.propose(NO_REQUEST, Command::Tick);
+            }
+        }
+    }
+
     /// Queues a command for the log. Its answer comes out of the state machine.
     /// Refused at once with `not_leader` off the leader, and with `too_busy` when the
     /// proposals waiting for the log are at their bound (nothing was done: the caller
@@ -872,7 +929,16 @@ impl Node {
     async fn propose_batch(self: &Arc<Self>, items: Vec<(RequestId, Command)>, bytes: u64) {
         let ids: Vec<RequestId> = items.iter().map(|(r, _)| *r).filter(|r| *r != NO_REQUEST).collect();
         let n = items.len();
-        let Some((now_ms, leader)) = self.clock().stamp() else {
+        let (stamp, renewed) = {
+            // One lock for both: see `keepalive_here`.
+            let mut renewals = self.renewals();
+            (self.clock().stamp(), std::mem::take(&mut *renewals))
+        };
+        let mut items = items;
+        if !renewed.is_empty() {
+            items.insert(0, (NO_REQUEST, Command::Renewed { leases: renewed.into_iter().collect() }));
+        }
+        let Some((now_ms, leader)) = stamp else {
             self.refusals.refused(&ids, self.not_leader().into());
             self.proposals_done(n, bytes);
             return;
@@ -921,6 +987,7 @@ impl Node {
                 self.leading.store(false, Ordering::Release);
                 let leader = self.not_leader().leader;
                 tracing::info!(term, ?leader, "no longer leading");
+                self.renewals().clear();
                 self.refusals.leadership_lost(leader);
             }
             tokio::select! {

@@ -324,7 +324,11 @@ impl LockTable {
 
     /// [`apply`](Self::apply), appending to a buffer the caller reuses.
     pub fn apply_into(&mut self, request: RequestId, cmd: Command, now_ms: u64, out: &mut Output) {
-        self.advance(now_ms);
+        // Renewals happened at or before `now_ms`: taken before the time moves, so that
+        // the expiries due at `now_ms` see them.
+        if !matches!(cmd, Command::Renewed { .. }) {
+            self.advance(now_ms);
+        }
         let answer = match cmd {
             Command::GrantLease { lease, ttl_ms } => Some(self.grant_lease(lease, ttl_ms).map(Answer::Lease)),
             Command::Keepalive { lease } => Some(self.keepalive(lease).map(Answer::Lease)),
@@ -349,6 +353,10 @@ impl LockTable {
             Command::Cancel { request: target } => {
                 self.cancel(target);
                 Some(Ok(Answer::Done))
+            }
+            Command::Renewed { leases } => {
+                self.renewed(&leases);
+                None
             }
             Command::Tick => None,
             Command::Promote => {
@@ -562,6 +570,16 @@ impl LockTable {
         let lease = self.leases.get_mut(&id).ok_or(Error::LeaseNotFound)?;
         lease.expires_at_ms = now_ms + lease.ttl_ms;
         Ok(LeaseInfo { id, ttl_ms: lease.ttl_ms, expires_at_ms: lease.expires_at_ms })
+    }
+
+    /// [`Command::Renewed`]: each lease still held lives at least its TTL from the time
+    /// its keepalive was answered. Costs a hash lookup each, as a keepalive does.
+    fn renewed(&mut self, leases: &[(LeaseId, u64)]) {
+        for (id, at_ms) in leases {
+            if let Some(lease) = self.leases.get_mut(id) {
+                lease.expires_at_ms = lease.expires_at_ms.max(at_ms + lease.ttl_ms);
+            }
+        }
     }
 
     /// A retried acquire answered with the grant its first attempt got is a sign of life

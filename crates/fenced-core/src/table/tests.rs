@@ -933,3 +933,30 @@ fn every_effect_has_a_position_that_only_grows() {
     }
     assert_eq!(t.effects_seq(), last);
 }
+
+/// `Command::Renewed` (keepalives a cluster of one answered from memory) is taken
+/// before its batch's time moves: a lease renewed at 900 with a TTL of 1,000 lives to
+/// 1,900 though the batch that carries the renewal is stamped 1,500, past the lease's
+/// old expiry. The same renewal as a plain keepalive in that batch comes too late: the
+/// expiry due at 1,500 fires first.
+#[test]
+fn renewals_are_taken_before_their_batch_time_moves() {
+    for renewed in [true, false] {
+        let mut t = table();
+        t.grant_lease(LeaseId(1), 1_000, 0).unwrap();
+        let cmd = match renewed {
+            true => Command::Renewed { leases: vec![(LeaseId(1), 900), (LeaseId(2), 900)] },
+            false => Command::Keepalive { lease: LeaseId(1) },
+        };
+        t.run(cmd, 1_500);
+        let lease = t.t.lease(LeaseId(1));
+        match renewed {
+            true => assert_eq!(lease.map(|l| l.expires_at_ms), Some(1_900)),
+            false => assert_eq!(lease, None, "a keepalive stamped past the expiry finds the lease gone"),
+        }
+        t.handle_timeout(1_899);
+        assert_eq!(t.t.lease(LeaseId(1)).is_some(), renewed);
+        t.handle_timeout(1_900);
+        assert_eq!(t.t.lease(LeaseId(1)), None, "expired at its renewed time");
+    }
+}

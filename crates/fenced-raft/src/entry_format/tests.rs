@@ -30,6 +30,8 @@ fn every_command() -> Vec<Command> {
     vec![
         Command::GrantLease { lease: lease(1), ttl_ms: 10_000 },
         Command::Keepalive { lease: lease(2) },
+        Command::Renewed { leases: vec![(lease(2), 1_234), (lease(8), u64::MAX)] },
+        Command::Renewed { leases: vec![] },
         acquire(Some("worker-7 ✓"), LeaseRef::Existing(lease(3))),
         acquire(None, LeaseRef::Implicit { id: lease(4), ttl_ms: u64::MAX }),
         Command::AcquireAll(AcquireAll {

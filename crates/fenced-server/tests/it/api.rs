@@ -185,6 +185,33 @@ fn keepalive_keeps_a_lease() {
     assert_eq!(s.call("GET", "/v1/locks/k", "").1["held"], true);
 }
 
+/// On a cluster of one, a keepalive is answered from memory (issue 25): the renewals
+/// reach the log together with the next batch, at least every 100 ms, so keepalives as
+/// fast as one caller sends them for 1.5 s grow the log by a few entries a tenth of a
+/// second, not one each; and the lease, with a TTL of 1 s, outlives them by those
+/// renewals alone, its lock still held.
+#[test]
+fn keepalives_on_a_cluster_of_one_are_answered_from_memory() {
+    let s = TestServer::start();
+    let a = s.lease(1_000);
+    s.acquire("m", &format!("{{\"lease_id\":\"{a}\"}}"));
+    let index = || s.call("GET", "/v1/cluster", "").1["last_log_index"].as_u64().unwrap();
+    let before = index();
+    let started = std::time::Instant::now();
+    let mut sent = 0u64;
+    while started.elapsed() < Duration::from_millis(1_500) {
+        let (st, v) = s.call("POST", &format!("/v1/leases/{a}/keepalive"), "");
+        assert_eq!((st, v["ttl_ms"].as_u64()), (200, Some(1_000)), "{v}");
+        sent += 1;
+    }
+    let grown = index() - before;
+    assert!(sent >= 100, "only {sent} keepalives in 1.5 s");
+    assert!(grown * 4 < sent, "{sent} keepalives grew the log by {grown} entries");
+    assert_eq!(s.call("GET", "/v1/locks/m", "").1["held"], true);
+    // Without keepalives the lease ends.
+    eventually(10, || s.call("GET", "/v1/locks/m", "").1["held"] == false);
+}
+
 #[test]
 fn revoke_releases_and_hands_off() {
     let s = TestServer::start();

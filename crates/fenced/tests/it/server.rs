@@ -208,6 +208,33 @@ fn kill_9_mid_load_loses_nothing_acknowledged() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A lease kept alive by keepalives answered from memory (a cluster of one) keeps its
+/// lock across a `kill -9` that comes right after one of them, before the renewals may
+/// have reached the log: the restart's `Promote` gives the lease its whole TTL again.
+/// Kept alive well past its TTL first, the lease holds its lock only by those renewals.
+#[test]
+fn a_lease_kept_alive_from_memory_keeps_its_lock_across_kill_9() {
+    let dir = scratch("renewals");
+    let mut server = Server::start(&dir);
+    let addr = server.addr;
+    let (_, lease) = call(addr, "POST", "/v1/leases", "{\"ttl_ms\":2000}", &[]).unwrap();
+    let lease = lease["lease_id"].as_str().unwrap().to_string();
+    let (st, g) = call(addr, "POST", "/v1/locks/k/acquire", &format!("{{\"lease_id\":\"{lease}\"}}"), &[]).unwrap();
+    assert_eq!(st, 200, "{g}");
+    let keepalive = format!("/v1/leases/{lease}/keepalive");
+    for _ in 0..15 {
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(call(addr, "POST", &keepalive, "", &[]).unwrap().0, 200);
+    }
+    server.kill9();
+    let server = Server::start(&dir);
+    let (_, v) = call(server.addr, "GET", "/v1/locks/k", "", &[]).unwrap();
+    assert_eq!((v["held"].as_bool(), v["token"].as_u64()), (Some(true), g["token"].as_u64()), "{v}");
+    assert_eq!(call(server.addr, "POST", &keepalive, "", &[]).unwrap().0, 200);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// One load thread: acquire its own lock with an implicit lease, write the next number
 /// under the token, release. Records only what the server acknowledged.
 fn load(addr: SocketAddr, i: usize, seen: &Mutex<Seen>, stop: &AtomicBool) {
