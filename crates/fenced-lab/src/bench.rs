@@ -398,6 +398,10 @@ impl Peer {
             (BenchTarget::Fenced, Workload::Store) => {
                 "each write in the raft log, fsynced before its answer (a cluster of one, group commit)".into()
             }
+            (BenchTarget::Fenced, Workload::Keepalive) => "each keepalive answered from memory, its renewal in the \
+                 raft log with the next batch, within 100 ms (a cluster of one; a restart gives every lease its whole \
+                 TTL again)"
+                .into(),
             (BenchTarget::Fenced, _) => {
                 "every command in the raft log, fsynced before its answer (a cluster of one, group commit)".into()
             }
