@@ -39,8 +39,8 @@ use tokio::time::{sleep, timeout, Instant};
 use zookeeper_client as zk;
 
 use crate::bench::driver::{zk_connect, zk_lock, ConnOptions};
-use crate::etcd::{spawn_keepalive, Etcd, Keeper};
 use crate::peers::{FOREIGN_PREFIX, UNFENCED_PREFIX};
+use fenced_client::etcd::{spawn_keepalive, Etcd, Keeper};
 
 /// The lock's name (or key) on every target.
 pub const LOCK: &str = "torture";
@@ -766,7 +766,7 @@ async fn etcd_acquire(etcd: &Etcd, ttl: Duration, wait: Duration) -> Result<Gran
             // The queued lock key dies with its lease.
             let _ = etcd.lease_revoke(lease).await;
             return Err(match failed {
-                Err(e) => e.context("lock"),
+                Err(e) => anyhow::Error::from(e).context("lock"),
                 _ => anyhow!("lock held (no grant within {wait:?})"),
             });
         }
