@@ -338,6 +338,60 @@ class Members:
         return self.is_silent(i) and not all(self.is_silent(j) for j in range(len(self.endpoints)))
 
 
+class ClientBase:
+    """What ``fenced.Client`` and ``fenced.AsyncClient`` share: their settings, read and
+    checked once here, and what they know of the members. Each opens its own httpx client
+    in :meth:`_open`, with the headers and TLS settings given."""
+
+    def __init__(
+        self,
+        endpoints: Endpoints = None,
+        *,
+        auth_token: Optional[str] = None,
+        ca_file: Optional[str] = None,
+        client_cert: Optional[str] = None,
+        client_key: Optional[str] = None,
+        request_timeout: float = 10.0,
+        connect_timeout: float = 3.0,
+        attempt_timeout: Optional[float] = None,
+        check_server: bool = True,
+    ) -> None:
+        urls = endpoints_from(endpoints)
+        self._auth = auth_from(auth_token)
+        verify = tls_verify(ca_from(ca_file), client_cert_from(client_cert, client_key))
+        self._members = Members(urls, attempt_timeout_from(attempt_timeout))
+        self.request_timeout = float(request_timeout)
+        self.connect_timeout = float(connect_timeout)
+        self._check_server = check_server
+        #: The server version of each member checked (``check_api``), by index.
+        self._checked: Dict[int, str] = {}
+        headers = {"user-agent": "fenced-client-python/0.1.0"}
+        if self._auth is not None:
+            headers["authorization"] = f"Bearer {self._auth}"
+        self._open(headers, verify)
+
+    def _open(self, headers: Dict[str, str], verify: Any) -> None:
+        raise NotImplementedError
+
+    @property
+    def endpoints(self) -> List[str]:
+        return list(self._members.endpoints)
+
+    @property
+    def endpoint(self) -> str:
+        """The member that answered last."""
+        return self._members.endpoints[self._members.current]
+
+    def server_version(self) -> Optional[str]:
+        """The version (``info.version`` of ``/openapi.json``) of the current member, once
+        checked."""
+        return self._checked.get(self._members.current)
+
+
+#: The connections an httpx client of ``fenced`` keeps.
+HTTP_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=16)
+
+
 def moves_on(e: Optional[BaseException]) -> bool:
     """Whether a call moves on to the next member after this outcome: the member could
     not be reached, is not the leader, or is shutting down (nothing was done)."""

@@ -43,49 +43,14 @@ from .errors import (
 T = TypeVar("T")
 
 
-class AsyncClient:
+class AsyncClient(_core.ClientBase):
     """``fenced.Client``'s twin for asyncio: the same arguments, rules and errors."""
 
-    def __init__(
-        self,
-        endpoints: _core.Endpoints = None,
-        *,
-        auth_token: Optional[str] = None,
-        ca_file: Optional[str] = None,
-        client_cert: Optional[str] = None,
-        client_key: Optional[str] = None,
-        request_timeout: float = 10.0,
-        connect_timeout: float = 3.0,
-        attempt_timeout: Optional[float] = None,
-        check_server: bool = True,
-    ) -> None:
-        urls = _core.endpoints_from(endpoints)
-        self._auth = _core.auth_from(auth_token)
-        verify = _core.tls_verify(_core.ca_from(ca_file), _core.client_cert_from(client_cert, client_key))
-        self._members = _core.Members(urls, _core.attempt_timeout_from(attempt_timeout))
-        self.request_timeout = float(request_timeout)
-        self.connect_timeout = float(connect_timeout)
-        self._check_server = check_server
-        self._checked: Dict[int, str] = {}
-        headers = {"user-agent": "fenced-client-python/0.1.0"}
-        if self._auth is not None:
-            headers["authorization"] = f"Bearer {self._auth}"
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=16)
-        self._http = httpx.AsyncClient(headers=headers, verify=verify, trust_env=False, limits=limits)
+    def _open(self, headers: Dict[str, str], verify: Any) -> None:
+        self._http = httpx.AsyncClient(headers=headers, verify=verify, trust_env=False, limits=_core.HTTP_LIMITS)
         #: Background revokes of abandoned acquires, kept referenced until done.
         self._background: Set["asyncio.Task[Any]"] = set()
         self.store = AsyncStore(self)
-
-    @property
-    def endpoints(self) -> List[str]:
-        return list(self._members.endpoints)
-
-    @property
-    def endpoint(self) -> str:
-        return self._members.endpoints[self._members.current]
-
-    def server_version(self) -> Optional[str]:
-        return self._checked.get(self._members.current)
 
     def lock(self, name: str, ttl: float = 10.0, wait: float = 30.0, *, margin: Optional[float] = None,
              cancel_on_loss: bool = False, holder: Optional[str] = None) -> "_Acquire":

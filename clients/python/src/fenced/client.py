@@ -75,7 +75,7 @@ class _Reply(NamedTuple):
         return from_answer(self.status, self.body)
 
 
-class Client:
+class Client(_core.ClientBase):
     """A handle on one Fenced service: one endpoint, or the members of a cluster.
 
     ``endpoints``: a URL, a comma-separated string or a list of ``http(s)://host:port``;
@@ -100,53 +100,12 @@ class Client:
     ``check_server=False`` skips it.
     """
 
-    def __init__(
-        self,
-        endpoints: _core.Endpoints = None,
-        *,
-        auth_token: Optional[str] = None,
-        ca_file: Optional[str] = None,
-        client_cert: Optional[str] = None,
-        client_key: Optional[str] = None,
-        request_timeout: float = 10.0,
-        connect_timeout: float = 3.0,
-        attempt_timeout: Optional[float] = None,
-        check_server: bool = True,
-    ) -> None:
-        urls = _core.endpoints_from(endpoints)
-        self._auth = _core.auth_from(auth_token)
-        verify = _core.tls_verify(_core.ca_from(ca_file), _core.client_cert_from(client_cert, client_key))
-        self._members = _core.Members(urls, _core.attempt_timeout_from(attempt_timeout))
-        self.request_timeout = float(request_timeout)
-        self.connect_timeout = float(connect_timeout)
-        self._check_server = check_server
-        self._checked: Dict[int, str] = {}
+    def _open(self, headers: Dict[str, str], verify: Any) -> None:
         self._checked_mu = threading.Lock()
-        headers = {"user-agent": "fenced-client-python/0.1.0"}
-        if self._auth is not None:
-            headers["authorization"] = f"Bearer {self._auth}"
-        self._http = self._make_http(headers, verify)
+        self._http = httpx.Client(headers=headers, verify=verify, trust_env=False, limits=_core.HTTP_LIMITS)
         self.store = Store(self)
 
-    def _make_http(self, headers: Dict[str, str], verify: Any) -> httpx.Client:
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=16)
-        return httpx.Client(headers=headers, verify=verify, trust_env=False, limits=limits)
-
     # --- public surface ------------------------------------------------------------------
-
-    @property
-    def endpoints(self) -> List[str]:
-        return list(self._members.endpoints)
-
-    @property
-    def endpoint(self) -> str:
-        """The member that answered last."""
-        return self._members.endpoints[self._members.current]
-
-    def server_version(self) -> Optional[str]:
-        """The version (``info.version`` of ``/openapi.json``) of the current member, once
-        checked."""
-        return self._checked.get(self._members.current)
 
     def lock(self, name: str, ttl: float = 10.0, wait: float = 30.0, *, margin: Optional[float] = None,
              holder: Optional[str] = None) -> "Lock":
