@@ -235,6 +235,23 @@ def check_names(names: Any) -> List[str]:
     return sorted(set(names))
 
 
+def check_acquire(name: str, ttl: float, wait: float, margin: Optional[float],
+                  holder: Optional[str]) -> Tuple[int, int]:
+    """What an acquire checks before it sends anything: its TTL and wait in ms, or
+    :class:`fenced.BadRequest`."""
+    check_name(name)
+    check_holder(holder)
+    ttl_ms, wait_ms = ms(ttl), ms(wait)
+    if ttl_ms < 1:
+        raise BadRequest("the TTL must be at least 1 ms", code="ttl_out_of_range")
+    if wait < 0:
+        raise BadRequest("the wait cannot be negative", code="wait_out_of_range")
+    if margin is not None and not margin >= 0:
+        raise BadRequest("the margin cannot be negative: the deadline would outlive the lease",
+                         code="invalid_margin")
+    return ttl_ms, wait_ms
+
+
 def read_set_grant(answer: Dict[str, Any],
                    names: Optional[List[str]]) -> Tuple[Dict[str, Any], Dict[str, int], Dict[str, str]]:
     """``answer`` to one acquire (``names`` is ``None``) as it is; to a set, its first grant

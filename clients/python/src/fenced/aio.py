@@ -140,16 +140,7 @@ class AsyncClient(_core.ClientBase):
 
     async def _acquire(self, name: str, ttl: float, wait: float, margin: Optional[float],
                        holder: Optional[str] = None, names: Optional[List[str]] = None) -> LockState:
-        _core.check_name(name)
-        _core.check_holder(holder)
-        ttl_ms, wait_ms = _core.ms(ttl), _core.ms(wait)
-        if ttl_ms < 1:
-            raise BadRequest("the TTL must be at least 1 ms", code="ttl_out_of_range")
-        if wait < 0:
-            raise BadRequest("the wait cannot be negative", code="wait_out_of_range")
-        if margin is not None and not margin >= 0:
-            raise BadRequest("the margin cannot be negative: the deadline would outlive the lease",
-                             code="invalid_margin")
+        ttl_ms, wait_ms = _core.check_acquire(name, ttl, wait, margin, holder)
         lease = _core.new_lease_id()
         started = _core.now()
         give_up_at = started + wait_ms / 1000.0
