@@ -13,7 +13,7 @@ import secrets
 import ssl
 import threading
 import time
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
 import httpx
@@ -407,6 +407,71 @@ class ClientBase:
 
 #: The connections an httpx client of ``fenced`` keeps.
 HTTP_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=16)
+
+
+class Walk:
+    """One call's walk over the members (failover.rs): which member to try next, what each
+    attempt's outcome teaches, and the error once none answered in time. The sync and the
+    asyncio client drive it, each with its own attempts and pauses."""
+
+    def __init__(self, members: Members, deadline: float) -> None:
+        self._m = members
+        self._deadline = deadline
+        self._started = now()
+        #: Whether an attempt may have reached a member (then its effect is unknown).
+        self.uncertain = False
+        self._last: Optional[FencedError] = None
+
+    def members(self) -> Iterator[Optional[int]]:
+        """The members to try in turn from the current one, skipping the silent: an index,
+        or ``None`` where a round ends (the caller pauses ``ROUND_PAUSE``). Ends when no
+        further round fits before the deadline."""
+        n = len(self._m.endpoints)
+        first = self._m.current
+        k = 0
+        while True:
+            i = (first + k) % n
+            if not self._m.skip(i):
+                yield i
+            k += 1
+            if k % n == 0:
+                if now() + ROUND_PAUSE > self._deadline:
+                    return
+                yield None
+
+    def answered(self, i: int, exc: Optional[FencedError]) -> bool:
+        """Member ``i`` answered (``exc``: its error). True when that ends the call: its
+        value, or an error that does not move on (marked ``uncertain``, for the caller to
+        raise); False when the call moves on to the next member."""
+        if exc is None or not moves_on(exc):
+            if exc is None:
+                self._m.mark_answered(i)
+            self._m.set_current(i)
+            if exc is not None:
+                exc.uncertain = self.uncertain  # type: ignore[attr-defined]
+            return True
+        self.uncertain = self.uncertain or not (isinstance(exc, Transport) and not exc.sent)
+        self._last = exc
+        return False
+
+    def silent(self, i: int) -> None:
+        """Member ``i`` said nothing for an attempt time-out: the call moves on."""
+        self.uncertain = True
+        self._last = Transport(f"{self._m.endpoints[i]}: silent for {int(self._m.attempt_timeout * 1000)} ms; moved on")
+
+    def failure(self) -> FencedError:
+        """What the call raises when the walk ended without an answer that ends it."""
+        if self._last is not None and now() < self._deadline:
+            self._last.uncertain = self.uncertain  # type: ignore[attr-defined]
+            return self._last
+        err = Transport(
+            f"no member answered within {int((self._deadline - self._started) * 1000)} ms "
+            f"(tried {', '.join(self._m.endpoints)})"
+            + (f"; last: {self._last.message}" if self._last is not None else ""),
+            sent=self.uncertain,
+        )
+        err.uncertain = self.uncertain  # type: ignore[attr-defined]
+        return err
 
 
 def moves_on(e: Optional[BaseException]) -> bool:

@@ -297,46 +297,22 @@ class AsyncClient(_core.ClientBase):
             return await fn(0), False
         if deadline is None:
             deadline = _core.now() + self.request_timeout
-        started = _core.now()
-        first = m.current
-        uncertain = False
-        last: Optional[FencedError] = None
-        k = 0
-        while True:
-            i = (first + k) % n
-            if not m.skip(i):
-                kind, value, exc = await self._attempt(i, fn, deadline)
-                if kind == "answered":
-                    if exc is None or not _core.moves_on(exc):
-                        if exc is None:
-                            m.mark_answered(i)
-                        m.set_current(i)
-                        if exc is not None:
-                            exc.uncertain = uncertain  # type: ignore[attr-defined]
-                            raise exc
-                        return value, uncertain  # type: ignore[return-value]
-                    uncertain = uncertain or not (isinstance(exc, Transport) and not exc.sent)
-                    last = exc
-                elif kind == "silent":
-                    uncertain = True
-                    last = Transport(f"{m.endpoints[i]}: silent for {int(m.attempt_timeout * 1000)} ms; moved on")
-                else:
-                    break
-            k += 1
-            if k % n == 0:
-                if _core.now() + _core.ROUND_PAUSE > deadline:
-                    break
+        walk = _core.Walk(m, deadline)
+        for i in walk.members():
+            if i is None:
                 await asyncio.sleep(_core.ROUND_PAUSE)
-        if last is not None and _core.now() < deadline:
-            last.uncertain = uncertain  # type: ignore[attr-defined]
-            raise last
-        err = Transport(
-            f"no member answered within {int((deadline - started) * 1000)} ms (tried {', '.join(m.endpoints)})"
-            + (f"; last: {last.message}" if last is not None else ""),
-            sent=uncertain,
-        )
-        err.uncertain = uncertain  # type: ignore[attr-defined]
-        raise err
+                continue
+            kind, value, exc = await self._attempt(i, fn, deadline)
+            if kind == "answered":
+                if walk.answered(i, exc):
+                    if exc is not None:
+                        raise exc
+                    return value, walk.uncertain  # type: ignore[return-value]
+            elif kind == "silent":
+                walk.silent(i)
+            else:
+                break
+        raise walk.failure()
 
     async def _attempt(self, i: int, fn: Callable[[int], Awaitable[T]],
                        deadline: float) -> Tuple[str, Optional[T], Optional[FencedError]]:
