@@ -21,7 +21,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
@@ -419,32 +419,26 @@ class Postgres:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class Moto:
-    """moto's S3 server (``moto_server`` on the PATH) on a free loopback port, with a bucket."""
+class _LocalAws:
+    """A local stand-in for an AWS service in a child process on a free loopback port:
+    started until ``ready``, boto3 clients to it, killed on ``stop``."""
 
-    BUCKET = "fenced-test"
+    #: The boto3 service name, and the name the messages give.
+    SERVICE = ""
+    NAME = ""
 
-    def __init__(self) -> None:
-        program = shutil.which("moto_server")
-        if program is None:
-            missing("moto_server is not on the PATH (pip install 'moto[server]')")
-        self.port = free_port()
-        self.proc = subprocess.Popen([program, "-H", "127.0.0.1", "-p", str(self.port)], stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def _start(self, cmd: List[str], ready: Callable[[], bool], timeout: float, **popen: Any) -> None:
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, **popen)
         self.url = f"http://127.0.0.1:{self.port}"
 
-        def bucket() -> bool:
+        def alive_and_ready() -> bool:
             if self.proc.poll() is not None:
-                raise AssertionError(f"moto_server exited with {self.proc.returncode}")
-            try:
-                req = urllib.request.Request(f"{self.url}/{self.BUCKET}", method="PUT", data=b"")
-                with urllib.request.urlopen(req, timeout=2) as r:
-                    return r.status == 200
-            except OSError:
-                return False
+                raise AssertionError(f"{self.NAME} exited with {self.proc.returncode}")
+            return ready()
 
         try:
-            wait_until(bucket, 30.0, f"moto_server on {self.port} with bucket {self.BUCKET}", step=0.1)
+            wait_until(alive_and_ready, timeout, f"{self.NAME} on {self.port}", step=0.1)
         except AssertionError:
             self.stop()
             raise
@@ -452,13 +446,37 @@ class Moto:
     def client(self):  # type: ignore[no-untyped-def]
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.url, region_name="us-east-1", aws_access_key_id="test",
+        return boto3.client(self.SERVICE, endpoint_url=self.url, region_name="us-east-1", aws_access_key_id="test",
                             aws_secret_access_key="test")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=10)
+
+
+class Moto(_LocalAws):
+    """moto's S3 server (``moto_server`` on the PATH) on a free loopback port, with a bucket."""
+
+    BUCKET = "fenced-test"
+    SERVICE = "s3"
+    NAME = "moto_server"
+
+    def __init__(self) -> None:
+        program = shutil.which("moto_server")
+        if program is None:
+            missing("moto_server is not on the PATH (pip install 'moto[server]')")
+        self.port = free_port()
+
+        def bucket() -> bool:
+            try:
+                req = urllib.request.Request(f"{self.url}/{self.BUCKET}", method="PUT", data=b"")
+                with urllib.request.urlopen(req, timeout=2) as r:
+                    return r.status == 200
+            except OSError:
+                return False
+
+        self._start([program, "-H", "127.0.0.1", "-p", str(self.port)], bucket, 30.0)
 
 
 def dynamodb_jar_dir() -> Optional[Path]:
@@ -473,9 +491,12 @@ def dynamodb_jar_dir() -> Optional[Path]:
     return None
 
 
-class DynamoLocal:
+class DynamoLocal(_LocalAws):
     """AWS's DynamoDB Local, in memory, with Java, on a free port (it binds every
     interface; the tests talk to 127.0.0.1 only, telemetry off)."""
+
+    SERVICE = "dynamodb"
+    NAME = "DynamoDB Local"
 
     def __init__(self) -> None:
         jar_dir = dynamodb_jar_dir()
@@ -486,37 +507,17 @@ class DynamoLocal:
         if java is None:
             missing("java is needed for DynamoDB Local (apt-get install -y openjdk-17-jre-headless)")
         self.port = free_port()
-        self.proc = subprocess.Popen(
-            [java, f"-Djava.library.path={jar_dir / 'DynamoDBLocal_lib'}", "-jar", "DynamoDBLocal.jar",
-             "-inMemory", "-disableTelemetry", "-port", str(self.port)],
-            cwd=str(jar_dir), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.url = f"http://127.0.0.1:{self.port}"
 
         def listening() -> bool:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"DynamoDB Local exited with {self.proc.returncode}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 return True
             except OSError:
                 return False
 
-        try:
-            wait_until(listening, 60.0, f"DynamoDB Local on {self.port}", step=0.1)
-        except AssertionError:
-            self.stop()
-            raise
-
-    def client(self):  # type: ignore[no-untyped-def]
-        import boto3
-
-        return boto3.client("dynamodb", endpoint_url=self.url, region_name="us-east-1", aws_access_key_id="test",
-                            aws_secret_access_key="test")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        cmd = [java, f"-Djava.library.path={jar_dir / 'DynamoDBLocal_lib'}", "-jar", "DynamoDBLocal.jar",
+               "-inMemory", "-disableTelemetry", "-port", str(self.port)]
+        self._start(cmd, listening, 60.0, cwd=str(jar_dir))
 
 
 class DelayAnswers:

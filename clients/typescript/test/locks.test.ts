@@ -2,22 +2,15 @@
 // the renewal after a queue, keepalive, a revoked lease, withLock, a withdrawn waiter.
 
 import assert from "node:assert/strict";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 
 import { BadRequestError, Client, LockHeldError, LockLostError, Lock } from "../src/index.js";
-import { PATIENCE_MS, SKIP, Server, eventually, sleep, unique, within } from "./support.js";
+import { PATIENCE_MS, SKIP, Server, eventually, sleep, unique, within, withServer } from "./support.js";
 
 describe("locks", { skip: SKIP }, () => {
   let server: Server;
   let client: Client;
-  before(async () => {
-    server = await Server.start();
-    client = new Client({ endpoints: server.url, requestTimeoutMs: 5000 });
-  });
-  after(async () => {
-    client?.close();
-    await server?.stop();
-  });
+  withServer((s, c) => ((server = s), (client = c)));
 
   it("acquires with a token and a deadline counted from the send, and releases", async () => {
     const name = unique("basic");

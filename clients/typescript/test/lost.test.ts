@@ -6,12 +6,12 @@
 import assert from "node:assert/strict";
 import { ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
-import { after, before, describe, it } from "node:test";
+import { after, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 
 import { Client, LockHeldError, LockLostError } from "../src/index.js";
 import { Proxy } from "./proxy.js";
-import { PATIENCE_MS, SKIP, Server, eventually, track, unique, within } from "./support.js";
+import { PATIENCE_MS, SKIP, Server, eventually, track, unique, within, withServer } from "./support.js";
 
 const WORKER = fileURLToPath(new URL("./children/worker.js", import.meta.url));
 
@@ -63,15 +63,10 @@ describe("the lost signal", { skip: SKIP }, () => {
     workers.push(w);
     return w;
   };
-  before(async () => {
-    server = await Server.start();
-    client = new Client({ endpoints: server.url, requestTimeoutMs: 5000 });
-  });
-  after(async () => {
+  after(() => {
     for (const w of workers) w.kill();
-    client?.close();
-    await server?.stop();
   });
+  withServer((s, c) => ((server = s), (client = c)));
 
   it("aborts a holder frozen past its TTL before it writes, and the store refuses its write", async () => {
     const name = unique("frozen");

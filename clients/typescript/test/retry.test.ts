@@ -3,12 +3,12 @@
 // through a member that falls silent after granting. A call that gives up revokes it.
 
 import assert from "node:assert/strict";
-import { after, before, describe, it } from "node:test";
+import { after, describe, it } from "node:test";
 
 import { readGrant, unwrap } from "../src/calls.js";
 import { Client, LockHeldError, StaleTokenError, UnavailableError, newLeaseId } from "../src/index.js";
 import { Proxy } from "./proxy.js";
-import { PATIENCE_MS, SKIP, Server, eventually, unique, within } from "./support.js";
+import { PATIENCE_MS, SKIP, Server, eventually, unique, within, withServer } from "./support.js";
 
 const ACQUIRE = /^\/v1\/locks\/[^/]+\/acquire$/;
 const PUT = /^\/v1\/store\//;
@@ -22,15 +22,10 @@ describe("retried acquires", { skip: SKIP }, () => {
     proxies.push(p);
     return p;
   };
-  before(async () => {
-    server = await Server.start();
-    client = new Client({ endpoints: server.url, requestTimeoutMs: 5000 });
-  });
   after(async () => {
-    client?.close();
     for (const p of proxies) await p.close();
-    await server?.stop();
   });
+  withServer((s, c) => ((server = s), (client = c)));
 
   it("gets the same grant and token for the same lease id, twice through the internal call", async () => {
     const name = unique("same-id");

@@ -2,24 +2,17 @@
 // holder wrote, fenced reads move the mark, and tokens never issued are refused.
 
 import assert from "node:assert/strict";
-import { after, before, describe, it } from "node:test";
+import { describe, it } from "node:test";
 
 import { BadRequestError, Client, StaleTokenError, TokenNotIssuedError, UnavailableError } from "../src/index.js";
-import { SKIP, Server, unique } from "./support.js";
+import { SKIP, Server, unique, withServer } from "./support.js";
 
 const text = (b: Uint8Array | undefined): string => Buffer.from(b ?? new Uint8Array()).toString("utf8");
 
 describe("the fenced store", { skip: SKIP }, () => {
   let server: Server;
   let client: Client;
-  before(async () => {
-    server = await Server.start();
-    client = new Client({ endpoints: server.url, requestTimeoutMs: 5000 });
-  });
-  after(async () => {
-    client?.close();
-    await server?.stop();
-  });
+  withServer((s, c) => ((server = s), (client = c)));
 
   it("refuses the old holder's write once a newer holder wrote", async () => {
     const name = unique("gate");

@@ -7,7 +7,10 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { after, before } from "node:test";
 import { fileURLToPath } from "node:url";
+
+import { Client } from "../src/index.js";
 
 /** The package's directory (tests run from dist/test/). */
 export const PACKAGE_DIR = fileURLToPath(new URL("../../", import.meta.url));
@@ -26,6 +29,25 @@ export const SKIP: string | false = (() => {
   console.log(`# skipping the server tests: ${why}`);
   return why;
 })();
+
+/**
+ * A real server for the tests of the enclosing `describe`, and a client of it (5 s
+ * request timeout): started before them and handed to `use`, closed and stopped after
+ * them (after the hooks registered before this call).
+ */
+export function withServer(use: (server: Server, client: Client) => void): void {
+  let server: Server | undefined;
+  let client: Client | undefined;
+  before(async () => {
+    server = await Server.start();
+    client = new Client({ endpoints: server.url, requestTimeoutMs: 5000 });
+    use(server, client);
+  });
+  after(async () => {
+    client?.close();
+    await server?.stop();
+  });
+}
 
 /** Bound on anything a test awaits, so a bug hangs nothing. */
 export const PATIENCE_MS = 20_000;

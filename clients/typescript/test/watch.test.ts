@@ -14,7 +14,7 @@ import { writeFileSync } from "node:fs";
 import http from "node:http";
 import net from "node:net";
 import { join } from "node:path";
-import { after, before, describe, it } from "node:test";
+import { after, describe, it } from "node:test";
 
 import {
   BadRequestError,
@@ -28,7 +28,7 @@ import {
   WatchEvent,
 } from "../src/index.js";
 import { Proxy } from "./proxy.js";
-import { PATIENCE_MS, SKIP, Server, eventually, sleep, tempDir, unique, within } from "./support.js";
+import { PATIENCE_MS, SKIP, Server, eventually, sleep, tempDir, unique, within, withServer } from "./support.js";
 
 /** An API document that passes the client's check, with the event stream and the revoke. */
 function apiDoc(): unknown {
@@ -311,16 +311,11 @@ describe("the event stream and revoke, on real servers", { skip: SKIP }, () => {
   let client: Client;
   const servers: Server[] = [];
   const proxies: Proxy[] = [];
-  before(async () => {
-    server = await Server.start();
-    client = new Client({ endpoints: server.url, requestTimeoutMs: 5000 });
-  });
   after(async () => {
-    client?.close();
     for (const p of proxies) await p.close();
     for (const s of servers) await s.stop();
-    await server?.stop();
   });
+  withServer((s, c) => ((server = s), (client = c)));
 
   it("sees every acknowledged grant once, in order, and nothing of another prefix, while its connection is cut and its server killed -9", async () => {
     let s = await Server.start();

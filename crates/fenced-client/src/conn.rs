@@ -168,11 +168,7 @@ impl Endpoint {
                     req["holder"] = h.into();
                 }
                 let r = t.json(Method::POST, &path, &req, timeout).await?;
-                if r.is_success() {
-                    Ok(Ok(r.json::<GrantBody>()?.typed()?))
-                } else {
-                    Ok(Err(r.api_error()))
-                }
+                r.answer(|r| r.json::<GrantBody>()?.typed())
             }
             Endpoint::Wire(m) => {
                 let req = Request::Acquire {
@@ -214,12 +210,7 @@ impl Endpoint {
                     req["holder"] = h.into();
                 }
                 let r = t.json(Method::POST, "/v1/locks/acquire", &req, timeout).await?;
-                if r.is_success() {
-                    let grants = r.json::<GrantAllBody>()?.grants.into_iter().map(GrantBody::typed);
-                    Ok(Ok(grants.collect::<Result<_, _>>()?))
-                } else {
-                    Ok(Err(r.api_error()))
-                }
+                r.answer(|r| r.json::<GrantAllBody>()?.grants.into_iter().map(GrantBody::typed).collect())
             }
             Endpoint::Wire(m) => {
                 let req = Request::AcquireAll {
@@ -251,8 +242,7 @@ impl Endpoint {
                 let release = t.json(Method::POST, &path, &body, t.request_timeout).await?;
                 let path = format!("/v1/leases/{}", lease.to_hex());
                 let revoke = t.send(Method::DELETE, &path, &[], None, t.request_timeout).await?;
-                let answer = |r: crate::http::Response| if r.is_success() { Ok(()) } else { Err(r.api_error()) };
-                Ok((answer(release), answer(revoke)))
+                Ok((release.answer(|_| Ok(()))?, revoke.answer(|_| Ok(()))?))
             }
             Endpoint::Wire(m) => {
                 let reqs =
@@ -274,10 +264,7 @@ impl Endpoint {
             Endpoint::Http(t) => {
                 let req = serde_json::json!({ "ttl_ms": ttl_ms });
                 let r = t.json(Method::POST, "/v1/leases", &req, t.request_timeout).await?;
-                if !r.is_success() {
-                    return Ok(Err(r.api_error()));
-                }
-                Ok(Ok(r.json::<LeaseBody>()?.typed()?))
+                r.answer(|r| r.json::<LeaseBody>()?.typed())
             }
             Endpoint::Wire(m) => match m.call(Request::CreateLease { ttl_ms }, false, m.request_timeout).await? {
                 Reply::Lease { lease, ttl_ms } => Ok(Ok((lease, ttl_ms))),
@@ -292,10 +279,7 @@ impl Endpoint {
             Endpoint::Http(t) => {
                 let path = format!("/v1/leases/{}/keepalive", lease.to_hex());
                 let r = t.send(Method::POST, &path, &[], None, timeout).await?;
-                if !r.is_success() {
-                    return Ok(Err(r.api_error()));
-                }
-                Ok(Ok(r.json::<LeaseBody>()?.ttl_ms))
+                r.answer(|r| Ok(r.json::<LeaseBody>()?.ttl_ms))
             }
             Endpoint::Wire(m) => match m.call(Request::Keepalive { lease }, false, timeout).await? {
                 Reply::Lease { ttl_ms, .. } => Ok(Ok(ttl_ms)),
@@ -309,7 +293,7 @@ impl Endpoint {
             Endpoint::Http(t) => {
                 let path = format!("/v1/leases/{}", lease.to_hex());
                 let r = t.send(Method::DELETE, &path, &[], None, t.request_timeout).await?;
-                Ok(if r.is_success() { Ok(()) } else { Err(r.api_error()) })
+                r.answer(|_| Ok(()))
             }
             Endpoint::Wire(m) => match m.call(Request::Revoke { lease }, false, m.request_timeout).await? {
                 Reply::Done => Ok(Ok(())),
@@ -325,10 +309,7 @@ impl Endpoint {
                 let path = format!("/v1/locks/{}/check", segment(name));
                 let body = serde_json::json!({ "token": token.get() });
                 let r = t.json(Method::POST, &path, &body, t.request_timeout).await?;
-                if !r.is_success() {
-                    return Ok(Err(r.api_error()));
-                }
-                Ok(Ok(r.json::<CheckBody>()?.typed()))
+                r.answer(|r| Ok(r.json::<CheckBody>()?.typed()))
             }
             Endpoint::Wire(m) => {
                 match m.call(Request::Check { name, token: token.get() }, false, m.request_timeout).await? {
@@ -534,13 +515,7 @@ impl Conn {
                     Some(b) => t.json(method, path, b, timeout).await?,
                     None => t.send(method, path, &[], None, timeout).await?,
                 };
-                if r.status == 204 {
-                    Ok(Ok(serde_json::Value::Null))
-                } else if r.is_success() {
-                    Ok(Ok(r.json()?))
-                } else {
-                    Ok(Err(r.api_error()))
-                }
+                r.answer(|r| if r.status == 204 { Ok(serde_json::Value::Null) } else { r.json() })
             }
         };
         self.members.each_by(Instant::now() + timeout, call, moves_on).await.result
@@ -578,11 +553,7 @@ impl Conn {
     pub async fn get_bytes(&self, what: &str, path: &str, timeout: Duration) -> Result<Answer<Bytes>, Error> {
         let call = |e| async move {
             let r = Endpoint::http(e, what)?.send(Method::GET, path, &[], None, timeout).await?;
-            if r.is_success() {
-                Ok(Ok(r.body))
-            } else {
-                Ok(Err(r.api_error()))
-            }
+            r.answer(|r| Ok(r.body))
         };
         self.members.each_by(Instant::now() + timeout, call, moves_on).await.result
     }

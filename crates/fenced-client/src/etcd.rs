@@ -1,20 +1,21 @@
-//! An etcd lock whose fencing token is the lock key's `create_revision`, with the same
-//! client-side deadline and lost-lock signal as [`crate::LockGuard`], for users whose
-//! lock service is etcd (`fenced exec --lock-service etcd://HOST:PORT`).
+//! etcd through its JSON gateway: the workspace's one etcd client. The handful of v3
+//! calls etcd's lock recipes make (lease grant, keepalive and revoke; `Lock`, `Unlock`;
+//! `Put`, `Range`), as JSON POSTs to `/v3/...` on etcd's client port, and the lock
+//! guard built on them ([`guard`]: `fenced exec --lock-service etcd://`). The
+//! laboratory's torture and bench recipes call the same methods.
 //!
-//! etcd's recipe, as its own `concurrency.Session` and `Mutex` do it, through etcd's
-//! JSON gateway on its client port (no gRPC stack): a lease kept alive every third of
-//! its TTL from its grant (while `Lock` waits in line too: a queued key whose lease ran
-//! out is deleted, and etcd 3.4 still answers that `Lock` with success), `Lock` on it,
-//! then a `Range` of the key `Lock` answered: its `create_revision` is the token (waiters
-//! queue in that order, so each holder of one lock has a higher one than every holder
-//! before it), and a key that is gone was never held. The `Lock` answer's header
-//! revision is not a token: it is the store's revision when etcd answered.
+//! Why not etcd's gRPC client: `etcd-client` generates its protobuf code at build time
+//! with `protoc`, and building Fenced must need nothing but cargo. etcd serves the same
+//! RPCs through grpc-gateway on the same port, so the recipes keep etcd's own lock and
+//! lease semantics; only the encoding differs: byte fields travel as base64, and int64
+//! fields come back as JSON strings (sent as strings too, which the gateway takes).
 //!
-//! The deadline is the guard's: the send time of the last keepalive etcd answered with
-//! a live lease, plus the TTL, minus a tenth of it.
+//! The gateway forwards to etcd's own gRPC server in the same process, and it cancels
+//! the forwarded call when the HTTP request goes away: a `Lock` whose wait is abandoned
+//! (the future dropped) takes its queued key back out, as with the gRPC client.
 
-use std::sync::Arc;
+pub mod guard;
+
 use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -26,46 +27,59 @@ use hyper::{Method, Request};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::rt::TokioExecutor;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
-use tokio::time::{timeout, Instant};
+use tokio::time::timeout;
 
-use crate::error::{Error, LostReason};
-use crate::foreign::{Lease, Renewal};
-use crate::Token;
+use crate::error::Error;
+pub use guard::EtcdGuard;
 
-/// One etcd endpoint (`http://host:port`), over pooled HTTP/1 connections.
+/// One etcd endpoint, over pooled HTTP/1 connections; cheap to clone (the clones share
+/// the pool).
 #[derive(Clone, Debug)]
 pub struct Etcd {
     http: HyperClient<HttpConnector, Full<Bytes>>,
+    /// `http://host:port`, no trailing slash.
     base: String,
+    /// The bound on every call but `Lock`, whose wait the caller bounds.
     request_timeout: Duration,
 }
 
-/// A held etcd lock: its token, its deadline, its lost-lock signal.
-#[derive(Debug)]
-pub struct EtcdGuard {
-    etcd: Etcd,
-    name: String,
-    /// The lock's key: the name, `/`, the lease in hex.
-    key: Vec<u8>,
-    lease: i64,
-    token: Token,
-    shared: Arc<Lease>,
-    keeper: JoinHandle<()>,
+/// A lock etcd granted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Locked {
+    /// The lock's key (the lock's name, `/`, the lease in hex): what `Unlock` takes.
+    pub key: Vec<u8>,
+    /// The store's revision in the response's header, as the gRPC client reports it:
+    /// the revision when etcd answered, tied to nothing about this grant. Not a fencing
+    /// token; [`Etcd::create_revision`] of `key` is.
+    pub revision: i64,
+}
+
+/// What a member says of itself (`Status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// This member's id.
+    pub member_id: u64,
+    /// The id of the member it takes for the leader; 0 for none.
+    pub leader: u64,
+    pub raft_term: u64,
 }
 
 impl Etcd {
     /// A client of the etcd at `endpoint` (`http://host:port`; `etcd://host:port` is
-    /// taken as the same).
-    pub fn new(endpoint: &str, request_timeout: Duration) -> Result<Etcd, Error> {
+    /// taken as the same). Connects on first use, each connection within
+    /// `connect_timeout`; every call but `Lock` is bounded by `request_timeout`.
+    pub fn new(endpoint: &str, connect_timeout: Duration, request_timeout: Duration) -> Result<Etcd, Error> {
         let rest = endpoint.strip_prefix("etcd://").or_else(|| endpoint.strip_prefix("http://")).unwrap_or("");
         let rest = rest.trim_end_matches('/');
         if rest.is_empty() || rest.contains('/') {
             return Err(Error::BadRequest(format!("etcd endpoint '{endpoint}' must be etcd://HOST:PORT")));
         }
         let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(Duration::from_secs(2)));
+        connector.set_connect_timeout(Some(connect_timeout));
         connector.set_nodelay(true);
         let http = HyperClient::builder(TokioExecutor::new()).build(connector);
         Ok(Etcd { http, base: format!("http://{rest}"), request_timeout })
@@ -76,46 +90,142 @@ impl Etcd {
         &self.base
     }
 
-    /// Takes lock `name` under a new lease of `ttl` (whole seconds, at least 1),
-    /// waiting in etcd's line at most `wait`. `Error::LockHeld` when not granted in
-    /// time.
-    pub async fn lock(&self, name: &str, ttl: Duration, wait: Duration) -> Result<EtcdGuard, Error> {
-        let ttl = Duration::from_secs(ttl.as_secs().max(1));
-        let sent = Instant::now();
-        let granted = self.call("/v3/lease/grant", json!({ "TTL": ttl.as_secs().to_string() }), None).await?;
-        let lease = int64(&granted["ID"]).ok_or_else(|| Error::unavailable("etcd granted a lease without an ID"))?;
-        let shared = Arc::new(Lease::new(sent, ttl));
-        let keeper = tokio::spawn(keep_alive(self.clone(), lease, shared.clone()));
-        let revoke = |e: Error| async {
-            keeper.abort();
-            let _ = self.call("/v3/lease/revoke", json!({ "ID": lease.to_string() }), None).await;
-            e
-        };
-        let body = json!({ "name": BASE64.encode(name), "lease": lease.to_string() });
-        let key = match self.call("/v3/lock/lock", body, Some(wait)).await {
-            Err(Error::LockHeld { .. }) => return Err(revoke(Error::LockHeld { name: name.to_owned() }).await),
-            Ok(answer) => match answer["key"].as_str().and_then(|k| BASE64.decode(k).ok()) {
-                Some(key) => key,
-                None => return Err(revoke(Error::unavailable("etcd's Lock answered without a key")).await),
-            },
-            Err(e) => return Err(revoke(e).await),
-        };
-        let range = self.call("/v3/kv/range", json!({ "key": BASE64.encode(&key), "keys_only": true }), None).await;
-        let revision = match range {
-            Ok(r) => r["kvs"].get(0).and_then(|kv| int64(&kv["create_revision"])),
-            Err(e) => return Err(revoke(e).await),
-        };
-        let Some(token) = revision.and_then(|r| u64::try_from(r).ok()).and_then(Token::new) else {
-            let gone = Error::LockHeld { name: format!("{name} (granted for a key that is gone: its lease expired)") };
-            return Err(revoke(gone).await);
-        };
-        Ok(EtcdGuard { etcd: self.clone(), name: name.to_owned(), key, lease, token, shared, keeper })
+    /// Grants a lease of `ttl_s` seconds; its id.
+    pub async fn lease_grant(&self, ttl_s: i64) -> Result<i64, Error> {
+        #[derive(Deserialize)]
+        struct Granted {
+            #[serde(rename = "ID", deserialize_with = "int")]
+            id: i64,
+        }
+        let r: Granted = self.call("/v3/lease/grant", json!({ "TTL": ttl_s.to_string() })).await?;
+        Ok(r.id)
     }
 
-    /// POSTs `body` to `path`; within `wait` plus the request time-out when given (a
-    /// `Lock` waits in line), else the request time-out. A `Lock` that did not answer
-    /// in time is `LockHeld` (dropping the request takes the queued key back out).
-    async fn call(&self, path: &str, body: Value, wait: Option<Duration>) -> Result<Value, Error> {
+    /// Renews lease `id` once: the TTL it has again, in seconds; 0 when etcd no longer
+    /// knows the lease (expired or revoked).
+    ///
+    /// The gateway maps the keepalive stream onto one POST: the body's one request gets
+    /// one streamed `{"result": ...}` line back, then the stream ends. One POST per
+    /// renewal is all a keepalive at a third of the TTL needs.
+    pub async fn lease_keep_alive(&self, id: i64) -> Result<i64, Error> {
+        #[derive(Deserialize)]
+        struct Streamed {
+            result: Option<KeptAlive>,
+            error: Option<Value>,
+        }
+        #[derive(Deserialize)]
+        struct KeptAlive {
+            // Left out of the JSON when 0, as every zero value is.
+            #[serde(rename = "TTL", default, deserialize_with = "int")]
+            ttl: i64,
+        }
+        let r: Streamed = self.call("/v3/lease/keepalive", json!({ "ID": id.to_string() })).await?;
+        match (r.result, r.error) {
+            (Some(kept), _) => Ok(kept.ttl),
+            (None, Some(e)) => Err(refusal(None, e["message"].as_str().unwrap_or_default().to_owned())),
+            (None, None) => Err(Error::unavailable("etcd's lease keepalive: an empty answer")),
+        }
+    }
+
+    /// Revokes lease `id`: its keys go with it (a lock it held, a queued lock key).
+    /// `Error::NotFound` when etcd no longer knows the lease.
+    pub async fn lease_revoke(&self, id: i64) -> Result<(), Error> {
+        self.call::<Value>("/v3/lease/revoke", json!({ "ID": id.to_string() })).await?;
+        Ok(())
+    }
+
+    /// etcd's `Lock` on `name`, owned by lease `lease`: queues behind every older key
+    /// under the name and answers when it holds the lock; `None` when `wait` ran out
+    /// first (the queued key is then taken back out, see the module's notes).
+    pub async fn lock(&self, name: &[u8], lease: i64, wait: Duration) -> Result<Option<Locked>, Error> {
+        #[derive(Deserialize)]
+        struct Granted {
+            header: Header,
+            #[serde(deserialize_with = "base64_bytes")]
+            key: Vec<u8>,
+        }
+        let body = json!({ "name": BASE64.encode(name), "lease": lease.to_string() });
+        let r: Option<Granted> = self.call_within("/v3/lock/lock", body, wait).await?;
+        Ok(r.map(|r| Locked { key: r.key, revision: r.header.revision }))
+    }
+
+    /// etcd's `Unlock`: deletes the lock's key (whoever holds it now).
+    pub async fn unlock(&self, key: &[u8]) -> Result<(), Error> {
+        self.call::<Value>("/v3/lock/unlock", json!({ "key": BASE64.encode(key) })).await?;
+        Ok(())
+    }
+
+    /// The `create_revision` of `key`: the revision of the transaction that created it;
+    /// `None` when the key does not exist. For a lock key this is the grant's fencing
+    /// token, as etcd advises: waiters queue in `create_revision` order, so each holder
+    /// of one lock has a higher one than every holder before it, across restarts too.
+    pub async fn create_revision(&self, key: &[u8]) -> Result<Option<i64>, Error> {
+        #[derive(Deserialize)]
+        struct Kv {
+            #[serde(deserialize_with = "int")]
+            create_revision: i64,
+        }
+        let body = json!({ "key": BASE64.encode(key), "keys_only": true });
+        let r: Range<Kv> = self.call("/v3/kv/range", body).await?;
+        Ok(r.kvs.into_iter().next().map(|kv| kv.create_revision))
+    }
+
+    /// A plain `Put`: no lease, no revision check.
+    pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
+        let body = json!({ "key": BASE64.encode(key), "value": BASE64.encode(value) });
+        self.call::<Value>("/v3/kv/put", body).await?;
+        Ok(())
+    }
+
+    /// A `Range` of one key: its value, `None` when it does not exist.
+    pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, Error> {
+        #[derive(Deserialize)]
+        struct Kv {
+            // Left out when empty.
+            #[serde(default, deserialize_with = "base64_bytes")]
+            value: Vec<u8>,
+        }
+        let r: Range<Kv> = self.call("/v3/kv/range", json!({ "key": BASE64.encode(key) })).await?;
+        Ok(r.kvs.into_iter().next().map(|kv| kv.value))
+    }
+
+    /// The member's `Status`: who it is, who it says leads, in which term.
+    pub async fn status(&self) -> Result<Status, Error> {
+        #[derive(Deserialize)]
+        struct Answered {
+            header: MemberHeader,
+            #[serde(default, deserialize_with = "int")]
+            leader: u64,
+            #[serde(rename = "raftTerm", default, deserialize_with = "int")]
+            raft_term: u64,
+        }
+        #[derive(Deserialize)]
+        struct MemberHeader {
+            #[serde(default, deserialize_with = "int")]
+            member_id: u64,
+        }
+        let r: Answered = self.call("/v3/maintenance/status", json!({})).await?;
+        Ok(Status { member_id: r.header.member_id, leader: r.leader, raft_term: r.raft_term })
+    }
+
+    /// POSTs `body` to `path` and parses the answer, within the request time-out.
+    async fn call<T: DeserializeOwned>(&self, path: &str, body: Value) -> Result<T, Error> {
+        let bound = self.request_timeout;
+        self.call_within(path, body, bound)
+            .await?
+            .ok_or_else(|| Error::unavailable(format!("{}{path}: no answer within {bound:?}", self.base)))
+    }
+
+    /// POSTs `body` to `path` and parses the answer; `None` when none came within
+    /// `bound` (the request is then dropped, which cancels it in etcd). A non-2xx
+    /// answer is an error carrying etcd's message (`etcdserver: requested lease not
+    /// found` is `Error::NotFound`).
+    async fn call_within<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: Value,
+        bound: Duration,
+    ) -> Result<Option<T>, Error> {
         let uri = format!("{}{path}", self.base);
         let req = Request::builder()
             .method(Method::POST)
@@ -126,99 +236,97 @@ impl Etcd {
         let exchange = async {
             let resp = self.http.request(req).await.map_err(|e| Error::unavailable(format!("POST {uri}: {e}")))?;
             let status = resp.status();
-            let bytes = resp.into_body().collect().await.map_err(|e| Error::unavailable(format!("{uri}: {e}")))?;
-            Ok::<_, Error>((status, bytes.to_bytes()))
+            let body = resp.into_body().collect().await.map_err(|e| Error::unavailable(format!("{uri}: {e}")))?;
+            Ok::<_, Error>((status, body.to_bytes()))
         };
-        let bound = wait.map_or(self.request_timeout, |w| w + self.request_timeout);
-        let Ok(answer) = timeout(bound, exchange).await else {
-            return Err(match wait {
-                Some(_) => Error::LockHeld { name: "(etcd lock)".into() },
-                None => Error::unavailable(format!("{uri}: no answer within {bound:?}")),
-            });
-        };
-        let (status, bytes) = answer?;
-        let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        if status.is_success() {
-            return Ok(value);
-        }
-        let message = value["message"].as_str().unwrap_or_default().to_owned();
-        Err(if message.contains("lease not found") {
-            Error::NotFound(message)
-        } else {
-            Error::Server { status: Some(status.as_u16()), code: "etcd_error".into(), message }
-        })
-    }
-}
-
-impl EtcdGuard {
-    /// The fencing token: the lock key's `create_revision`.
-    pub fn token(&self) -> Token {
-        self.token
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The etcd lease, in hex as etcd's tools print it.
-    pub fn lease_hex(&self) -> String {
-        format!("{:x}", self.lease)
-    }
-
-    /// The client-side deadline: the last answered keepalive's send time + TTL − a tenth.
-    pub fn valid_until(&self) -> Instant {
-        self.shared.valid_until()
-    }
-
-    /// Why the lock was lost, once it was.
-    pub fn lost_reason(&self) -> Option<LostReason> {
-        self.shared.lost_reason()
-    }
-
-    /// Resolves when the lock is lost.
-    pub fn lost(&self) -> impl std::future::Future<Output = LostReason> + Send + 'static {
-        self.shared.lost()
-    }
-
-    /// Deletes the lock's key and revokes its lease; `Error::Lost` when the lock had been
-    /// lost before.
-    pub async fn release(self) -> Result<(), Error> {
-        self.keeper.abort();
-        let lost = self.lost_reason();
-        let unlock = self.etcd.call("/v3/lock/unlock", json!({ "key": BASE64.encode(&self.key) }), None).await;
-        let revoke = self.etcd.call("/v3/lease/revoke", json!({ "ID": self.lease.to_string() }), None).await;
-        if let Some(reason) = lost {
-            return Err(Error::Lost(reason));
-        }
-        unlock?;
-        match revoke {
-            Err(Error::NotFound(_)) => Err(Error::Lost(LostReason::LeaseNotFound)),
-            other => other.map(|_| ()),
-        }
-    }
-}
-
-impl Drop for EtcdGuard {
-    fn drop(&mut self) {
-        self.keeper.abort();
-    }
-}
-
-/// Renews `lease` every third of its TTL (etcd's keepalive answers the TTL left, 0 for
-/// a lease it no longer knows).
-async fn keep_alive(etcd: Etcd, lease: i64, shared: Arc<Lease>) {
-    shared
-        .keep(|| async {
-            match etcd.call("/v3/lease/keepalive", json!({ "ID": lease.to_string() }), None).await {
-                Ok(answer) if int64(&answer["result"]["TTL"]).unwrap_or(0) > 0 => Renewal::Alive,
-                Ok(_) | Err(Error::NotFound(_)) => Renewal::Gone,
-                Err(_) => Renewal::Failed,
+        let Ok(answer) = timeout(bound, exchange).await else { return Ok(None) };
+        let (status, body) = answer?;
+        if !status.is_success() {
+            #[derive(Deserialize)]
+            struct Failed {
+                message: String,
             }
+            let why = serde_json::from_slice::<Failed>(&body)
+                .map(|f| f.message)
+                .unwrap_or_else(|_| String::from_utf8_lossy(&body).trim().to_owned());
+            return Err(refusal(Some(status.as_u16()), why));
+        }
+        serde_json::from_slice(&body).map(Some).map_err(|e| {
+            Error::unavailable(format!("{uri}: unexpected answer {:?}: {e}", String::from_utf8_lossy(&body)))
         })
-        .await
+    }
 }
 
-/// An int64 field of the gateway's JSON: a string (numbers are taken too).
-fn int64(v: &Value) -> Option<i64> {
-    v.as_str().and_then(|s| s.parse().ok()).or_else(|| v.as_i64())
+/// etcd's refusal: `NotFound` for a lease it no longer knows, else the message as a
+/// server error.
+fn refusal(status: Option<u16>, message: String) -> Error {
+    if message.contains("lease not found") {
+        Error::NotFound(message)
+    } else {
+        Error::Server { status, code: "etcd_error".into(), message }
+    }
+}
+
+/// The task keeping an etcd lease alive; stopped when dropped.
+pub struct Keeper(JoinHandle<()>);
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Keeps lease `lease` alive every third of `ttl` until dropped, or until a renewal
+/// fails or finds the lease gone (or until the process is frozen). The laboratory's
+/// recipes use it; the guard keeps its lease with a deadline instead ([`guard`]).
+pub fn spawn_keepalive(etcd: Etcd, lease: i64, ttl: Duration) -> Keeper {
+    Keeper(tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(ttl / 3).await;
+            match etcd.lease_keep_alive(lease).await {
+                Ok(ttl_s) if ttl_s > 0 => {}
+                _ => return,
+            }
+        }
+    }))
+}
+
+/// The answer to a `Range`: the keys that matched, each as the caller asks for it.
+#[derive(Deserialize)]
+struct Range<Kv> {
+    // Left out when nothing matched.
+    #[serde(default = "Vec::new")]
+    kvs: Vec<Kv>,
+}
+
+/// A response header: the one field the recipes read.
+#[derive(Deserialize)]
+struct Header {
+    #[serde(default, deserialize_with = "int")]
+    revision: i64,
+}
+
+/// An int64 or uint64 field: a JSON string from the gateway (numbers are taken too).
+fn int<'de, D, N>(d: D) -> Result<N, D::Error>
+where
+    D: Deserializer<'de>,
+    N: std::str::FromStr + Deserialize<'de>,
+    N::Err: std::fmt::Display,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Int<N> {
+        Text(String),
+        Number(N),
+    }
+    match Int::<N>::deserialize(d)? {
+        Int::Text(s) => s.parse().map_err(serde::de::Error::custom),
+        Int::Number(n) => Ok(n),
+    }
+}
+
+/// A bytes field: base64 text.
+fn base64_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    let text = String::deserialize(d)?;
+    BASE64.decode(text).map_err(serde::de::Error::custom)
 }

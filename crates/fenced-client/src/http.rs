@@ -56,6 +56,15 @@ impl Response {
     pub fn is_success(&self) -> bool {
         (200..300).contains(&self.status)
     }
+
+    /// The server's answer: `read` of a 2xx response, else the server's error.
+    pub fn answer<T>(self, read: impl FnOnce(Response) -> Result<T, Error>) -> Result<Result<T, ApiError>, Error> {
+        if self.is_success() {
+            read(self).map(Ok)
+        } else {
+            Ok(Err(self.api_error()))
+        }
+    }
 }
 
 /// A stream's answer: its body, or the server's refusal.

@@ -60,25 +60,13 @@ pub async fn lock(endpoint: &str, name: &str, ttl: Duration, wait: Duration) -> 
         .connect(addr);
     let client = bounded(op, client).await?;
     let dir = format!("{ROOT}/{name}");
-    let prefix = format!("{dir}/lock-");
-    let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-    let (stat, sequence) = match bounded(op, client.create(&prefix, &[], &ephemeral)).await {
-        Err(Error::NotFound(_)) => {
-            let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-            match bounded(op, client.mkdir(&dir, &persistent)).await {
-                Ok(()) | Err(Error::Server { .. }) => {}
-                Err(e) => return Err(e),
-            }
-            bounded(op, client.create(&prefix, &[], &ephemeral)).await?
-        }
-        r => r?,
-    };
-    let node = format!("{prefix}{sequence}");
-    let token = u64::try_from(stat.czxid).ok().and_then(Token::new).ok_or_else(|| {
+    let (node, czxid) = enqueue(&client, &dir, op).await?;
+    let token = u64::try_from(czxid).ok().and_then(Token::new).ok_or_else(|| {
         Error::unavailable(format!("ZooKeeper created {node} without a czxid (a server before 3.5?)"))
     })?;
     // The server may have cut the timeout to its bounds: the deadline counts from the
-    // shorter of the two, never from a TTL the server does not keep.
+    // shorter of the two, never from a TTL the server does not keep. Kept from the
+    // node's creation, while it waits in line too.
     let lease = Arc::new(Lease::new(sent, ttl.min(client.session_timeout())));
     let keeper = {
         let (client, node, lease) = (client.clone(), node.clone(), lease.clone());
@@ -95,14 +83,60 @@ pub async fn lock(endpoint: &str, name: &str, ttl: Duration, wait: Duration) -> 
         })
     };
     let guard = ZkGuard { client, name: name.to_owned(), node, token, lease, keeper };
-    match timeout_at(Instant::now() + wait, wait_for_turn(&guard.client, &dir, &guard.node, op)).await {
-        Ok(Ok(())) => Ok(guard),
+    match wait_or_leave(&guard.client, &dir, &guard.node, op, Instant::now() + wait).await {
+        Err(Error::LockHeld { .. }) => Err(Error::LockHeld { name: name.to_owned() }),
+        r => r.map(|()| guard),
+    }
+}
+
+/// Curator's recipe on an open session, for the lock whose node is `dir` (made on first
+/// use): queues, then waits its turn until `give_up`, each request within `op`. The
+/// lock node's path and its `czxid` (the fencing token); `Error::LockHeld` when the
+/// wait ran out. The laboratory's torture and bench recipes call it with their
+/// sessions.
+pub async fn take(client: &zk::Client, dir: &str, op: Duration, give_up: Instant) -> Result<(String, i64), Error> {
+    let (node, czxid) = enqueue(client, dir, op).await?;
+    wait_or_leave(client, dir, &node, op, give_up).await?;
+    Ok((node, czxid))
+}
+
+/// Queues as an ephemeral sequential child of `dir`, making `dir` first if it is
+/// missing: the node's path and its `czxid`.
+async fn enqueue(client: &zk::Client, dir: &str, op: Duration) -> Result<(String, i64), Error> {
+    let prefix = format!("{dir}/lock-");
+    let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+    let (stat, sequence) = match bounded(op, client.create(&prefix, &[], &ephemeral)).await {
+        Err(Error::NotFound(_)) => {
+            // The lock's first use: make its node (a racing maker's is as good), then queue.
+            let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+            match bounded(op, client.mkdir(dir, &persistent)).await {
+                Ok(()) | Err(Error::Server { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            bounded(op, client.create(&prefix, &[], &ephemeral)).await?
+        }
+        r => r?,
+    };
+    Ok((format!("{prefix}{sequence}"), stat.czxid))
+}
+
+/// Waits until `node` is the lowest child of `dir`, or `give_up`: then leaves the line
+/// (deletes `node`), so that those behind are not stuck behind it, and answers
+/// `Error::LockHeld` (the wait ran out) or the failure.
+async fn wait_or_leave(
+    client: &zk::Client,
+    dir: &str,
+    node: &str,
+    op: Duration,
+    give_up: Instant,
+) -> Result<(), Error> {
+    match timeout_at(give_up, wait_for_turn(client, dir, node, op)).await {
+        Ok(Ok(())) => Ok(()),
         outcome => {
-            // Out of the line, so that those behind are not stuck behind this node.
-            let _ = bounded(op, guard.client.delete(&guard.node, None)).await;
+            let _ = bounded(op, client.delete(node, None)).await;
             match outcome {
                 Ok(Err(e)) => Err(e),
-                _ => Err(Error::LockHeld { name: name.to_owned() }),
+                _ => Err(Error::LockHeld { name: dir.to_owned() }),
             }
         }
     }

@@ -33,6 +33,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs;
+use std::future::Future;
 use std::io::{Read, Seek, SeekFrom};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -41,8 +42,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use base64::engine::general_purpose::STANDARD as BASE64;
-use base64::Engine as _;
+use fenced_client::etcd::Etcd;
 use hyper::Method;
 
 use crate::http;
@@ -633,11 +633,6 @@ impl Ensemble {
     fn quorum_write(&self) -> Result<()> {
         match self.kind {
             Kind::Etcd => {
-                let body = format!(
-                    r#"{{"key":"{}","value":"{}"}}"#,
-                    BASE64.encode("fenced-lab/ensemble-ready"),
-                    BASE64.encode("1")
-                );
                 let deadline = Instant::now() + Duration::from_secs(10);
                 let mut last = String::from("no member running");
                 for i in (0..self.members.len()).cycle() {
@@ -648,10 +643,11 @@ impl Ensemble {
                         std::thread::sleep(Duration::from_millis(10));
                         continue;
                     }
-                    match http_json(self.members[i].client, Method::POST, "/v3/kv/put", &body) {
-                        Some(v) if v["header"]["revision"].is_string() => return Ok(()),
-                        Some(v) => last = format!("member {i} answered {v}"),
-                        None => last = format!("no answer from member {i}"),
+                    match etcd_ask(self.members[i].client, |e| async move {
+                        e.put(b"fenced-lab/ensemble-ready", b"1").await
+                    }) {
+                        Ok(()) => return Ok(()),
+                        Err(e) => last = format!("member {i}: {e}"),
                     }
                     std::thread::sleep(Duration::from_millis(100));
                 }
@@ -774,10 +770,8 @@ impl Probe {
 fn term_if_leader(kind: Kind, addr: SocketAddr) -> Option<u64> {
     match kind {
         Kind::Etcd => {
-            let status = http_json(addr, Method::POST, "/v3/maintenance/status", "{}")?;
-            let me = status["header"]["member_id"].as_str();
-            // The JSON gateway writes 64-bit numbers as strings.
-            (me.is_some() && me == status["leader"].as_str()).then(|| status["raftTerm"].as_str()?.parse().ok())?
+            let status = etcd_ask(addr, |e| async move { e.status().await }).ok()?;
+            (status.member_id != 0 && status.member_id == status.leader).then_some(status.raft_term)
         }
         Kind::Zookeeper => {
             let answer = four_letters(addr, "srvr")?;
@@ -930,6 +924,17 @@ async fn zk_create(connect: &str) -> Result<()> {
 /// A request to `addr` ([`crate::http`]); the JSON body of a 200 answer.
 fn http_json(addr: SocketAddr, method: Method, path: &str, body: &str) -> Option<serde_json::Value> {
     http::blocking(method, addr, path, body, Duration::from_secs(2)).ok()?.json_if_ok()
+}
+
+/// `ask` of the etcd member at `addr`, by the workspace's etcd client, from a plain
+/// thread; the whole within 2 s.
+fn etcd_ask<T, F>(addr: SocketAddr, ask: impl FnOnce(Etcd) -> F + Send) -> Result<T, String>
+where
+    T: Send,
+    F: Future<Output = Result<T, fenced_client::Error>> + Send,
+{
+    let etcd = Etcd::new(&format!("http://{addr}"), Duration::from_secs(1), Duration::from_secs(2));
+    http::block_on(async move { ask(etcd.map_err(|e| e.to_string())?).await.map_err(|e| e.to_string()) })
 }
 
 /// A ZooKeeper four-letter word's answer.

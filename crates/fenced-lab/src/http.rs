@@ -1,8 +1,9 @@
 //! The harness's one HTTP client for its own questions to loopback services (a member's
 //! status, a peer's health, a bucket made), on hyper: one connection per request,
 //! the whole exchange within a bound, the answer's status and body. The clients of
-//! the systems under test are elsewhere ([`crate::etcd`], Fenced's own client).
+//! the systems under test are elsewhere (`fenced_client::etcd`, Fenced's own client).
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -71,16 +72,22 @@ pub async fn request(
     timeout(bound, exchange).await.map_err(|_| format!("no answer from {addr} within {bound:?}"))?
 }
 
-/// [`request`] for the harness's plain threads: on a thread and a runtime of its own,
-/// so that it may be called from anywhere, a tokio blocking thread or not.
+/// [`request`] for the harness's plain threads (see [`block_on`]).
 pub fn blocking(method: Method, addr: SocketAddr, path: &str, body: &str, bound: Duration) -> Result<Answer, String> {
+    block_on(request(method, addr, path, body, bound))
+}
+
+/// Runs `exchange` to its end on a thread and a runtime of its own, so that the
+/// harness's plain threads may ask a service from anywhere, a tokio blocking thread or
+/// not.
+pub fn block_on<T: Send>(exchange: impl Future<Output = Result<T, String>> + Send) -> Result<T, String> {
     std::thread::scope(|s| {
         s.spawn(|| {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(text)?;
-            rt.block_on(request(method, addr, path, body, bound))
+            rt.block_on(exchange)
         })
         .join()
-        .unwrap_or_else(|_| Err("the HTTP exchange panicked".into()))
+        .unwrap_or_else(|_| Err("the exchange panicked".into()))
     })
 }
 

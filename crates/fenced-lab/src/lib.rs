@@ -3,13 +3,12 @@
 //! The laboratory (`fenced-sim`) tells the seeds' story in virtual time; this crate
 //! tells it with processes: services started on free loopback ports ([`peers`]), a
 //! proxy that holds packets ([`proxy`]), the systems under test driven as their users
-//! drive them ([`target`]; etcd through its JSON gateway, [`etcd`]), the torture
+//! drive them ([`target`]; etcd through `fenced_client::etcd`, its JSON gateway), the torture
 //! harness ([`torture`], [`worker`], [`history`]) judged by the core's checker.
 
 pub mod bench;
 pub mod cluster;
 pub mod ensemble;
-pub mod etcd;
 pub mod history;
 pub mod http;
 pub mod nemesis;

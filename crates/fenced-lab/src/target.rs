@@ -39,8 +39,8 @@ use tokio::time::{sleep, timeout, Instant};
 use zookeeper_client as zk;
 
 use crate::bench::driver::{zk_connect, zk_lock, ConnOptions};
-use crate::etcd::{spawn_keepalive, Etcd, Keeper};
 use crate::peers::{FOREIGN_PREFIX, UNFENCED_PREFIX};
+use fenced_client::etcd::{spawn_keepalive, Etcd, Keeper};
 
 /// The lock's name (or key) on every target.
 pub const LOCK: &str = "torture";
@@ -145,21 +145,29 @@ impl Target {
         !matches!(self, Target::Redis | Target::Redlock)
     }
 
+    /// The service that grants this target's locks.
+    pub fn lock_service(self) -> LockService {
+        match self {
+            Target::Fenced
+            | Target::FencedCluster
+            | Target::FencedUnfenced
+            | Target::Postgres
+            | Target::S3
+            | Target::Dynamodb
+            | Target::Python
+            | Target::PythonUnfenced
+            | Target::Node
+            | Target::NodeUnfenced => LockService::Fenced,
+            Target::Redis | Target::RedisToken => LockService::Redis,
+            Target::Redlock => LockService::Redlock,
+            Target::Etcd | Target::EtcdGated | Target::EtcdCluster => LockService::Etcd,
+            Target::ZookeeperGated | Target::ZookeeperEnsemble => LockService::Zookeeper,
+        }
+    }
+
     /// Whether the lock service is Fenced.
     pub fn fenced_locks(self) -> bool {
-        matches!(
-            self,
-            Target::Fenced
-                | Target::FencedCluster
-                | Target::FencedUnfenced
-                | Target::Postgres
-                | Target::S3
-                | Target::Dynamodb
-                | Target::Python
-                | Target::PythonUnfenced
-                | Target::Node
-                | Target::NodeUnfenced
-        )
+        self.lock_service() == LockService::Fenced
     }
 
     /// The language of the client library the workers are written with, for the
@@ -200,7 +208,7 @@ impl Target {
 
     /// Whether the lock service is etcd (whose leases are whole seconds).
     pub fn etcd_locks(self) -> bool {
-        matches!(self, Target::Etcd | Target::EtcdGated | Target::EtcdCluster)
+        self.lock_service() == LockService::Etcd
     }
 
     /// The key of the workload's counter on this target.
@@ -254,15 +262,23 @@ impl Target {
     /// with its default election timeout; ZooKeeper's sessions expire on its 2 s tick,
     /// so shorter ones would be rounded up anyway).
     pub fn min_ttl(self) -> Duration {
-        match self {
-            Target::Etcd
-            | Target::EtcdGated
-            | Target::ZookeeperGated
-            | Target::EtcdCluster
-            | Target::ZookeeperEnsemble => Duration::from_secs(2),
-            _ => Duration::from_millis(100),
+        match self.lock_service() {
+            LockService::Etcd | LockService::Zookeeper => Duration::from_secs(2),
+            LockService::Fenced | LockService::Redis | LockService::Redlock => Duration::from_millis(100),
         }
     }
+}
+
+/// The services that grant the targets' locks: what a [`Driver`] connects to.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum LockService {
+    Fenced,
+    /// One Redis instance (`SET NX PX`, or the script with a token).
+    Redis,
+    /// Five Redis instances.
+    Redlock,
+    Etcd,
+    Zookeeper,
 }
 
 /// The other languages Fenced has a client in (`clients/`).
@@ -451,17 +467,8 @@ async fn redis_connect(addr: &str, op_timeout: Duration) -> Result<redis::aio::M
 
 impl Driver {
     pub async fn connect(target: Target, ep: &Endpoints, op_timeout: Duration, nonce: u64) -> Result<Driver> {
-        let conn = match target {
-            Target::Fenced
-            | Target::FencedCluster
-            | Target::FencedUnfenced
-            | Target::Postgres
-            | Target::S3
-            | Target::Dynamodb
-            | Target::Python
-            | Target::PythonUnfenced
-            | Target::Node
-            | Target::NodeUnfenced => {
+        let conn = match target.lock_service() {
+            LockService::Fenced => {
                 let client = fenced_client(&ep.lock, op_timeout)?;
                 let counter = match target {
                     Target::Postgres => {
@@ -493,22 +500,17 @@ impl Driver {
                 };
                 Conn::Fenced { client, counter }
             }
-            Target::Redis | Target::RedisToken => Conn::Redis(redis_connect(&ep.lock, op_timeout).await?),
-            Target::Etcd | Target::EtcdGated => {
-                Conn::Etcd(Etcd::new(&format!("http://{}", ep.lock), Duration::from_secs(1), op_timeout)?)
-            }
-            Target::EtcdCluster => {
-                let member = next_member(&ep.lock, nonce);
+            LockService::Redis => Conn::Redis(redis_connect(&ep.lock, op_timeout).await?),
+            LockService::Etcd => {
+                let member = if target.cluster() { next_member(&ep.lock, nonce) } else { &ep.lock };
                 Conn::Etcd(Etcd::new(&format!("http://{member}"), Duration::from_secs(1), op_timeout)?)
             }
             // The session opens at the first acquire, whose TTL is its timeout. For the
             // ensemble, `lock` is ZooKeeper's own connect string (every server's
             // address): the client picks one and moves to another when it fails, and
             // the session moves with it while it lives.
-            Target::ZookeeperGated | Target::ZookeeperEnsemble => {
-                Conn::Zookeeper { addr: ep.lock.clone(), session: None }
-            }
-            Target::Redlock => {
+            LockService::Zookeeper => Conn::Zookeeper { addr: ep.lock.clone(), session: None },
+            LockService::Redlock => {
                 Conn::Redlock(ep.lock.split(',').map(|a| RedisInstance { addr: a.to_owned(), conn: None }).collect())
             }
         };
@@ -766,7 +768,7 @@ async fn etcd_acquire(etcd: &Etcd, ttl: Duration, wait: Duration) -> Result<Gran
             // The queued lock key dies with its lease.
             let _ = etcd.lease_revoke(lease).await;
             return Err(match failed {
-                Err(e) => e.context("lock"),
+                Err(e) => anyhow::Error::from(e).context("lock"),
                 _ => anyhow!("lock held (no grant within {wait:?})"),
             });
         }

@@ -13,7 +13,7 @@ import secrets
 import ssl
 import threading
 import time
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
 import httpx
@@ -235,6 +235,23 @@ def check_names(names: Any) -> List[str]:
     return sorted(set(names))
 
 
+def check_acquire(name: str, ttl: float, wait: float, margin: Optional[float],
+                  holder: Optional[str]) -> Tuple[int, int]:
+    """What an acquire checks before it sends anything: its TTL and wait in ms, or
+    :class:`fenced.BadRequest`."""
+    check_name(name)
+    check_holder(holder)
+    ttl_ms, wait_ms = ms(ttl), ms(wait)
+    if ttl_ms < 1:
+        raise BadRequest("the TTL must be at least 1 ms", code="ttl_out_of_range")
+    if wait < 0:
+        raise BadRequest("the wait cannot be negative", code="wait_out_of_range")
+    if margin is not None and not margin >= 0:
+        raise BadRequest("the margin cannot be negative: the deadline would outlive the lease",
+                         code="invalid_margin")
+    return ttl_ms, wait_ms
+
+
 def read_set_grant(answer: Dict[str, Any],
                    names: Optional[List[str]]) -> Tuple[Dict[str, Any], Dict[str, int], Dict[str, str]]:
     """``answer`` to one acquire (``names`` is ``None``) as it is; to a set, its first grant
@@ -336,6 +353,125 @@ class Members:
     def skip(self, i: int) -> bool:
         """Skipped this round: found silent, unless every member was."""
         return self.is_silent(i) and not all(self.is_silent(j) for j in range(len(self.endpoints)))
+
+
+class ClientBase:
+    """What ``fenced.Client`` and ``fenced.AsyncClient`` share: their settings, read and
+    checked once here, and what they know of the members. Each opens its own httpx client
+    in :meth:`_open`, with the headers and TLS settings given."""
+
+    def __init__(
+        self,
+        endpoints: Endpoints = None,
+        *,
+        auth_token: Optional[str] = None,
+        ca_file: Optional[str] = None,
+        client_cert: Optional[str] = None,
+        client_key: Optional[str] = None,
+        request_timeout: float = 10.0,
+        connect_timeout: float = 3.0,
+        attempt_timeout: Optional[float] = None,
+        check_server: bool = True,
+    ) -> None:
+        urls = endpoints_from(endpoints)
+        self._auth = auth_from(auth_token)
+        verify = tls_verify(ca_from(ca_file), client_cert_from(client_cert, client_key))
+        self._members = Members(urls, attempt_timeout_from(attempt_timeout))
+        self.request_timeout = float(request_timeout)
+        self.connect_timeout = float(connect_timeout)
+        self._check_server = check_server
+        #: The server version of each member checked (``check_api``), by index.
+        self._checked: Dict[int, str] = {}
+        headers = {"user-agent": "fenced-client-python/0.1.0"}
+        if self._auth is not None:
+            headers["authorization"] = f"Bearer {self._auth}"
+        self._open(headers, verify)
+
+    def _open(self, headers: Dict[str, str], verify: Any) -> None:
+        raise NotImplementedError
+
+    @property
+    def endpoints(self) -> List[str]:
+        return list(self._members.endpoints)
+
+    @property
+    def endpoint(self) -> str:
+        """The member that answered last."""
+        return self._members.endpoints[self._members.current]
+
+    def server_version(self) -> Optional[str]:
+        """The version (``info.version`` of ``/openapi.json``) of the current member, once
+        checked."""
+        return self._checked.get(self._members.current)
+
+
+#: The connections an httpx client of ``fenced`` keeps.
+HTTP_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=16)
+
+
+class Walk:
+    """One call's walk over the members (failover.rs): which member to try next, what each
+    attempt's outcome teaches, and the error once none answered in time. The sync and the
+    asyncio client drive it, each with its own attempts and pauses."""
+
+    def __init__(self, members: Members, deadline: float) -> None:
+        self._m = members
+        self._deadline = deadline
+        self._started = now()
+        #: Whether an attempt may have reached a member (then its effect is unknown).
+        self.uncertain = False
+        self._last: Optional[FencedError] = None
+
+    def members(self) -> Iterator[Optional[int]]:
+        """The members to try in turn from the current one, skipping the silent: an index,
+        or ``None`` where a round ends (the caller pauses ``ROUND_PAUSE``). Ends when no
+        further round fits before the deadline."""
+        n = len(self._m.endpoints)
+        first = self._m.current
+        k = 0
+        while True:
+            i = (first + k) % n
+            if not self._m.skip(i):
+                yield i
+            k += 1
+            if k % n == 0:
+                if now() + ROUND_PAUSE > self._deadline:
+                    return
+                yield None
+
+    def answered(self, i: int, exc: Optional[FencedError]) -> bool:
+        """Member ``i`` answered (``exc``: its error). True when that ends the call: its
+        value, or an error that does not move on (marked ``uncertain``, for the caller to
+        raise); False when the call moves on to the next member."""
+        if exc is None or not moves_on(exc):
+            if exc is None:
+                self._m.mark_answered(i)
+            self._m.set_current(i)
+            if exc is not None:
+                exc.uncertain = self.uncertain  # type: ignore[attr-defined]
+            return True
+        self.uncertain = self.uncertain or not (isinstance(exc, Transport) and not exc.sent)
+        self._last = exc
+        return False
+
+    def silent(self, i: int) -> None:
+        """Member ``i`` said nothing for an attempt time-out: the call moves on."""
+        self.uncertain = True
+        self._last = Transport(f"{self._m.endpoints[i]}: silent for {int(self._m.attempt_timeout * 1000)} ms; moved on")
+
+    def failure(self) -> FencedError:
+        """What the call raises when the walk ended without an answer that ends it."""
+        if self._last is not None and now() < self._deadline:
+            self._last.uncertain = self.uncertain  # type: ignore[attr-defined]
+            return self._last
+        err = Transport(
+            f"no member answered within {int((self._deadline - self._started) * 1000)} ms "
+            f"(tried {', '.join(self._m.endpoints)})"
+            + (f"; last: {self._last.message}" if self._last is not None else ""),
+            sent=self.uncertain,
+        )
+        err.uncertain = self.uncertain  # type: ignore[attr-defined]
+        return err
 
 
 def moves_on(e: Optional[BaseException]) -> bool:

@@ -75,7 +75,7 @@ class _Reply(NamedTuple):
         return from_answer(self.status, self.body)
 
 
-class Client:
+class Client(_core.ClientBase):
     """A handle on one Fenced service: one endpoint, or the members of a cluster.
 
     ``endpoints``: a URL, a comma-separated string or a list of ``http(s)://host:port``;
@@ -100,53 +100,12 @@ class Client:
     ``check_server=False`` skips it.
     """
 
-    def __init__(
-        self,
-        endpoints: _core.Endpoints = None,
-        *,
-        auth_token: Optional[str] = None,
-        ca_file: Optional[str] = None,
-        client_cert: Optional[str] = None,
-        client_key: Optional[str] = None,
-        request_timeout: float = 10.0,
-        connect_timeout: float = 3.0,
-        attempt_timeout: Optional[float] = None,
-        check_server: bool = True,
-    ) -> None:
-        urls = _core.endpoints_from(endpoints)
-        self._auth = _core.auth_from(auth_token)
-        verify = _core.tls_verify(_core.ca_from(ca_file), _core.client_cert_from(client_cert, client_key))
-        self._members = _core.Members(urls, _core.attempt_timeout_from(attempt_timeout))
-        self.request_timeout = float(request_timeout)
-        self.connect_timeout = float(connect_timeout)
-        self._check_server = check_server
-        self._checked: Dict[int, str] = {}
+    def _open(self, headers: Dict[str, str], verify: Any) -> None:
         self._checked_mu = threading.Lock()
-        headers = {"user-agent": "fenced-client-python/0.1.0"}
-        if self._auth is not None:
-            headers["authorization"] = f"Bearer {self._auth}"
-        self._http = self._make_http(headers, verify)
+        self._http = httpx.Client(headers=headers, verify=verify, trust_env=False, limits=_core.HTTP_LIMITS)
         self.store = Store(self)
 
-    def _make_http(self, headers: Dict[str, str], verify: Any) -> httpx.Client:
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=16)
-        return httpx.Client(headers=headers, verify=verify, trust_env=False, limits=limits)
-
     # --- public surface ------------------------------------------------------------------
-
-    @property
-    def endpoints(self) -> List[str]:
-        return list(self._members.endpoints)
-
-    @property
-    def endpoint(self) -> str:
-        """The member that answered last."""
-        return self._members.endpoints[self._members.current]
-
-    def server_version(self) -> Optional[str]:
-        """The version (``info.version`` of ``/openapi.json``) of the current member, once
-        checked."""
-        return self._checked.get(self._members.current)
 
     def lock(self, name: str, ttl: float = 10.0, wait: float = 30.0, *, margin: Optional[float] = None,
              holder: Optional[str] = None) -> "Lock":
@@ -269,16 +228,7 @@ class Client:
 
     def _acquire(self, name: str, ttl: float, wait: float, margin: Optional[float],
                  holder: Optional[str] = None, names: Optional[List[str]] = None) -> LockState:
-        _core.check_name(name)
-        _core.check_holder(holder)
-        ttl_ms, wait_ms = _core.ms(ttl), _core.ms(wait)
-        if ttl_ms < 1:
-            raise BadRequest("the TTL must be at least 1 ms", code="ttl_out_of_range")
-        if wait < 0:
-            raise BadRequest("the wait cannot be negative", code="wait_out_of_range")
-        if margin is not None and not margin >= 0:
-            raise BadRequest("the margin cannot be negative: the deadline would outlive the lease",
-                             code="invalid_margin")
+        ttl_ms, wait_ms = _core.check_acquire(name, ttl, wait, margin, holder)
         lease = _core.new_lease_id()
         started = _core.now()
         give_up_at = started + wait_ms / 1000.0
@@ -433,46 +383,22 @@ class Client:
             return fn(0), False
         if deadline is None:
             deadline = _core.now() + self.request_timeout
-        started = _core.now()
-        first = m.current
-        uncertain = False
-        last: Optional[FencedError] = None
-        k = 0
-        while True:
-            i = (first + k) % n
-            if not m.skip(i):
-                kind, value, exc = self._attempt(i, fn, deadline)
-                if kind == "answered":
-                    if exc is None or not _core.moves_on(exc):
-                        if exc is None:
-                            m.mark_answered(i)
-                        m.set_current(i)
-                        if exc is not None:
-                            exc.uncertain = uncertain  # type: ignore[attr-defined]
-                            raise exc
-                        return value, uncertain  # type: ignore[return-value]
-                    uncertain = uncertain or not (isinstance(exc, Transport) and not exc.sent)
-                    last = exc
-                elif kind == "silent":
-                    uncertain = True
-                    last = Transport(f"{m.endpoints[i]}: silent for {int(m.attempt_timeout * 1000)} ms; moved on")
-                else:
-                    break
-            k += 1
-            if k % n == 0:
-                if _core.now() + _core.ROUND_PAUSE > deadline:
-                    break
+        walk = _core.Walk(m, deadline)
+        for i in walk.members():
+            if i is None:
                 time.sleep(_core.ROUND_PAUSE)
-        if last is not None and _core.now() < deadline:
-            last.uncertain = uncertain  # type: ignore[attr-defined]
-            raise last
-        err = Transport(
-            f"no member answered within {int((deadline - started) * 1000)} ms (tried {', '.join(m.endpoints)})"
-            + (f"; last: {last.message}" if last is not None else ""),
-            sent=uncertain,
-        )
-        err.uncertain = uncertain  # type: ignore[attr-defined]
-        raise err
+                continue
+            kind, value, exc = self._attempt(i, fn, deadline)
+            if kind == "answered":
+                if walk.answered(i, exc):
+                    if exc is not None:
+                        raise exc
+                    return value, walk.uncertain  # type: ignore[return-value]
+            elif kind == "silent":
+                walk.silent(i)
+            else:
+                break
+        raise walk.failure()
 
     @staticmethod
     def _in_thread(fn: Callable[[int], T], i: int) -> "cf.Future[T]":

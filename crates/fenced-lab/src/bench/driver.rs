@@ -16,14 +16,15 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use fenced_client::resource::postgres::PgKv;
+use fenced_client::zookeeper;
 use fenced_client::{Client, FencedResource, LockGuard, Token};
 use tokio::time::{sleep, timeout, Instant};
 
 use zookeeper_client as zk;
 
 use super::BenchTarget;
-use crate::etcd::{spawn_keepalive, Etcd, Keeper};
 use crate::target::REDIS_UNLOCK;
+use fenced_client::etcd::{spawn_keepalive, Etcd, Keeper};
 
 /// How long a waiter that polls (Redis, PostgreSQL) sleeps between tries.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(1);
@@ -173,7 +174,7 @@ impl Conn {
     pub async fn release(&mut self, held: Held, o: ConnOptions) -> Result<()> {
         match (self, held) {
             (Conn::Fenced(_), Held::Fenced(guard)) => Ok(guard.release().await?),
-            (Conn::Etcd { client, .. }, Held::Etcd(key)) => client.unlock(&key).await,
+            (Conn::Etcd { client, .. }, Held::Etcd(key)) => Ok(client.unlock(&key).await?),
             (Conn::Zookeeper(client), Held::Zookeeper(node)) => {
                 bounded(o.op_timeout, client.delete(&node, None)).await?;
                 Ok(())
@@ -313,58 +314,17 @@ async fn zk_mkdirs(client: &zk::Client, path: &str, o: ConnOptions) -> Result<()
     }
 }
 
-/// Curator's `InterProcessMutex` recipe, which ZooKeeper's documentation gives for
-/// locks: queue up as an ephemeral sequential child of the lock's node; the lowest
-/// sequence holds the lock; every other waiter watches only the node just before its
-/// own (no herd), and looks again when that one goes. Returns the node's path and its
-/// `czxid` (the zxid that created it: a fencing token that grows across the service).
+/// Curator's `InterProcessMutex` recipe (the workspace's one,
+/// `fenced_client::zookeeper::take`) on lock `name`'s node under [`ZK_ROOT`]: the lock
+/// node's path and its `czxid` (the zxid that created it: a fencing token that grows
+/// across the service).
 pub(crate) async fn zk_lock(
     client: &zk::Client,
     name: &str,
     o: ConnOptions,
     give_up: Instant,
 ) -> Result<(String, i64)> {
-    let dir = zk_path(name);
-    let prefix = format!("{dir}/lock-");
-    let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-    let (stat, sequence) = match bounded(o.op_timeout, client.create(&prefix, &[], &ephemeral)).await {
-        Err(e) if zk_is(&e, zk::Error::NoNode) => {
-            // The lock's first use: create its node, then queue.
-            zk_mkdirs(client, &dir, o).await?;
-            bounded(o.op_timeout, client.create(&prefix, &[], &ephemeral)).await?
-        }
-        r => r?,
-    };
-    let node = format!("{prefix}{sequence}");
-    let mine = &node[dir.len() + 1..];
-    let waited = async {
-        loop {
-            let mut queue = bounded(o.op_timeout, client.list_children(&dir)).await?;
-            // Every child is `lock-` and a zero-padded sequence: text order is queue order.
-            queue.sort_unstable();
-            let at = queue.iter().position(|c| c == mine).context("the lock node vanished (session expired?)")?;
-            if at == 0 {
-                return anyhow::Ok(());
-            }
-            let before = format!("{dir}/{}", queue[at - 1]);
-            match bounded(o.op_timeout, client.get_and_watch_data(&before)).await {
-                Err(e) if zk_is(&e, zk::Error::NoNode) => continue,
-                Err(e) => return Err(e),
-                Ok((_, _, watch)) => drop(watch.changed().await),
-            }
-        }
-    };
-    match tokio::time::timeout_at(give_up, waited).await {
-        Ok(Ok(())) => Ok((node, stat.czxid)),
-        outcome => {
-            // Leave the queue, so that the ones behind are not stuck behind this node.
-            let _ = bounded(o.op_timeout, client.delete(&node, None)).await;
-            match outcome {
-                Ok(Err(e)) => Err(e),
-                _ => bail!("lock held (no grant before the wait ran out)"),
-            }
-        }
-    }
+    Ok(zookeeper::take(client, &zk_path(name), o.op_timeout, give_up).await?)
 }
 
 /// Connects to Redis (`redis://host:port/`) with bounded connect and response times.

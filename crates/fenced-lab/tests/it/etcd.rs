@@ -1,9 +1,9 @@
-//! The etcd gateway client against a real etcd (Debian's `etcd-server`): each call the
+//! The workspace's etcd gateway client (`fenced_client::etcd`) against a real etcd (Debian's `etcd-server`): each call the
 //! torture and bench recipes make, with the answers etcd gives when things go wrong.
 
 use std::time::Duration;
 
-use fenced_lab::etcd::{spawn_keepalive, Etcd};
+use fenced_client::etcd::{spawn_keepalive, Etcd};
 use fenced_lab::peers::Service;
 
 /// Short enough for a test, long enough for a loaded machine.

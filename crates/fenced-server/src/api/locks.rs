@@ -12,7 +12,7 @@ use fenced_core::{
 };
 use fenced_wire::Detail;
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::error::ErrorBody;
 use super::{new_lease_id, parse_lease_id, reply, ApiError, App, AppInner, Caller};
@@ -221,9 +221,20 @@ pub async fn action(
     }
 }
 
+/// The path of a lock's routes, as the OpenAPI document describes it (the handlers
+/// take the name as a plain `Path<String>`).
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+pub(super) struct LockPath {
+    /// 1 to lock_name_bytes_max bytes of UTF-8 without control characters; '/' may be sent as %2F or as it is
+    #[param(min_length = 1)]
+    name: String,
+}
+
 // The three actions share one route (`/v1/locks/{*rest}`: a name may hold '/'); the
 // document describes each as its own path.
-#[utoipa::path(post, path = "/v1/locks/{name}/acquire", tag = "locks", operation_id = "acquire", params(("name" = String, Path, description = "1 to lock_name_bytes_max bytes of UTF-8 without control characters; '/' may be sent as %2F or as it is", min_length = 1)), request_body = AcquireBody,
+#[utoipa::path(post, path = "/v1/locks/{name}/acquire", tag = "locks", operation_id = "acquire", params(LockPath), request_body = AcquireBody,
     responses(
         (status = 200, description = "granted", body = Grant),
         (status = 400, description = "invalid_json, invalid_field, invalid_name, invalid_holder, invalid_lease_id, ttl_out_of_range, wait_out_of_range, lock_delay_out_of_range", body = ErrorBody),
@@ -250,7 +261,7 @@ pub(super) fn doc_acquire() {}
 #[allow(dead_code)]
 pub(super) fn doc_acquire_all() {}
 
-#[utoipa::path(post, path = "/v1/locks/{name}/release", tag = "locks", operation_id = "release", params(("name" = String, Path, description = "1 to lock_name_bytes_max bytes of UTF-8 without control characters; '/' may be sent as %2F or as it is", min_length = 1)), request_body = ReleaseBody,
+#[utoipa::path(post, path = "/v1/locks/{name}/release", tag = "locks", operation_id = "release", params(LockPath), request_body = ReleaseBody,
     responses(
         (status = 200, description = "released", body = Released),
         (status = 400, description = "invalid_json, invalid_field, invalid_name, invalid_lease_id", body = ErrorBody),
@@ -260,7 +271,7 @@ pub(super) fn doc_acquire_all() {}
 #[allow(dead_code)]
 pub(super) fn doc_release() {}
 
-#[utoipa::path(post, path = "/v1/locks/{name}/revoke", tag = "locks", operation_id = "revoke_lock", params(("name" = String, Path, description = "1 to lock_name_bytes_max bytes of UTF-8 without control characters; '/' may be sent as %2F or as it is", min_length = 1)),
+#[utoipa::path(post, path = "/v1/locks/{name}/revoke", tag = "locks", operation_id = "revoke_lock", params(LockPath),
     request_body(content = Option<RevokeBody>, description = "empty, {}, or {\"token\": T} to take the lock only from that holder"),
     responses(
         (status = 200, description = "taken from its holder (the token it held); the next waiter is granted with a higher token", body = Revoked),
@@ -272,7 +283,7 @@ pub(super) fn doc_release() {}
 #[allow(dead_code)]
 pub(super) fn doc_revoke_lock() {}
 
-#[utoipa::path(post, path = "/v1/locks/{name}/check", tag = "locks", operation_id = "check", params(("name" = String, Path, description = "1 to lock_name_bytes_max bytes of UTF-8 without control characters; '/' may be sent as %2F or as it is", min_length = 1)), request_body = CheckBody,
+#[utoipa::path(post, path = "/v1/locks/{name}/check", tag = "locks", operation_id = "check", params(LockPath), request_body = CheckBody,
     responses(
         (status = 200, description = "whether the token is the current grant's (CheckSequencer)", body = CheckResult),
         (status = 400, description = "invalid_json, invalid_field, invalid_name, invalid_token", body = ErrorBody),
@@ -537,7 +548,7 @@ pub async fn check_token(
 }
 
 /// `GET /v1/locks/{name}`.
-#[utoipa::path(get, path = "/v1/locks/{name}", tag = "locks", operation_id = "get_lock", params(("name" = String, Path, description = "1 to lock_name_bytes_max bytes of UTF-8 without control characters; '/' may be sent as %2F or as it is", min_length = 1)),
+#[utoipa::path(get, path = "/v1/locks/{name}", tag = "locks", operation_id = "get_lock", params(LockPath),
     responses(
         (status = 200, description = "the lock (a free one: held false)", body = LockView),
         (status = 400, description = "invalid_name", body = ErrorBody),

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use fenced_core::{Command, Quotas, StoreAnswer, StoreCommand, Token};
 use fenced_wire::Detail;
 use serde::Serialize;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::error::ErrorBody;
 use super::{read_body, reply, ApiError, App, AppInner, Caller};
@@ -78,9 +78,33 @@ pub async fn list(
     Ok(reply(StatusCode::OK, &StoreKeys { keys }))
 }
 
+/// The path of a key's routes, as the OpenAPI document describes it.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct StoreKeyPath {
+    /// 1 to store_key_bytes_max bytes of UTF-8 without control characters
+    #[param(min_length = 1)]
+    key: String,
+}
+
+/// The headers of a fenced write or read, as the OpenAPI document describes them (the
+/// handlers read them with `fencing_token` and `fencing_signature`).
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)]
+struct FencingHeaders {
+    /// the writer's fencing token, a positive integer below 2^64; exactly one header line
+    #[param(rename = "Fencing-Token", minimum = 1)]
+    fencing_token: Option<u64>,
+    /// for a key under signed_key_prefix: the grant's signature (128 hex digits) for the lock that guards the key
+    #[param(rename = "Fencing-Signature")]
+    fencing_signature: Option<String>,
+}
+
 /// `PUT /v1/store/{key}` with `Fencing-Token: N`; the body is the value. A key under
 /// the configured `unfenced_prefix` takes the write without a token instead.
-#[utoipa::path(put, path = "/v1/store/{key}", tag = "store", operation_id = "write_value", params(("key" = String, Path, description = "1 to store_key_bytes_max bytes of UTF-8 without control characters", min_length = 1), ("Fencing-Token" = Option<u64>, Header, description = "the writer's fencing token, a positive integer below 2^64; exactly one header line", minimum = 1), ("Fencing-Signature" = Option<String>, Header, description = "for a key under signed_key_prefix: the grant's signature (128 hex digits) for the lock that guards the key")),
+#[utoipa::path(put, path = "/v1/store/{key}", tag = "store", operation_id = "write_value", params(StoreKeyPath, FencingHeaders),
     request_body(content = Option<Vec<u8>>, content_type = "application/octet-stream", description = "the value, at most value_bytes_max bytes; none is the empty value"),
     responses(
         (status = 200, description = "written", body = StoreWrite),
@@ -184,7 +208,7 @@ async fn write_unaudited(
 }
 
 /// `GET /v1/store/{key}`, a fenced read when `Fencing-Token` is present.
-#[utoipa::path(get, path = "/v1/store/{key}", tag = "store", operation_id = "read_value", params(("key" = String, Path, description = "1 to store_key_bytes_max bytes of UTF-8 without control characters", min_length = 1), ("Fencing-Token" = Option<u64>, Header, description = "the writer's fencing token, a positive integer below 2^64; exactly one header line", minimum = 1), ("Fencing-Signature" = Option<String>, Header, description = "for a key under signed_key_prefix: the grant's signature (128 hex digits) for the lock that guards the key")),
+#[utoipa::path(get, path = "/v1/store/{key}", tag = "store", operation_id = "read_value", params(StoreKeyPath, FencingHeaders),
     responses(
         (status = 200, description = "the value", content_type = "application/octet-stream", body = Vec<u8>,
             headers(("Fencing-Highest-Seen" = u64, description = "the key's mark, when it has one"))),

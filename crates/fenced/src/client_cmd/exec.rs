@@ -100,9 +100,10 @@ pub async fn run(client: &Client, a: ExecArgs, _global: &Global) -> anyhow::Resu
                 request.acquire().await.map(Held::Fenced)
             }
         }
-        Some(url) if url.starts_with("etcd://") => match Etcd::new(url, Duration::from_secs(5)) {
+        Some(url) if url.starts_with("etcd://") => match Etcd::new(url, Duration::from_secs(2), Duration::from_secs(5))
+        {
             Ok(etcd) => {
-                etcd.lock(&a.name, ttl, wait).await.map(|g| Held::Etcd(Box::new(g), etcd.endpoint().to_owned()))
+                etcd.acquire(&a.name, ttl, wait).await.map(|g| Held::Etcd(Box::new(g), etcd.endpoint().to_owned()))
             }
             Err(e) => Err(e),
         },

@@ -8,7 +8,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use fenced_lab::etcd::Etcd;
+use fenced_client::etcd::Etcd;
 use fenced_lab::peers::Service;
 
 use crate::support::{wait_exit, wait_for_file, TempDir};

@@ -8,10 +8,12 @@ use std::process::Command;
 #[cfg(feature = "fault-injection")]
 use std::process::Output;
 
+/// `fenced torture ARGS --json` (`args` split at spaces) with `env`: its output and its
+/// report.
 #[cfg(feature = "fault-injection")]
-fn torture(args: &[&str], env: &[(&str, &str)]) -> (Output, Option<serde_json::Value>) {
+fn torture(args: &str, env: &[(&str, &str)]) -> (Output, Option<serde_json::Value>) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fenced"));
-    cmd.arg("torture").args(args).arg("--json").env_remove("FENCED_BREAK");
+    cmd.arg("torture").args(args.split_whitespace()).arg("--json").env_remove("FENCED_BREAK");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -45,25 +47,9 @@ fn assert_safe(r: &serde_json::Value) {
 #[cfg(feature = "fault-injection")]
 #[test]
 fn three_members_under_every_nemesis_lose_nothing() {
-    let args = [
-        "--target",
-        "fenced-cluster",
-        "--nodes",
-        "3",
-        "--nemesis",
-        "kill,pause,partition,delay,clock",
-        "--duration",
-        "35s",
-        "--recovery",
-        "5s",
-        "--ttl",
-        "1s",
-        "--workers",
-        "3",
-        "--seed",
-        "1",
-    ];
-    let (out, r) = torture(&args, &[]);
+    let args = "--target fenced-cluster --nodes 3 --nemesis kill,pause,partition,delay,clock \
+        --duration 35s --recovery 5s --ttl 1s --workers 3 --seed 1";
+    let (out, r) = torture(args, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "fenced torture failed: {stderr}");
     let r = r.expect("a JSON report");
@@ -103,25 +89,9 @@ fn three_members_under_every_nemesis_lose_nothing() {
 #[cfg(feature = "fault-injection")]
 #[test]
 fn a_leader_clock_three_times_too_fast_is_caught_as_overlapping_holders() {
-    let args = [
-        "--target",
-        "fenced-cluster",
-        "--nemesis",
-        "none",
-        "--work",
-        "800ms",
-        "--duration",
-        "8s",
-        "--recovery",
-        "3s",
-        "--ttl",
-        "1s",
-        "--workers",
-        "3",
-        "--seed",
-        "1",
-    ];
-    let (out, broken) = torture(&args, &[("FENCED_BREAK", "clock-fast")]);
+    let args = "--target fenced-cluster --nemesis none --work 800ms --duration 8s --recovery 3s \
+        --ttl 1s --workers 3 --seed 1";
+    let (out, broken) = torture(args, &[("FENCED_BREAK", "clock-fast")]);
     let broken = broken.unwrap_or_else(|| panic!("no report: {}", String::from_utf8_lossy(&out.stderr)));
     assert!(num(&broken, "overlapping_holders") >= 1, "the fast clock went unseen: {broken}");
     assert_eq!(broken["safe"], false, "{broken}");
@@ -132,7 +102,7 @@ fn a_leader_clock_three_times_too_fast_is_caught_as_overlapping_holders() {
     // The fence still held: the early grants' stale writes were refused.
     assert_eq!(num(&broken, "lost_updates"), 0, "{broken}");
 
-    let (out, honest) = torture(&args, &[]);
+    let (out, honest) = torture(args, &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_safe(&honest.expect("a JSON report"));
 }
@@ -144,25 +114,9 @@ fn a_leader_clock_three_times_too_fast_is_caught_as_overlapping_holders() {
 #[cfg(feature = "fault-injection")]
 #[test]
 fn a_leader_that_expires_leases_on_its_own_clock_is_caught() {
-    let args = [
-        "--target",
-        "fenced",
-        "--faults",
-        "crash",
-        "--work",
-        "2500ms",
-        "--duration",
-        "14s",
-        "--recovery",
-        "4s",
-        "--ttl",
-        "3s",
-        "--workers",
-        "3",
-        "--seed",
-        "1",
-    ];
-    let (out, r) = torture(&args, &[("FENCED_BREAK", "jump-on-failover")]);
+    let args = "--target fenced --faults crash --work 2500ms --duration 14s --recovery 4s --ttl 3s \
+        --workers 3 --seed 1";
+    let (out, r) = torture(args, &[("FENCED_BREAK", "jump-on-failover")]);
     let r = r.unwrap_or_else(|| panic!("no report: {}", String::from_utf8_lossy(&out.stderr)));
     assert!(num(&r, "restarts_injected") >= 1, "{r}");
     assert!(num(&r, "overlapping_holders") >= 1, "the early expiry went unseen: {r}");
@@ -178,8 +132,7 @@ fn partitioned_control(duration: &str, switch: &str) -> serde_json::Value {
 
 #[cfg(feature = "fault-injection")]
 fn partitioned_control_seeded(duration: &str, switch: &str, seed: &str) -> serde_json::Value {
-    let mut args = CONTROL_BASE.to_vec();
-    args.extend(["--nemesis", "partition", "--duration", duration, "--seed", seed]);
+    let args = format!("{CONTROL_BASE} --nemesis partition --duration {duration} --seed {seed}");
     let r = broken_caught_honest_safe(&args, switch);
     assert!(num(&r, "partitions_injected") >= 1, "{r}");
     r
@@ -189,7 +142,7 @@ fn partitioned_control_seeded(duration: &str, switch: &str, seed: &str) -> serde
 /// it. The broken run must be unsafe (exit 1, with proofs), the honest one safe; the
 /// broken run's report is returned for the control's own assertions.
 #[cfg(feature = "fault-injection")]
-fn broken_caught_honest_safe(args: &[&str], switch: &str) -> serde_json::Value {
+fn broken_caught_honest_safe(args: &str, switch: &str) -> serde_json::Value {
     let (out, broken) = torture(args, &[("FENCED_BREAK", switch)]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let broken = broken.unwrap_or_else(|| panic!("{switch}: no report: {stderr}"));
@@ -209,8 +162,7 @@ fn broken_caught_honest_safe(args: &[&str], switch: &str) -> serde_json::Value {
 }
 
 #[cfg(feature = "fault-injection")]
-const CONTROL_BASE: [&str; 10] =
-    ["--target", "fenced-cluster", "--nodes", "3", "--recovery", "4s", "--workers", "3", "--ttl", "1s"];
+const CONTROL_BASE: &str = "--target fenced-cluster --nodes 3 --recovery 4s --workers 3 --ttl 1s";
 
 /// A leader that answers a batch before a quorum has it: cut off from the others, it
 /// goes on granting and acknowledging writes that the new leader's log never holds.
@@ -263,27 +215,9 @@ fn reads_served_without_a_quorum_round_are_caught() {
 #[cfg(feature = "fault-injection")]
 #[test]
 fn a_new_leader_that_expires_inherited_leases_is_caught_on_three_members() {
-    let args = [
-        "--target",
-        "fenced-cluster",
-        "--nodes",
-        "3",
-        "--nemesis",
-        "kill",
-        "--ttl",
-        "8s",
-        "--work",
-        "6s",
-        "--workers",
-        "2",
-        "--duration",
-        "34s",
-        "--recovery",
-        "6s",
-        "--seed",
-        "6",
-    ];
-    let r = broken_caught_honest_safe(&args, "jump-on-failover");
+    let args = "--target fenced-cluster --nodes 3 --nemesis kill --ttl 8s --work 6s --workers 2 \
+        --duration 34s --recovery 6s --seed 6";
+    let r = broken_caught_honest_safe(args, "jump-on-failover");
     assert!(r["schedule"]
         .as_array()
         .is_some_and(|s| s.iter().any(|f| f["what"].as_str().is_some_and(|w| w.starts_with("kill -9 the leader")))));
