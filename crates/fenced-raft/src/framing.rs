@@ -28,10 +28,15 @@ pub const ACCEPTS_HEADER: &str = "x-fenced-raft-frames";
 
 /// What this release reads from a peer, said in [`ACCEPTS_HEADER`]: 1, frames;
 /// 2, also snapshots of `snapshot_format` and `Command::SetLimits` in entries; 3, also
-/// a snapshot resumed from an offset ([`SNAPSHOT_ID_HEADER`]). A sender keeps to what
+/// a snapshot resumed from an offset ([`SNAPSHOT_ID_HEADER`]); 4, also
+/// `Command::Renewed` in entries (written by a cluster of one). A sender keeps to what
 /// the member said: a member at 1 is sent the JSON snapshot, no member proposes agreed
-/// limits until every member is at 2, and a member at 2 is sent every snapshot whole.
-pub const LEVEL: u8 = 3;
+/// limits until every member is at 2, and a member at 2 is sent every snapshot whole;
+/// a node below 4 is refused as a new member (the log may hold `Renewed`).
+pub const LEVEL: u8 = 4;
+
+/// The level from which a member reads `Command::Renewed`.
+pub const LEVEL_RENEWED: u8 = 4;
 
 /// The level from which a member is sent binary snapshots.
 pub const LEVEL_BINARY_SNAPSHOTS: u8 = 2;

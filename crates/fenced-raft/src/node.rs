@@ -746,6 +746,11 @@ impl Node {
         NotLeader { leader, leader_url }
     }
 
+    /// Whether this member applied everything through `log_id`.
+    pub fn applied_through(&self, log_id: Option<crate::LogId>) -> bool {
+        self.sm.state().last_applied >= log_id
+    }
+
     /// This member's vote now (what a snapshot's answer carries).
     pub fn vote(&self) -> crate::Vote {
         self.raft.metrics().borrow_watched().vote
@@ -772,16 +777,19 @@ impl Node {
         if !self.is_leading() || self.stopped.load(Ordering::Acquire) || !self.is_alone() {
             return None;
         }
+        // The table first, on its own: a lease it shows alive and then loses (an expiry
+        // applied meanwhile) had a deadline before that batch's stamp, which the time
+        // read below is at or after, so the check below refuses it.
+        let lease = self.sm.state().table.lease(id)?;
         let mut renewals = self.renewals();
         let (now_ms, _) = self.clock().stamp()?;
-        let lease = self.sm.state().table.lease(id)?;
-        let renewed = renewals.get(&id).map_or(0, |at| at + lease.ttl_ms);
+        let renewed = renewals.get(&id).map_or(0, |at| at.saturating_add(lease.ttl_ms));
         if lease.expires_at_ms.max(renewed) <= now_ms {
             return None;
         }
         let at = renewals.entry(id).or_insert(now_ms);
         *at = (*at).max(now_ms);
-        Some(LeaseInfo { id, ttl_ms: lease.ttl_ms, expires_at_ms: now_ms + lease.ttl_ms })
+        Some(LeaseInfo { id, ttl_ms: lease.ttl_ms, expires_at_ms: now_ms.saturating_add(lease.ttl_ms) })
     }
 
     /// Brings keepalives answered from memory into the log at least every
@@ -1024,7 +1032,11 @@ impl Node {
         // the previous callers are gone, every lease gets its full TTL again
         // (`Command::Promote`). A restarted single node keeps its term (openraft writes
         // no blank entry then), so this cannot ride on the blank entry.
-        let Some((now_ms, leader)) = self.clock().stamp() else { return };
+        // Stamped at the anchor's own time, the last applied entry's: no timer fires
+        // before `Promote` gives every lease its TTL again (a keepalive answered from
+        // memory, lost with a crash, was answered at that time or later).
+        let Some((_, leader)) = self.clock().stamp() else { return };
+        let now_ms = table_ms;
         let (responder, done) = ProgressResponder::complete_only();
         let mut items = vec![(NO_REQUEST, Command::Promote)];
         if let Some(floor) = *self.tokens_above.lock().unwrap_or_else(|p| p.into_inner()) {
@@ -1326,11 +1338,12 @@ impl Node {
         }
         let (hello, level) =
             self.network.hello(url, HELLO_TIMEOUT).await.map_err(|e| format!("no handshake with {url}: {e}"))?;
-        if level < crate::framing::LEVEL_SET_LIMITS && self.sm.state().table.limits_agreed() {
+        if level < crate::framing::LEVEL_RENEWED {
             return Err(format!(
                 "node {id} at {url} runs an earlier release of Fenced, which cannot read this cluster's log (it \
-                 reads peer level {level}; the limits this cluster agreed on need {}): upgrade it first",
-                crate::framing::LEVEL_SET_LIMITS
+                 reads peer level {level}; the log's entries need {}: agreed limits, and keepalives a cluster of one \
+                 answered from memory): upgrade it first",
+                crate::framing::LEVEL_RENEWED
             ));
         }
         if hello.instance == self.instance {

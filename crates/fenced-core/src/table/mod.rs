@@ -577,7 +577,7 @@ impl LockTable {
     fn renewed(&mut self, leases: &[(LeaseId, u64)]) {
         for (id, at_ms) in leases {
             if let Some(lease) = self.leases.get_mut(id) {
-                lease.expires_at_ms = lease.expires_at_ms.max(at_ms + lease.ttl_ms);
+                lease.expires_at_ms = lease.expires_at_ms.max(at_ms.saturating_add(lease.ttl_ms));
             }
         }
     }

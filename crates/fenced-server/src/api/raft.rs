@@ -119,7 +119,7 @@ async fn read_framed<T: DeserializeOwned>(
 }
 
 /// [`fenced_raft::framing::LEVEL`], as the header says it.
-const LEVEL: &str = "3";
+const LEVEL: &str = "4";
 
 /// Every raft answer says that this member takes frames ([`fenced_raft::framing`]).
 fn answer<T: Serialize>(r: &T) -> Response {
@@ -191,21 +191,23 @@ async fn snapshot(State(app): State<App>, headers: HeaderMap, body: Body) -> Res
     // the install renames, and the file is removed only once the install is over.
     let len = data.len() as u64;
     let task = tokio::spawn(async move {
-        let (answered, installed) = install(&app, vote, meta, data, file).await?;
+        let installed = install(&app, vote, meta, data, file).await;
         if framed {
+            // Whatever the install's outcome: a file left here would hold the disk's room.
             incoming::done(&app).await;
-            if installed {
+            if installed.as_ref().is_ok_and(|(_, installed)| *installed) {
                 incoming::installed(&mut held, &headers, len);
             }
         }
         drop(held);
-        Ok(answered)
+        installed.map(|(answered, _)| answered)
     });
     task.await.map_err(ApiError::internal)?
 }
 
 /// Checks a received snapshot and hands it to openraft to install: the answer, and
-/// whether it was installed.
+/// whether it is in place (this member applied through the snapshot's last entry:
+/// openraft answers a message of a lower vote without installing it).
 async fn install(
     app: &App,
     vote: fenced_raft::Vote,
@@ -220,9 +222,10 @@ async fn install(
         }
         Err(e) => return Err(ApiError::internal(e)),
     };
+    let covers = meta.last_log_id;
     let snapshot = fenced_raft::Snapshot { meta, snapshot: checked };
     let r = app.locks.node.raft.install_full_snapshot(vote, snapshot).await;
-    let installed = r.is_ok();
+    let installed = r.is_ok() && covers.is_some() && app.locks.node.applied_through(covers);
     Ok((answer(&r.map_err(openraft_fatal)), installed))
 }
 

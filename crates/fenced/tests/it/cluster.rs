@@ -1100,15 +1100,16 @@ fn limits_apart(name: &str, breaks: Option<&'static str>) -> Result<(), String> 
 }
 
 /// A node of a release that cannot read the log (its handshake does not say it reads
-/// peer level 2, the `SetLimits` entry) is refused before it is added, once the cluster
-/// agreed its limits in the log: it would fail on that entry and never catch up. The
-/// control: the same handshake saying level 2 passes the check (and the fake member,
-/// which answers nothing else, fails later, as a silent member does).
+/// peer level 4: the `SetLimits` entry of agreed limits, and the `Renewed` entry a
+/// cluster of one writes for keepalives answered from memory) is refused before it is
+/// added: it would fail on such an entry and never catch up. The control: the same
+/// handshake saying level 4 passes the check (and the fake member, which answers
+/// nothing else, fails later, as a silent member does).
 #[test]
 fn a_node_of_an_earlier_release_is_refused_once_limits_are_in_the_log() {
     let c = Cluster::start("add-old", 1);
     until(20, || c.status(0).is_some_and(|s| s["limits_agreed"] == true));
-    for (level, refused) in [(None, true), (Some("2"), false)] {
+    for (level, refused) in [(None, true), (Some("2"), true), (Some("3"), true), (Some("4"), false)] {
         let url = fake_member(2, level);
         let (st, v) = c.any("POST", "/v1/cluster/members", &format!("{{\"id\":2,\"url\":\"{url}\"}}"));
         let message = v["error"]["message"].as_str().unwrap_or_default().to_string();
