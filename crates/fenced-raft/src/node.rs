@@ -934,7 +934,7 @@ impl Node {
 
     /// Hands one batch to the log; its callers hear from the state machine, or are
     /// refused here if it never commits under this leader.
-    async fn propose_batch(self: &Arc<Self>, items: Vec<(RequestId, Command)>, bytes: u64) {
+    async fn propose_batch(self: &Arc<Self>, mut items: Vec<(RequestId, Command)>, bytes: u64) {
         let ids: Vec<RequestId> = items.iter().map(|(r, _)| *r).filter(|r| *r != NO_REQUEST).collect();
         let n = items.len();
         let (stamp, renewed) = {
@@ -942,7 +942,6 @@ impl Node {
             let mut renewals = self.renewals();
             (self.clock().stamp(), std::mem::take(&mut *renewals))
         };
-        let mut items = items;
         if !renewed.is_empty() {
             items.insert(0, (NO_REQUEST, Command::Renewed { leases: renewed.into_iter().collect() }));
         }
@@ -1418,8 +1417,9 @@ impl Node {
     pub fn is_alone(&self) -> bool {
         let m = self.raft.metrics();
         let m = m.borrow_watched();
-        let nodes: Vec<NodeId> = m.membership_config.membership().nodes().map(|(id, _)| *id).collect();
-        nodes == [self.id]
+        // No allocation: asked for every keepalive (`keepalive_here`).
+        let mut nodes = m.membership_config.membership().nodes().map(|(id, _)| *id);
+        nodes.next() == Some(self.id) && nodes.next().is_none()
     }
 
     /// The last index in the local log.

@@ -451,6 +451,15 @@ impl Cluster {
         v.as_str().unwrap().lines().find_map(|l| l.strip_prefix(line.as_str())).unwrap().parse().unwrap()
     }
 
+    /// Member `f`'s snapshot transfers: how many resumed, the bytes received (since its
+    /// last start), and the size of the snapshot file it keeps.
+    fn transfers(&self, f: usize) -> (u64, u64, u64) {
+        let resumed = self.counter(f, "fenced_raft_snapshot_transfers_resumed_total");
+        let received = self.counter(f, "fenced_raft_snapshot_received_bytes_total");
+        let kept = std::fs::metadata(self.members[f].dir.join("snapshot")).unwrap().len();
+        (resumed, received, kept)
+    }
+
     /// Waits until member `f` applied what the leader `l` committed, then checks that
     /// the replicas agree and that `f` serves the last value [`behind_a_snapshot`] wrote.
     fn caught_up(&self, l: usize, f: usize, value: &str) {
@@ -471,10 +480,8 @@ fn a_snapshot_transfer_cut_midway_resumes_where_it_stopped() {
     let (mut c, l, f, value) = behind_a_snapshot("resume", ("FENCED_FAULT_SNAPSHOT_CUT_AT", (1u64 << 20).to_string()));
     c.spawn(f);
     c.caught_up(l, f, &value);
-    let resumed = c.counter(f, "fenced_raft_snapshot_transfers_resumed_total");
-    let received = c.counter(f, "fenced_raft_snapshot_received_bytes_total");
+    let (resumed, received, kept) = c.transfers(f);
     assert!(resumed >= 1, "no transfer was resumed ({received} bytes received)");
-    let kept = std::fs::metadata(c.members[f].dir.join("snapshot")).unwrap().len();
     // The kept file is the snapshot's bytes and a small head: a transfer begun again
     // from its start would have received 1 MiB more than the bytes.
     assert!(received <= kept, "bytes crossed twice: {received} received for a snapshot file of {kept}");
@@ -496,10 +503,8 @@ fn a_follower_killed_mid_transfer_resumes_it_after_its_restart() {
     c.env.clear();
     c.spawn(f);
     c.caught_up(l, f, &value);
-    let resumed = c.counter(f, "fenced_raft_snapshot_transfers_resumed_total");
-    let received = c.counter(f, "fenced_raft_snapshot_received_bytes_total");
+    let (resumed, received, kept) = c.transfers(f);
     assert!(resumed >= 1, "no transfer was resumed ({received} bytes received after the restart)");
-    let kept = std::fs::metadata(c.members[f].dir.join("snapshot")).unwrap().len();
     // Begun again from its start, the transfer would have brought the whole file again.
     assert!(received + (2 << 20) <= kept, "bytes crossed twice: {received} received after the restart, of {kept}");
     assert!(!incoming.exists(), "the received file stayed behind after its install");
@@ -531,8 +536,7 @@ fn a_follower_frozen_mid_transfer_finishes_it_and_deposes_nobody() {
     c.caught_up(l, f, &value);
     let s = c.status(l).unwrap();
     assert_eq!((s["leader_id"].as_u64(), s["term"].as_u64()), (Some(c.members[l].id), Some(term)), "{s}");
-    let received = c.counter(f, "fenced_raft_snapshot_received_bytes_total");
-    let kept = std::fs::metadata(c.members[f].dir.join("snapshot")).unwrap().len();
+    let (_, received, kept) = c.transfers(f);
     assert!(received <= kept, "bytes crossed twice: {received} received for a snapshot file of {kept}");
 }
 
