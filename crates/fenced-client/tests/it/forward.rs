@@ -34,6 +34,17 @@ async fn a_client_given_only_a_followers_wire_address_acquires_writes_waits_and_
     let f = (0..3).find(|i| *i != l).expect("a follower");
     let client = Client::builder().endpoint(&c.wire[f]).request_timeout(ms(5_000)).build().expect("client");
     let leader = Client::builder().endpoint(&c.http[l]).request_timeout(ms(5_000)).build().expect("client");
+    // The leader may say it leads before the follower heard of it (its first heartbeat):
+    // a client given only the follower would be told `not_leader` with no leader named.
+    let (leader_id, follower) = (
+        leader.cluster().await.expect("the leader's view")["id"].clone(),
+        Client::builder().endpoint(&c.http[f]).request_timeout(ms(5_000)).build().expect("client"),
+    );
+    let deadline = Instant::now() + ms(20_000);
+    while follower.cluster().await.map(|v| v["leader_id"].clone()).ok() != Some(leader_id.clone()) {
+        assert!(Instant::now() < deadline, "the follower did not learn of the leader within 20 s");
+        sleep(ms(20)).await;
+    }
 
     // Grants, fenced writes, a stale write refused, a fenced read and a check.
     let first = client.lock("wfwd-first").ttl(ms(10_000)).try_acquire().await.expect("an acquire through a follower");
