@@ -407,7 +407,7 @@ fn as_changes(rows: &[(u8, u64, Vec<u8>)]) -> Vec<Change<'_>> {
 /// before any segment goes, so no crash leaves it torn with its segments gone.
 #[test]
 fn random_writes_reopens_and_torn_writes_keep_what_the_model_says() {
-    let (reopens, tears, partial) = fuzz(1..=12);
+    let (reopens, tears, partial) = fuzz("fuzz", 1..=12);
     assert!(reopens > 50 && tears > 50, "{reopens} reopens, {tears} tears");
     assert!(partial > 0, "no tear kept a prefix of its write");
 }
@@ -417,17 +417,18 @@ fn random_writes_reopens_and_torn_writes_keep_what_the_model_says() {
 #[test]
 fn the_fuzzer_catches_a_purge_that_deletes_a_segment_too_many() {
     BROKEN_PURGE.with(|b| b.set(true));
-    let caught = std::panic::catch_unwind(|| fuzz(1..=12));
+    let caught = std::panic::catch_unwind(|| fuzz("fuzz-broken", 1..=12));
     BROKEN_PURGE.with(|b| b.set(false));
     assert!(caught.is_err(), "the fuzzer passed a log whose purges delete a live segment");
 }
 
-/// Runs the fuzzer over `seeds`: the reopens, the tears, and the tears that kept a part
-/// of their write. Panics at the first difference from the model.
-fn fuzz(seeds: std::ops::RangeInclusive<u64>) -> (u32, u32, u32) {
+/// Runs the fuzzer over `seeds`, in directories named after `name` (the fuzzer and its
+/// control run at once, in one process): the reopens, the tears, and the tears that
+/// kept a part of their write. Panics at the first difference from the model.
+fn fuzz(name: &str, seeds: std::ops::RangeInclusive<u64>) -> (u32, u32, u32) {
     let (mut reopens, mut tears, mut partial) = (0, 0, 0);
     for seed in seeds {
-        let dir = temp(&format!("fuzz-{seed}"));
+        let dir = temp(&format!("{name}-{seed}"));
         let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed.wrapping_mul(0x2545_f491_4f6c_dd1d));
         let (mut log, _) = SegmentLog::open(&dir).unwrap();
         let mut model = Model::default();
