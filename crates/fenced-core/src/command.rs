@@ -28,7 +28,7 @@ pub enum Command {
     GrantLease { lease: LeaseId, ttl_ms: u64 },
     /// Extends a live lease to `now + ttl`.
     Keepalive { lease: LeaseId },
-    /// Keepalives a leader answered from memory (a cluster of one: `Node::keepalive_here`),
+    /// Keepalives a leader answered from memory (`Node::keepalive_here`),
     /// each with the table time it was answered at, none before the table's time nor
     /// after this entry's batch. Each lease still alive lives at least its TTL from
     /// then. Applied before the batch's time moves (no timer fires first), so the

@@ -27,8 +27,19 @@
 //!   that has not heard of the new term still appends, but cannot commit. Votes,
 //!   messages in flight, crashes and snapshots are not modelled: elections may happen at
 //!   any moment, which covers any timing of failures.
+//! - **Keepalives from memory.** A serving leader whose applied table holds the lease
+//!   alive past its stamp (or a keepalive it answered since does) records the renewal
+//!   at its stamp instead of appending an entry, and its next entry carries every
+//!   renewal recorded since (`Command::Renewed`, applied before that entry's time
+//!   moves: `Node::keepalive_here` and the drain in `propose_batch`). The client is
+//!   answered once a `Confirm` step (a voter acknowledging the heartbeat of a quorum
+//!   round begun after the keepalive arrived) shows a majority still on the leader's
+//!   term; a voter that has seen a newer term deposes it instead. The periodic flush
+//!   (a `Tick` every 100 ms while renewals wait) is not a step of its own: the timer's
+//!   `Tick`, which comes when a renewal matters to an expiry, carries them.
 //! - **Clients.** A client sends a keepalive or a try-lock to a serving leader, which
-//!   appends it at once (sending and appending are one step). The answer comes when the
+//!   appends it at once (sending and appending are one step), or answers a keepalive
+//!   from memory as above. The answer comes when the
 //!   entry is committed by the leader that appended it, still in office; a leader that
 //!   steps down refuses what it was waiting on, and the client learns nothing (even if
 //!   the entry commits later). The client judges its lease by its own rule: the send
@@ -49,8 +60,8 @@
 //! lease a full TTL of real time from the moment it takes office; tokens rise in commit
 //! order; the gate never accepts a lower token after a higher one; no two clients hold
 //! the lock at once by their own rule. `sometimes` properties show the model reaches a
-//! grant, one and two leader changes, an expiry, a refusal at the gate and a deposed
-//! leader taking a request.
+//! grant, one and two leader changes, an expiry, a refusal at the gate, a deposed
+//! leader taking a request, a keepalive answered from memory and a renewal committed.
 //!
 //! Negative controls: each [`Variant`] breaks one rule, and the tests check that the
 //! checker finds the counterexample it should.

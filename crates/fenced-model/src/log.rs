@@ -47,6 +47,23 @@ pub struct Entry {
     /// The leader's stamp: its replicated-timeline time when it proposed the entry.
     pub now_ms: u64,
     pub cmd: Cmd,
+    /// Keepalives the leader answered from memory since its last entry, by client: the
+    /// time it answered each at. The batch carries them first (`Command::Renewed`).
+    pub renewed: Renewals,
+}
+
+/// Keepalives answered from memory and not yet in the log, by client: the leader's time
+/// of the last one.
+pub type Renewals = [Option<u64>; 2];
+
+/// No renewals.
+pub const NONE_RENEWED: Renewals = [None, None];
+
+impl Entry {
+    /// An entry that carries no renewals.
+    pub fn new(term: u8, now_ms: u64, cmd: Cmd) -> Entry {
+        Entry { term, now_ms, cmd, renewed: NONE_RENEWED }
+    }
 }
 
 /// The request id of the entry at `index`: unique within a log, 0 is "nobody waits".
@@ -75,7 +92,10 @@ pub fn batch_of(index: usize, e: &Entry, ttl_ms: u64) -> Batch {
         Cmd::Blank => vec![],
         Cmd::Promote => vec![Command::Promote],
     };
-    Batch { items: commands.into_iter().map(|c| (request, c)).collect(), now_ms: e.now_ms }
+    let leases: Vec<(LeaseId, u64)> = (0..2).filter_map(|c| e.renewed[c].map(|at| (lease_of(c as u8), at))).collect();
+    let renewed = (!leases.is_empty()).then_some((RequestId(0), Command::Renewed { leases }));
+    let items = renewed.into_iter().chain(commands.into_iter().map(|c| (request, c))).collect();
+    Batch { items, now_ms: e.now_ms }
 }
 
 /// A fresh table for a model of lease TTL `ttl_ms`.
@@ -107,7 +127,7 @@ mod tests {
     use super::*;
 
     fn at(now_ms: u64, cmd: Cmd) -> Entry {
-        Entry { term: 1, now_ms, cmd }
+        Entry::new(1, now_ms, cmd)
     }
 
     /// The bridge to the core: leases granted at 0 with TTL 2 expire at 2 unless kept
@@ -130,5 +150,10 @@ mod tests {
         // Stamps never take the table back (`max(stamp, table time)`).
         let (t, _) = replay(&[at(0, Cmd::Init), at(1, Cmd::Keepalive(0)), at(0, Cmd::Keepalive(0))], 2);
         assert_eq!((t.now_ms(), t.lease(lease_of(0)).map(|l| l.expires_at_ms)), (1, Some(3)));
+        // A renewal answered at 1 rides the tick at 2: taken before the tick's expiries.
+        let tick = Entry { renewed: [Some(1), None], ..at(2, Cmd::Tick) };
+        let (t, _) = replay(&[at(0, Cmd::Init), tick], 2);
+        assert_eq!(t.lease(lease_of(0)).map(|l| l.expires_at_ms), Some(3));
+        assert!(t.lease(lease_of(1)).is_none(), "the lease not renewed expired at 2");
     }
 }

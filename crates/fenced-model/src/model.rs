@@ -4,7 +4,7 @@ use fenced_core::gate::{admit, Admission, Op};
 use fenced_core::{Answer, Effect, Error, Output, Token};
 use stateright::{Model, Property};
 
-use crate::log::{client_of, lease_of, replay, request_of, Cmd, Entry};
+use crate::log::{client_of, lease_of, replay, request_of, Cmd, Entry, Renewals, NONE_RENEWED};
 
 /// Members of the group.
 pub const REPLICAS: usize = 3;
@@ -32,6 +32,9 @@ pub enum Variant {
     StaleLeader,
     /// A gate that accepts every token (no mark).
     GateWithoutMark,
+    /// A leader answers a keepalive from memory at once, without the quorum round that
+    /// confirms it still leads.
+    KeepaliveUnconfirmed,
 }
 
 /// The bounds of the model and the variant it runs.
@@ -99,6 +102,9 @@ pub struct Replica {
     /// A leader's applied table's next deadline (`poll_timeout`): a function of `log` and
     /// `commit`, kept only to spare a replay per state.
     pub due_at: Option<u64>,
+    /// A leader's keepalives answered from memory and not yet in its log
+    /// (`Node::keepalive_here`): its next entry carries them.
+    pub renewals: Renewals,
 }
 
 /// What a client asked.
@@ -117,6 +123,9 @@ pub struct Pending {
     pub leader: u8,
     pub term: u8,
     pub index: usize,
+    /// A keepalive answered from memory, waiting for the quorum round that confirms its
+    /// leader still leads (`index` is unused).
+    pub confirming: bool,
 }
 
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -154,6 +163,9 @@ pub struct History {
     pub gate_regressed: bool,
     pub expired: bool,
     pub gate_refused: bool,
+    /// A keepalive was answered from memory, and a renewal reached a log entry.
+    pub answered_from_memory: bool,
+    pub renewal_appended: bool,
 }
 
 /// A state of the whole system.
@@ -184,6 +196,11 @@ pub enum Action {
     /// paused past its lease wakes up. (A client writes with a grant the moment it is
     /// acknowledged, as part of that step.)
     ZombieWrite { client: u8 },
+    /// `voter` acknowledges the heartbeat of `leader`'s quorum round, begun after the
+    /// keepalives waiting on it arrived: with the leader itself, a majority confirms it
+    /// still leads, and those keepalives are answered. A voter that has seen a newer
+    /// term refuses, and the leader steps down.
+    Confirm { leader: u8, voter: u8 },
 }
 
 /// The protocol under `Config`.
@@ -204,6 +221,8 @@ pub mod names {
     pub const SOME_EXPIRY: &str = "a lease expires";
     pub const SOME_GATE_REFUSAL: &str = "the gate refuses a stale token";
     pub const SOME_REQUEST_TO_DEPOSED: &str = "a deposed leader that has not heard of it takes a request";
+    pub const SOME_KEEPALIVE_FROM_MEMORY: &str = "a keepalive is answered from memory";
+    pub const SOME_RENEWAL_LOGGED: &str = "a keepalive answered from memory reaches a committed entry";
 }
 
 impl State {
@@ -265,6 +284,7 @@ impl ProtocolModel {
         r.role = Role::Follower;
         r.commit = 0;
         r.due_at = None;
+        r.renewals = NONE_RENEWED;
         for c in &mut s.clients {
             if c.pending.is_some_and(|p| p.leader as usize == who) {
                 c.pending = None;
@@ -322,8 +342,7 @@ impl ProtocolModel {
                 _ => self.stamp(s, l),
             };
             if !tick_in_flight && r.due_at.is_some_and(|at| at <= now_ms) {
-                let entry = Entry { term: r.term, now_ms, cmd: Cmd::Tick };
-                s.replicas[l].log.push(entry);
+                Self::append(s, l, now_ms, Cmd::Tick);
             }
         }
     }
@@ -362,7 +381,7 @@ impl ProtocolModel {
             if index >= from {
                 for c in 0..CLIENTS {
                     let Some(p) = s.clients[c].pending else { continue };
-                    if (p.leader as usize, p.term, p.index) != (l, term, index) {
+                    if p.confirming || (p.leader as usize, p.term, p.index) != (l, term, index) {
                         continue;
                     }
                     let answer = out.answers.iter().find(|(r, _)| *r == request_of(index)).map(|(_, a)| a.clone());
@@ -392,11 +411,77 @@ impl ProtocolModel {
             s.replicas[l].role = Role::Leader { anchor, serving: !promote };
             if promote {
                 let now_ms = self.stamp(s, l);
-                s.replicas[l].log.push(Entry { term, now_ms, cmd: Cmd::Promote });
+                Self::append(s, l, now_ms, Cmd::Promote);
             }
         } else if anchor.is_some() && !serving && ours(Cmd::Promote) {
             s.replicas[l].role = Role::Leader { anchor, serving: true };
         }
+    }
+
+    /// Client `c`'s keepalive, answered from memory by leader `l`: the renewal is
+    /// recorded at `l`'s time now, and the answer waits for a quorum round (at once in
+    /// the broken variant).
+    fn keepalive_from_memory(&self, s: &mut State, c: usize, l: usize) {
+        let at = self.stamp(s, l);
+        let r = &mut s.replicas[l];
+        r.renewals[c] = Some(r.renewals[c].map_or(at, |prev| prev.max(at)));
+        s.clients[c].sent += 1;
+        if self.config.variant == Variant::KeepaliveUnconfirmed {
+            let now = s.now;
+            self.renewed(s, c, now);
+            return;
+        }
+        let (term, sent_at) = (s.replicas[l].term, s.now);
+        let pending = Pending { kind: Kind::Keepalive, sent_at, leader: l as u8, term, index: 0, confirming: true };
+        s.clients[c].pending = Some(pending);
+    }
+
+    /// Client `c` hears its keepalive sent at `sent_at` was answered from memory.
+    fn renewed(&self, s: &mut State, c: usize, sent_at: u64) {
+        s.history.answered_from_memory = true;
+        let client = &mut s.clients[c];
+        client.valid_until = client.valid_until.max(sent_at + self.config.ttl_ms);
+    }
+
+    /// `voter` answers leader `l`'s heartbeat: a voter of a newer term deposes `l`;
+    /// otherwise it follows `l`'s term, and `l` with it is a majority: the keepalives
+    /// waiting on `l` are answered.
+    fn confirm(&self, s: &mut State, l: usize, voter: usize) {
+        let term = s.replicas[l].term;
+        if s.replicas[voter].term > term {
+            let newer = s.replicas[voter].term;
+            return Self::step_down(s, l, newer);
+        }
+        if s.replicas[voter].term < term {
+            Self::step_down(s, voter, term);
+        }
+        for c in 0..CLIENTS {
+            let Some(p) = s.clients[c].pending else { continue };
+            if p.confirming && p.leader as usize == l {
+                s.clients[c].pending = None;
+                self.renewed(s, c, p.sent_at);
+            }
+        }
+    }
+
+    /// Leader `l` appends `cmd` stamped `now_ms`, carrying its renewals (the drain in
+    /// `propose_batch`: every batch takes the renewals answered before it).
+    fn append(s: &mut State, l: usize, now_ms: u64, cmd: Cmd) {
+        let r = &mut s.replicas[l];
+        let renewed = std::mem::replace(&mut r.renewals, NONE_RENEWED);
+        s.history.renewal_appended |= renewed.iter().any(Option::is_some);
+        r.log.push(Entry { term: r.term, now_ms, cmd, renewed });
+    }
+
+    /// Whether serving leader `l` answers client `c`'s keepalive from memory now: its
+    /// applied table holds the lease alive past its stamp, or a renewal answered since
+    /// does (`Node::renew_in_memory`).
+    fn answers_from_memory(&self, s: &State, l: usize, c: usize) -> bool {
+        let r = &s.replicas[l];
+        let (table, _) = replay(&r.log[..r.commit], self.config.ttl_ms);
+        let Some(lease) = table.lease(lease_of(c as u8)) else { return false };
+        let renewed = r.renewals[c].map_or(0, |at| at + self.config.ttl_ms);
+        lease.expires_at_ms.max(renewed) > self.stamp(s, l)
     }
 
     /// The longest prefix of `l`'s log a majority holds, if it ends in `l`'s term
@@ -423,8 +508,15 @@ impl Model for ProtocolModel {
     type Action = Action;
 
     fn init_states(&self) -> Vec<State> {
-        let log = vec![Entry { term: 1, now_ms: 0, cmd: Cmd::Init }];
-        let follower = Replica { term: 1, log: log.clone(), role: Role::Follower, commit: 0, due_at: None };
+        let log = vec![Entry::new(1, 0, Cmd::Init)];
+        let follower = Replica {
+            term: 1,
+            log: log.clone(),
+            role: Role::Follower,
+            commit: 0,
+            due_at: None,
+            renewals: NONE_RENEWED,
+        };
         // Replica 0 leads term 1, anchored at 0 and serving; the leases are committed.
         let due_at = replay(&log, self.config.ttl_ms).0.poll_timeout();
         let leader = Replica {
@@ -477,6 +569,14 @@ impl Model for ProtocolModel {
                 }
             }
         }
+        for l in 0..REPLICAS {
+            let waiting = s.clients.iter().any(|c| c.pending.is_some_and(|p| p.confirming && p.leader as usize == l));
+            if waiting {
+                for voter in (0..REPLICAS).filter(|&v| v != l) {
+                    actions.push(Action::Confirm { leader: l as u8, voter: voter as u8 });
+                }
+            }
+        }
         if s.leader_changes < self.config.leader_changes_max {
             for candidate in 0..REPLICAS {
                 for voter in (0..REPLICAS).filter(|&v| v != candidate) {
@@ -499,6 +599,11 @@ impl Model for ProtocolModel {
         let mut s = last.clone();
         match action {
             Action::Advance => s.now += 1,
+            Action::Request { client, to, kind: Kind::Keepalive }
+                if self.answers_from_memory(&s, to as usize, client as usize) =>
+            {
+                self.keepalive_from_memory(&mut s, client as usize, to as usize);
+            }
             Action::Request { client, to, kind } => {
                 let (c, l) = (client as usize, to as usize);
                 let index = s.replicas[l].log.len();
@@ -506,8 +611,8 @@ impl Model for ProtocolModel {
                     Kind::Keepalive => Cmd::Keepalive(client),
                     Kind::Acquire => Cmd::Acquire(client),
                 };
-                let entry = Entry { term: s.replicas[l].term, now_ms: self.stamp(&s, l), cmd };
-                s.replicas[l].log.push(entry);
+                let now_ms = self.stamp(&s, l);
+                Self::append(&mut s, l, now_ms, cmd);
                 s.clients[c].sent += 1;
                 if self.config.variant == Variant::AckBeforeCommit {
                     let (_, outputs) = replay(&s.replicas[l].log, self.config.ttl_ms);
@@ -517,7 +622,8 @@ impl Model for ProtocolModel {
                     self.answer(&mut s, c, kind, now, answer);
                 } else {
                     let term = s.replicas[l].term;
-                    s.clients[c].pending = Some(Pending { kind, sent_at: s.now, leader: to, term, index });
+                    let pending = Pending { kind, sent_at: s.now, leader: to, term, index, confirming: false };
+                    s.clients[c].pending = Some(pending);
                 }
             }
             Action::Sync { leader, to } => {
@@ -548,13 +654,14 @@ impl Model for ProtocolModel {
                 }
                 let r = &mut s.replicas[c];
                 r.role = Role::Leader { anchor: None, serving: false };
-                r.log.push(Entry { term, now_ms: 0, cmd: Cmd::Blank });
+                r.log.push(Entry::new(term, 0, Cmd::Blank));
                 s.leader_changes += 1;
             }
             Action::ZombieWrite { client } => {
                 let token = s.clients[client as usize].token.expect("only a client with a token writes");
                 self.gate_write(&mut s, token);
             }
+            Action::Confirm { leader, voter } => self.confirm(&mut s, leader as usize, voter as usize),
         }
         self.timers(&mut s);
         s.forget_past();
@@ -577,6 +684,11 @@ impl Model for ProtocolModel {
             Property::sometimes(SOME_TWO_LEADER_CHANGES, |_, s: &State| s.leader_changes >= 2),
             Property::sometimes(SOME_EXPIRY, |_, s: &State| s.history.expired),
             Property::sometimes(SOME_GATE_REFUSAL, |_, s: &State| s.history.gate_refused),
+            Property::sometimes(SOME_KEEPALIVE_FROM_MEMORY, |_, s: &State| s.history.answered_from_memory),
+            Property::sometimes(SOME_RENEWAL_LOGGED, |_, s: &State| {
+                let committed = |r: &Replica| r.log[..r.commit].iter().any(|e| e.renewed.iter().any(Option::is_some));
+                s.replicas.iter().any(committed)
+            }),
             Property::sometimes(SOME_REQUEST_TO_DEPOSED, |_, s: &State| {
                 let newest = s.replicas.iter().map(|r| r.term).max().unwrap_or(0);
                 s.clients.iter().any(|c| c.pending.is_some_and(|p| p.term < newest))

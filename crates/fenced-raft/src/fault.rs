@@ -26,6 +26,10 @@
 //! - `FENCED_BREAK=limits-unagreed`: a leader never proposes `Command::SetLimits`, so
 //!   every member decides with its own configured limits, as before they were
 //!   replicated: members configured apart decide one command differently.
+//! - `FENCED_BREAK=keepalive-unconfirmed`: a cluster's leader answers a keepalive from
+//!   memory at once, without the quorum round that confirms it still leads
+//!   (`Node::keepalive_here`): a leader cut off from its followers keeps leases alive
+//!   that a new leader will expire.
 //! - the file `fault-clock-rate` in the data directory (the `clock` nemesis): a rate
 //!   (`1.08`, `0.5`) that this node's clock runs at from now on, read every 100 ms.
 //!

@@ -27,7 +27,7 @@ use fenced_core::{Command, Error, LeaseId, LeaseInfo, Limits, LockTable, Request
 use openraft::async_runtime::WatchReceiver;
 use openraft::impls::ProgressResponder;
 use openraft::{BasicNode, Instant as _, ReadPolicy, ServerState, SnapshotPolicy};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 // Test-only faults (the `fault-injection` feature; see the file).
 #[cfg(feature = "fault-injection")]
@@ -80,6 +80,9 @@ const LOG_CHECK_MS: u64 = 200;
 /// How long a keepalive answered from memory waits at most for a batch to carry it
 /// into the log ([`Node::keepalive_here`]).
 const RENEWALS_FLUSH_MS: u64 = 100;
+/// Keepalives of a cluster's leader waiting for the quorum round that confirms it
+/// still leads ([`Node::keepalive_here`]); past it a keepalive goes through the log.
+const CONFIRMATIONS_MAX: usize = 65_536;
 /// How often [`Node::snapshot_count_loop`] looks at the count of entries.
 const SNAPSHOT_COUNT_CHECK_MS: u64 = 20;
 /// How long after asking for a snapshot the log loop waits before asking again.
@@ -289,6 +292,9 @@ pub struct Node {
     renewals: Mutex<HashMap<LeaseId, u64>>,
     /// [`NodeOptions::snapshot_every`].
     snapshot_every: u64,
+    /// Keepalives answered from memory by a cluster's leader, each waiting for a quorum
+    /// round begun after it arrived ([`Node::confirm_loop`]).
+    confirmations: mpsc::Sender<oneshot::Sender<bool>>,
 }
 
 /// Three of the longest election timeouts, at least a second: a follower that heard
@@ -411,6 +417,7 @@ impl Node {
             Raft::new(opts.id, Arc::new(config), network.clone(), log.clone(), sm.clone()).await.map_err(raft_io)?;
         initialize_if_lowest(&raft, &opts).await?;
         let (tx, rx) = mpsc::unbounded_channel();
+        let (confirmations, confirm_rx) = mpsc::channel(CONFIRMATIONS_MAX);
         let node = Arc::new(Node {
             raft,
             sm,
@@ -440,9 +447,11 @@ impl Node {
             contact_window: contact_window(opts.election_timeout_max_ms),
             tokens_above: Mutex::new(crate::backup::pending_tokens_above(&opts.dir)?),
             renewals: Mutex::new(HashMap::new()),
+            confirmations,
             dir: opts.dir.clone(),
         });
         node.tokens_above_applied();
+        tokio::spawn(node.clone().confirm_loop(confirm_rx));
         node.clone().spawn_tasks(rx, base_unsnapshotted);
         Ok(node)
     }
@@ -761,35 +770,99 @@ impl Node {
     }
 
     /// A keepalive answered from memory, without a log entry of its own: when this node
-    /// is a cluster of one, leads, and the lease is alive past now (by the table, or by
-    /// a keepalive answered here since). The renewal reaches the log with the next batch
-    /// (`Command::Renewed`, applied before that batch's time moves), and at least every
-    /// `RENEWALS_FLUSH_MS`. `None`: the log decides (a member of a cluster, a lease
-    /// unknown here or past its time, a node not leading).
+    /// leads and the lease is alive past now (by the table, or by a keepalive answered
+    /// here since). The renewal reaches the log with the next batch (`Command::Renewed`,
+    /// applied before that batch's time moves), and at least every `RENEWALS_FLUSH_MS`.
+    /// A cluster of one answers at once; a member of a larger cluster answers once a
+    /// quorum round begun after the keepalive arrived has confirmed that it still leads
+    /// (Err: it does not), and only when every member reads `Renewed`
+    /// ([`crate::framing::LEVEL_RENEWED`]). `None`: the log decides (a lease unknown
+    /// here or past its time, a node not leading, a member of an earlier release, too
+    /// many keepalives waiting for their round).
     ///
     /// Why the promise holds: the renewals are drained and the next batch stamped under
     /// one lock, the one taken here. A keepalive answered before is in that batch, at a
     /// time at or before its stamp; one answered after saw a time at or after the
     /// stamp, and a deadline past it, so no expiry of that batch can take the lease. A
-    /// crash loses renewals not yet in the log, and the restart's `Promote` gives every
-    /// lease its whole TTL again from then, later than anything answered before.
-    pub fn keepalive_here(&self, id: LeaseId) -> Option<LeaseInfo> {
-        if !self.is_leading() || self.stopped.load(Ordering::Acquire) || !self.is_alone() {
+    /// renewal that never reaches a committed entry (a crash, a leader deposed) is
+    /// covered by the next leader's `Promote`, which gives every lease its whole TTL
+    /// from the moment it takes office: after the quorum round, so after the keepalive
+    /// arrived (a leader elected before the round would have a vote of the quorum the
+    /// round needs, and the round would fail).
+    pub async fn keepalive_here(&self, id: LeaseId) -> Option<Result<LeaseInfo, NotLeader>> {
+        if !self.is_leading() || self.stopped.load(Ordering::Acquire) {
             return None;
         }
+        let alone = self.is_alone();
+        if !alone && !self.members_read(crate::framing::LEVEL_RENEWED) {
+            return None;
+        }
+        let (info, term) = self.renew_in_memory(id)?;
+        if alone {
+            return Some(Ok(info));
+        }
+        #[cfg(feature = "fault-injection")]
+        if fault::broken("keepalive-unconfirmed") {
+            return Some(Ok(info));
+        }
+        let (tx, rx) = oneshot::channel();
+        self.confirmations.try_send(tx).ok()?;
+        let confirmed = rx.await.unwrap_or(false);
+        // Leadership lost and taken again meanwhile cleared the renewal: refused too.
+        let same_term = self.clock().anchor.as_ref().map(|a| a.term) == Some(term);
+        Some(if confirmed && same_term { Ok(info) } else { Err(self.not_leader()) })
+    }
+
+    /// Records a keepalive of `id` at this leader's time now, if the lease is alive past
+    /// it: the lease as renewed, and the term it was recorded in.
+    fn renew_in_memory(&self, id: LeaseId) -> Option<(LeaseInfo, u64)> {
         // The table first, on its own: a lease it shows alive and then loses (an expiry
         // applied meanwhile) had a deadline before that batch's stamp, which the time
         // read below is at or after, so the check below refuses it.
         let lease = self.sm.state().table.lease(id)?;
         let mut renewals = self.renewals();
-        let (now_ms, _) = self.clock().stamp()?;
+        let (now_ms, term) = {
+            let mut clock = self.clock();
+            let (now_ms, _) = clock.stamp()?;
+            (now_ms, clock.anchor.as_ref()?.term)
+        };
         let renewed = renewals.get(&id).map_or(0, |at| at.saturating_add(lease.ttl_ms));
         if lease.expires_at_ms.max(renewed) <= now_ms {
             return None;
         }
         let at = renewals.entry(id).or_insert(now_ms);
         *at = (*at).max(now_ms);
-        Some(LeaseInfo { id, ttl_ms: lease.ttl_ms, expires_at_ms: now_ms.saturating_add(lease.ttl_ms) })
+        Some((LeaseInfo { id, ttl_ms: lease.ttl_ms, expires_at_ms: now_ms.saturating_add(lease.ttl_ms) }, term))
+    }
+
+    /// Whether every other member said it reads `level` ([`crate::framing::LEVEL`]).
+    fn members_read(&self, level: u8) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow_watched();
+        let mut members = m.membership_config.membership().nodes().map(|(id, _)| *id);
+        members.all(|id| id == self.id || self.network.level(id) >= level)
+    }
+
+    /// Confirms this member's leadership for the keepalives waiting on it: each round
+    /// takes every keepalive queued when it begins (so it began after they arrived)
+    /// and is one ReadIndex round, a quorum acknowledging a heartbeat sent after it
+    /// began; openraft coalesces the heartbeats of rounds that overlap.
+    async fn confirm_loop(self: Arc<Self>, mut rx: mpsc::Receiver<oneshot::Sender<bool>>) {
+        let mut waiting = Vec::new();
+        loop {
+            let gathered = tokio::select! {
+                n = rx.recv_many(&mut waiting, CONFIRMATIONS_MAX) => n,
+                // The node holds the sender: only the shutdown ends this loop.
+                _ = self.stopping() => return,
+            };
+            if gathered == 0 {
+                return;
+            }
+            let confirmed = self.raft.get_read_linearizer(ReadPolicy::ReadIndex).await.is_ok();
+            for w in waiting.drain(..) {
+                let _ = w.send(confirmed);
+            }
+        }
     }
 
     /// Brings keepalives answered from memory into the log at least every

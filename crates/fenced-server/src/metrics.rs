@@ -21,6 +21,8 @@ pub struct Metrics {
     pub lease_expiries: AtomicU64,
     pub leases_created: AtomicU64,
     pub keepalives: AtomicU64,
+    /// Keepalives the leader answered from memory (`Node::keepalive_here`).
+    pub keepalives_from_memory: AtomicU64,
     pub wait_timeouts: AtomicU64,
     pub store_writes_accepted: AtomicU64,
     pub stale_writes_rejected: AtomicU64,
@@ -99,7 +101,7 @@ impl Metrics {
     }
 
     /// The request counters, by name, with their help lines.
-    fn counters(&self) -> [(&'static str, &'static str, u64); 26] {
+    fn counters(&self) -> [(&'static str, &'static str, u64); 27] {
         [
             ("fenced_grants_total", "Locks granted.", self.grants.load(Relaxed)),
             ("fenced_releases_total", "Locks released explicitly.", self.releases.load(Relaxed)),
@@ -113,6 +115,11 @@ impl Metrics {
             ("fenced_lease_expiries_total", "Leases that expired.", self.lease_expiries.load(Relaxed)),
             ("fenced_leases_created_total", "Leases created.", self.leases_created.load(Relaxed)),
             ("fenced_keepalives_total", "Successful keepalives.", self.keepalives.load(Relaxed)),
+            (
+                "fenced_keepalives_from_memory_total",
+                "Keepalives the leader answered from memory, their renewals in the log with its next batch.",
+                self.keepalives_from_memory.load(Relaxed),
+            ),
             ("fenced_wait_timeouts_total", "Acquires that waited and timed out.", self.wait_timeouts.load(Relaxed)),
             (
                 "fenced_store_writes_accepted_total",

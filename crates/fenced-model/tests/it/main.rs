@@ -89,6 +89,11 @@ fn a_leader_without_the_committed_log_reissues_tokens() {
 }
 
 #[test]
+fn a_keepalive_answered_without_its_quorum_round_is_caught() {
+    caught(Variant::KeepaliveUnconfirmed, names::LEASE_OUTLIVES_KEEPALIVE);
+}
+
+#[test]
 fn a_gate_without_a_mark_is_caught() {
     caught(Variant::GateWithoutMark, names::GATE_MONOTONIC);
 }

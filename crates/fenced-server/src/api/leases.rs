@@ -73,10 +73,15 @@ pub async fn keepalive_lease(app: &AppInner, caller: &Caller, id: LeaseId) -> Re
     let r = async {
         caller.require_some(Op::Lock)?;
         let lease = caller.identity.lease(id);
-        // A cluster of one answers from memory (`Node::keepalive_here`); otherwise, and
-        // for a lease past its time, the log decides.
-        let info = match app.locks.node.keepalive_here(lease) {
-            Some(info) => info,
+        // The leader answers from memory (`Node::keepalive_here`: at once on a cluster
+        // of one, after a quorum round on a larger one); for a lease past its time, or
+        // on a member that is not leading, the log decides.
+        let info = match app.locks.node.keepalive_here(lease).await {
+            Some(answered) => {
+                let info = answered.map_err(fenced_core::Error::from)?;
+                inc(&app.metrics.keepalives_from_memory);
+                info
+            }
             None => app.locks.answered::<LeaseInfo>(Command::Keepalive { lease }).await?,
         };
         inc(&app.metrics.keepalives);

@@ -592,6 +592,55 @@ fn a_leader_frozen_past_every_ttl_grants_nothing_when_it_wakes() {
     }
 }
 
+/// A cluster's leader answers a keepalive from memory once a quorum round begun after
+/// it arrived confirms that it still leads: with its quorum, keepalives cost no log
+/// entry each; with both followers frozen, none is answered (a new leader could have
+/// taken office already, and expire the lease before the client's deadline).
+#[test]
+fn a_leader_cut_off_from_its_followers_keeps_no_lease_alive() {
+    let (st, v) = keepalive_cut_off("ka-quorum", None);
+    assert_eq!((st, v["error"]["code"].as_str()), (503, Some("not_leader")), "{v}");
+}
+
+/// The control: a leader that answers without the quorum round
+/// (`keepalive-unconfirmed`) keeps the lease alive with its followers frozen.
+#[test]
+fn a_keepalive_answered_without_its_quorum_round_is_caught() {
+    let (st, v) = keepalive_cut_off("ka-unconfirmed", Some("keepalive-unconfirmed"));
+    assert_eq!(st, 200, "{v}");
+}
+
+/// Keepalives on a three-member cluster's leader with its quorum (checked: answered
+/// from memory, the log not grown by one entry each), then one with both followers
+/// frozen: its answer.
+fn keepalive_cut_off(name: &str, breaks: Option<&'static str>) -> (u16, Value) {
+    let c = Cluster::start_broken(name, 3, breaks);
+    let l = c.leader(20);
+    let addr = c.members[l].addr;
+    let (st, v) = call(addr, "POST", "/v1/leases", "{\"ttl_ms\":30000}", &[]).unwrap();
+    assert_eq!(st, 201, "{v}");
+    let lease = v["lease_id"].as_str().unwrap().to_string();
+    let keepalive = || call(addr, "POST", &format!("/v1/leases/{lease}/keepalive"), "", &[]).unwrap();
+    let index = || c.status(l).unwrap()["last_log_index"].as_u64().unwrap();
+    let (before, answered) = (index(), c.counter(l, "fenced_keepalives_from_memory_total"));
+    for _ in 0..50 {
+        let (st, v) = keepalive();
+        assert_eq!(st, 200, "{v}");
+    }
+    assert_eq!(c.counter(l, "fenced_keepalives_from_memory_total") - answered, 50);
+    let grown = index() - before;
+    assert!(grown < 25, "50 keepalives from memory grew the log by {grown} entries");
+    let others: Vec<usize> = (0..3).filter(|i| *i != l).collect();
+    for f in &others {
+        c.signal(*f, "-STOP");
+    }
+    let answer = keepalive();
+    for f in &others {
+        c.signal(*f, "-CONT");
+    }
+    answer
+}
+
 #[test]
 fn members_join_and_leave_under_load() {
     let mut c = Cluster::start("membership", 3);
