@@ -115,7 +115,6 @@ pub mod v2 {
 
 #[cfg(test)]
 mod tests {
-    use fenced_core::store::Quota;
     use fenced_core::{Error, Token};
     use proptest::prelude::*;
 
@@ -129,31 +128,7 @@ mod tests {
     /// Every refusal of the lock service, as the server carries it: the code, the
     /// message, and its details as typed fields.
     fn core_errors() -> Vec<Error> {
-        vec![
-            Error::LeaseNotFound,
-            Error::LockHeld { holder: Some(t(3)) },
-            Error::LockHeld { holder: None },
-            Error::NotHolder { holder: Some(t(4)) },
-            Error::NotHolder { holder: None },
-            Error::Recovering { retry_after_ms: 1_500 },
-            Error::TtlOutOfRange { ttl_ms_min: 100, ttl_ms_max: 300_000 },
-            Error::WaitOutOfRange { wait_ms_max: 9 },
-            Error::LockDelayOutOfRange { lock_delay_ms_max: 8 },
-            Error::TooManyLeases { leases_max: 7 },
-            Error::TooManyLocks { locks_max: 6 },
-            Error::TooManyWaiters { waiters_max: 5 },
-            Error::InvalidNames { names_max: 64 },
-            Error::LeaseExists,
-            Error::StaleToken { token: t(2), highest_seen: t(9) },
-            Error::TokenNotIssued { token: t(99), highest_issued: Some(t(9)) },
-            Error::TokenNotIssued { token: t(99), highest_issued: None },
-            Error::ShuttingDown,
-            Error::NotLeader { leader: Some(2) },
-            Error::NotLeader { leader: None },
-            Error::TooBusy { retry_after_ms: 50 },
-            Error::StoreFull { quota: Quota::Keys, limit: 10 },
-            Error::StoreFull { quota: Quota::Bytes, limit: 1 << 20 },
-        ]
+        Error::examples()
     }
 
     fn fields(e: &Error) -> Vec<Detail<'static>> {
