@@ -92,7 +92,8 @@ fn put_text(out: &mut Vec<u8>, text: &str) {
 /// (the bytes are the caller's: this crate knows no JSON).
 pub mod v2 {
     use super::read_code;
-    use crate::{begin, finish, op, Reader};
+    use crate::frame::{begin, finish};
+    use crate::{op, Reader};
 
     /// Appends a version-2 error frame to `out`.
     pub fn encode_error(out: &mut Vec<u8>, id: u32, code: &str, json_body: &[u8]) {
