@@ -22,7 +22,7 @@ use crate::resource::StoreRead;
 
 mod endpoint;
 
-pub(crate) use endpoint::{Endpoint, EventSource};
+pub(crate) use endpoint::{Endpoint, EventSource, Implicit};
 
 /// The server's answer: a value or its error.
 pub(crate) type Answer<T> = Result<T, ApiError>;
@@ -204,8 +204,7 @@ impl Conn {
         holder: Option<&str>,
         give_up_at: Instant,
     ) -> Result<Answer<Granted>, Error> {
-        self.implicit(give_up_at, |e, lease, wait_ms, timeout| e.acquire(name, lease, ttl_ms, wait_ms, holder, timeout))
-            .await
+        self.implicit(give_up_at, ttl_ms, holder, |e, a| e.acquire(name, a)).await
     }
 
     /// [`acquire`](Self::acquire) for several names, all or none, under one implicit lease.
@@ -216,18 +215,21 @@ impl Conn {
         holder: Option<&str>,
         give_up_at: Instant,
     ) -> Result<Answer<Vec<Granted>>, Error> {
-        self.implicit(give_up_at, |e, lease, wait_ms, timeout| {
-            e.acquire_all(names, lease, ttl_ms, wait_ms, holder, timeout)
-        })
-        .await
+        self.implicit(give_up_at, ttl_ms, holder, |e, a| e.acquire_all(names, a)).await
     }
 
     /// One acquire under a fresh implicit lease on the members in turn (see
-    /// [`acquire`](Self::acquire)): `attempt` gets the endpoint, the lease, the wait left
-    /// and the attempt's time-out.
-    async fn implicit<'a, T, F, Fut>(&'a self, give_up_at: Instant, attempt: F) -> Result<Answer<T>, Error>
+    /// [`acquire`](Self::acquire)): `attempt` gets the endpoint and what to ask it (the
+    /// lease, the TTL, the wait left, the holder and the attempt's time-out).
+    async fn implicit<'a, T, F, Fut>(
+        &'a self,
+        give_up_at: Instant,
+        ttl_ms: u64,
+        holder: Option<&'a str>,
+        attempt: F,
+    ) -> Result<Answer<T>, Error>
     where
-        F: Fn(&'a Endpoint, LeaseId, u64, Duration) -> Fut,
+        F: Fn(&'a Endpoint, Implicit<'a>) -> Fut,
         Fut: Future<Output = Result<Answer<T>, Error>> + 'a,
     {
         let lease = random_lease_id()?;
@@ -236,7 +238,7 @@ impl Conn {
         let each = |e: &'a Endpoint| {
             let wait_left = give_up_at.saturating_duration_since(Instant::now());
             let wait_ms = u64::try_from(wait_left.as_millis()).unwrap_or(u64::MAX);
-            attempt(e, lease, wait_ms, e.request_timeout() + wait_left)
+            attempt(e, Implicit { lease, ttl_ms, wait_ms, holder, timeout: e.request_timeout() + wait_left })
         };
         let result = self.members.each_by(deadline, each, moves_on).await.result;
         // The leader's answer (a grant, or a refusal that left nothing behind): nothing

@@ -15,8 +15,34 @@ fn unsigned_on_wire() -> Error {
             .into(),
     )
 }
+
 /// The header carrying the key's mark on a read.
 const FENCING_HIGHEST_SEEN: &str = "fencing-highest-seen";
+
+/// One attempt of an acquire under an implicit lease, on one member: the same on every
+/// member of one call but for the wait left and the attempt's time-out.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Implicit<'a> {
+    /// The implicit lease every attempt of the call names.
+    pub lease: LeaseId,
+    pub ttl_ms: u64,
+    /// What is left of the call's wait.
+    pub wait_ms: u64,
+    pub holder: Option<&'a str>,
+    pub timeout: Duration,
+}
+
+impl Implicit<'_> {
+    /// The HTTP body: `{"lease_id", "ttl_ms", "wait_ms"}`, and `"holder"` when given.
+    fn body(&self) -> serde_json::Value {
+        let mut req =
+            serde_json::json!({ "lease_id": self.lease.to_hex(), "ttl_ms": self.ttl_ms, "wait_ms": self.wait_ms });
+        if let Some(h) = self.holder {
+            req["holder"] = h.into();
+        }
+        req
+    }
+}
 
 /// One endpoint of the lock service, over one transport. Cloning shares the connections.
 #[derive(Clone, Debug)]
@@ -117,35 +143,17 @@ impl Endpoint {
 
     /// Acquire under the implicit lease `lease` of `ttl_ms` (the caller drew its id),
     /// queueing up to `wait_ms`.
-    pub async fn acquire(
-        &self,
-        name: &LockName,
-        lease: LeaseId,
-        ttl_ms: u64,
-        wait_ms: u64,
-        holder: Option<&str>,
-        timeout: Duration,
-    ) -> Result<Answer<Granted>, Error> {
+    pub async fn acquire(&self, name: &LockName, a: Implicit<'_>) -> Result<Answer<Granted>, Error> {
         match self {
             Endpoint::Http(t) => {
                 let path = format!("/v1/locks/{}/acquire", segment(name.as_str()));
-                let mut req = serde_json::json!({ "lease_id": lease.to_hex(), "ttl_ms": ttl_ms, "wait_ms": wait_ms });
-                if let Some(h) = holder {
-                    req["holder"] = h.into();
-                }
-                let r = t.json(Method::POST, &path, &req, timeout).await?;
+                let r = t.json(Method::POST, &path, &a.body(), a.timeout).await?;
                 r.answer(|r| r.json::<GrantBody>()?.typed())
             }
             Endpoint::Wire(m) => {
-                let req = Request::Acquire {
-                    name: name.as_str(),
-                    lease: Some(lease),
-                    ttl_ms: Some(ttl_ms),
-                    wait_ms,
-                    lock_delay_ms: 0,
-                    holder,
-                };
-                match m.call(req, true, timeout).await? {
+                let (lease, ttl_ms, wait_ms, holder) = (Some(a.lease), Some(a.ttl_ms), a.wait_ms, a.holder);
+                let req = Request::Acquire { name: name.as_str(), lease, ttl_ms, wait_ms, lock_delay_ms: 0, holder };
+                match m.call(req, true, a.timeout).await? {
                     Reply::Granted { token, lease, ttl_ms, signature } => {
                         Ok(Ok(Granted { name: name.to_string(), token, lease, ttl_ms, signature }))
                     }
@@ -157,37 +165,19 @@ impl Endpoint {
 
     /// Acquires every one of `names` together under the implicit lease `lease`
     /// (`POST /v1/locks/acquire`, or the wire protocol's ACQUIRE_ALL).
-    pub async fn acquire_all(
-        &self,
-        names: &[LockName],
-        lease: LeaseId,
-        ttl_ms: u64,
-        wait_ms: u64,
-        holder: Option<&str>,
-        timeout: Duration,
-    ) -> Result<Answer<Vec<Granted>>, Error> {
+    pub async fn acquire_all(&self, names: &[LockName], a: Implicit<'_>) -> Result<Answer<Vec<Granted>>, Error> {
+        let names: Vec<&str> = names.iter().map(LockName::as_str).collect();
         match self {
             Endpoint::Http(t) => {
-                let names: Vec<&str> = names.iter().map(LockName::as_str).collect();
-                let mut req = serde_json::json!({
-                    "names": names, "lease_id": lease.to_hex(), "ttl_ms": ttl_ms, "wait_ms": wait_ms
-                });
-                if let Some(h) = holder {
-                    req["holder"] = h.into();
-                }
-                let r = t.json(Method::POST, "/v1/locks/acquire", &req, timeout).await?;
+                let mut req = a.body();
+                req["names"] = names.into();
+                let r = t.json(Method::POST, "/v1/locks/acquire", &req, a.timeout).await?;
                 r.answer(|r| r.json::<GrantAllBody>()?.grants.into_iter().map(GrantBody::typed).collect())
             }
             Endpoint::Wire(m) => {
-                let req = Request::AcquireAll {
-                    names: names.iter().map(LockName::as_str).collect(),
-                    lease: Some(lease),
-                    ttl_ms: Some(ttl_ms),
-                    wait_ms,
-                    lock_delay_ms: 0,
-                    holder,
-                };
-                match m.call(req, true, timeout).await? {
+                let (lease, ttl_ms, wait_ms, holder) = (Some(a.lease), Some(a.ttl_ms), a.wait_ms, a.holder);
+                let req = Request::AcquireAll { names, lease, ttl_ms, wait_ms, lock_delay_ms: 0, holder };
+                match m.call(req, true, a.timeout).await? {
                     Reply::GrantedAll { lease, ttl_ms, grants } => Ok(Ok(grants
                         .into_iter()
                         .map(|(name, token, signature)| Granted { name, token, lease, ttl_ms, signature })
