@@ -29,13 +29,14 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+
+from checklib import Failure, free_ports, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RULES = os.path.join(HERE, "prometheus", "fenced-alerts.yml")
@@ -52,10 +53,6 @@ KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ign
 COUNTER_FUNCS = {"rate", "irate", "increase", "resets"}
 GAUGE_FUNCS = {"deriv", "predict_linear", "delta", "idelta"}
 HIST_SUFFIXES = ("_bucket", "_sum", "_count")
-
-
-class Failure(Exception):
-    pass
 
 
 def left():
@@ -354,19 +351,6 @@ def self_test():
 # ---------------------------------------------------------------------------------
 # The servers.
 
-def free_ports(n):
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def http(url, method="GET", body=None, headers=None, raw=None, timeout=2.0):
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     h = {"content-type": "application/json", **(headers or {})}
@@ -585,8 +569,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv))
-    except Failure as e:
-        print(f"FAIL {e}", file=sys.stderr)
-        sys.exit(1)
+    run(main)

@@ -31,22 +31,15 @@ import time
 import urllib.error
 import urllib.request
 
+from checklib import Failure, free_ports, run
+
 DEADLINE_S = 30.0
 START = time.monotonic()
 STOP_WITHIN_S = 20.0  # the unit's TimeoutStopSec is 30 s
 
 
-class Failure(Exception):
-    pass
-
-
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    try:
-        return s.getsockname()[1]
-    finally:
-        s.close()
+    return free_ports(1)[0]
 
 
 def readyz(port):
@@ -202,8 +195,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv))
-    except Failure as e:
-        print(f"FAIL {e}", file=sys.stderr)
-        sys.exit(1)
+    run(main)

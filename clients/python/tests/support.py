@@ -200,41 +200,22 @@ class DropFirstAnswer:
         self.url = self.listener.url
 
     def _serve(self, client: socket.socket) -> None:
-        up = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=30)
         drop_next = threading.Event()
 
-        def c2s() -> None:
-            try:
-                while True:
-                    data = client.recv(65536)
-                    if not data:
-                        break
-                    with self._mu:
-                        self.requests.append(data)
-                        if self._armed and self.marker in data:
-                            self._armed = self.every
-                            drop_next.set()
-                    up.sendall(data)
-            except OSError:
-                pass
-            finally:
-                _close(up)
+        def request(data: bytes) -> None:
+            with self._mu:
+                self.requests.append(data)
+                if self._armed and self.marker in data:
+                    self._armed = self.every
+                    drop_next.set()
 
-        threading.Thread(target=c2s, daemon=True).start()
-        try:
-            while True:
-                data = up.recv(65536)
-                if not data:
-                    break
-                if drop_next.is_set():
-                    self.dropped = data
-                    break
-                client.sendall(data)
-        except OSError:
-            pass
-        finally:
-            _close(client)
-            _close(up)
+        def answer(data: bytes) -> bool:
+            if drop_next.is_set():
+                self.dropped = data
+                return False
+            return True
+
+        _relay(client, self.upstream_port, request, answer)
 
     def dropped_json(self) -> Dict:
         assert self.dropped is not None, "the proxy dropped no answer"
@@ -244,6 +225,40 @@ class DropFirstAnswer:
 
     def close(self) -> None:
         self.listener.close()
+
+
+def _relay(client: socket.socket, upstream_port: int, request: Callable[[bytes], None],
+           answer: Callable[[bytes], bool]) -> None:
+    """Passes one client connection on to the server on ``upstream_port`` and back until
+    either side closes: ``request`` sees each chunk the client sends before it goes on,
+    ``answer`` each chunk the server sends, and returns False to drop it and close both."""
+    up = socket.create_connection(("127.0.0.1", upstream_port), timeout=30)
+
+    def c2s() -> None:
+        try:
+            while True:
+                data = client.recv(65536)
+                if not data:
+                    break
+                request(data)
+                up.sendall(data)
+        except OSError:
+            pass
+        finally:
+            _close(up)
+
+    threading.Thread(target=c2s, daemon=True).start()
+    try:
+        while True:
+            data = up.recv(65536)
+            if not data or not answer(data):
+                break
+            client.sendall(data)
+    except OSError:
+        pass
+    finally:
+        _close(client)
+        _close(up)
 
 
 def _close(s: socket.socket) -> None:
@@ -532,37 +547,18 @@ class DelayAnswers:
         self.url = self.listener.url
 
     def _serve(self, client: socket.socket) -> None:
-        up = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=30)
         pending = threading.Semaphore(0)
 
-        def c2s() -> None:
-            try:
-                while True:
-                    data = client.recv(65536)
-                    if not data:
-                        break
-                    if self.marker in data:
-                        pending.release()
-                    up.sendall(data)
-            except OSError:
-                pass
-            finally:
-                _close(up)
+        def request(data: bytes) -> None:
+            if self.marker in data:
+                pending.release()
 
-        threading.Thread(target=c2s, daemon=True).start()
-        try:
-            while True:
-                data = up.recv(65536)
-                if not data:
-                    break
-                if pending.acquire(blocking=False):
-                    time.sleep(self.delay)
-                client.sendall(data)
-        except OSError:
-            pass
-        finally:
-            _close(client)
-            _close(up)
+        def answer(data: bytes) -> bool:
+            if pending.acquire(blocking=False):
+                time.sleep(self.delay)
+            return True
+
+        _relay(client, self.upstream_port, request, answer)
 
     def close(self) -> None:
         self.listener.close()

@@ -253,14 +253,9 @@ def test_a_holder_label_shows_in_the_lock_views_and_a_bad_one_is_refused(server:
 
 
 def test_a_retried_write_refused_as_stale_is_reported_as_unknown(server: Server, name: str) -> None:
-    from test_retry_failover import ApplyThenFallSilent
+    from test_retry_failover import stale_write_retried
 
-    direct = fenced.Client(server.url)
-    old = direct.lock(name, ttl=5.0)
-    old_token = old.token
-    old.release()
-    newer = direct.lock(name, ttl=5.0)
-    member = ApplyThenFallSilent(server.port, lambda: direct.store.put(name, b"newer", token=newer.token))
+    _, old_token, newer, member = stale_write_retried(server, name)
 
     async def main() -> None:
         async with fenced.AsyncClient([member.url, server.url], attempt_timeout=0.4) as c:

@@ -226,13 +226,21 @@ class ApplyThenFallSilent:
         self.listener.close()
 
 
-def test_a_retried_write_refused_as_stale_is_reported_as_unknown_not_stale(server: Server, name: str) -> None:
+def stale_write_retried(server: Server, name: str):  # type: ignore[no-untyped-def]
+    """A write under an old token whose first attempt goes to a member that applies it,
+    lets a newer holder write, and falls silent: the direct client, the old token, the
+    newer lock (release it) and the member (close it)."""
     direct = fenced.Client(server.url)
     old = direct.lock(name, ttl=5.0)
     old_token = old.token
     old.release()
     newer = direct.lock(name, ttl=5.0)
     member = ApplyThenFallSilent(server.port, lambda: direct.store.put(name, b"newer", token=newer.token))
+    return direct, old_token, newer, member
+
+
+def test_a_retried_write_refused_as_stale_is_reported_as_unknown_not_stale(server: Server, name: str) -> None:
+    direct, old_token, newer, member = stale_write_retried(server, name)
     try:
         c = fenced.Client([member.url, server.url], request_timeout=10.0, attempt_timeout=0.4)
         c.store.get(name)  # the API check and a first answer, through the member

@@ -434,7 +434,7 @@ def test_a_watch_with_no_server_is_unavailable_after_its_retry_time() -> None:
     from support import free_port
 
     w = fenced.Client(f"http://127.0.0.1:{free_port()}", request_timeout=0.5).watch("w/", since=3)
-    w._retry_for = 1.0
+    w._reopening.retry_for = 1.0
     t0 = time.monotonic()
     with pytest.raises(fenced.Unavailable):
         next(w)

@@ -8,6 +8,7 @@ import { describe, it } from "node:test";
 
 import { Calls, readGrant, segment } from "../src/calls.js";
 import { readServerApi } from "../src/compat.js";
+import { apiDoc } from "./apidoc.js";
 import {
   BadRequestError,
   Client,
@@ -152,23 +153,7 @@ describe("configuration", () => {
 
 describe("the API check", () => {
   const doc = (over: Record<string, unknown> = {}) => {
-    const op = { responses: {} };
-    const paths: Record<string, unknown> = {
-      "/v1/leases": { post: op },
-      "/v1/leases/{lease_id}": { delete: op },
-      "/v1/leases/{lease_id}/keepalive": { post: op },
-      "/v1/locks/{name}": { get: op },
-      "/v1/locks/{name}/acquire": { post: op },
-      "/v1/locks/{name}/release": { post: op },
-      "/v1/locks/{name}/check": { post: op },
-      "/v1/store/{key}": { get: op, put: op },
-      "/readyz": { get: op },
-    };
-    const acquire = {
-      properties: { lease_id: {}, ttl_ms: {}, wait_ms: {} },
-      oneOf: [{ required: ["lease_id"] }, { required: ["ttl_ms"] }, { required: ["lease_id", "ttl_ms"] }],
-    };
-    const d = { openapi: "3.1.0", info: { title: "Fenced", version: "0.1.0" }, paths, components: { schemas: { AcquireRequest: acquire } }, ...over };
+    const d = { ...apiDoc(), ...over };
     return { status: 200, headers: {}, body: Buffer.from(JSON.stringify(d)) };
   };
 
@@ -180,11 +165,7 @@ describe("the API check", () => {
     };
     const withHolder = doc({ components: { schemas: { AcquireRequest: holderAcquire } } });
     assert.deepEqual(readServerApi(withHolder, "http://x"), { title: "Fenced", version: "0.1.0", acceptsHolder: true, revokesLocks: false, servesEvents: false });
-    const op = { responses: {} };
-    const newer = JSON.parse(doc().body.toString()) as { paths: Record<string, unknown> };
-    newer.paths["/v1/locks/{name}/revoke"] = { post: op };
-    newer.paths["/v1/events"] = { get: op };
-    const withBoth = { status: 200, headers: {}, body: Buffer.from(JSON.stringify(newer)) };
+    const withBoth = { status: 200, headers: {}, body: Buffer.from(JSON.stringify(apiDoc({ revoke: true, events: true }))) };
     assert.deepEqual(readServerApi(withBoth, "http://x"), { title: "Fenced", version: "0.1.0", acceptsHolder: false, revokesLocks: true, servesEvents: true });
     const refused = (a: ReturnType<typeof doc>, why: RegExp) =>
       assert.throws(() => readServerApi(a, "http://x"), (e: unknown) => e instanceof IncompatibleServerError && e.code === "incompatible_server" && why.test(e.message));

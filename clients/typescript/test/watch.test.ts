@@ -27,38 +27,9 @@ import {
   Watch,
   WatchEvent,
 } from "../src/index.js";
+import { apiDoc } from "./apidoc.js";
 import { Proxy } from "./proxy.js";
 import { PATIENCE_MS, SKIP, Server, eventually, sleep, tempDir, unique, within, withServer } from "./support.js";
-
-/** An API document that passes the client's check, with the event stream and the revoke. */
-function apiDoc(): unknown {
-  const op = { responses: {} };
-  return {
-    openapi: "3.1.0",
-    info: { title: "Fenced", version: "9.9.9" },
-    paths: {
-      "/v1/leases": { post: op },
-      "/v1/leases/{lease_id}": { delete: op },
-      "/v1/leases/{lease_id}/keepalive": { post: op },
-      "/v1/locks/{name}": { get: op },
-      "/v1/locks/{name}/acquire": { post: op },
-      "/v1/locks/{name}/release": { post: op },
-      "/v1/locks/{name}/revoke": { post: op },
-      "/v1/locks/{name}/check": { post: op },
-      "/v1/store/{key}": { get: op, put: op },
-      "/v1/events": { get: op },
-      "/readyz": { get: op },
-    },
-    components: {
-      schemas: {
-        AcquireRequest: {
-          properties: { lease_id: {}, ttl_ms: {}, wait_ms: {} },
-          oneOf: [{ required: ["lease_id"] }, { required: ["ttl_ms"] }, { required: ["lease_id", "ttl_ms"] }],
-        },
-      },
-    },
-  };
-}
 
 /** A fake server: the API document, and `events(n, req, res)` for the n-th (from 1) `GET /v1/events`, whose URLs it keeps. */
 async function sseServer(events: (n: number, req: http.IncomingMessage, res: http.ServerResponse) => void): Promise<{ url: string; opens: string[]; close: () => Promise<void> }> {
@@ -66,7 +37,7 @@ async function sseServer(events: (n: number, req: http.IncomingMessage, res: htt
   const s = http.createServer((req, res) => {
     if (req.url === "/openapi.json") {
       res.writeHead(200, { "content-type": "application/json" });
-      res.end(JSON.stringify(apiDoc()));
+      res.end(JSON.stringify(apiDoc({ version: "9.9.9", revoke: true, events: true })));
       return;
     }
     if (req.url?.startsWith("/v1/events")) {

@@ -310,45 +310,12 @@ function drawPanel(run, host) {
     svg.append(r);
   }
   // Arrows and marks, up to the cursor.
+  const g = { x, lockY, resY, height, t0 };
   const from = lastAt(run.trace, t0 - 1) + 1;
   for (let i = from; i < run.trace.length; i++) {
     const r = run.trace[i];
     if (r.t_ms > state.cursor || r.t_ms > t1) break;
-    const y = cy(r.client);
-    switch (r.kind) {
-      case "acquire": arrow(svg, x(r.t_ms), y, x(r.t_ms) + 4, lockY, "acquire", r, `c${r.client} asks for the lock`); break;
-      case "granted": arrow(svg, x(r.t_ms), lockY, x(r.t_ms) + 4, y, "grant", r, `granted token #${r.token} to c${r.client}`, `#${r.token}`); break;
-      case "keepalive": if (!r.ok) mark(svg, x(r.t_ms), lockY, "ka-lost", "?", r, `keepalive from c${r.client}: lease gone`); break;
-      case "expired": {
-        mark(svg, x(r.t_ms), lockY, "expired", "✕", r, `lease of token #${r.token} (c${r.client}) expired`);
-        svg.append(Fenced.svg("line", { x1: x(r.t_ms), x2: x(r.t_ms), y1: lockY, y2: y, class: "expired-line" }));
-        break;
-      }
-      case "read": {
-        const cls = r.outcome === "rejected" ? "read rejected" : "read";
-        arrow(svg, x(Math.max(t0, r.sent_ms)), y, x(r.t_ms), resY, cls, r,
-          `${r.fenced ? "fenced read" : "read"} by c${r.client}${r.token ? ` with token #${r.token}` : ""}: ${r.outcome === "rejected" ? "refused" : `= ${r.value}`}`);
-        break;
-      }
-      case "write": {
-        const cls = r.zombie ? "write zombie" : r.outcome === "rejected" ? "write rejected" : "write";
-        const what = r.zombie ? "ZOMBIE WRITE accepted" : r.outcome === "rejected" ? "REFUSED: stale token" : "accepted";
-        const label = r.zombie ? "ZOMBIE" : r.outcome === "rejected" ? "✕ stale" : null;
-        arrow(svg, x(Math.max(t0, r.sent_ms)), y, x(r.t_ms), resY, cls, r,
-          `write ${r.value} by c${r.client}${r.token ? ` with token #${r.token}` : ""} (counter was ${r.value_before}): ${what}${r.late ? ", late" : ""}`, label);
-        break;
-      }
-      case "crash": mark(svg, x(r.t_ms), y, "crash", "☠", r, `c${r.client} crashed`); break;
-      case "duplicate": mark(svg, x(r.t_ms), resY, "duplicate", "=", r, `a second copy of c${r.client}'s write arrived: the idempotency key says applied already, nothing changes`); break;
-      case "clock_step": service(svg, x(r.t_ms), lockY, height, "clock-step", "⏩", r, `the lock service's wall clock stepped forward ${r.step_ms} ms: every lease is suddenly older`); break;
-      case "service_crash": service(svg, x(r.t_ms), lockY, height, "service-crash", "☠", r, "the lock service crashed: every lease and lock it held in memory is gone"); break;
-      case "service_restart": service(svg, x(r.t_ms), lockY, height, "service-restart", "↻", r, "the lock service restarted from its durable state; no grant for one lease"); break;
-      case "partition": service(svg, x(r.t_ms), lockY, height, "partition", "⚡", r, `the replicas are cut apart: replica ${r.replica} keeps the even clients, the others the odd ones`); break;
-      case "failover": service(svg, x(r.t_ms), lockY, height, "failover", "⇆", r, `replica ${r.replica} takes over serving its side of the cut`); break;
-      case "heal": service(svg, x(r.t_ms), lockY, height, "heal", "✓", r, `the cut healed: every replica follows replica ${r.replica}`); break;
-      case "aborted": mark(svg, x(r.t_ms), y, "aborted", "⊘", r, `c${r.client} knew its lease was gone and skipped its write`); break;
-      default: break;
-    }
+    drawRecord(svg, r, cy(r.client), g);
   }
   // The cursor.
   if (state.cursor >= t0 && state.cursor <= t1) {
@@ -360,6 +327,46 @@ function drawPanel(run, host) {
   axis2.textContent = `${Math.round(t1)} ms`;
   svg.append(axis, axis2);
   host.replaceChildren(svg);
+}
+
+/** One trace record on the panel, an arrow or a mark, `y` its client's lane; `g` the
+ * panel's geometry: time to x, the lock service's and the resource's lanes, its height
+ * and first instant. */
+function drawRecord(svg, r, y, { x, lockY, resY, height, t0 }) {
+  switch (r.kind) {
+    case "acquire": arrow(svg, x(r.t_ms), y, x(r.t_ms) + 4, lockY, "acquire", r, `c${r.client} asks for the lock`); break;
+    case "granted": arrow(svg, x(r.t_ms), lockY, x(r.t_ms) + 4, y, "grant", r, `granted token #${r.token} to c${r.client}`, `#${r.token}`); break;
+    case "keepalive": if (!r.ok) mark(svg, x(r.t_ms), lockY, "ka-lost", "?", r, `keepalive from c${r.client}: lease gone`); break;
+    case "expired": {
+      mark(svg, x(r.t_ms), lockY, "expired", "✕", r, `lease of token #${r.token} (c${r.client}) expired`);
+      svg.append(Fenced.svg("line", { x1: x(r.t_ms), x2: x(r.t_ms), y1: lockY, y2: y, class: "expired-line" }));
+      break;
+    }
+    case "read": {
+      const cls = r.outcome === "rejected" ? "read rejected" : "read";
+      arrow(svg, x(Math.max(t0, r.sent_ms)), y, x(r.t_ms), resY, cls, r,
+        `${r.fenced ? "fenced read" : "read"} by c${r.client}${r.token ? ` with token #${r.token}` : ""}: ${r.outcome === "rejected" ? "refused" : `= ${r.value}`}`);
+      break;
+    }
+    case "write": {
+      const cls = r.zombie ? "write zombie" : r.outcome === "rejected" ? "write rejected" : "write";
+      const what = r.zombie ? "ZOMBIE WRITE accepted" : r.outcome === "rejected" ? "REFUSED: stale token" : "accepted";
+      const label = r.zombie ? "ZOMBIE" : r.outcome === "rejected" ? "✕ stale" : null;
+      arrow(svg, x(Math.max(t0, r.sent_ms)), y, x(r.t_ms), resY, cls, r,
+        `write ${r.value} by c${r.client}${r.token ? ` with token #${r.token}` : ""} (counter was ${r.value_before}): ${what}${r.late ? ", late" : ""}`, label);
+      break;
+    }
+    case "crash": mark(svg, x(r.t_ms), y, "crash", "☠", r, `c${r.client} crashed`); break;
+    case "duplicate": mark(svg, x(r.t_ms), resY, "duplicate", "=", r, `a second copy of c${r.client}'s write arrived: the idempotency key says applied already, nothing changes`); break;
+    case "clock_step": service(svg, x(r.t_ms), lockY, height, "clock-step", "⏩", r, `the lock service's wall clock stepped forward ${r.step_ms} ms: every lease is suddenly older`); break;
+    case "service_crash": service(svg, x(r.t_ms), lockY, height, "service-crash", "☠", r, "the lock service crashed: every lease and lock it held in memory is gone"); break;
+    case "service_restart": service(svg, x(r.t_ms), lockY, height, "service-restart", "↻", r, "the lock service restarted from its durable state; no grant for one lease"); break;
+    case "partition": service(svg, x(r.t_ms), lockY, height, "partition", "⚡", r, `the replicas are cut apart: replica ${r.replica} keeps the even clients, the others the odd ones`); break;
+    case "failover": service(svg, x(r.t_ms), lockY, height, "failover", "⇆", r, `replica ${r.replica} takes over serving its side of the cut`); break;
+    case "heal": service(svg, x(r.t_ms), lockY, height, "heal", "✓", r, `the cut healed: every replica follows replica ${r.replica}`); break;
+    case "aborted": mark(svg, x(r.t_ms), y, "aborted", "⊘", r, `c${r.client} knew its lease was gone and skipped its write`); break;
+    default: break;
+  }
 }
 
 function arrow(svg, x1, y1, x2, y2, cls, r, text, label) {

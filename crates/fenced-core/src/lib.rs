@@ -13,6 +13,7 @@ pub mod replica;
 pub mod store;
 pub mod table;
 mod types;
+pub mod xorshift;
 
 pub use command::{
     Acquire, AcquireAll, Answer, Command, LeaseRef, Output, RequestId, HOLDER_BYTES_MAX, LOCK_NAMES_MAX,

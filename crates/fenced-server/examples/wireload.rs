@@ -247,6 +247,25 @@ impl Redis {
     }
 }
 
+/// What a client's loop sends its commands through: a connection of its own, or the
+/// shared pipelined one.
+trait RedisCall {
+    /// Sends one encoded command; returns the reply's first line.
+    async fn roundtrip(&mut self, cmd: &[u8]) -> String;
+}
+
+impl RedisCall for Redis {
+    async fn roundtrip(&mut self, cmd: &[u8]) -> String {
+        self.call(cmd).await
+    }
+}
+
+impl RedisCall for RedisMux {
+    async fn roundtrip(&mut self, cmd: &[u8]) -> String {
+        self.call(cmd).await
+    }
+}
+
 /// One Redis connection shared by many tasks, commands pipelined: a writer task sends
 /// what has queued in one write, a reader task hands replies back in order. This is
 /// what a multiplexing Redis client (redis-rs `MultiplexedConnection`) does, the
@@ -316,23 +335,7 @@ async fn redis_cycles(addr: SocketAddr, clients: usize, shared_lock: bool, dur: 
             let mut r = Redis::new(addr).await;
             let key = if shared_lock { "shared".to_string() } else { format!("own-{i}") };
             let val = format!("holder-{i}");
-            let set = resp(&["SET", &key, &val, "NX", "PX", "10000"]);
-            let del = resp(&["EVAL", CAD, "1", &key, &val]);
-            tokio::time::sleep_until(start.into()).await;
-            let (mut c, mut a, mut n) = (hist(), hist(), 0u64);
-            while start.elapsed() < dur {
-                let t = Instant::now();
-                while r.call(&set).await != "+OK" {
-                    if start.elapsed() >= dur {
-                        return (n, c, a);
-                    }
-                }
-                a.record(t.elapsed().as_micros().max(1) as u64).unwrap();
-                assert_eq!(r.call(&del).await, ":1");
-                c.record(t.elapsed().as_micros().max(1) as u64).unwrap();
-                n += 1;
-            }
-            (n, c, a)
+            redis_lock_loop(&mut r, &key, &val, true, start, dur).await
         }));
     }
     let results = joined(tasks).await;
@@ -341,28 +344,48 @@ async fn redis_cycles(addr: SocketAddr, clients: usize, shared_lock: bool, dur: 
     report(&format!("redis no persistence, {clients} clients, connection each, {lock}"), results, elapsed);
 }
 
+/// One client's closed loop from `start` for `dur`: SET NX PX, then compare-and-delete,
+/// each cycle timed, over `call` (its own connection or the shared one). With `spin` a
+/// refused SET is sent again (a shared key: Redis has no queue); without, it may not be
+/// refused.
+async fn redis_lock_loop(
+    r: &mut impl RedisCall,
+    key: &str,
+    val: &str,
+    spin: bool,
+    start: Instant,
+    dur: Duration,
+) -> TaskResult {
+    let set = resp(&["SET", key, val, "NX", "PX", "10000"]);
+    let del = resp(&["EVAL", CAD, "1", key, val]);
+    tokio::time::sleep_until(start.into()).await;
+    let (mut c, mut a, mut n) = (hist(), hist(), 0u64);
+    while start.elapsed() < dur {
+        let t = Instant::now();
+        while r.roundtrip(&set).await != "+OK" {
+            assert!(spin, "SET NX on a key of its own was refused");
+            if start.elapsed() >= dur {
+                return (n, c, a);
+            }
+        }
+        a.record(t.elapsed().as_micros().max(1) as u64).unwrap();
+        assert_eq!(r.roundtrip(&del).await, ":1");
+        c.record(t.elapsed().as_micros().max(1) as u64).unwrap();
+        n += 1;
+    }
+    (n, c, a)
+}
+
 /// Redis on own keys through one pipelined connection shared by all clients.
 async fn redis_mux_cycles(addr: SocketAddr, clients: usize, dur: Duration) {
     let start = Instant::now() + Duration::from_millis(300);
     let mux = RedisMux::new(addr).await;
     let mut tasks = Vec::new();
     for i in 0..clients {
-        let r = mux.clone();
+        let mut r = mux.clone();
         tasks.push(tokio::spawn(async move {
             let (key, val) = (format!("mux-{i}"), format!("holder-{i}"));
-            let set = resp(&["SET", &key, &val, "NX", "PX", "10000"]);
-            let del = resp(&["EVAL", CAD, "1", &key, &val]);
-            tokio::time::sleep_until(start.into()).await;
-            let (mut c, mut a, mut n) = (hist(), hist(), 0u64);
-            while start.elapsed() < dur {
-                let t = Instant::now();
-                assert_eq!(r.call(&set).await, "+OK");
-                a.record(t.elapsed().as_micros().max(1) as u64).unwrap();
-                assert_eq!(r.call(&del).await, ":1");
-                c.record(t.elapsed().as_micros().max(1) as u64).unwrap();
-                n += 1;
-            }
-            (n, c, a)
+            redis_lock_loop(&mut r, &key, &val, false, start, dur).await
         }));
     }
     let results = joined(tasks).await;

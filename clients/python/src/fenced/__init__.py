@@ -10,7 +10,8 @@ SQLite, S3 and DynamoDB (``fenced.gates``).
         print(event.index, event.type, event.name, event.token)
 """
 
-from .client import Client, Lock, Store, StoreRead, Watch
+from .client import Client, Lock, Store, Watch
+from ._store import StoreRead
 from .aio import AsyncClient, AsyncLock, AsyncStore, AsyncWatch
 from ._watch import WatchEvent
 from .signing import GrantKeys

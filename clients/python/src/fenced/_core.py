@@ -7,6 +7,7 @@ tasks and httpx.AsyncClient) around these pieces, so the rules exist once.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -18,7 +19,18 @@ from urllib.parse import quote
 
 import httpx
 
-from .errors import BadRequest, ConfigError, FencedError, ServerError, Transport, UnsupportedServer
+from .errors import (
+    BadRequest,
+    ConfigError,
+    FencedError,
+    Recovering,
+    ServerError,
+    ShuttingDown,
+    TooManyConnections,
+    Transport,
+    UnsupportedServer,
+    from_answer,
+)
 
 #: The endpoint used when neither the caller nor ``FENCED_ENDPOINT`` names one.
 ENDPOINT_DEFAULT = "http://127.0.0.1:7400"
@@ -283,6 +295,77 @@ def acquire_body(lease_id: str, ttl_ms: int, wait_ms: int, holder: Optional[str]
     return body
 
 
+def acquire_request(name: str, lease_id: str, ttl_ms: int, wait_ms: int, holder: Optional[str],
+                    names: Optional[List[str]]) -> Tuple[str, bytes]:
+    """The path and JSON body of one acquire under the implicit lease ``lease_id`` (the
+    caller drew it): ``{"lease_id", "ttl_ms", "wait_ms"}``, and ``"holder"`` when given;
+    with ``names``, of every one of them together. Sent twice with the same id, it gets the
+    same grant."""
+    path = f"/v1/locks/{segment(name)}/acquire" if names is None else "/v1/locks/acquire"
+    body = acquire_body(lease_id, ttl_ms, wait_ms, holder)
+    if names is not None:
+        body["names"] = names
+    return path, json.dumps(body).encode()
+
+
+class Acquiring:
+    """One acquire call's rule for asking again (the sync and the asyncio client step it,
+    each sleeping its own way): its implicit lease, its deadlines, the send time of the
+    first attempt that may have reached a member, and whether the lease must be given back
+    if the call ends now."""
+
+    def __init__(self, wait_ms: int, request_timeout: float, members: int) -> None:
+        #: The implicit lease every attempt of this call asks under.
+        self.lease = new_lease_id()
+        self.started = now()
+        #: When the wait in the server's queue is over.
+        self.give_up_at = self.started + wait_ms / 1000.0
+        #: When the whole call is over, failovers included.
+        self.deadline = self.give_up_at + request_timeout
+        self._several = members > 1
+        #: The send time of the attempt that was granted, or of the first whose answer was
+        #: lost (the grant, if any, dates from it).
+        self.sent_at: Optional[float] = None
+        #: Whether the lease is revoked when the call ends now: something may have been
+        #: granted under it that nobody will hold.
+        self.give_back = True
+
+    def wait_left(self) -> float:
+        """What is left of the wait, for the next attempt to ask the server for."""
+        return max(0.0, self.give_up_at - now())
+
+    def granted(self, sent: float) -> None:
+        """An attempt sent at ``sent`` was granted."""
+        self.give_back = False
+        self.sent_at = sent if self.sent_at is None else self.sent_at
+
+    def failed(self, e: FencedError, sent: float) -> Optional[float]:
+        """An attempt sent at ``sent`` ended in ``e``: the pause before asking again, or
+        ``None`` when the call raises ``e``."""
+        if isinstance(e, (Recovering, ShuttingDown, TooManyConnections)):
+            # Refused before anything was granted: safe to ask again within the wait.
+            if isinstance(e, ShuttingDown) and self._several:
+                return None  # every member was tried: the moves-on rule already ran out
+            left = self.give_up_at - now()
+            if left <= 0:
+                self.give_back = self.sent_at is not None  # an earlier attempt's answer may have been lost
+                return None
+            return min(e.retry_after or 0.2, left)
+        if isinstance(e, Transport):
+            if not e.sent and not getattr(e, "uncertain", False) and self.sent_at is None:
+                self.give_back = False  # no attempt reached a server: nothing to give back
+                return None
+            # The answer was lost after the request may have reached the server: ask again
+            # under the same lease id, which gets the same grant, if there is time (with
+            # several members the failover loop already did so).
+            self.sent_at = sent if self.sent_at is None else self.sent_at
+            if not e.sent or self._several or now() + ROUND_PAUSE >= self.deadline:
+                return None
+            return ROUND_PAUSE
+        self.give_back = moves_on(e)
+        return None
+
+
 def check_token(token: Any) -> int:
     if isinstance(token, bool) or not isinstance(token, int) or not 1 <= token < 2**64:
         raise BadRequest(f"a token is an integer from 1 to 2^64-1, not {token!r}", code="invalid_token")
@@ -350,6 +433,12 @@ class Members:
     def is_silent(self, i: int) -> bool:
         return self._silent_until[i] > now()
 
+    def others(self) -> Iterator[int]:
+        """Every member but the current one, once each, in turn after it."""
+        n = len(self.endpoints)
+        first = self._current
+        return ((first + k) % n for k in range(1, n))
+
     def skip(self, i: int) -> bool:
         """Skipped this round: found silent, unless every member was."""
         return self.is_silent(i) and not all(self.is_silent(j) for j in range(len(self.endpoints)))
@@ -405,6 +494,45 @@ class ClientBase:
         return self._checked.get(self._members.current)
 
 
+class Reply(NamedTuple):
+    """One answer as both clients read it: status, headers, the whole body."""
+
+    status: int
+    headers: httpx.Headers
+    body: bytes
+
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            raise ServerError(f"could not parse the server's answer: {self.body[:200]!r}", code="bad_response",
+                              status=self.status) from None
+
+    def error(self) -> FencedError:
+        return from_answer(self.status, self.body)
+
+
+class Reconnect:
+    """A request whose connection could not be opened is tried again (it never left), with
+    one endpoint only (with several the call moves on instead): up to
+    :data:`CONNECT_ATTEMPTS_MAX` tries, 50 ms apart, doubling."""
+
+    def __init__(self, members: int) -> None:
+        self._left = CONNECT_ATTEMPTS_MAX if members == 1 else 1
+        self._backoff = 0.05
+
+    def pause(self, e: Transport) -> Optional[float]:
+        """The pause before the next try after ``e``, or ``None`` when ``e`` is raised."""
+        self._left -= 1
+        if e.sent or self._left <= 0 or e.code == "tls_refused":
+            return None
+        pause, self._backoff = self._backoff, self._backoff * 2
+        return pause
+
+
 #: The connections an httpx client of ``fenced`` keeps.
 HTTP_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=16)
 
@@ -454,6 +582,21 @@ class Walk:
         self._last = exc
         return False
 
+    def attempted(self, i: int, kind: str, exc: Optional[FencedError]) -> bool:
+        """The outcome of an attempt on member ``i`` (``answered``, with ``exc`` its error,
+        ``silent`` or ``timedout``): True when the call returns the attempt's value; raises
+        the error that ends the call; False when it moves on to the next member."""
+        if kind == "answered":
+            if not self.answered(i, exc):
+                return False
+            if exc is not None:
+                raise exc
+            return True
+        if kind == "silent":
+            self.silent(i)
+            return False
+        raise self.failure()
+
     def silent(self, i: int) -> None:
         """Member ``i`` said nothing for an attempt time-out: the call moves on."""
         self.uncertain = True
@@ -500,7 +643,6 @@ def check_api(endpoint: str, status: int, body: bytes) -> str:
     document lists every route of API v1 this client calls, each with its method. Returns
     the server's version (``info.version``, the crate version); raises
     :class:`UnsupportedServer` with what is missing."""
-    import json
 
     def refuse(why: str) -> UnsupportedServer:
         return UnsupportedServer(

@@ -1,13 +1,17 @@
 """The state of a held lock that both guards share: the grant, the client-side deadline,
-and the lost signal's one rule (set once, for the first reason, never cleared)."""
+the lost signal's one rule (set once, for the first reason, never cleared), and the
+keepalive schedule. No IO: the sync guard's threads and the async guard's tasks step it."""
 
 from __future__ import annotations
 
+import logging
 import threading
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from . import _core
-from .errors import BadRequest, LockLost, LostReason
+from .errors import BadRequest, FencedError, LeaseNotFound, LockLost, LostReason, ServerError, Unauthorized
+
+log = logging.getLogger("fenced")
 
 
 class LockState:
@@ -33,6 +37,31 @@ class LockState:
         self.released = False
         #: Called once, with the reason, when the lock is lost (sets the event, wakes...).
         self.on_lost: Callable[[LostReason], None] = lambda r: None
+
+    @classmethod
+    def from_grant(cls, name: str, answer: Dict[str, Any], ttl_ms: int, margin: Optional[float], sent_at: float,
+                   names: Optional[List[str]] = None) -> "LockState":
+        """The state of the grant ``answer`` to an acquire of ``name`` (with ``names``, of
+        that set) sent at ``sent_at`` for ``ttl_ms``; :class:`fenced.ServerError` when the
+        answer is not a grant of what was asked."""
+        grant, tokens, signatures = _core.read_set_grant(answer, names)
+        if grant.get("name") != name:
+            raise ServerError(f"asked for lock '{name}', granted '{grant.get('name')}'", code="bad_response")
+        token, lease_id = grant.get("token"), grant.get("lease_id")
+        if not isinstance(token, int) or token < 1 or not isinstance(lease_id, str):
+            raise ServerError(f"a grant without a token or lease: {grant}", code="bad_response")
+        ttl = min(int(grant.get("ttl_ms", ttl_ms)), ttl_ms) / 1000.0
+        m = _core.default_margin(ttl) if margin is None else float(margin)
+        state = cls(name, token, lease_id, ttl, m, sent_at)
+        state.tokens = tokens
+        state.signatures = signatures
+        return state
+
+    def renew_first(self, started: float) -> bool:
+        """Whether a grant asked for at ``started`` is renewed once before it is handed out:
+        one that came after a long wait in the queue may leave little of the deadline
+        counted from the send, so the guard starts fresh."""
+        return _core.now() - started > self.ttl / 3
 
     @property
     def valid_until(self) -> float:
@@ -65,6 +94,12 @@ class LockState:
             self.mark_lost(LostReason.EXPIRED)
         return self.reason is not None
 
+    def lost_by_now(self) -> Optional[LostReason]:
+        """Why the lock was lost by now (reading the clock), if it was: what its release
+        raises after giving back what is left."""
+        self.past_deadline()
+        return self.reason
+
     def check(self) -> int:
         if self.released:
             raise BadRequest(f"lock '{self.name}' was released", code="released")
@@ -75,6 +110,70 @@ class LockState:
 
     def describe(self) -> Dict[str, Any]:
         return {"name": self.name, "token": self.token, "ttl": self.ttl, "lost": self.reason}
+
+
+class Renewal:
+    """The keepalive schedule of a held lock: every TTL/3 after the last successful send,
+    a tenth of the TTL after a failed or skipped one, and each round sent against the
+    deadline it started under. Both guards' loops step it; they only sleep and send."""
+
+    def __init__(self, state: LockState) -> None:
+        self.state = state
+        self._retry_step = max(state.ttl / 10, 0.01)
+        self._next_at = _core.next_keepalive(state.sent_at, state.ttl)
+        #: The deadline of this round: a keepalive answered after it came too late.
+        self.deadline = state.valid_until
+
+    def pause(self) -> float:
+        """The sleep before the next round, which starts under the deadline as it is now."""
+        self.deadline = self.state.valid_until
+        return max(0.0, min(self._next_at, self.deadline) - _core.now())
+
+    def timeout(self, sent: float, request_timeout: float) -> float:
+        """The time-out of a keepalive sent at ``sent``: its answer is no use past the deadline."""
+        return min(request_timeout, self.deadline - sent)
+
+    def skipped(self, paused: bool) -> bool:
+        """Whether this round sends nothing (the test hook paused keepalives, as a long
+        pause of the process would; the deadline timer keeps running)."""
+        if paused:
+            self.retry_later()
+        return paused
+
+    def retry_later(self) -> None:
+        """This round sent nothing, or its keepalive failed: the next round comes soon."""
+        self._next_at = _core.now() + self._retry_step
+
+    def failed(self, e: FencedError, stopped: bool = False) -> bool:
+        """The keepalive failed with ``e``: True when the loop ends (the server refused the
+        lease, which marks the lock lost; the guard was stopped; the deadline passed),
+        False when it tries again soon."""
+        st = self.state
+        if isinstance(e, LeaseNotFound):
+            st.mark_lost(LostReason.LEASE_NOT_FOUND)
+            return True
+        if isinstance(e, Unauthorized):
+            st.mark_lost(LostReason.UNAUTHORIZED)
+            return True
+        if stopped or st.past_deadline():
+            return True
+        log.debug("keepalive of lock '%s' failed, retrying: %s", st.name, e)
+        self.retry_later()
+        return False
+
+    def too_late(self) -> bool:
+        """A keepalive answered after this round's deadline: the lock is lost (the loop ends)."""
+        if _core.now() >= self.deadline:
+            self.state.mark_lost(LostReason.KEEPALIVE_TOO_LATE)
+            return True
+        return False
+
+    def renewed(self, sent: float, ttl_ms: int) -> bool:
+        """The keepalive sent at ``sent`` renewed the lease for ``ttl_ms``: whether the
+        deadline moved (the timer is woken to wait for the new one)."""
+        moved = self.state.extend(sent, ttl_ms / 1000.0)
+        self._next_at = _core.next_keepalive(sent, self.state.ttl)
+        return moved
 
 
 class LostEvent(threading.Event):

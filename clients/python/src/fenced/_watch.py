@@ -18,10 +18,11 @@ No network IO happens here; ``client.Watch`` and ``aio.AsyncWatch`` do their own
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, Mapping, NamedTuple, Optional
+from typing import Any, Deque, Dict, Generic, Mapping, NamedTuple, Optional, TypeVar
 
 from . import _core
 from .errors import BadRequest, Missed, ServerError
@@ -40,6 +41,9 @@ BACKOFF_MAX = 2.0
 BLOCK_BYTES_MAX = 64 << 10
 
 _DIGITS = re.compile(r"[0-9]{1,20}")
+
+log = logging.getLogger("fenced")
+C = TypeVar("C")
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,71 @@ def check_prefix(prefix: Any) -> str:
     return prefix
 
 
+class WatchBase(Generic[C]):
+    """What ``fenced.Watch`` and ``fenced.AsyncWatch`` hold alike: their client, the
+    :class:`WatchState`, the stream (none while broken), the silence that breaks it and
+    the reopening schedule."""
+
+    def __init__(self, client: C, prefix: str, since: Optional[int]) -> None:
+        self._client = client
+        self._st = WatchState(prefix, since)
+        self._resp: Any = None
+        self._chunks: Any = None
+        #: No byte for this long and the stream is reopened (tests shorten it).
+        self._silence = SILENCE_MAX
+        self._reopening = Reopening()
+
+    @property
+    def position(self) -> Optional[int]:
+        """The last position the server told this watch (``None`` before the first)."""
+        return self._st.position
+
+    @property
+    def prefix(self) -> str:
+        return self._st.prefix
+
+    def __repr__(self) -> str:
+        return f"<fenced.{type(self).__name__} prefix={self.prefix!r} position={self.position}>"
+
+    def _not_resumed(self, endpoint: str, e: BaseException) -> None:
+        """A member asked to resume the stream after ``compacted`` could not either."""
+        log.debug("watch of '%s': %s could not resume it either: %r", self.prefix, endpoint, e)
+
+
+class Reopening:
+    """How long a broken watch goes on reopening its stream, and the pause between two
+    tries: :data:`BACKOFF_FIRST` doubling up to :data:`BACKOFF_MAX`, for :data:`RETRY_FOR`
+    since the stream broke. Both watches step it; they only sleep and open."""
+
+    def __init__(self) -> None:
+        #: Reopening gives up after this long without a stream.
+        self.retry_for = RETRY_FOR
+        self._broken_since: Optional[float] = None
+        self._backoff = BACKOFF_FIRST
+
+    def broke(self) -> None:
+        """The stream broke (or was never opened): the time without one counts from now."""
+        if self._broken_since is None:
+            self._broken_since = _core.now()
+
+    def flowing(self) -> None:
+        """The stream gave bytes: a later break starts the count afresh."""
+        self._broken_since, self._backoff = None, BACKOFF_FIRST
+
+    def failed(self) -> Optional[float]:
+        """A reopen failed: the pause before the next, or ``None`` when it has gone on too
+        long (the caller raises; calling ``next`` again starts a new count)."""
+        self.broke()
+        assert self._broken_since is not None
+        left = self._broken_since + self.retry_for - _core.now()
+        if left <= 0:
+            self.flowing()
+            return None
+        pause = min(self._backoff, left)
+        self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+        return pause
+
+
 class WatchState:
     """What a watch knows, whichever stream it reads: its position, whether a stream was
     ever open, the bytes of a block not yet whole, and the error that ended it."""
@@ -200,6 +269,15 @@ class WatchState:
         taken for broken)."""
         self.buf += chunk.replace(b"\r", b"")
         return len(self.buf) <= BLOCK_BYTES_MAX or b"\n\n" in self.buf
+
+    def ready(self, streaming: bool) -> bool:
+        """For ``open``: moves every event already received to the pending ones; True once
+        a stream is open (``streaming``) and the server told its position."""
+        while True:
+            event = self.take(pending=False)
+            if event is None:
+                return streaming and self.position is not None
+            self.pending.append(event)
 
     def take(self, pending: bool = True) -> Optional[WatchEvent]:
         """The next event: one read ahead (unless ``pending`` is false), else of the whole

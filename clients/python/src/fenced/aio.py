@@ -15,27 +15,21 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional
 
 import httpx
 
-from . import _core, _watch
-from ._lockstate import GrantView, LockState
+from . import _core, _store, _watch
+from ._lockstate import GrantView, LockState, Renewal
+from ._store import StoreRead
 from ._watch import WatchEvent
-from .client import StoreRead, _held_token, _mark, _named, _Reply, _revoked_token, _stale_after_retry, log
-from .signing import GrantKeys, signed_headers as _signed
+from .client import _held_token, _named, _revoked_token, log
+from .signing import GrantKeys
 from .errors import (
-    BadRequest,
     FencedError,
     LeaseNotFound,
     LockLost,
     LostReason,
     Missed,
-    NotFound,
     NotHolder,
-    Recovering,
-    ServerError,
-    ShuttingDown,
     StaleToken,
-    TooManyConnections,
     Transport,
-    Unauthorized,
     Unavailable,
     from_answer,
 )
@@ -141,94 +135,49 @@ class AsyncClient(_core.ClientBase):
     async def _acquire(self, name: str, ttl: float, wait: float, margin: Optional[float],
                        holder: Optional[str] = None, names: Optional[List[str]] = None) -> LockState:
         ttl_ms, wait_ms = _core.check_acquire(name, ttl, wait, margin, holder)
-        lease = _core.new_lease_id()
-        started = _core.now()
-        give_up_at = started + wait_ms / 1000.0
-        deadline = give_up_at + self.request_timeout
-        answered = False
-        sent_at: Optional[float] = None
+        run = _core.Acquiring(wait_ms, self.request_timeout, len(self._members.endpoints))
+
+        async def attempt(i: int) -> Dict[str, Any]:
+            wait_left = run.wait_left()
+            path, body = _core.acquire_request(name, run.lease, ttl_ms, _core.ms(wait_left), holder, names)
+            r = await self._send(i, "POST", path, body, {"content-type": "application/json"},
+                                 self.request_timeout + wait_left)
+            if not r.ok():
+                raise _named(r.error(), name)
+            grant: Dict[str, Any] = r.json()
+            return grant
+
         try:
             while True:
                 sent = _core.now()
                 try:
-                    grant = await self._call(
-                        lambda i: self._acquire_on(i, name, lease, ttl_ms, _core.ms(max(0.0, give_up_at - _core.now())),
-                                                   self.request_timeout + max(0.0, give_up_at - _core.now()),
-                                                   holder, names),
-                        deadline)
-                    answered = True
-                    sent_at = sent if sent_at is None else sent_at
-                    break
-                except (Recovering, ShuttingDown, TooManyConnections) as e:
-                    if isinstance(e, ShuttingDown) and len(self._members.endpoints) > 1:
-                        raise
-                    left = give_up_at - _core.now()
-                    if left <= 0:
-                        answered = sent_at is None  # an earlier attempt's answer may have been lost
-                        raise
-                    await asyncio.sleep(min(e.retry_after or 0.2, left))
-                except Transport as e:
-                    if not e.sent and not getattr(e, "uncertain", False) and sent_at is None:
-                        answered = True  # no attempt reached a server: nothing to give back
-                        raise
-                    # The answer was lost after the request may have reached the server: ask
-                    # again under the same lease id, which gets the same grant, if there is
-                    # time (with several members the failover loop already did so).
-                    sent_at = sent if sent_at is None else sent_at
-                    if not e.sent or len(self._members.endpoints) > 1 or _core.now() + _core.ROUND_PAUSE >= deadline:
-                        raise
-                    await asyncio.sleep(_core.ROUND_PAUSE)
+                    grant = await self._call(attempt, run.deadline)
                 except FencedError as e:
-                    answered = not _core.moves_on(e)
-                    raise
+                    pause = run.failed(e, sent)
+                    if pause is None:
+                        raise
+                    await asyncio.sleep(pause)
+                    continue
+                run.granted(sent)
+                break
         finally:
-            if not answered:
-                self._revoke_in_background(lease)
-        assert sent_at is not None
+            if run.give_back:
+                self._revoke_in_background(run.lease)
+        assert run.sent_at is not None
         try:
-            return await self._grant_state(name, grant, ttl_ms, margin, started, sent_at, names)
+            state = LockState.from_grant(name, grant, ttl_ms, margin, run.sent_at, names)
+            if state.renew_first(run.started):
+                renewed = _core.now()
+                try:
+                    state.extend(renewed, await self._keepalive(state.lease_id, self.request_timeout) / 1000.0)
+                except LeaseNotFound:
+                    raise LockLost(LostReason.LEASE_NOT_FOUND, name) from None
+                except FencedError:
+                    pass  # the guard's own keepalive retries until the deadline
+            return state
         except BaseException:
-            self._revoke_in_background(lease)  # a grant this call cannot hand out is given back
+            self._revoke_in_background(run.lease)  # a grant this call cannot hand out is given back
             raise
-
-    async def _grant_state(self, name: str, grant: Dict[str, Any], ttl_ms: int, margin: Optional[float],
-                           started: float, sent_at: float, names: Optional[List[str]] = None) -> LockState:
-        grant, tokens, signatures = _core.read_set_grant(grant, names)
-        if grant.get("name") != name:
-            raise ServerError(f"asked for lock '{name}', granted '{grant.get('name')}'", code="bad_response")
-        token, lease_id = grant.get("token"), grant.get("lease_id")
-        if not isinstance(token, int) or token < 1 or not isinstance(lease_id, str):
-            raise ServerError(f"a grant without a token or lease: {grant}", code="bad_response")
-        granted_ttl = min(int(grant.get("ttl_ms", ttl_ms)), ttl_ms) / 1000.0
-        m = _core.default_margin(granted_ttl) if margin is None else float(margin)
-        state = LockState(name, token, lease_id, granted_ttl, m, sent_at)
-        state.tokens = tokens
-        state.signatures = signatures
-        if _core.now() - started > granted_ttl / 3:
-            renewed = _core.now()
-            try:
-                state.extend(renewed, await self._keepalive(lease_id, self.request_timeout) / 1000.0)
-            except LeaseNotFound:
-                raise LockLost(LostReason.LEASE_NOT_FOUND, name) from None
-            except FencedError:
-                pass
-        return state
-
-    async def _acquire_on(self, i: int, name: str, lease_id: str, ttl_ms: int, wait_ms: int,
-                          timeout: float, holder: Optional[str] = None,
-                          names: Optional[List[str]] = None) -> Dict[str, Any]:
-        """One acquire on member ``i`` under the implicit lease ``lease_id`` (``"holder"``
-        in the body when given); with ``names``, of every one of them together."""
-        path = f"/v1/locks/{_core.segment(name)}/acquire" if names is None else "/v1/locks/acquire"
-        body = _core.acquire_body(lease_id, ttl_ms, wait_ms, holder)
-        if names is not None:
-            body["names"] = names
-        r = await self._send(i, "POST", path, json.dumps(body).encode(), {"content-type": "application/json"},
-                             timeout)
-        if not r.ok():
-            raise _named(r.error(), name)
-        grant: Dict[str, Any] = r.json()
-        return grant
 
     def _revoke_in_background(self, lease_id: str) -> None:
         """Best effort, in a task of its own: the acquire may be ending by cancellation."""
@@ -303,15 +252,8 @@ class AsyncClient(_core.ClientBase):
                 await asyncio.sleep(_core.ROUND_PAUSE)
                 continue
             kind, value, exc = await self._attempt(i, fn, deadline)
-            if kind == "answered":
-                if walk.answered(i, exc):
-                    if exc is not None:
-                        raise exc
-                    return value, walk.uncertain  # type: ignore[return-value]
-            elif kind == "silent":
-                walk.silent(i)
-            else:
-                break
+            if walk.attempted(i, kind, exc):
+                return value, walk.uncertain  # type: ignore[return-value]
         raise walk.failure()
 
     async def _attempt(self, i: int, fn: Callable[[int], Awaitable[T]],
@@ -366,21 +308,19 @@ class AsyncClient(_core.ClientBase):
             return False
 
     async def _send(self, i: int, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
-                    timeout: float) -> _Reply:
+                    timeout: float) -> _core.Reply:
         if self._check_server and path.startswith("/v1/") and i not in self._checked:
             r = await self._send_once(i, "GET", "/openapi.json", None, {}, self.request_timeout)
             self._checked[i] = _core.check_api(self._members.endpoints[i], r.status, r.body)
-        attempts = _core.CONNECT_ATTEMPTS_MAX if len(self._members.endpoints) == 1 else 1
-        backoff = 0.05
-        for attempt in range(1, attempts + 1):
+        retry = _core.Reconnect(len(self._members.endpoints))
+        while True:
             try:
                 return await self._send_once(i, method, path, body, headers, timeout)
             except Transport as e:
-                if e.sent or attempt == attempts or e.code == "tls_refused":
+                pause = retry.pause(e)
+                if pause is None:
                     raise
-                await asyncio.sleep(backoff)
-                backoff *= 2
-        raise AssertionError("unreachable")
+                await asyncio.sleep(pause)
 
     async def _open_stream(self, i: int, path: str, silence: float) -> httpx.Response:
         """``GET path`` on member ``i`` answered with a stream, as
@@ -410,7 +350,7 @@ class AsyncClient(_core.ClientBase):
         raise from_answer(r.status_code, body)
 
     async def _send_once(self, i: int, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
-                         timeout: float) -> _Reply:
+                         timeout: float) -> _core.Reply:
         url = self._members.endpoints[i] + path
         t = httpx.Timeout(timeout, connect=min(self.connect_timeout, timeout))
         try:
@@ -419,34 +359,21 @@ class AsyncClient(_core.ClientBase):
             # An SSLError of its own: httpcore's asyncio backend lets one through unwrapped
             # when it arrives on a read (a certificate refused in a TLS 1.3 handshake).
             raise _core.http_failure(url, timeout, e) from e
-        return _Reply(r.status_code, r.headers, r.content)
+        return _core.Reply(r.status_code, r.headers, r.content)
 
 
-class AsyncWatch:
+class AsyncWatch(_watch.WatchBase[AsyncClient]):
     """:class:`fenced.Watch`'s twin: ``async for event in watch:``, :attr:`position`,
     ``await open()``, ``await aclose()`` (also on leaving ``async with watch:``). Iterate
     it from one task at a time; to stop a task blocked in it, cancel the task or call
     ``aclose()`` from another."""
 
+    _resp: Optional[httpx.Response]
+    _chunks: Optional[AsyncIterator[bytes]]
+
     def __init__(self, client: AsyncClient, prefix: str, since: Optional[int]) -> None:
-        self._client = client
-        self._st = _watch.WatchState(prefix, since)
-        self._resp: Optional[httpx.Response] = None
-        self._chunks: Optional[AsyncIterator[bytes]] = None
+        super().__init__(client, prefix, since)
         self._closed = False
-        self._silence = _watch.SILENCE_MAX
-        self._retry_for = _watch.RETRY_FOR
-        self._broken_since: Optional[float] = None
-        self._backoff = _watch.BACKOFF_FIRST
-
-    @property
-    def position(self) -> Optional[int]:
-        """The last position the server told this watch (``None`` before the first)."""
-        return self._st.position
-
-    @property
-    def prefix(self) -> str:
-        return self._st.prefix
 
     def __aiter__(self) -> "AsyncWatch":
         return self
@@ -460,16 +387,10 @@ class AsyncWatch:
     async def open(self) -> Optional[int]:
         """Opens the stream now and reads until the server told its position; returns it."""
         try:
-            while True:
-                event = self._st.take(pending=False)
+            while not self._st.ready(self._chunks is not None):
+                event = await self._step(pending=False)  # reads more (the buffer was drained)
                 if event is not None:
                     self._st.pending.append(event)
-                elif self._chunks is not None and self._st.position is not None:
-                    break
-                else:
-                    event = await self._step(pending=False)  # reads more (the buffer was drained)
-                    if event is not None:
-                        self._st.pending.append(event)
         except StopAsyncIteration:
             pass
         return self._st.position
@@ -490,9 +411,6 @@ class AsyncWatch:
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
 
-    def __repr__(self) -> str:
-        return f"<fenced.AsyncWatch prefix={self.prefix!r} position={self.position}>"
-
     async def _step(self, pending: bool = True) -> Optional[WatchEvent]:
         if self._closed:
             raise StopAsyncIteration
@@ -505,22 +423,17 @@ class AsyncWatch:
             except Unavailable:
                 if self._closed:
                     raise StopAsyncIteration from None
-                if self._broken_since is None:
-                    self._broken_since = _core.now()
-                left = self._broken_since + self._retry_for - _core.now()
-                if left <= 0:
-                    self._broken_since, self._backoff = None, _watch.BACKOFF_FIRST
+                pause = self._reopening.failed()
+                if pause is None:
                     raise
-                await asyncio.sleep(min(self._backoff, left))
-                self._backoff = min(self._backoff * 2, _watch.BACKOFF_MAX)
+                await asyncio.sleep(pause)
             return None
         chunk = await self._read()
         if chunk is None or not self._st.feed(chunk):
             await self._drop()
-            if self._broken_since is None:
-                self._broken_since = _core.now()
-            return None
-        self._broken_since, self._backoff = None, _watch.BACKOFF_FIRST
+            self._reopening.broke()
+        else:
+            self._reopening.flowing()
         return None
 
     async def _open(self) -> None:
@@ -542,14 +455,11 @@ class AsyncWatch:
         """After ``compacted`` from the member that answered: each other member once, as
         :meth:`fenced.Watch._open_elsewhere`."""
         c = self._client
-        n = len(c._members.endpoints)
-        answered = c._members.current
-        for k in range(1, n):
-            i = (answered + k) % n
+        for i in c._members.others():
             try:
                 resp = await asyncio.wait_for(c._open_stream(i, path, self._silence), c.request_timeout)
             except Exception as e:  # noqa: BLE001 - any answer but the stream: the next member
-                log.debug("watch of '%s': %s could not resume it either: %r", self.prefix, c._members.endpoints[i], e)
+                self._not_resumed(c._members.endpoints[i], e)
                 continue
             c._members.set_current(i)
             return resp
@@ -672,8 +582,7 @@ class AsyncLock(GrantView):
         if self._state.released:
             return
         self._finalizer.detach()
-        self._state.past_deadline()
-        reason = self._state.reason
+        reason = self._state.lost_by_now()
         self._keeper.stop()
         self._state.released = True
         try:
@@ -751,34 +660,24 @@ class _AsyncKeeper:
 
     async def _keepalive_loop(self) -> None:
         st = self.state
-        retry_step = max(st.ttl / 10, 0.01)
-        next_at = _core.next_keepalive(st.sent_at, st.ttl)
+        ka = Renewal(st)
         while True:
-            deadline = st.valid_until
-            await asyncio.sleep(max(0.0, min(next_at, deadline) - _core.now()))
+            await asyncio.sleep(ka.pause())
             if st.past_deadline():
                 return
-            if self.paused:
-                next_at = _core.now() + retry_step
+            if ka.skipped(self.paused):
                 continue
             sent = _core.now()
             try:
-                ttl_ms = await self.client._keepalive(st.lease_id, min(self.client.request_timeout, deadline - sent))
-            except LeaseNotFound:
-                return st.mark_lost(LostReason.LEASE_NOT_FOUND)
-            except Unauthorized:
-                return st.mark_lost(LostReason.UNAUTHORIZED)
+                ttl_ms = await self.client._keepalive(st.lease_id, ka.timeout(sent, self.client.request_timeout))
             except FencedError as e:
-                if st.past_deadline():
+                if ka.failed(e):
                     return
-                log.debug("keepalive of lock '%s' failed, retrying: %s", st.name, e)
-                next_at = _core.now() + retry_step
                 continue
-            if _core.now() >= deadline:
-                return st.mark_lost(LostReason.KEEPALIVE_TOO_LATE)
-            if st.extend(sent, ttl_ms / 1000.0):
+            if ka.too_late():
+                return
+            if ka.renewed(sent, ttl_ms):
                 self.moved.set()
-            next_at = _core.next_keepalive(sent, st.ttl)
 
 
 class AsyncStore:
@@ -788,51 +687,28 @@ class AsyncStore:
         self._client = client
 
     async def put(self, key: str, value: bytes, token: int, signature: Optional[str] = None) -> int:
-        _core.check_name(key, "store key")
-        token = _core.check_token(token)
-        if not isinstance(value, (bytes, bytearray, memoryview)):
-            raise BadRequest("a store value is bytes", code="invalid_value")
-        path = f"/v1/store/{_core.segment(key)}"
+        path, body, headers = _store.put_request(key, value, token, signature)
         c = self._client
 
         async def put(i: int) -> int:
-            r = await c._send(i, "PUT", path, bytes(value), {**_signed(signature), "fencing-token": str(token),
-                                                              "content-type": "application/octet-stream"},
-                              c.request_timeout)
-            if not r.ok():
-                raise r.error()
-            if not r.body:
-                return token
-            b = r.json()
-            if b.get("token") != token:
-                raise ServerError("the store echoed another token", code="bad_response")
-            return int(b.get("highest_seen", token))
+            return _store.put_answer(await c._send(i, "PUT", path, body, headers, c.request_timeout), token)
 
         try:
             return (await c._call_tried(put))[0]
         except StaleToken as e:
-            if getattr(e, "uncertain", False):
-                raise _stale_after_retry(e, token) from e
-            raise
+            unknown = _store.outcome_unknown(e, token)
+            if unknown is None:
+                raise
+            raise unknown from e
 
     async def get(self, key: str, token: Optional[int] = None, signature: Optional[str] = None) -> Optional[bytes]:
         return (await self.read(key, token, signature)).value
 
     async def read(self, key: str, token: Optional[int] = None, signature: Optional[str] = None) -> StoreRead:
-        _core.check_name(key, "store key")
-        headers = {"fencing-token": str(_core.check_token(token))} if token is not None else {}
-        headers.update(_signed(signature))
-        path = f"/v1/store/{_core.segment(key)}"
+        path, headers = _store.read_request(key, token, signature)
         c = self._client
 
         async def get(i: int) -> StoreRead:
-            r = await c._send(i, "GET", path, None, headers, c.request_timeout)
-            mark = _mark(r.headers.get("fencing-highest-seen"))
-            if r.status == 200:
-                return StoreRead(r.body, mark)
-            e = r.error()
-            if r.status == 404 and isinstance(e, NotFound) and e.code == "not_found":
-                return StoreRead(None, mark if mark is not None else e.highest_seen)
-            raise e
+            return _store.read_answer(await c._send(i, "GET", path, None, headers, c.request_timeout))
 
         return await c._call(get)

@@ -16,16 +16,16 @@ import threading
 import time
 import weakref
 from types import TracebackType
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Type, TypeVar
 
 import httpx
 
-from . import _core, _watch
-from ._lockstate import GrantView, LockState, LostEvent
+from . import _core, _store, _watch
+from ._lockstate import GrantView, LockState, LostEvent, Renewal
+from ._store import StoreRead
 from ._watch import WatchEvent
-from .signing import GrantKeys, signed_headers as _signed
+from .signing import GrantKeys
 from .errors import (
-    BadRequest,
     FencedError,
     LeaseNotFound,
     LockHeld,
@@ -33,46 +33,15 @@ from .errors import (
     LostReason,
     Missed,
     NotHolder,
-    NotFound,
-    Recovering,
     ServerError,
-    ShuttingDown,
     StaleToken,
-    TooManyConnections,
     Transport,
-    Unauthorized,
     Unavailable,
     from_answer,
 )
 
 log = logging.getLogger("fenced")
 T = TypeVar("T")
-
-
-class StoreRead(NamedTuple):
-    """A value read from the store: ``None`` when the key holds none; the key's mark."""
-
-    value: Optional[bytes]
-    highest_seen: Optional[int]
-
-
-class _Reply(NamedTuple):
-    status: int
-    headers: httpx.Headers
-    body: bytes
-
-    def ok(self) -> bool:
-        return 200 <= self.status < 300
-
-    def json(self) -> Any:
-        try:
-            return json.loads(self.body)
-        except ValueError:
-            raise ServerError(f"could not parse the server's answer: {self.body[:200]!r}", code="bad_response",
-                              status=self.status) from None
-
-    def error(self) -> FencedError:
-        return from_answer(self.status, self.body)
 
 
 class Client(_core.ClientBase):
@@ -229,101 +198,50 @@ class Client(_core.ClientBase):
     def _acquire(self, name: str, ttl: float, wait: float, margin: Optional[float],
                  holder: Optional[str] = None, names: Optional[List[str]] = None) -> LockState:
         ttl_ms, wait_ms = _core.check_acquire(name, ttl, wait, margin, holder)
-        lease = _core.new_lease_id()
-        started = _core.now()
-        give_up_at = started + wait_ms / 1000.0
-        deadline = give_up_at + self.request_timeout
-        answered = False
-        sent_at: Optional[float] = None
+        run = _core.Acquiring(wait_ms, self.request_timeout, len(self._members.endpoints))
+
+        def attempt(i: int) -> Dict[str, Any]:
+            wait_left = run.wait_left()
+            return self._acquire_on(i, name, run.lease, ttl_ms, _core.ms(wait_left), self.request_timeout + wait_left,
+                                    holder, names)
+
         try:
             while True:
                 sent = _core.now()
                 try:
-                    grant = self._acquire_attempts(name, lease, ttl_ms, holder, give_up_at, deadline, names)
-                    answered = True
-                    sent_at = sent if sent_at is None else sent_at
-                    break
-                except (Recovering, ShuttingDown, TooManyConnections) as e:
-                    # Refused before anything was granted: safe to ask again within the wait.
-                    if isinstance(e, ShuttingDown) and len(self._members.endpoints) > 1:
-                        raise  # every member was tried: the moves-on rule already ran out
-                    answered = sent_at is None  # an earlier attempt's answer may have been lost
-                    left = give_up_at - _core.now()
-                    if left <= 0:
-                        raise
-                    time.sleep(min(e.retry_after or 0.2, left))
-                    answered = False
-                except Transport as e:
-                    if not e.sent and not getattr(e, "uncertain", False) and sent_at is None:
-                        answered = True  # no attempt reached a server: nothing to give back
-                        raise
-                    # The answer was lost after the request may have reached the server: ask
-                    # again under the same lease id, which gets the same grant, if there is
-                    # time (with several members the failover loop already did so).
-                    sent_at = sent if sent_at is None else sent_at
-                    if not e.sent or len(self._members.endpoints) > 1 or _core.now() + _core.ROUND_PAUSE >= deadline:
-                        raise
-                    time.sleep(_core.ROUND_PAUSE)
+                    grant = self._call(attempt, run.deadline)
                 except FencedError as e:
-                    answered = not _core.moves_on(e)
-                    raise
+                    pause = run.failed(e, sent)
+                    if pause is None:
+                        raise
+                    time.sleep(pause)
+                    continue
+                run.granted(sent)
+                break
         finally:
-            if not answered:
-                self._revoke_quietly(lease)
-        assert sent_at is not None
+            if run.give_back:
+                self._revoke_quietly(run.lease)
+        assert run.sent_at is not None
         try:
-            return self._grant_state(name, grant, ttl_ms, margin, started, sent_at, names)
+            state = LockState.from_grant(name, grant, ttl_ms, margin, run.sent_at, names)
+            if state.renew_first(run.started):
+                renewed = _core.now()
+                try:
+                    state.extend(renewed, self._keepalive(state.lease_id, self.request_timeout) / 1000.0)
+                except LeaseNotFound:
+                    raise LockLost(LostReason.LEASE_NOT_FOUND, name) from None
+                except FencedError:
+                    pass  # the guard's own keepalive retries until the deadline
+            return state
         except BaseException:
-            self._revoke_quietly(lease)  # a grant this call cannot hand out is given back
+            self._revoke_quietly(run.lease)  # a grant this call cannot hand out is given back
             raise
-
-    def _grant_state(self, name: str, grant: Dict[str, Any], ttl_ms: int, margin: Optional[float],
-                     started: float, sent_at: float, names: Optional[List[str]] = None) -> LockState:
-        grant, tokens, signatures = _core.read_set_grant(grant, names)
-        if grant.get("name") != name:
-            raise ServerError(f"asked for lock '{name}', granted '{grant.get('name')}'", code="bad_response")
-        token = grant.get("token")
-        lease_id = grant.get("lease_id")
-        if not isinstance(token, int) or token < 1 or not isinstance(lease_id, str):
-            raise ServerError(f"a grant without a token or lease: {grant}", code="bad_response")
-        ttl = min(int(grant.get("ttl_ms", ttl_ms)), ttl_ms) / 1000.0
-        m = _core.default_margin(ttl) if margin is None else float(margin)
-        state = LockState(name, token, lease_id, ttl, m, sent_at)
-        state.tokens = tokens
-        state.signatures = signatures
-        # A grant that came after a long wait in the queue may leave little of the deadline
-        # counted from the send: renew once now, so the guard starts fresh.
-        if _core.now() - started > ttl / 3:
-            renewed = _core.now()
-            try:
-                ttl_ms2 = self._keepalive(lease_id, self.request_timeout)
-                state.extend(renewed, ttl_ms2 / 1000.0)
-            except LeaseNotFound:
-                raise LockLost(LostReason.LEASE_NOT_FOUND, name) from None
-            except FencedError:
-                pass  # the guard's own keepalive retries until the deadline
-        return state
-
-    def _acquire_attempts(self, name: str, lease: str, ttl_ms: int, holder: Optional[str], give_up_at: float,
-                          deadline: float, names: Optional[List[str]] = None) -> Dict[str, Any]:
-        def attempt(i: int) -> Dict[str, Any]:
-            wait_left = max(0.0, give_up_at - _core.now())
-            return self._acquire_on(i, name, lease, ttl_ms, _core.ms(wait_left), self.request_timeout + wait_left,
-                                    holder, names)
-
-        return self._call(attempt, deadline)
 
     def _acquire_on(self, i: int, name: str, lease_id: str, ttl_ms: int, wait_ms: int,
                     timeout: float, holder: Optional[str] = None, names: Optional[List[str]] = None) -> Dict[str, Any]:
-        """One acquire on member ``i`` under the implicit lease ``lease_id`` (the caller drew
-        it): ``{"lease_id", "ttl_ms", "wait_ms"}``, and ``"holder"`` when given; with
-        ``names``, of every one of them together. Sent twice with the same id, it gets the
-        same grant."""
-        path = f"/v1/locks/{_core.segment(name)}/acquire" if names is None else "/v1/locks/acquire"
-        body = _core.acquire_body(lease_id, ttl_ms, wait_ms, holder)
-        if names is not None:
-            body["names"] = names
-        r = self._send(i, "POST", path, json.dumps(body).encode(), {"content-type": "application/json"}, timeout)
+        """One acquire on member ``i`` (:func:`_core.acquire_request`)."""
+        path, body = _core.acquire_request(name, lease_id, ttl_ms, wait_ms, holder, names)
+        r = self._send(i, "POST", path, body, {"content-type": "application/json"}, timeout)
         if not r.ok():
             raise _named(r.error(), name)
         grant: Dict[str, Any] = r.json()
@@ -389,15 +307,8 @@ class Client(_core.ClientBase):
                 time.sleep(_core.ROUND_PAUSE)
                 continue
             kind, value, exc = self._attempt(i, fn, deadline)
-            if kind == "answered":
-                if walk.answered(i, exc):
-                    if exc is not None:
-                        raise exc
-                    return value, walk.uncertain  # type: ignore[return-value]
-            elif kind == "silent":
-                walk.silent(i)
-            else:
-                break
+            if walk.attempted(i, kind, exc):
+                return value, walk.uncertain  # type: ignore[return-value]
         raise walk.failure()
 
     @staticmethod
@@ -464,26 +375,24 @@ class Client(_core.ClientBase):
             return False
 
     def _send(self, i: int, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
-              timeout: float) -> _Reply:
+              timeout: float) -> _core.Reply:
         """One request to member ``i``, after its API check. A connection that could not be
         opened is retried (the request never left) with one endpoint; any other failure is
         :class:`Transport` with ``sent=True``, for the caller to decide."""
         if self._check_server and path.startswith("/v1/") and i not in self._checked:
             self._check(i)
-        attempts = _core.CONNECT_ATTEMPTS_MAX if len(self._members.endpoints) == 1 else 1
-        backoff = 0.05
-        for attempt in range(1, attempts + 1):
+        retry = _core.Reconnect(len(self._members.endpoints))
+        while True:
             try:
                 return self._send_once(i, method, path, body, headers, timeout)
             except Transport as e:
-                if e.sent or attempt == attempts or e.code == "tls_refused":
+                pause = retry.pause(e)
+                if pause is None:
                     raise
-                time.sleep(backoff)
-                backoff *= 2
-        raise AssertionError("unreachable")
+                time.sleep(pause)
 
     def _send_once(self, i: int, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
-                   timeout: float) -> _Reply:
+                   timeout: float) -> _core.Reply:
         url = self._members.endpoints[i] + path
         t = httpx.Timeout(timeout, connect=min(self.connect_timeout, timeout))
         try:
@@ -491,7 +400,7 @@ class Client(_core.ClientBase):
         except (httpx.HTTPError, ssl.SSLError) as e:
             # ssl.SSLError as in aio.py, where httpcore lets one through unwrapped.
             raise _core.http_failure(url, timeout, e) from e
-        return _Reply(r.status_code, r.headers, r.content)
+        return _core.Reply(r.status_code, r.headers, r.content)
 
     def _open_stream(self, i: int, path: str, silence: float) -> httpx.Response:
         """``GET path`` on member ``i``, after its API check, answered with a stream (the
@@ -560,8 +469,7 @@ class Lock(GrantView):
         if self._state.released:
             return
         self._finalizer.detach()
-        self._state.past_deadline()
-        reason = self._state.reason
+        reason = self._state.lost_by_now()
         self._keeper.stop()
         self._state.released = True
         try:
@@ -660,42 +568,28 @@ class _Keeper:
 
     def _keepalive_loop(self) -> None:
         st = self.state
-        retry_step = max(st.ttl / 10, 0.01)
-        next_at = _core.next_keepalive(st.sent_at, st.ttl)
-        while True:
-            deadline = st.valid_until
-            if self.stopped.wait(max(0.0, min(next_at, deadline) - _core.now())):
-                return
+        ka = Renewal(st)
+        while not self.stopped.wait(ka.pause()):
             if st.past_deadline():
                 return
-            if self.paused:
-                next_at = _core.now() + retry_step
+            if ka.skipped(self.paused):
                 continue
             sent = _core.now()
             try:
-                ttl_ms = self.client._keepalive(st.lease_id, min(self.client.request_timeout, deadline - sent))
-            except LeaseNotFound:
-                return st.mark_lost(LostReason.LEASE_NOT_FOUND)
-            except Unauthorized:
-                return st.mark_lost(LostReason.UNAUTHORIZED)
+                ttl_ms = self.client._keepalive(st.lease_id, ka.timeout(sent, self.client.request_timeout))
             except FencedError as e:
-                if self.stopped.is_set() or st.past_deadline():
+                if ka.failed(e, self.stopped.is_set()):
                     return
-                log.debug("keepalive of lock '%s' failed, retrying: %s", st.name, e)
-                next_at = _core.now() + retry_step
                 continue
             except Exception as e:  # noqa: BLE001 - a bug must not leave the lock looking valid
                 log.error("keepalive of lock '%s' crashed: %r", st.name, e)
-                next_at = _core.now() + retry_step
+                ka.retry_later()
                 continue
-            if self.stopped.is_set():
+            if self.stopped.is_set() or ka.too_late():
                 return
-            if _core.now() >= deadline:
-                return st.mark_lost(LostReason.KEEPALIVE_TOO_LATE)
-            if st.extend(sent, ttl_ms / 1000.0):
+            if ka.renewed(sent, ttl_ms):
                 with self.cond:
                     self.cond.notify_all()
-            next_at = _core.next_keepalive(sent, st.ttl)
 
 
 class Store:
@@ -711,33 +605,17 @@ class Store:
 
         Retried on another member after one fell silent, a write refused as stale is
         raised as :class:`fenced.Unavailable`: the first attempt may have been applied."""
-        _core.check_name(key, "store key")
-        token = _core.check_token(token)
-        if not isinstance(value, (bytes, bytearray, memoryview)):
-            raise BadRequest("a store value is bytes", code="invalid_value")
-        path = f"/v1/store/{_core.segment(key)}"
+        path, body, headers = _store.put_request(key, value, token, signature)
         c = self._client
-
-        def put(i: int) -> int:
-            r = c._send(i, "PUT", path, bytes(value), {**_signed(signature), "fencing-token": str(token),
-                                                        "content-type": "application/octet-stream"},
-                        c.request_timeout)
-            if not r.ok():
-                raise r.error()
-            if not r.body:
-                return token
-            b = r.json()
-            if b.get("token") != token:
-                raise ServerError("the store echoed another token", code="bad_response")
-            return int(b.get("highest_seen", token))
-
         try:
-            mark, _ = c._call_tried(put)
+            mark, _ = c._call_tried(lambda i: _store.put_answer(c._send(i, "PUT", path, body, headers,
+                                                                        c.request_timeout), token))
             return mark
         except StaleToken as e:
-            if getattr(e, "uncertain", False):
-                raise _stale_after_retry(e, token) from e
-            raise
+            unknown = _store.outcome_unknown(e, token)
+            if unknown is None:
+                raise
+            raise unknown from e
 
     def get(self, key: str, token: Optional[int] = None, signature: Optional[str] = None) -> Optional[bytes]:
         """The value under ``key`` (``None`` if absent); with ``token`` a fenced read, which
@@ -746,26 +624,12 @@ class Store:
 
     def read(self, key: str, token: Optional[int] = None, signature: Optional[str] = None) -> StoreRead:
         """:meth:`get` with the key's mark after the read."""
-        _core.check_name(key, "store key")
-        headers = {"fencing-token": str(_core.check_token(token))} if token is not None else {}
-        headers.update(_signed(signature))
-        path = f"/v1/store/{_core.segment(key)}"
+        path, headers = _store.read_request(key, token, signature)
         c = self._client
-
-        def get(i: int) -> StoreRead:
-            r = c._send(i, "GET", path, None, headers, c.request_timeout)
-            mark = _mark(r.headers.get("fencing-highest-seen"))
-            if r.status == 200:
-                return StoreRead(r.body, mark)
-            e = r.error()
-            if r.status == 404 and isinstance(e, NotFound) and e.code == "not_found":
-                return StoreRead(None, mark if mark is not None else e.highest_seen)
-            raise e
-
-        return c._call(get)
+        return c._call(lambda i: _store.read_answer(c._send(i, "GET", path, None, headers, c.request_timeout)))
 
 
-class Watch:
+class Watch(_watch.WatchBase[Client]):
     """A watch of the event stream (:meth:`Client.watch`): ``for event in watch:``.
 
     Each item is a :class:`fenced.WatchEvent`. :attr:`position` is the last position the
@@ -774,28 +638,13 @@ class Watch:
     the iteration, from any thread: a ``next`` blocked reading stops at once. Iterate it
     from one thread at a time."""
 
+    _resp: Optional[httpx.Response]
+    _chunks: Optional[Iterator[bytes]]
+
     def __init__(self, client: Client, prefix: str, since: Optional[int]) -> None:
-        self._client = client
-        self._st = _watch.WatchState(prefix, since)
-        self._resp: Optional[httpx.Response] = None
-        self._chunks: Optional[Iterator[bytes]] = None
+        super().__init__(client, prefix, since)
         self._mu = threading.Lock()
         self._closed = threading.Event()
-        #: No byte for this long and the stream is reopened (tests shorten it).
-        self._silence = _watch.SILENCE_MAX
-        #: Reopening gives up after this long without a stream.
-        self._retry_for = _watch.RETRY_FOR
-        self._broken_since: Optional[float] = None
-        self._backoff = _watch.BACKOFF_FIRST
-
-    @property
-    def position(self) -> Optional[int]:
-        """The last position the server told this watch (``None`` before the first)."""
-        return self._st.position
-
-    @property
-    def prefix(self) -> str:
-        return self._st.prefix
 
     def __iter__(self) -> "Watch":
         return self
@@ -811,16 +660,10 @@ class Watch:
         position (the marker it sends first): a watch from now starts here rather than at
         the first ``next``. Returns :attr:`position`."""
         try:
-            while True:
-                event = self._st.take(pending=False)
+            while not self._st.ready(self._chunks is not None):
+                event = self._step(pending=False)  # reads more (the buffer was drained)
                 if event is not None:
                     self._st.pending.append(event)
-                elif self._chunks is not None and self._st.position is not None:
-                    break
-                else:
-                    event = self._step(pending=False)  # reads more (the buffer was drained)
-                    if event is not None:
-                        self._st.pending.append(event)
         except StopIteration:
             pass
         return self._st.position
@@ -839,22 +682,17 @@ class Watch:
             except Unavailable:
                 if self._closed.is_set():
                     raise StopIteration from None
-                if self._broken_since is None:
-                    self._broken_since = _core.now()
-                left = self._broken_since + self._retry_for - _core.now()
-                if left <= 0:
-                    self._broken_since, self._backoff = None, _watch.BACKOFF_FIRST  # a new next() tries again
-                    raise
-                self._closed.wait(min(self._backoff, left))
-                self._backoff = min(self._backoff * 2, _watch.BACKOFF_MAX)
+                pause = self._reopening.failed()
+                if pause is None:
+                    raise  # a new next() tries again
+                self._closed.wait(pause)
             return None
         chunk = self._read()
         if chunk is None or not self._st.feed(chunk):
             self._drop()
-            if self._broken_since is None:
-                self._broken_since = _core.now()
-            return None
-        self._broken_since, self._backoff = None, _watch.BACKOFF_FIRST
+            self._reopening.broke()
+        else:
+            self._reopening.flowing()
         return None
 
     def close(self) -> None:
@@ -874,9 +712,6 @@ class Watch:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    def __repr__(self) -> str:
-        return f"<fenced.Watch prefix={self.prefix!r} position={self.position}>"
 
     def _open(self) -> None:
         path = self._st.path()
@@ -928,14 +763,11 @@ class Watch:
         every member, so the stream resumes exactly where it was. :class:`Missed` only
         when none does, or none could be asked."""
         c = self._client
-        n = len(c._members.endpoints)
-        answered = c._members.current
-        for k in range(1, n):
-            i = (answered + k) % n
+        for i in c._members.others():
             try:
                 resp = c._in_thread(open_on, i).result(timeout=c.request_timeout)
             except Exception as e:  # noqa: BLE001 - any answer but the stream: the next member
-                log.debug("watch of '%s': %s could not resume it either: %r", self.prefix, c._members.endpoints[i], e)
+                self._not_resumed(c._members.endpoints[i], e)
                 continue
             c._members.set_current(i)
             return resp
@@ -1011,18 +843,3 @@ def _named(e: FencedError, name: str) -> FencedError:
         return LockHeld(f"lock '{name}': {e.message}", code=e.code, status=e.status, details={**e.details, "name": name})
     return e
 
-
-def _mark(v: Optional[str]) -> Optional[int]:
-    try:
-        n = int(v.strip()) if v else 0
-    except ValueError:
-        return None
-    return n if n > 0 else None
-
-
-def _stale_after_retry(e: StaleToken, token: int) -> Unavailable:
-    return Unavailable(
-        f"the write under token {token} was retried after a member fell silent and the retry was refused "
-        f"({e.message}): the first attempt may have been applied",
-        code="outcome_unknown",
-    )

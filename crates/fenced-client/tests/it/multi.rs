@@ -7,32 +7,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fenced_client::Error;
+use fenced_core::xorshift::XorShift;
 use tokio::time::Instant;
 
 use crate::support::Server;
 
 const NAMES: [&str; 5] = ["set/a", "set/b", "set/c", "set/d", "set/e"];
 
-/// A small deterministic generator (xorshift), one per caller.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+/// Two or three distinct names, in a random order.
+fn random_set(rng: &mut XorShift) -> Vec<&'static str> {
+    let mut names = NAMES.to_vec();
+    for i in (1..names.len()).rev() {
+        names.swap(i, (rng.next() % (i as u64 + 1)) as usize);
     }
-
-    /// Two or three distinct names, in a random order.
-    fn set(&mut self) -> Vec<&'static str> {
-        let mut names = NAMES.to_vec();
-        for i in (1..names.len()).rev() {
-            names.swap(i, (self.next() % (i as u64 + 1)) as usize);
-        }
-        names.truncate(2 + (self.next() % 2) as usize);
-        names
-    }
+    names.truncate(2 + (rng.next() % 2) as usize);
+    names
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -45,10 +34,10 @@ async fn callers_asking_for_random_sets_in_random_orders_never_deadlock_or_overl
     for caller in 0..8usize {
         let (client, held, last_token) = (server.client(), held.clone(), last_token.clone());
         callers.push(tokio::spawn(async move {
-            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((caller as u64 + 1) * 0x2545_F491_4F6C_DD1D));
+            let mut rng = XorShift(0x9E37_79B9_7F4A_7C15 ^ ((caller as u64 + 1) * 0x2545_F491_4F6C_DD1D));
             let (mut grants, mut timeouts) = (0u32, 0u32);
             while Instant::now() < until {
-                let set = rng.set();
+                let set = random_set(&mut rng);
                 let request = client.lock_all(set.clone()).ttl(Duration::from_secs(10)).wait(Duration::from_secs(8));
                 let guard = match request.acquire().await {
                     Ok(g) => g,

@@ -27,6 +27,10 @@ use rustc_hash::FxBuildHasher;
 
 use crate::Token;
 
+mod bookkeeping;
+
+use bookkeeping::{Bits, Explored, List};
+
 /// A value in the store. Recorders map the bytes they wrote to numbers (writing unique
 /// values makes a history easiest to judge).
 pub type Value = u64;
@@ -374,80 +378,6 @@ fn slots<K>(all: &[Operation<K>], ops: &[usize]) -> (Vec<(bool, usize)>, usize, 
         *counter += 1;
     }
     (slot, known, open)
-}
-
-/// A doubly linked list over positions 1..=len, with 0 the head; `NIL` ends it. An
-/// entry taken out can be put back in the reverse order of its taking.
-struct List {
-    next: Vec<usize>,
-    prev: Vec<usize>,
-}
-
-const NIL: usize = usize::MAX;
-
-impl List {
-    fn new(len: usize) -> List {
-        let next = (1..=len + 1).map(|p| if p == len + 1 { NIL } else { p }).collect();
-        let prev = (0..=len).map(|p: usize| p.wrapping_sub(1)).collect();
-        List { next, prev }
-    }
-
-    fn unlink(&mut self, p: usize) {
-        self.next[self.prev[p]] = self.next[p];
-        if self.next[p] != NIL {
-            self.prev[self.next[p]] = self.prev[p];
-        }
-    }
-
-    fn relink(&mut self, p: usize) {
-        self.next[self.prev[p]] = p;
-        if self.next[p] != NIL {
-            self.prev[self.next[p]] = p;
-        }
-    }
-}
-
-/// A fixed-size set of operations.
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct Bits(Box<[u64]>);
-
-impl Bits {
-    fn new(len: usize) -> Bits {
-        Bits(vec![0; len.div_ceil(64)].into_boxed_slice())
-    }
-    fn set(&mut self, i: usize) {
-        self.0[i / 64] |= 1 << (i % 64);
-    }
-    fn clear(&mut self, i: usize) {
-        self.0[i / 64] &= !(1 << (i % 64));
-    }
-    fn is_subset(&self, of: &Bits) -> bool {
-        self.0.iter().zip(of.0.iter()).all(|(a, b)| a & !b == 0)
-    }
-}
-
-/// The search states entered so far. Two with the same answered operations placed and
-/// the same key state differ only in which unanswered ones they placed; the one that
-/// placed fewer dominates (each unanswered operation it has left may still go anywhere
-/// later, or never), so a state dominated by one entered before is not entered: if it
-/// could finish, so could its dominator. With no unanswered operations this is
-/// Porcupine's exact memo.
-#[derive(Default)]
-struct Explored {
-    by_done: std::collections::HashMap<(Bits, KeyState), Vec<Bits>, FxBuildHasher>,
-}
-
-impl Explored {
-    /// False when `(done, state, placed)` or a state dominating it was entered before.
-    fn insert(&mut self, done: Bits, state: KeyState, placed: &Bits) -> bool {
-        let entered = self.by_done.entry((done, state)).or_default();
-        if entered.iter().any(|e| e.is_subset(placed)) {
-            return false;
-        }
-        entered.retain(|e| !placed.is_subset(e));
-        entered.push(placed.clone());
-        true
-    }
 }
 
 #[cfg(test)]

@@ -198,16 +198,8 @@ fn split_brain_with_a_majority_never_grants_a_token_twice() {
 }
 
 #[test]
-fn the_new_scenarios_are_reproducible_byte_for_byte() {
-    for scenario in [
-        Scenario::NetworkDelay,
-        Scenario::Idempotent,
-        Scenario::Partitioned,
-        Scenario::ClockDrift,
-        Scenario::LockDelay,
-        Scenario::ServiceCrash,
-        Scenario::SplitBrain,
-    ] {
+fn every_scenario_is_reproducible_byte_for_byte() {
+    for scenario in Scenario::ALL {
         let trace = |seed| {
             let mut sink = JsonLines::new(Vec::new());
             let s = fenced_sim::run(&Config::new(scenario, seed), &mut sink).unwrap();

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Tuple
 
-from ..errors import NotFound
+from ..errors import FencedError, NotFound
 from ._common import FENCE_COLUMN_DEFAULT, ident, need, rejected, sql_token, value_bytes
 
 need("psycopg", "postgres")
@@ -44,9 +44,7 @@ class PgKv:
             if self.conn.execute(sql, (key, value_bytes(value), t)).rowcount == 1:
                 return
             mark = self._mark(key)
-        refusal = rejected(key, t, mark)
-        assert refusal is not None, "a conflicting row whose mark is not above the token was not updated"
-        raise refusal
+        raise _refused(key, t, mark)
 
     def read(self, key: str, token: int) -> Optional[bytes]:
         """One statement: advances the mark (creating the row with no value for a new key, so
@@ -63,9 +61,7 @@ class PgKv:
             if row is not None:
                 return None if row[0] is None else bytes(row[0])
             mark = self._mark(key)
-        refusal = rejected(key, t, mark)
-        assert refusal is not None, "a conflicting row whose mark is not above the token was not updated"
-        raise refusal
+        raise _refused(key, t, mark)
 
     def value(self, key: str) -> Optional[bytes]:
         """The value as it stands, read without a token (nothing moves)."""
@@ -75,6 +71,13 @@ class PgKv:
     def _mark(self, key: str) -> Optional[int]:
         row = self.conn.execute(f"SELECT {FENCE_COLUMN_DEFAULT} FROM {self.table} WHERE key = %s", (key,)).fetchone()
         return None if row is None else int(row[0])
+
+
+def _refused(key: str, token: int, mark: Optional[int]) -> FencedError:
+    """The refusal of a statement that changed nothing: the row's mark is above the token."""
+    refusal = rejected(key, token, mark)
+    assert refusal is not None, "a conflicting row whose mark is not above the token was not updated"
+    return refusal
 
 
 class PgFence:

@@ -325,13 +325,8 @@ fn stale_value(h: &[Operation<&'static str>], read: usize) -> Option<Value> {
 
 /// A plan of exactly `len` operations from a fixed seed (xorshift), on `keys` keys.
 fn fixed_plan(len: usize, keys: usize, unknown_per_mille: u64) -> Vec<(usize, u8, u64, u64, u64, u64, bool)> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move |m: u64| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % m
-    };
+    let mut x = crate::xorshift::XorShift(0x9e37_79b9_7f4a_7c15);
+    let mut next = move |m: u64| x.next() % m;
     (0..len)
         .map(|_| {
             let key = next(keys as u64) as usize;
