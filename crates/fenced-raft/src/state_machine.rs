@@ -286,16 +286,8 @@ mod tests {
         }
     }
 
-    /// A small deterministic generator (xorshift), so that a failing seed replays.
-    struct Gen(u64);
-    impl Gen {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
+    /// The workspace's seeded generator, so that a failing seed replays.
+    use fenced_core::xorshift::XorShift as Gen;
 
     fn log_id(index: u64) -> LogId {
         serde_json::from_value(serde_json::json!({"leader_id": {"term": 1, "node_id": 1}, "index": index})).unwrap()

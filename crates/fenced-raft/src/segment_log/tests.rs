@@ -12,20 +12,8 @@ fn temp(name: &str) -> PathBuf {
     dir
 }
 
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+/// The workspace's seeded generator, so that a failing seed replays.
+use fenced_core::xorshift::XorShift as Rng;
 
 fn entry_bytes(index: u64, len: usize) -> Vec<u8> {
     (0..len).map(|i| (index as usize * 31 + i) as u8).collect()
