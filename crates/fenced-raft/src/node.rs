@@ -1207,12 +1207,7 @@ impl Node {
                 return None;
             }
         }
-        let m = self.raft.metrics();
-        let members: Vec<NodeId> =
-            m.borrow_watched().membership_config.membership().nodes().map(|(id, _)| *id).collect();
-        let all_read_it =
-            members.iter().all(|id| *id == self.id || self.network.level(*id) >= crate::framing::LEVEL_SET_LIMITS);
-        all_read_it.then(|| configured.clone())
+        self.members_read(crate::framing::LEVEL_SET_LIMITS).then(|| configured.clone())
     }
 
     /// What the log may weigh before it is snapshotted and purged: `LOG_BYTES_MAX`, or
