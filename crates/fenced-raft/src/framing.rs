@@ -29,11 +29,15 @@ pub const ACCEPTS_HEADER: &str = "x-fenced-raft-frames";
 /// What this release reads from a peer, said in [`ACCEPTS_HEADER`]: 1, frames;
 /// 2, also snapshots of `snapshot_format` and `Command::SetLimits` in entries; 3, also
 /// a snapshot resumed from an offset ([`SNAPSHOT_ID_HEADER`]); 4, also
-/// `Command::Renewed` in entries (written by a cluster of one). A sender keeps to what
+/// `Command::Renewed` in entries (written by a cluster of one); 5, also appends
+/// pipelined on a stream of their own (`crate::append_stream`). A sender keeps to what
 /// the member said: a member at 1 is sent the JSON snapshot, no member proposes agreed
 /// limits until every member is at 2, and a member at 2 is sent every snapshot whole;
 /// a node below 4 is refused as a new member (the log may hold `Renewed`).
-pub const LEVEL: u8 = 4;
+pub const LEVEL: u8 = 5;
+
+/// The level from which a member takes appends on a stream (`crate::append_stream`).
+pub const LEVEL_APPEND_STREAM: u8 = 5;
 
 /// The level from which a member reads `Command::Renewed`.
 pub const LEVEL_RENEWED: u8 = 4;

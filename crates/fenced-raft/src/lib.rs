@@ -15,6 +15,7 @@
 //! - [`network`] carries openraft's RPCs between members over HTTP: JSON, and
 //!   [`framing`]'s binary frames for an append's entries and a snapshot's bytes.
 
+pub mod append_stream;
 pub mod backup;
 mod codec;
 pub mod entry_format;

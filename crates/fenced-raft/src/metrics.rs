@@ -37,6 +37,10 @@ pub struct LogMetrics {
     /// Client commands refused `too_busy` because the waiting proposals were at their
     /// bound (by count or by bytes).
     pub proposals_refused: AtomicU64,
+    /// On a leader: append streams opened to followers (`crate::append_stream`). A
+    /// steady cluster opens one a follower; a count that keeps rising says streams
+    /// break (a member slow to answer, a flaky link).
+    pub append_streams_opened: AtomicU64,
 }
 
 /// A histogram's cumulative buckets, count and sum, as Prometheus wants them.

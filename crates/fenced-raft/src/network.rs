@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use openraft::errors::{NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable};
 use openraft::network::{RPCOption, RaftNetworkFactory, RaftNetworkV2};
 use openraft::raft::{
@@ -34,10 +34,10 @@ use crate::{NodeId, Snapshot, TypeConfig, Vote};
 const RESPONSE_BYTES_MAX: usize = 16 << 20;
 
 /// A peer message's body: whole in memory, or a snapshot streamed in chunks.
-type PeerBody = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
+pub(crate) type PeerBody = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
 
 /// A body of `bytes`, whole.
-fn full(bytes: impl Into<Bytes>) -> PeerBody {
+pub(crate) fn full(bytes: impl Into<Bytes>) -> PeerBody {
     Full::new(bytes.into()).map_err(|never| match never {}).boxed()
 }
 
@@ -101,6 +101,8 @@ pub struct Network {
     /// What each member said it reads ([`crate::framing::ACCEPTS_HEADER`]); absent: a
     /// member of a release before frames, or one not heard from yet.
     levels: Levels,
+    /// Where the append streams opened are counted.
+    metrics: Arc<crate::metrics::LogMetrics>,
 }
 
 /// Each member's [`crate::framing::LEVEL`], as it last said.
@@ -135,7 +137,14 @@ impl Network {
             routes,
             unreachable: Arc::default(),
             levels: Arc::default(),
+            metrics: Arc::default(),
         }
+    }
+
+    /// The network, counting the append streams it opens into `metrics` (the node's).
+    pub fn counting_into(mut self, metrics: Arc<crate::metrics::LogMetrics>) -> Network {
+        self.metrics = metrics;
+        self
     }
 
     /// What `member` said it reads ([`crate::framing::LEVEL`]): 0 until it answered an
@@ -261,6 +270,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             auth: self.auth.clone(),
             unreachable: self.unreachable.clone(),
             levels: self.levels.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 }
@@ -273,6 +283,7 @@ pub struct Peer {
     auth: Option<String>,
     unreachable: Arc<Mutex<BTreeSet<NodeId>>>,
     levels: Levels,
+    metrics: Arc<crate::metrics::LogMetrics>,
 }
 
 /// Bytes per second a message is given to travel, and the least time a message with
@@ -285,7 +296,7 @@ const RPC_LARGE_FROM_BYTES: usize = 64 << 10;
 const RPC_LARGE_TTL_MIN: Duration = Duration::from_secs(1);
 
 /// How long an RPC of `len` bytes may take: openraft's `hard_ttl` for a small one.
-fn rpc_ttl(hard_ttl: Duration, len: usize) -> Duration {
+pub(crate) fn rpc_ttl(hard_ttl: Duration, len: usize) -> Duration {
     if len < RPC_LARGE_FROM_BYTES {
         return hard_ttl;
     }
@@ -478,8 +489,74 @@ fn snapshot_id(meta: &crate::SnapshotMeta, len: u64, crc: u32) -> String {
     }
 }
 
+impl Peer {
+    /// Opens an append stream to the member (`crate::append_stream`): the upgrade
+    /// exchange, within the call's time-out (at least a second: a new connection, and
+    /// its TLS handshake, come first).
+    async fn open_append_stream(
+        &self,
+        option: &RPCOption,
+    ) -> Result<TokioIo<hyper::upgrade::Upgraded>, RPCError<TypeConfig>> {
+        let url = format!("{}{}", self.base, crate::append_stream::PATH);
+        let request = crate::append_stream::upgrade_request(&url, self.auth.as_deref())
+            .map_err(|e| RPCError::Network(net_err(e)))?;
+        let exchange = async {
+            let mut resp = self.http.request(request).await.map_err(|e| {
+                let connect = e.is_connect();
+                let e = format!("member {} at {url}: {}", self.target, error_chain(&e));
+                match connect {
+                    true => RPCError::Unreachable(Unreachable::from_string(e)),
+                    false => RPCError::Network(net_err(e)),
+                }
+            })?;
+            self.note_level(resp.headers().get(crate::framing::ACCEPTS_HEADER));
+            if resp.status() != hyper::StatusCode::SWITCHING_PROTOCOLS {
+                let status = resp.status();
+                let body = http_body_util::Limited::new(resp.into_body(), 4096).collect().await;
+                let text = body.map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned()).unwrap_or_default();
+                return Err(RPCError::Network(net_err(format!("HTTP {status} from {url}: {text}"))));
+            }
+            let upgraded = hyper::upgrade::on(&mut resp).await.map_err(|e| RPCError::Network(net_err(e)))?;
+            Ok(TokioIo::new(upgraded))
+        };
+        let what = format!("member {} did not open an append stream in time", self.target);
+        let result = crate::append_stream::within(option.hard_ttl().max(RPC_LARGE_TTL_MIN), what, exchange).await;
+        self.note_reachability(&result);
+        result
+    }
+}
+
 impl RaftNetworkV2<TypeConfig> for Peer {
     type SnapshotData = crate::SnapshotBody;
+
+    /// Pipelined on a connection of its own to a member that takes it
+    /// ([`crate::append_stream`]); a heartbeat (a stream of one append, which says so
+    /// in its size hint) and every append to a member of an earlier release go one at
+    /// a time on the pooled connections.
+    fn stream_append<'s, S>(
+        &'s mut self,
+        input: S,
+        option: RPCOption,
+    ) -> openraft::base::BoxFuture<
+        's,
+        Result<
+            openraft::base::BoxStream<'s, Result<openraft::raft::StreamAppendResult<TypeConfig>, RPCError<TypeConfig>>>,
+            RPCError<TypeConfig>,
+        >,
+    >
+    where
+        S: futures_util::Stream<Item = AppendEntriesRequest<TypeConfig>> + openraft::OptionalSend + Unpin + 'static,
+    {
+        if self.level() < crate::framing::LEVEL_APPEND_STREAM || input.size_hint().1 == Some(1) {
+            return openraft::network::stream_append_sequential(self, input, option);
+        }
+        Box::pin(async move {
+            let io = self.open_append_stream(&option).await?;
+            self.metrics.append_streams_opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let answers = crate::append_stream::pipelined(io, input, option.hard_ttl(), self.target);
+            Ok(futures_util::StreamExt::boxed(answers))
+        })
+    }
 
     async fn append_entries(
         &mut self,

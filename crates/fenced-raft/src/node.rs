@@ -412,7 +412,8 @@ impl Node {
     ) -> io::Result<Arc<Node>> {
         let (log, sm, base_unsnapshotted, db_closed) = open_storage(&opts, applied)?;
         let config = raft_config(&opts, restores_alone(&opts, &log, &sm))?;
-        let network = Network::new(opts.peer_token.clone(), opts.peer_routes.clone(), opts.peer_tls.clone());
+        let network = Network::new(opts.peer_token.clone(), opts.peer_routes.clone(), opts.peer_tls.clone())
+            .counting_into(log.metrics.clone());
         let raft =
             Raft::new(opts.id, Arc::new(config), network.clone(), log.clone(), sm.clone()).await.map_err(raft_io)?;
         initialize_if_lowest(&raft, &opts).await?;

@@ -305,6 +305,11 @@ fn render_raft(out: &mut String, r: &RaftFigures, log: &LogMetrics) {
         ("fenced_raft_log_entries_written_total", "Log entries made durable.", &log.entries_written),
         ("fenced_raft_log_commit_failures_total", "Log writes that failed.", &log.commit_failures),
         (
+            "fenced_raft_append_streams_opened_total",
+            "On a leader: pipelined append streams opened to followers (one each while nothing breaks).",
+            &log.append_streams_opened,
+        ),
+        (
             "fenced_raft_proposals_refused_total",
             "Client commands refused too_busy: the proposals waiting for the log were at their bound.",
             &log.proposals_refused,

@@ -22,6 +22,7 @@ use serde::Serialize;
 
 use super::{ApiError, App};
 
+mod append_stream;
 mod incoming;
 
 pub use incoming::{recovered as recovered_incoming, Incoming};
@@ -53,6 +54,7 @@ pub fn routes(app: App) -> Router<App> {
     Router::new()
         .route("/raft/forward/{*rest}", axum::routing::any(forwarded))
         .route("/raft/append", post(append))
+        .route(fenced_raft::append_stream::PATH, post(append_stream::open))
         .route("/raft/vote", post(vote))
         .route("/raft/pre-vote", post(pre_vote))
         .route("/raft/snapshot", post(snapshot))
@@ -119,7 +121,7 @@ async fn read_framed<T: DeserializeOwned>(
 }
 
 /// [`fenced_raft::framing::LEVEL`], as the header says it.
-const LEVEL: &str = "4";
+const LEVEL: &str = "5";
 
 /// Every raft answer says that this member takes frames ([`fenced_raft::framing`]).
 fn answer<T: Serialize>(r: &T) -> Response {

@@ -263,8 +263,9 @@ fn forged_append(term: u64, node: u64) -> String {
 
 /// Every route a member may call on another. A forwarded call names its caller's
 /// identity, so a client that could reach `forward/...` could call itself anyone.
-const PEER_ROUTES: [&str; 8] = [
+const PEER_ROUTES: [&str; 9] = [
     "append",
+    "append-stream",
     "vote",
     "pre-vote",
     "snapshot",
