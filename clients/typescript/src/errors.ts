@@ -51,20 +51,19 @@ export class UnauthorizedError extends FencedError {}
 /** The credentials do not allow this call (403 `forbidden`). */
 export class ForbiddenError extends FencedError {}
 
-/** The lock was not granted within the wait (409 `lock_held`). */
-export class LockHeldError extends FencedError {
+/** The lock is another's: the base of `LockHeldError` and `NotHolderError`. */
+export class HeldByAnotherError extends FencedError {
   /** The current holder's token, when the lock is held (not during a lock-delay). */
   get holderToken(): number | undefined {
     return num(this.details.holder_token);
   }
 }
 
+/** The lock was not granted within the wait (409 `lock_held`). */
+export class LockHeldError extends HeldByAnotherError {}
+
 /** A release by a lease that does not hold the lock (409 `not_holder`). */
-export class NotHolderError extends FencedError {
-  get holderToken(): number | undefined {
-    return num(this.details.holder_token);
-  }
-}
+export class NotHolderError extends HeldByAnotherError {}
 
 /** The lease is gone: expired or revoked (404 `lease_not_found`). */
 export class LeaseNotFoundError extends FencedError {}
@@ -75,12 +74,19 @@ export class LeaseExistsError extends FencedError {}
 /** Something asked for does not exist (404 `not_found`). */
 export class NotFoundError extends FencedError {}
 
-/** The resource has seen a newer token: the operation was refused and changed nothing (409 `stale_token`). */
-export class StaleTokenError extends FencedError {
+/**
+ * A token refused, and nothing done: the base of `StaleTokenError`, `TokenNotIssuedError`
+ * and `BadSignatureError`.
+ */
+export class TokenRefusedError extends FencedError {
   /** The token the operation carried. */
   get token(): number {
     return num(this.details.token) ?? 0;
   }
+}
+
+/** The resource has seen a newer token: the operation was refused and changed nothing (409 `stale_token`). */
+export class StaleTokenError extends TokenRefusedError {
   /** The resource's mark, above `token`. */
   get highestSeen(): number {
     return num(this.details.highest_seen) ?? 0;
@@ -88,10 +94,7 @@ export class StaleTokenError extends FencedError {
 }
 
 /** A token above every token the service has issued (409 `token_not_issued`). */
-export class TokenNotIssuedError extends FencedError {
-  get token(): number {
-    return num(this.details.token) ?? 0;
-  }
+export class TokenNotIssuedError extends TokenRefusedError {
   /** The highest token issued so far, when the server said. */
   get highestIssued(): number | undefined {
     return num(this.details.highest_issued);
@@ -104,10 +107,7 @@ export class TokenNotIssuedError extends FencedError {
  * service's): the server's store for a key under `signed_key_prefix` (403
  * `bad_signature`, 428 `signature_required`), or a `Verified` gate. Nothing was done.
  */
-export class BadSignatureError extends FencedError {
-  get token(): number {
-    return num(this.details.token) ?? 0;
-  }
+export class BadSignatureError extends TokenRefusedError {
   /** The lock whose signature the gate asked for. */
   get lock(): string {
     return typeof this.details.lock === "string" ? this.details.lock : "";

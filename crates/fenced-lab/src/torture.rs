@@ -27,7 +27,7 @@ use crate::history::{
 pub use crate::nemesis::{ClusterFigures, Nemesis};
 use crate::peers::{signal, Service};
 use crate::proxy::DelayProxy;
-use crate::target::{ClientLanguage, Driver, Endpoints, Target, LOCK, REDLOCK_INSTANCES, S3_BUCKET};
+use crate::target::{ClientLanguage, Driver, Endpoints, LockService, Target, LOCK, REDLOCK_INSTANCES, S3_BUCKET};
 use crate::worker::{now_us, WorkerSpec, Workload};
 
 mod faults;
@@ -348,23 +348,15 @@ struct Services {
 }
 
 fn start_services(target: Target, bin: &std::path::Path) -> Result<Services> {
-    let locks = match target {
-        Target::Redis | Target::RedisToken => vec![Service::redis(true)?],
-        Target::Redlock => (0..REDLOCK_INSTANCES).map(|_| Service::redis(true)).collect::<Result<_>>()?,
-        Target::Etcd | Target::EtcdGated => vec![Service::etcd()?],
-        Target::ZookeeperGated => vec![Service::zookeeper()?],
-        Target::Fenced
-        | Target::FencedUnfenced
-        | Target::Postgres
-        | Target::S3
-        | Target::Dynamodb
-        | Target::Python
-        | Target::PythonUnfenced
-        | Target::Node
-        | Target::NodeUnfenced => vec![Service::fenced(bin, &[])?],
-        Target::FencedCluster | Target::EtcdCluster | Target::ZookeeperEnsemble => {
-            bail!("a cluster is started by its nemesis")
-        }
+    if target.cluster() || target.fenced_cluster() {
+        bail!("a cluster is started by its nemesis");
+    }
+    let locks = match target.lock_service() {
+        LockService::Fenced => vec![Service::fenced(bin, &[])?],
+        LockService::Redis => vec![Service::redis(true)?],
+        LockService::Redlock => (0..REDLOCK_INSTANCES).map(|_| Service::redis(true)).collect::<Result<_>>()?,
+        LockService::Etcd => vec![Service::etcd()?],
+        LockService::Zookeeper => vec![Service::zookeeper()?],
     };
     let gate = if target.gated_elsewhere() { Some(Service::fenced(bin, &[])?) } else { None };
     let pg = if target == Target::Postgres { Some(Service::postgres()?) } else { None };

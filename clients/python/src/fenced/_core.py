@@ -493,6 +493,16 @@ class ClientBase:
         checked."""
         return self._checked.get(self._members.current)
 
+    def _request_timeouts(self, timeout: float) -> httpx.Timeout:
+        """One request's time-outs: ``timeout`` for each phase, the connect within it too."""
+        return httpx.Timeout(timeout, connect=min(self.connect_timeout, timeout))
+
+    def _stream_timeouts(self, silence: float) -> httpx.Timeout:
+        """An event stream's time-outs: at most ``silence`` between two bytes (httpx's read
+        time-out); the connect, the write and the pool within the request time-out."""
+        return httpx.Timeout(silence, connect=min(self.connect_timeout, self.request_timeout),
+                             write=self.request_timeout, pool=self.request_timeout)
+
 
 class Reply(NamedTuple):
     """One answer as both clients read it: status, headers, the whole body."""

@@ -330,8 +330,7 @@ class AsyncClient(_core.ClientBase):
             r0 = await self._send_once(i, "GET", "/openapi.json", None, {}, self.request_timeout)
             self._checked[i] = _core.check_api(self._members.endpoints[i], r0.status, r0.body)
         url = self._members.endpoints[i] + path
-        t = httpx.Timeout(silence, connect=min(self.connect_timeout, self.request_timeout),
-                          write=self.request_timeout, pool=self.request_timeout)
+        t = self._stream_timeouts(silence)
         req = self._http.build_request("GET", url, headers={"accept": "text/event-stream"}, timeout=t)
         try:
             r = await asyncio.wait_for(self._http.send(req, stream=True), self.request_timeout)
@@ -352,7 +351,7 @@ class AsyncClient(_core.ClientBase):
     async def _send_once(self, i: int, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
                          timeout: float) -> _core.Reply:
         url = self._members.endpoints[i] + path
-        t = httpx.Timeout(timeout, connect=min(self.connect_timeout, timeout))
+        t = self._request_timeouts(timeout)
         try:
             r = await self._http.request(method, url, content=body, headers=headers, timeout=t)
         except (httpx.HTTPError, ssl.SSLError) as e:

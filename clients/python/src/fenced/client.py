@@ -394,7 +394,7 @@ class Client(_core.ClientBase):
     def _send_once(self, i: int, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
                    timeout: float) -> _core.Reply:
         url = self._members.endpoints[i] + path
-        t = httpx.Timeout(timeout, connect=min(self.connect_timeout, timeout))
+        t = self._request_timeouts(timeout)
         try:
             r = self._http.request(method, url, content=body, headers=headers, timeout=t)
         except (httpx.HTTPError, ssl.SSLError) as e:
@@ -410,8 +410,7 @@ class Client(_core.ClientBase):
         if self._check_server and i not in self._checked:
             self._check(i)
         url = self._members.endpoints[i] + path
-        t = httpx.Timeout(silence, connect=min(self.connect_timeout, self.request_timeout),
-                          write=self.request_timeout, pool=self.request_timeout)
+        t = self._stream_timeouts(silence)
         req = self._http.build_request("GET", url, headers={"accept": "text/event-stream"}, timeout=t)
         try:
             r = self._http.send(req, stream=True)

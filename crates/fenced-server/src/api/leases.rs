@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::ErrorBody;
+use super::responses::NotLeaderOrShuttingDown;
 use super::{new_lease_id, parse_lease_id, reply, ApiError, App, AppInner, Caller};
 use crate::identity::Op;
 use crate::metrics::inc;
@@ -39,7 +40,7 @@ pub struct Lease {
         (status = 201, description = "created", body = Lease),
         (status = 400, description = "invalid_json, invalid_field, ttl_out_of_range", body = ErrorBody),
         (status = 429, description = "too_many_leases", body = ErrorBody),
-        (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
+        NotLeaderOrShuttingDown,
     ))]
 pub async fn create(
     State(app): State<App>,
@@ -111,7 +112,7 @@ pub async fn revoke_lease(app: &AppInner, caller: &Caller, id: LeaseId) -> Resul
         (status = 200, description = "kept alive: its TTL restarts", body = Lease),
         (status = 400, description = "invalid_lease_id, invalid_json, invalid_field", body = ErrorBody),
         (status = 404, description = "lease_not_found", body = ErrorBody),
-        (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
+        NotLeaderOrShuttingDown,
     ))]
 pub async fn keepalive(
     State(app): State<App>,
@@ -131,7 +132,7 @@ pub async fn keepalive(
         (status = 204, description = "revoked: its locks are released, its waits end"),
         (status = 400, description = "invalid_lease_id", body = ErrorBody),
         (status = 404, description = "lease_not_found", body = ErrorBody),
-        (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
+        NotLeaderOrShuttingDown,
     ))]
 pub async fn revoke(
     State(app): State<App>,

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::ErrorBody;
+use super::responses::{InvalidQuery, NotLeaderOrShuttingDown, RecoveringOrNotLeader, TooLarge};
 use super::{new_lease_id, parse_lease_id, reply, ApiError, App, AppInner, Caller};
 use crate::identity::Op;
 use crate::locks::{narrow, Locks, Reply};
@@ -335,7 +336,7 @@ pub async fn check_token(
     responses(
         (status = 200, description = "the lock (a free one: held false)", body = LockView),
         (status = 400, description = "invalid_name", body = ErrorBody),
-        (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
+        NotLeaderOrShuttingDown,
     ))]
 pub async fn get_one(
     State(app): State<App>,
@@ -372,8 +373,8 @@ pub async fn get_one(
     ),
     responses(
         (status = 200, description = "locks in name order", body = LockList),
-        (status = 400, description = "invalid_query", body = ErrorBody),
-        (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
+        InvalidQuery,
+        NotLeaderOrShuttingDown,
     ))]
 pub async fn list(
     State(app): State<App>,

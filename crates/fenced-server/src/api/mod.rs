@@ -9,6 +9,7 @@ mod leases;
 mod locks;
 pub mod ops;
 mod raft;
+mod responses;
 mod store;
 
 use std::sync::Arc;

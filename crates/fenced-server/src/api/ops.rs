@@ -15,6 +15,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::error::ErrorBody;
+use super::responses::{InvalidQuery, MembershipChangeFailed, NotLeader};
 use super::{reply, ApiError, App};
 use crate::events::{Compacted, Indexed, Start};
 use crate::watcher::{Item, Watcher};
@@ -141,8 +142,8 @@ pub struct AddMember {
     responses(
         (status = 200, description = "the member joined the voters", body = ClusterView),
         (status = 400, description = "invalid_json, invalid_field", body = ErrorBody),
-        (status = 409, description = "membership_change_failed", body = ErrorBody),
-        (status = 503, description = "not_leader", body = ErrorBody),
+        MembershipChangeFailed,
+        NotLeader,
     ))]
 pub async fn add_member(
     State(app): State<App>,
@@ -193,7 +194,7 @@ async fn add(
     responses(
         (status = 200, description = "the snapshot file (docs/operations.md, Backup and restore)", content_type = "application/octet-stream", body = Vec<u8>),
         (status = 403, description = "forbidden: not an admin", body = ErrorBody),
-        (status = 503, description = "not_leader", body = ErrorBody),
+        NotLeader,
     ))]
 pub async fn snapshot(
     State(app): State<App>,
@@ -223,8 +224,8 @@ async fn save_snapshot(app: &App, caller: &super::Caller) -> Result<Response, su
     responses(
         (status = 200, description = "the member left the voters", body = ClusterView),
         (status = 400, description = "invalid_request (an id that is not a number)", body = ErrorBody),
-        (status = 409, description = "membership_change_failed", body = ErrorBody),
-        (status = 503, description = "not_leader", body = ErrorBody),
+        MembershipChangeFailed,
+        NotLeader,
     ))]
 pub async fn remove_member(
     State(app): State<App>,
@@ -326,7 +327,7 @@ pub async fn keys(State(app): State<App>) -> Result<Response, ApiError> {
     params(("digest" = Option<bool>, Query, description = "add this member's applied_index and state_hash")),
     responses(
         (status = 200, description = "the cluster", body = ClusterView),
-        (status = 400, description = "invalid_query", body = ErrorBody),
+        InvalidQuery,
     ))]
 pub async fn cluster(
     State(app): State<App>,
@@ -385,7 +386,7 @@ pub async fn openapi(State(app): State<App>) -> Response {
         (status = 200, content_type = "text/event-stream", body = EventData,
             description = "server-sent events: each event's `id:` is its index, its `event:` its type (granted, released, \
                 expired, store_accepted, store_rejected, lagged) and its `data:` one JSON object of this schema"),
-        (status = 400, description = "invalid_query", body = ErrorBody),
+        InvalidQuery,
         (status = 410, description = "compacted: `since` is older than every event held (`oldest_index`: a `since` of at least one below it resumes)", body = ErrorBody),
     ))]
 pub async fn events(

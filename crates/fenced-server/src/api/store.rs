@@ -12,6 +12,7 @@ use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::ErrorBody;
+use super::responses::{InvalidQuery, NotLeaderKnown, TooLarge};
 use super::{read_body, reply, ApiError, App, AppInner, Caller};
 use crate::identity::Op;
 use crate::locks::Unanswered;
@@ -59,8 +60,8 @@ pub enum StoreWrite {
     ),
     responses(
         (status = 200, description = "keys in key order, values not included", body = StoreKeys),
-        (status = 400, description = "invalid_query", body = ErrorBody),
-        (status = 503, description = "not_leader (with leader_id when known)", body = ErrorBody),
+        InvalidQuery,
+        NotLeaderKnown,
     ))]
 pub async fn list(
     State(app): State<App>,
@@ -115,10 +116,10 @@ struct FencingHeaders {
         (status = 200, description = "written", body = StoreWrite),
         (status = 400, description = "invalid_token, invalid_key, unfenced_key", body = ErrorBody),
         (status = 409, description = "stale_token (with token and highest_seen), token_not_issued (with token and highest_issued)", body = ErrorBody),
-        (status = 413, description = "too_large", body = ErrorBody),
+        TooLarge,
         (status = 403, description = "forbidden; bad_signature (a key under signed_key_prefix, a token without this service's signature for its lock; with token and lock)", body = ErrorBody),
         (status = 428, description = "token_required; signature_required (a key under signed_key_prefix, with token and lock)", body = ErrorBody),
-        (status = 503, description = "not_leader (with leader_id when known)", body = ErrorBody),
+        NotLeaderKnown,
         (status = 507, description = "store_full (with what and limit); insufficient_storage (the disk is below min_free_bytes, with free_bytes and min_free_bytes)", body = ErrorBody),
     ))]
 pub async fn write(
@@ -222,7 +223,7 @@ async fn write_unaudited(
         (status = 403, description = "forbidden; bad_signature (a fenced read of a key under signed_key_prefix)", body = ErrorBody),
         (status = 409, description = "stale_token, token_not_issued", body = ErrorBody),
         (status = 428, description = "signature_required (a fenced read of a key under signed_key_prefix)", body = ErrorBody),
-        (status = 503, description = "not_leader (with leader_id when known)", body = ErrorBody),
+        NotLeaderKnown,
         (status = 507, description = "store_full (a fenced read that needs a new key past store_keys_max), insufficient_storage (a fenced read of a new key with the disk below min_free_bytes, with free_bytes and min_free_bytes)", body = ErrorBody),
     ))]
 pub async fn read(

@@ -22,9 +22,9 @@ pub(super) struct LockPath {
         (status = 400, description = "invalid_json, invalid_field, invalid_name, invalid_holder, invalid_lease_id, ttl_out_of_range, wait_out_of_range, lock_delay_out_of_range", body = ErrorBody),
         (status = 404, description = "lease_not_found (also when the lease expires while waiting)", body = ErrorBody),
         (status = 409, description = "lock_held (with holder_token when held; also during lock-delay); lease_exists (lease_id with ttl_ms names a live lease that neither holds this lock nor waits for it as an implicit lease)", body = ErrorBody),
-        (status = 413, description = "too_large", body = ErrorBody),
+        TooLarge,
         (status = 429, description = "too_many_locks, too_many_waiters, too_many_leases", body = ErrorBody),
-        (status = 503, description = "recovering (with retry_after_ms), not_leader, shutting_down", body = ErrorBody),
+        RecoveringOrNotLeader,
     ))]
 #[allow(dead_code)]
 pub(super) fn doc_acquire() {}
@@ -36,9 +36,9 @@ pub(super) fn doc_acquire() {}
         (status = 403, description = "forbidden: the lock right on every name is needed", body = ErrorBody),
         (status = 404, description = "lease_not_found (also when the lease expires while waiting)", body = ErrorBody),
         (status = 409, description = "lock_held (not all free within the wait; holder_token of one that is held; also when the lease holds some of the names but not all); lease_exists", body = ErrorBody),
-        (status = 413, description = "too_large", body = ErrorBody),
+        TooLarge,
         (status = 429, description = "too_many_locks, too_many_waiters, too_many_leases", body = ErrorBody),
-        (status = 503, description = "recovering (with retry_after_ms), not_leader, shutting_down", body = ErrorBody),
+        RecoveringOrNotLeader,
     ))]
 #[allow(dead_code)]
 pub(super) fn doc_acquire_all() {}
@@ -48,7 +48,7 @@ pub(super) fn doc_acquire_all() {}
         (status = 200, description = "released", body = Released),
         (status = 400, description = "invalid_json, invalid_field, invalid_name, invalid_lease_id", body = ErrorBody),
         (status = 409, description = "not_holder", body = ErrorBody),
-        (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
+        NotLeaderOrShuttingDown,
     ))]
 #[allow(dead_code)]
 pub(super) fn doc_release() {}
@@ -60,7 +60,7 @@ pub(super) fn doc_release() {}
         (status = 400, description = "invalid_json, invalid_field, invalid_name, invalid_token", body = ErrorBody),
         (status = 403, description = "forbidden: the admin right on the name is needed", body = ErrorBody),
         (status = 409, description = "not_holder: nobody holds it, or another token does (holder_token)", body = ErrorBody),
-        (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
+        NotLeaderOrShuttingDown,
     ))]
 #[allow(dead_code)]
 pub(super) fn doc_revoke_lock() {}
@@ -69,7 +69,7 @@ pub(super) fn doc_revoke_lock() {}
     responses(
         (status = 200, description = "whether the token is the current grant's (CheckSequencer)", body = CheckResult),
         (status = 400, description = "invalid_json, invalid_field, invalid_name, invalid_token", body = ErrorBody),
-        (status = 503, description = "not_leader, shutting_down", body = ErrorBody),
+        NotLeaderOrShuttingDown,
     ))]
 #[allow(dead_code)]
 pub(super) fn doc_check() {}
