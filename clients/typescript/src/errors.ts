@@ -211,6 +211,7 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = {
   bad_preamble: BadRequestError,
   unknown_op: BadRequestError,
   invalid_frame: BadRequestError,
+  invalid_upgrade: BadRequestError,
   method_not_allowed: BadRequestError,
   unsupported_media_type: BadRequestError,
   invalid_names: BadRequestError,

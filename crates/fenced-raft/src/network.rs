@@ -551,10 +551,18 @@ impl RaftNetworkV2<TypeConfig> for Peer {
             return openraft::network::stream_append_sequential(self, input, option);
         }
         Box::pin(async move {
+            use futures_util::StreamExt;
+            // The first append is taken before the connection is opened: openraft's
+            // backoff after a failed stream sleeps in the taking (a member that is down
+            // would otherwise be dialled again at once, without end).
+            let mut input = input;
+            let Some(first) = input.next().await else {
+                return Ok(futures_util::stream::empty().boxed());
+            };
             let io = self.open_append_stream(&option).await?;
             self.metrics.append_streams_opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let answers = crate::append_stream::pipelined(io, input, option.hard_ttl(), self.target);
-            Ok(futures_util::StreamExt::boxed(answers))
+            let input = futures_util::stream::iter([first]).chain(input);
+            Ok(crate::append_stream::pipelined(io, input, option.hard_ttl(), self.target).boxed())
         })
     }
 

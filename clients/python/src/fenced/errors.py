@@ -424,6 +424,7 @@ ERROR_CODES: Dict[str, Type[FencedError]] = {
     "invalid_request": BadRequest,
     "invalid_body": BadRequest,
     "invalid_frame": BadRequest,
+    "invalid_upgrade": BadRequest,
     "unknown_op": BadRequest,
     "bad_preamble": BadRequest,
     "bad_parameter": BadRequest,
