@@ -22,7 +22,6 @@
 //! connections, as does every append to a member below
 //! [`crate::framing::LEVEL_APPEND_STREAM`].
 
-use std::future::Future;
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -232,7 +231,8 @@ where
     futures_util::stream::unfold(answers, |mut a| async move { a.next().await.map(|item| (item, a)) })
 }
 
-/// Opens the stream: the upgrade exchange on `http`, within `within`.
+/// The request that asks member `url` for a stream: `Upgrade: fenced-raft-append`,
+/// with the members' bearer token when they share one.
 pub(crate) fn upgrade_request(
     url: &str,
     auth: Option<&str>,
@@ -243,15 +243,6 @@ pub(crate) fn upgrade_request(
         request = request.header(hyper::header::AUTHORIZATION, auth);
     }
     request.body(crate::network::full(bytes::Bytes::new()))
-}
-
-/// Runs `f` within `within`, as a network error past it.
-pub(crate) async fn within<T>(
-    within: Duration,
-    what: String,
-    f: impl Future<Output = Result<T, RPCError<TypeConfig>>>,
-) -> Result<T, RPCError<TypeConfig>> {
-    tokio::time::timeout(within, f).await.unwrap_or_else(|_| Err(net(what)))
 }
 
 #[cfg(test)]

@@ -519,8 +519,12 @@ impl Peer {
             let upgraded = hyper::upgrade::on(&mut resp).await.map_err(|e| RPCError::Network(net_err(e)))?;
             Ok(TokioIo::new(upgraded))
         };
-        let what = format!("member {} did not open an append stream in time", self.target);
-        let result = crate::append_stream::within(option.hard_ttl().max(RPC_LARGE_TTL_MIN), what, exchange).await;
+        let result = match tokio::time::timeout(option.hard_ttl().max(RPC_LARGE_TTL_MIN), exchange).await {
+            Ok(r) => r,
+            Err(_) => {
+                Err(RPCError::Network(net_err(format!("member {} did not open an append stream in time", self.target))))
+            }
+        };
         self.note_reachability(&result);
         result
     }
