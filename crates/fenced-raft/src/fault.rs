@@ -14,6 +14,8 @@
 //!   followers hold writes others under the same index and term.
 //! - the file `fault-log-delay-ms` in the data directory: this member's log writes take
 //!   that much longer (see `log_store`), so its followers hold entries before it does.
+//! - the file `fault-log-fail` in the data directory: this member's log writes fail (as
+//!   a disk that errors would), which stops openraft and so the server.
 //! - `FENCED_BREAK=answer-before-commit`: the leader answers each batch's commands from a
 //!   speculative copy of its table as it hands the batch to the log, before a quorum
 //!   has it ([`speculate`]); the answers from the committed entry then find nobody

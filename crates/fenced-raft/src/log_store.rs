@@ -532,12 +532,17 @@ fn writer(
     while let Ok(first) = rx.recv() {
         let batch = linger.gather(first, &rx, last_commit);
         #[cfg(feature = "fault-injection")]
-        slow_disk.wait(&db.dir);
+        let failing = slow_disk.wait(&db.dir);
+        #[cfg(not(feature = "fault-injection"))]
+        let failing = false;
         let committed = mem.lock().unwrap_or_else(|p| p.into_inner()).committed;
         let after = durable_after(durable, &batch);
         let mark = mark_to_write(committed, written, after).and_then(|c| encode(&c).ok());
         let started = Instant::now();
-        let result = commit(&mut log, &batch, mark.as_deref()).map_err(|e| e.to_string());
+        let result = match failing {
+            true => Err("this disk fails: the fault file `fault-log-fail` is in the data directory".to_string()),
+            false => commit(&mut log, &batch, mark.as_deref()).map_err(|e| e.to_string()),
+        };
         last_commit = started.elapsed();
         metrics.observe_commit(last_commit);
         if last_commit >= SLOW_COMMIT {
@@ -601,19 +606,24 @@ fn warn_slow(batch: &[Op], took: Duration) {
 struct SlowDisk {
     read_at: Option<std::time::Instant>,
     delay_ms: u64,
+    failing: bool,
 }
 
 #[cfg(feature = "fault-injection")]
 impl SlowDisk {
-    fn wait(&mut self, dir: &Path) {
+    /// Sleeps this disk's delay; true: its writes fail. The fault files are read at
+    /// most every 100 ms.
+    fn wait(&mut self, dir: &Path) -> bool {
         if self.read_at.is_none_or(|t| t.elapsed().as_millis() >= 100) {
             self.read_at = Some(std::time::Instant::now());
             let file = std::fs::read_to_string(dir.join("fault-log-delay-ms")).ok();
             self.delay_ms = file.and_then(|s| s.trim().parse().ok()).unwrap_or(0).min(10_000);
+            self.failing = dir.join("fault-log-fail").exists();
         }
         if self.delay_ms > 0 {
             std::thread::sleep(std::time::Duration::from_millis(self.delay_ms));
         }
+        self.failing
     }
 }
 

@@ -92,6 +92,10 @@ const TOO_BUSY_RETRY_MS: u64 = 50;
 /// How often a leader checks whether the cluster's limits should be agreed again.
 const AGREE_LIMITS_EVERY: Duration = Duration::from_secs(1);
 
+/// How soon a leader whose taking of office did not complete (its read round or its
+/// `Promote` failed) tries again, if the leadership has not changed meanwhile.
+const OFFICE_RETRY: Duration = Duration::from_millis(20);
+
 /// How to start a member.
 #[derive(Debug)]
 pub struct NodeOptions {
@@ -338,7 +342,7 @@ fn open_storage(
     let base_unsnapshotted = db.base()?.is_some() && !db.has_snapshot();
     let db_closed = db.closed_flag();
     let log = LogStore::open(db.clone(), opts.log_linger)?;
-    let sm = StateMachine::open(db, opts.limits.clone(), applied)?;
+    let sm = StateMachine::open(db, opts.limits.clone(), applied)?.counting_into(log.metrics.clone());
     Ok((log, sm, base_unsnapshotted, db_closed))
 }
 
@@ -505,12 +509,11 @@ impl Node {
         self.stopped.load(Ordering::Acquire)
     }
 
-    /// Counts, from openraft's metrics as they change, each new leader seen and each
-    /// rise of the snapshot index (built here or installed).
+    /// Counts each new leader seen, from openraft's server metrics: those change with
+    /// the leadership, not with every commit as the whole metrics do (each change wakes
+    /// every watcher). Snapshots are counted by the state machine.
     async fn count_changes(self: Arc<Self>) {
-        let mut metrics = self.raft.metrics();
-        // The snapshot found at start is not one seen made.
-        let mut snapshot = metrics.borrow_watched().snapshot.as_ref().map(|l| l.index);
+        let mut metrics = self.raft.server_metrics();
         let mut leader = None;
         loop {
             {
@@ -518,12 +521,7 @@ impl Node {
                 if m.current_leader.is_some() && m.current_leader != leader {
                     leader = m.current_leader;
                     self.log.metrics.leader_changes.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(leader = ?leader, term = m.current_term, "leader elected");
-                }
-                let index = m.snapshot.as_ref().map(|l| l.index);
-                if index > snapshot {
-                    self.log.metrics.snapshots.fetch_add(1, Ordering::Relaxed);
-                    snapshot = index;
+                    tracing::info!(leader = ?leader, vote = %m.vote, "leader elected");
                 }
             }
             tokio::select! {
@@ -1053,12 +1051,14 @@ impl Node {
 
     /// Follows openraft's view of who leads: anchors this node's clock when it takes
     /// office (after its term's blank entry is applied), drops the anchor when it leaves.
+    /// Woken by openraft's server metrics, which change with the leadership, not with
+    /// every commit; a taking of office that did not complete is tried again shortly.
     async fn leadership_loop(self: Arc<Self>) {
-        let mut metrics = self.raft.metrics();
+        let mut metrics = self.raft.server_metrics();
         loop {
             let (leader_now, term) = {
                 let m = metrics.borrow_watched();
-                (m.state == ServerState::Leader && m.current_leader == Some(self.id), m.current_term)
+                (m.state == ServerState::Leader && m.current_leader == Some(self.id), m.vote.leader_id.term)
             };
             let anchored_term = self.clock().anchor.as_ref().map(|a| a.term);
             if leader_now && anchored_term != Some(term) {
@@ -1071,8 +1071,10 @@ impl Node {
                 self.renewals().clear();
                 self.refusals.leadership_lost(leader);
             }
+            let unsettled = leader_now && self.clock().anchor.as_ref().map(|a| a.term) != Some(term);
             tokio::select! {
                 r = metrics.changed() => if r.is_err() { return },
+                _ = tokio::time::sleep(OFFICE_RETRY), if unsettled => {}
                 _ = self.stopping() => return,
             }
         }

@@ -69,6 +69,8 @@ pub struct StateMachine {
     limits: Limits,
     /// Woken after every applied entry: the leader's timer re-reads the next deadline.
     pub(crate) applied_notify: Arc<Notify>,
+    /// Where each snapshot built or installed is counted.
+    metrics: Arc<crate::metrics::LogMetrics>,
 }
 
 /// The table's snapshot bytes ([`crate::snapshot_format`]).
@@ -119,7 +121,18 @@ impl StateMachine {
             sink,
             limits,
             applied_notify: Arc::new(Notify::new()),
+            metrics: Arc::default(),
         })
+    }
+
+    /// Counts its snapshots (built here or installed from the leader) into `metrics`.
+    pub(crate) fn counting_into(mut self, metrics: Arc<crate::metrics::LogMetrics>) -> StateMachine {
+        self.metrics = metrics;
+        self
+    }
+
+    fn count_snapshot(&self) {
+        self.metrics.snapshots.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Writes the state a fresh log starts from (a table migrated from the single-node
@@ -174,8 +187,9 @@ impl StateMachine {
         let meta = SnapshotMeta { last_log_id: st.last_applied, last_membership: st.membership };
         let data = encode_table(&st.table);
         drop(st.table);
-        if !self.db.put_snapshot(&meta, &data)? {
-            tracing::info!(index = ?meta.last_log_id, "a newer snapshot is kept; this one was not stored");
+        match self.db.put_snapshot(&meta, &data)? {
+            true => self.count_snapshot(),
+            false => tracing::info!(index = ?meta.last_log_id, "a newer snapshot is kept; this one was not stored"),
         }
         Ok(Snapshot { meta, snapshot: SnapshotBody::Bytes(data) })
     }
@@ -254,6 +268,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         st.table = table;
         st.last_applied = meta.last_log_id;
         st.membership = meta.last_membership.clone();
+        self.count_snapshot();
         Ok(())
     }
 

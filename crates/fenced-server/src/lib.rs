@@ -270,9 +270,11 @@ impl Drop for AbortOnDrop {
 /// would break the promise that what is acknowledged is durable.
 async fn watch_fatal(node: Arc<fenced_raft::Node>, fatal: Arc<tokio::sync::Notify>) {
     use fenced_raft::openraft::async_runtime::WatchReceiver;
-    let mut m = node.raft.metrics();
+    // The server's metrics change only with the leadership, not with every commit, and
+    // their sender goes with the core: a core that stops is seen closing it.
+    let mut m = node.raft.server_metrics();
     loop {
-        if let Err(e) = &m.borrow_watched().running_state {
+        if let Err(e) = &node.raft.metrics().borrow_watched().running_state {
             if node.is_shutting_down() {
                 return;
             }
@@ -281,7 +283,7 @@ async fn watch_fatal(node: Arc<fenced_raft::Node>, fatal: Arc<tokio::sync::Notif
             fatal.notify_one();
             return;
         }
-        if m.changed().await.is_err() {
+        if m.changed().await.is_err() && node.raft.metrics().borrow_watched().running_state.is_ok() {
             return;
         }
     }

@@ -301,6 +301,42 @@ fn sigterm_drains_answers_waiters_and_records_a_clean_shutdown() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A log write that fails stops the server (nothing more is answered as if durable),
+/// with a non-zero status and the reason; what was acknowledged before is kept.
+#[test]
+fn a_log_write_that_fails_stops_the_server() {
+    let dir = scratch("log-fails");
+    let mut server = Server::start(&dir);
+    let (st, g) = call(server.addr, "POST", "/v1/locks/a/acquire", "{\"ttl_ms\":60000}", &[]).unwrap();
+    assert_eq!(st, 200, "{g}");
+    std::fs::write(dir.join("fault-log-fail"), "").unwrap();
+    // The fault file is read every 100 ms: the writes after that fail, and none is
+    // answered as granted. The writer goes on until the server is gone (at most 20 s).
+    let addr = server.addr;
+    let tries = std::thread::spawn(move || {
+        (0..2_000)
+            .map_while(|i| {
+                std::thread::sleep(Duration::from_millis(10));
+                call(addr, "POST", &format!("/v1/locks/b{i}/acquire"), "{\"ttl_ms\":60000}", &[]).ok()
+            })
+            .filter(|(st, _)| *st == 200)
+            .count()
+    });
+    let status = crate::support::exit_within(&mut server.child, Duration::from_secs(20))
+        .expect("the server kept running with a log it cannot write");
+    assert!(!status.success(), "{status}");
+    let granted_after = tries.join().unwrap();
+    std::fs::remove_file(dir.join("fault-log-fail")).unwrap();
+    let server = Server::start(&dir);
+    let (_, v) = call(server.addr, "GET", "/v1/locks/a", "", &[]).unwrap();
+    assert_eq!(v["held"], true, "the grant acknowledged before the failure is lost: {v}");
+    let (_, v) = call(server.addr, "GET", "/v1/locks", "", &[]).unwrap();
+    let held = v["locks"].as_array().map_or(0, |l| l.len());
+    assert!(held >= 1 + granted_after, "a grant answered is missing after the restart: {v}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 fn signal(server: &Server, sig: &str) {
     let pid = server.child.id().to_string();
     assert!(Command::new("kill").args([sig, &pid]).status().unwrap().success());

@@ -34,6 +34,9 @@ fn a_follower_that_missed_more_than_the_log_keeps_catches_up_from_a_snapshot() {
     until(30, || c.status(f).is_some_and(|s| s["last_applied_index"].as_u64() >= Some(target)));
     let s = c.status(f).unwrap();
     assert!(s["snapshot_index"].as_u64().is_some(), "the follower caught up without a snapshot: {s}");
+    // Counted where they happen: the leader built at least one, the follower installed one.
+    assert!(c.counter(l, "fenced_raft_snapshots_total") >= 1);
+    assert!(c.counter(f, "fenced_raft_snapshots_total") >= 1);
     c.replicas_agree();
     // The follower now holds what the leader holds: make it lead, and read through it.
     c.kill9(l);
