@@ -24,6 +24,7 @@ mod load;
 mod membership;
 mod queries;
 mod readiness;
+mod redial;
 mod snapshot_transfer;
 mod snapshots;
 
