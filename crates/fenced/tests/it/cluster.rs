@@ -21,6 +21,7 @@ mod frozen;
 mod kill;
 mod limits;
 mod load;
+mod member_stream;
 mod membership;
 mod queries;
 mod readiness;
