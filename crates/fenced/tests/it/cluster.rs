@@ -1,7 +1,8 @@
 //! Three `fenced server` processes on loopback as one cluster: the harness that starts,
 //! kills, freezes and restarts them ([`Cluster`], asked through `queries`), and a
 //! module per topic: `kill -9` under load, snapshots and their transfers, frozen
-//! leaders, membership changes, backups, readiness, forwarding, the limits in the log.
+//! leaders, membership changes, backups, readiness, forwarding, the limits in the log,
+//! the append stream (a member's side spoken by hand; no redial loop to a member down).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -21,9 +22,11 @@ mod frozen;
 mod kill;
 mod limits;
 mod load;
+mod member_stream;
 mod membership;
 mod queries;
 mod readiness;
+mod redial;
 mod snapshot_transfer;
 mod snapshots;
 
