@@ -98,6 +98,16 @@ fn apply_limits(doc: &mut Value, c: &Config) {
         // ttl_ms is nullable there (null: absent); the bounds apply to a number only.
         merge(doc, &format!("{schemas}/{acquire}/properties/ttl_ms"), &ttl);
         merge(doc, &format!("{schemas}/{acquire}"), &one_of);
+        // A holder label is checked as a name is: bytes, and no control character.
+        let holder = &format!("{schemas}/{acquire}/properties/holder");
+        let said = doc.pointer(holder).and_then(|h| h["description"].as_str()).unwrap_or_default().to_string();
+        let max = fenced_core::HOLDER_BYTES_MAX;
+        let note = format!(
+            "1 to {max} bytes of UTF-8 without control characters (maxLength counts characters: a label of \
+             multi-byte characters may be refused below it, 400 invalid_holder)"
+        );
+        let description = if said.is_empty() { note } else { format!("{said}\n{note}") };
+        merge(doc, holder, &json!({ "pattern": NO_CONTROL, "description": description }));
     }
     // Each name of an acquire of several is a lock name, as in a lock's path.
     let each = json!({

@@ -153,8 +153,9 @@ fn fencing_token_is_optional_on_a_put_only_where_the_server_takes_one_without() 
 
 /// What schemathesis (4.32.5, 2026-12-06, seeds 20261206, 4242, 5150) built as valid
 /// by the document and the server refused for its shape: an acquire of several
-/// documented without the bounds of an acquire of one, a header that may be `null`, a
-/// body that may be JSON `null`. The document now says what the server takes.
+/// documented without the bounds of an acquire of one, a holder label with a control
+/// character, a header that may be `null`, a body that may be JSON `null`. The
+/// document now says what the server takes.
 #[test]
 fn the_document_admits_no_shape_the_server_refuses() {
     let s = TestServer::start();
@@ -174,6 +175,13 @@ fn the_document_admits_no_shape_the_server_refuses() {
     let each = &all["properties"]["names"]["items"];
     for k in ["minLength", "maxLength", "pattern"] {
         assert!(!each[k].is_null() && each[k] == name[k], "names' {k}: {each} against {name}");
+    }
+    // A holder label, of one lock or several, is refused with a control character.
+    for (schema, path, names) in [(&one, "/v1/locks/h1/acquire", ""), (&all, "/v1/locks/acquire", r#""names":["h2"],"#)]
+    {
+        assert_eq!(schema["properties"]["holder"]["pattern"], name["pattern"], "{schema}");
+        let (st, e) = s.call("POST", path, &format!(r#"{{{names}"ttl_ms":1000,"holder":"a\u0007"}}"#));
+        assert_eq!((st, e["error"]["code"].as_str()), (400, Some("invalid_holder")), "{path}: {e}");
     }
     let long = "n".repeat(257);
     for (body, want) in [
