@@ -84,21 +84,39 @@ fn apply_limits(doc: &mut Value, c: &Config) {
     let delay = json!({ "minimum": 0, "maximum": c.lock_delay_ms_max });
     let schemas = "/components/schemas";
     merge(doc, &format!("{schemas}/LeaseRequest/properties/ttl_ms"), &ttl);
-    merge(doc, &format!("{schemas}/AcquireRequest/properties/wait_ms"), &wait);
-    merge(doc, &format!("{schemas}/AcquireRequest/properties/lock_delay_ms"), &delay);
-    // ttl_ms is nullable there (null: absent); the bounds apply to a number only.
-    merge(doc, &format!("{schemas}/AcquireRequest/properties/ttl_ms"), &ttl);
     // lease_id (an existing lease), ttl_ms (an implicit lease), or both (an implicit
     // lease whose id the caller chose), each non-null when given.
-    merge(
-        doc,
-        &format!("{schemas}/AcquireRequest"),
-        &json!({ "oneOf": [
-            { "required": ["lease_id"], "properties": { "lease_id": { "type": "string" }, "ttl_ms": { "type": "null" } } },
-            { "required": ["ttl_ms"], "properties": { "ttl_ms": { "type": "integer" }, "lease_id": { "type": "null" } } },
-            { "required": ["lease_id", "ttl_ms"], "properties": { "lease_id": { "type": "string" }, "ttl_ms": { "type": "integer" } } },
-        ] }),
-    );
+    let one_of = json!({ "oneOf": [
+        { "required": ["lease_id"], "properties": { "lease_id": { "type": "string" }, "ttl_ms": { "type": "null" } } },
+        { "required": ["ttl_ms"], "properties": { "ttl_ms": { "type": "integer" }, "lease_id": { "type": "null" } } },
+        { "required": ["lease_id", "ttl_ms"], "properties": { "lease_id": { "type": "string" }, "ttl_ms": { "type": "integer" } } },
+    ] });
+    // One lock or several: the same bounds, the same choice of lease.
+    for acquire in ["AcquireRequest", "AcquireAllRequest"] {
+        merge(doc, &format!("{schemas}/{acquire}/properties/wait_ms"), &wait);
+        merge(doc, &format!("{schemas}/{acquire}/properties/lock_delay_ms"), &delay);
+        // ttl_ms is nullable there (null: absent); the bounds apply to a number only.
+        merge(doc, &format!("{schemas}/{acquire}/properties/ttl_ms"), &ttl);
+        merge(doc, &format!("{schemas}/{acquire}"), &one_of);
+        // A holder label is checked as a name is: bytes, and no control character.
+        let holder = &format!("{schemas}/{acquire}/properties/holder");
+        let said = doc.pointer(holder).and_then(|h| h["description"].as_str()).unwrap_or_default().to_string();
+        let max = fenced_core::HOLDER_BYTES_MAX;
+        let note = format!(
+            "1 to {max} bytes of UTF-8 without control characters (maxLength counts characters: a label of \
+             multi-byte characters may be refused below it, 400 invalid_holder)"
+        );
+        let description = if said.is_empty() { note } else { format!("{said}\n{note}") };
+        merge(doc, holder, &json!({ "pattern": NO_CONTROL, "description": description }));
+    }
+    // Each name of an acquire of several is a lock name, as in a lock's path.
+    let each = json!({
+        "minLength": 1,
+        "maxLength": c.lock_name_bytes_max,
+        "pattern": NO_CONTROL,
+        "description": format!("a lock name, as in a lock's path. {}", bytes_note(c.lock_name_bytes_max as u64, "/v1/locks")),
+    });
+    merge(doc, &format!("{schemas}/AcquireAllRequest/properties/names/items"), &each);
     let name = json!({ "maxLength": c.lock_name_bytes_max, "pattern": NO_CONTROL });
     let key = json!({ "maxLength": c.store_key_bytes_max, "pattern": NO_CONTROL });
     let (name_prefix, key_prefix) =
@@ -111,6 +129,12 @@ fn apply_limits(doc: &mut Value, c: &Config) {
             let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) else { continue };
             for p in params {
                 let bound = match (p["name"].as_str(), p["in"].as_str()) {
+                    // A header is a string on the wire, never null: absent is the
+                    // parameter's `required: false` (a `Fencing-Token: null` is 400).
+                    (Some(_), Some("header")) => {
+                        not_null(&mut p["schema"]);
+                        continue;
+                    }
                     (Some("limit"), Some("query")) => {
                         merge_value(&mut p["schema"], &limit);
                         continue;
@@ -140,7 +164,31 @@ fn apply_limits(doc: &mut Value, c: &Config) {
             p["schema"] = json!({ "type": "integer", "format": "uint64", "minimum": 1 });
         }
     }
+    // A body the server takes as "empty, or {}" (`Option<T>` in the handler's
+    // description) has no JSON null: the server reads `null` as a body that does not
+    // fit (400 invalid_field); no body at all is the requestBody's `required: false`.
+    let paths = doc["paths"].as_object_mut().into_iter().flatten();
+    for (path, item) in paths.filter(|(path, _)| !path.starts_with("/v1/sim")) {
+        let Some(item) = item.as_object_mut() else { continue };
+        for op in item.values_mut() {
+            let Some(schema) = op.pointer_mut("/requestBody/content/application~1json/schema") else { continue };
+            let Some(one_of) = schema.get("oneOf").and_then(Value::as_array) else { continue };
+            let null = one_of.iter().position(|v| *v == json!({ "type": "null" }));
+            if let (Some(at), 2) = (null, one_of.len()) {
+                *schema = one_of[1 - at].clone();
+                assert_ne!(op["requestBody"]["required"], true, "{path}: a required body that may be null");
+            }
+        }
+    }
     bound_unsigned(doc);
+}
+
+/// `["integer", "null"]` (an `Option` in the handler's types) as `"integer"`.
+fn not_null(schema: &mut Value) {
+    if let Some(types) = schema.get("type").and_then(Value::as_array) {
+        let kept: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+        schema["type"] = if kept.len() == 1 { kept[0].clone() } else { Value::Array(kept) };
+    }
 }
 
 /// Every u64 the API reads is taken up to 2^64 - 1: say so, or a fuzzer would take an

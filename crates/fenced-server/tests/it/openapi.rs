@@ -151,6 +151,88 @@ fn fencing_token_is_optional_on_a_put_only_where_the_server_takes_one_without() 
     assert_eq!(s.request("PUT", "/v1/store/demo/x", &[], b"v").status, 200);
 }
 
+/// What schemathesis (4.32.5, 2026-12-06, seeds 20261206, 4242, 5150) built as valid
+/// by the document and the server refused for its shape: an acquire of several
+/// documented without the bounds of an acquire of one, a holder label with a control
+/// character, a header that may be `null`, a body that may be JSON `null`. The
+/// document now says what the server takes.
+#[test]
+fn the_document_admits_no_shape_the_server_refuses() {
+    let s = TestServer::start();
+    let doc = s.get("/openapi.json").json();
+    let schema = |name: &str| doc["components"]["schemas"][name].clone();
+    // An acquire of several: the bounds, the choice of lease and the names of one.
+    let (one, all) = (schema("AcquireRequest"), schema("AcquireAllRequest"));
+    for field in ["ttl_ms", "wait_ms", "lock_delay_ms"] {
+        for bound in ["minimum", "maximum"] {
+            let v = &all["properties"][field][bound];
+            assert!(v.is_u64() && *v == one["properties"][field][bound], "{field} {bound}: {all}");
+        }
+    }
+    assert!(all["oneOf"].is_array() && all["oneOf"] == one["oneOf"], "{all}");
+    let params = doc["paths"]["/v1/locks/{name}/acquire"]["post"]["parameters"].as_array().unwrap();
+    let name = &params.iter().find(|p| p["name"] == "name").unwrap()["schema"];
+    let each = &all["properties"]["names"]["items"];
+    for k in ["minLength", "maxLength", "pattern"] {
+        assert!(!each[k].is_null() && each[k] == name[k], "names' {k}: {each} against {name}");
+    }
+    // A holder label, of one lock or several, is refused with a control character.
+    for (schema, path, names) in [(&one, "/v1/locks/h1/acquire", ""), (&all, "/v1/locks/acquire", r#""names":["h2"],"#)]
+    {
+        assert_eq!(schema["properties"]["holder"]["pattern"], name["pattern"], "{schema}");
+        let (st, e) = s.call("POST", path, &format!(r#"{{{names}"ttl_ms":1000,"holder":"a\u0007"}}"#));
+        assert_eq!((st, e["error"]["code"].as_str()), (400, Some("invalid_holder")), "{path}: {e}");
+    }
+    let long = "n".repeat(257);
+    for (body, want) in [
+        (r#"{"names":["a1"],"ttl_ms":100,"wait_ms":300000,"lock_delay_ms":60000}"#.to_string(), 200),
+        (r#"{"names":["a2"],"ttl_ms":99}"#.into(), 400),
+        (r#"{"names":["a3"],"ttl_ms":300001}"#.into(), 400),
+        (r#"{"names":["a4"],"ttl_ms":1000,"wait_ms":300001}"#.into(), 400),
+        (r#"{"names":["a5"],"ttl_ms":1000,"lock_delay_ms":60001}"#.into(), 400),
+        (r#"{"names":["a6"]}"#.into(), 400),
+        (r#"{"names":[""],"ttl_ms":1000}"#.into(), 400),
+        (r#"{"names":["a\u0085"],"ttl_ms":1000}"#.into(), 400),
+        (format!(r#"{{"names":["{}"],"ttl_ms":1000}}"#, &long[..256]), 200),
+        (format!(r#"{{"names":["{long}"],"ttl_ms":1000}}"#), 400),
+    ] {
+        let (st, e) = s.call("POST", "/v1/locks/acquire", &body);
+        assert_eq!(st, want, "{body}: {e}");
+    }
+    // A header is never null: `Fencing-Token: null` is no token.
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            for p in op["parameters"].as_array().into_iter().flatten().filter(|p| p["in"] == "header") {
+                let types = p["schema"]["type"].as_array().cloned().unwrap_or_default();
+                assert!(!types.contains(&json!("null")), "{method} {path}: {p}");
+            }
+        }
+    }
+    let r = s.request("GET", "/v1/store/k", &[("Fencing-Token", "null")], b"");
+    assert_eq!((r.status, r.json()["error"]["code"].as_str()), (400, Some("invalid_token")));
+    // A body of the lock service is never JSON null: "empty, or {}" is an optional body.
+    for (path, item) in doc["paths"].as_object().unwrap().iter().filter(|(p, _)| !p.starts_with("/v1/sim")) {
+        for (method, op) in item.as_object().unwrap() {
+            let body = &op["requestBody"]["content"]["application/json"]["schema"];
+            assert!(!body.to_string().contains(r#"{"type":"null"}"#), "{method} {path}: {body}");
+        }
+    }
+    let lease = s.lease(10_000);
+    let keepalive = format!("/v1/leases/{lease}/keepalive");
+    let body = &doc["paths"]["/v1/leases/{lease_id}/keepalive"]["post"]["requestBody"];
+    assert_ne!(body["required"], true, "{body}");
+    assert_eq!(body["content"]["application/json"]["schema"], json!({ "$ref": "#/components/schemas/Empty" }));
+    assert_eq!(s.request("POST", &keepalive, &[], b"").status, 200, "no body");
+    assert_eq!(s.call("POST", &keepalive, "{}").0, 200);
+    assert_eq!(s.call("POST", &keepalive, "null").0, 400);
+    let body = &doc["paths"]["/v1/locks/{name}/revoke"]["post"]["requestBody"];
+    assert_ne!(body["required"], true, "{body}");
+    assert_eq!(body["content"]["application/json"]["schema"], json!({ "$ref": "#/components/schemas/RevokeRequest" }));
+    assert_eq!(s.acquire("revoked", &format!("{{\"lease_id\":\"{lease}\"}}")).0, 200);
+    assert_eq!(s.call("POST", "/v1/locks/revoked/revoke", "null").0, 400);
+    assert_eq!(s.request("POST", "/v1/locks/revoked/revoke", &[], b"").status, 200, "no body");
+}
+
 /// Every answer and event a client sees fits the schema the document gives for it:
 /// held and free lock views alike carry every required field, nulls where nullable.
 #[test]
