@@ -527,12 +527,12 @@ fn writer(
         (m.committed, last.max(m.last_purged.map(|l| l.index)).unwrap_or(0))
     };
     #[cfg(feature = "fault-injection")]
-    let mut slow_disk = SlowDisk::default();
+    let mut disk_faults = DiskFaults::default();
     let mut last_commit = Duration::ZERO;
     while let Ok(first) = rx.recv() {
         let batch = linger.gather(first, &rx, last_commit);
         #[cfg(feature = "fault-injection")]
-        let failing = slow_disk.wait(&db.dir);
+        let failing = disk_faults.wait(&db.dir);
         #[cfg(not(feature = "fault-injection"))]
         let failing = false;
         let committed = mem.lock().unwrap_or_else(|p| p.into_inner()).committed;
@@ -597,20 +597,21 @@ fn warn_slow(batch: &[Op], took: Duration) {
     );
 }
 
-/// Test-only (the `fault-injection` feature): a disk this many milliseconds slow on every
-/// log write, from the file `fault-log-delay-ms` in the data directory (read every
-/// 100 ms). A leader with a slow disk replicates entries its followers make durable
-/// before it does: what a leader that restarts must not forget.
+/// Test-only (the `fault-injection` feature): the log's disk made faulty by files in the
+/// data directory (read every 100 ms). `fault-log-delay-ms`: this many milliseconds slow
+/// on every log write; a leader with a slow disk replicates entries its followers make
+/// durable before it does: what a leader that restarts must not forget.
+/// `fault-log-fail`: every log write fails, as a disk that errors would.
 #[cfg(feature = "fault-injection")]
 #[derive(Default)]
-struct SlowDisk {
+struct DiskFaults {
     read_at: Option<std::time::Instant>,
     delay_ms: u64,
     failing: bool,
 }
 
 #[cfg(feature = "fault-injection")]
-impl SlowDisk {
+impl DiskFaults {
     /// Sleeps this disk's delay; true: its writes fail. The fault files are read at
     /// most every 100 ms.
     fn wait(&mut self, dir: &Path) -> bool {
