@@ -289,11 +289,20 @@ async fn watch_fatal(node: Arc<fenced_raft::Node>, fatal: Arc<tokio::sync::Notif
     }
 }
 
-/// The binary's entry: a multi-threaded runtime (`worker_threads`), bind
-/// `config.listen`, serve until SIGTERM or Ctrl-C.
+/// The binary's entry: the runtime (`worker_threads`), bind `config.listen`, serve
+/// until SIGTERM or Ctrl-C. One thread is tokio's current-thread scheduler, which
+/// hands tasks to no other worker: on two cores it cost 5 to 13% less CPU per
+/// command than a multi-threaded scheduler of one worker (BENCHMARKS.md, stop 49).
 pub fn serve_forever(config: Config) -> Result<(), ServerError> {
-    let rt =
-        tokio::runtime::Builder::new_multi_thread().worker_threads(runtime_threads(&config)).enable_all().build()?;
+    let mut builder = match runtime_threads(&config) {
+        1 => tokio::runtime::Builder::new_current_thread(),
+        n => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n);
+            b
+        }
+    };
+    let rt = builder.enable_all().build()?;
     rt.block_on(async move {
         let listener = TcpListener::bind(&config.listen)
             .await
