@@ -291,8 +291,9 @@ async fn watch_fatal(node: Arc<fenced_raft::Node>, fatal: Arc<tokio::sync::Notif
 
 /// The binary's entry: the runtime (`worker_threads`), bind `config.listen`, serve
 /// until SIGTERM or Ctrl-C. One thread is tokio's current-thread scheduler, which
-/// hands tasks to no other worker: on two cores it cost 5 to 13% less CPU per
-/// command than a multi-threaded scheduler of one worker (BENCHMARKS.md, stop 49).
+/// hands tasks to no other worker: on two cores it cost about a tenth less CPU per
+/// command than a multi-threaded scheduler of one worker (5 to 17% in alternated
+/// pairs; BENCHMARKS.md, stop 49).
 pub fn serve_forever(config: Config) -> Result<(), ServerError> {
     let mut builder = match runtime_threads(&config) {
         1 => tokio::runtime::Builder::new_current_thread(),
