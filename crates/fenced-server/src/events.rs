@@ -145,7 +145,7 @@ impl EventLog {
         r.events.clear();
         (r.from, r.through) = (through + 1, through);
         drop(r);
-        self.through.send_replace(through);
+        self.signal(through);
     }
 
     /// One applied command's effects end at `through`; `events` are those of them that
@@ -171,7 +171,23 @@ impl EventLog {
         }
         r.through = through;
         drop(r);
-        self.through.send_replace(through);
+        self.signal(through);
+    }
+
+    /// Tells the watchers that the effects through `through` are applied: called for
+    /// every applied command, so with no watcher the position is stored and nobody is
+    /// woken (a `watch` sender otherwise locks and wakes each of its waiter lists every
+    /// time). A watcher subscribing after the check below places its cursor by the
+    /// ring, which already holds `through`, so it misses nothing.
+    fn signal(&self, through: u64) {
+        if self.through.receiver_count() == 0 {
+            self.through.send_if_modified(|v| {
+                *v = through;
+                false
+            });
+        } else {
+            self.through.send_replace(through);
+        }
     }
 
     /// Where a watcher starting at `from` stands: the position it has seen up to.
@@ -270,5 +286,24 @@ mod tests {
             cursor = next;
         }
         assert_eq!(seen, (1..=600).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn appends_without_a_watcher_wake_nobody_and_a_later_watcher_misses_nothing() {
+        let log = EventLog::new(10);
+        log.append([ev(1, "a")], 1);
+        log.append([ev(2, "b")], 2);
+        let mut changed = log.subscribe();
+        assert_eq!(*changed.borrow(), 2, "the position is kept without a watcher");
+        assert!(!changed.has_changed().unwrap(), "a new watcher starts from what it can read");
+        let mut out = vec![];
+        assert_eq!(log.read(0, &mut out), Ok(2));
+        assert_eq!(out.len(), 2);
+        log.append([ev(3, "c")], 3);
+        assert!(changed.has_changed().unwrap(), "a watcher is woken by the next append");
+        assert_eq!(*changed.borrow_and_update(), 3);
+        drop(changed);
+        log.reset(9);
+        assert_eq!(*log.subscribe().borrow(), 9);
     }
 }
