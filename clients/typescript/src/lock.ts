@@ -7,24 +7,17 @@
 // deadline, makes it lost at once; a timer makes it lost at the deadline if nothing
 // succeeded. Lost is final. The timers are unref'd: a lock never holds the process open.
 
-import { Calls } from "./calls.js";
+import { Calls, GrantBody } from "./calls.js";
 import { FencedError, ForbiddenError, LeaseNotFoundError, LockLostError, LostReason, UnauthorizedError } from "./errors.js";
 import { sleep } from "./http.js";
 
-/** What an acquire produced. */
-export interface Grant {
-  name: string;
-  token: number;
-  leaseId: string;
+/** What an acquire produced: the server's grant, with the deadline's terms. */
+export interface Grant extends GrantBody {
   /** The TTL as granted (never above the one asked for). */
   ttlMs: number;
   marginMs: number;
   /** performance.now() just before the acquire (or the renewal after a queue) was sent. */
   sentAt: number;
-  /** A set acquired together (`Client.lockAll`): every name's token, sorted. */
-  tokens?: Map<string, number>;
-  /** The service's signature (hex) of every lock's token, when it signs grants. */
-  signatures?: Map<string, string>;
 }
 
 /** The client-side deadline of a lease last renewed by a request sent at `sentAt`. */

@@ -11,14 +11,21 @@ import { after, before, describe, it } from "node:test";
 import { BadRequestError, Client, ForbiddenError, UnauthorizedError, UnavailableError } from "../src/index.js";
 import { SKIP, Server, tempDir, unique } from "./support.js";
 
-/** Makes a CA and a server certificate for 127.0.0.1 signed by it; why not, if openssl is missing. */
-function makeCerts(dir: string): string | false {
-  const run = (args: string[]): string | false => {
+/** Runs `openssl args` in `dir`: `false` when it succeeded, else why not (openssl missing, or its error). */
+function openssl(dir: string): (args: string[]) => string | false {
+  return (args) => {
     const r = spawnSync("openssl", args, { cwd: dir, encoding: "utf8" });
     if (r.error) return `openssl: ${r.error.message}`;
     return r.status === 0 ? false : `openssl ${args[0]}: ${r.stderr}`;
   };
-  const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+}
+
+/** A new P-256 key, unencrypted, for `openssl req`. */
+const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+
+/** Makes a CA and a server certificate for 127.0.0.1 signed by it; why not, if openssl is missing. */
+function makeCerts(dir: string): string | false {
+  const run = openssl(dir);
   writeFileSync(join(dir, "ext.cnf"), "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n");
   return (
     run(["req", "-x509", ...ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=fenced-test-ca"]) ||
@@ -32,12 +39,7 @@ function makeCerts(dir: string): string | false {
  * `stranger`, and another CA signing a `rogue` with `reports`' very subject.
  */
 function makeClientCerts(dir: string): string | false {
-  const run = (args: string[]): string | false => {
-    const r = spawnSync("openssl", args, { cwd: dir, encoding: "utf8" });
-    if (r.error) return `openssl: ${r.error.message}`;
-    return r.status === 0 ? false : `openssl ${args[0]}: ${r.stderr}`;
-  };
-  const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+  const run = openssl(dir);
   writeFileSync(join(dir, "client.cnf"), "extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n");
   const ca = (name: string) => run(["req", "-x509", ...ec, "-keyout", `${name}.key`, "-out", `${name}.pem`, "-days", "2", "-subj", `/CN=fenced test ${name}`]);
   const leaf = (ca: string, name: string, subj: string) =>

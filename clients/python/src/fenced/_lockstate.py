@@ -63,6 +63,13 @@ class LockState:
         counted from the send, so the guard starts fresh."""
         return _core.now() - started > self.ttl / 3
 
+    def first_renewal_failed(self, e: FencedError) -> None:
+        """The renewal :meth:`renew_first` sent failed with ``e``: when the server no longer
+        knows the lease, the acquire raises :class:`fenced.LockLost`; any other failure is
+        left to the guard's own keepalive, which retries until the deadline."""
+        if isinstance(e, LeaseNotFound):
+            raise LockLost(LostReason.LEASE_NOT_FOUND, self.name) from None
+
     @property
     def valid_until(self) -> float:
         return self._valid_until

@@ -6,7 +6,6 @@ lost (``async with`` then raises :class:`fenced.LockLost`)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import ssl
 import sys
 import weakref
@@ -15,19 +14,17 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional
 
 import httpx
 
-from . import _core, _store, _watch
+from . import _calls, _core, _store, _watch
 from ._lockstate import GrantView, LockState, Renewal
 from ._store import StoreRead
 from ._watch import WatchEvent
-from .client import _held_token, _named, _revoked_token, log
+from .client import log
 from .signing import GrantKeys
 from .errors import (
     FencedError,
-    LeaseNotFound,
     LockLost,
     LostReason,
     Missed,
-    NotHolder,
     StaleToken,
     Transport,
     Unavailable,
@@ -69,38 +66,29 @@ class AsyncClient(_core.ClientBase):
         return self.lock(name, ttl, 0.0, margin=margin, cancel_on_loss=cancel_on_loss, holder=holder)
 
     async def check(self, name: str, token: int) -> Tuple[bool, Optional[int]]:
-        body = {"token": _core.check_token(token)}
-        path = f"/v1/locks/{_core.segment(_core.check_name(name))}/check"
-        r = await self._call(lambda i: self._json(i, "POST", path, body))
-        return bool(r.get("current")), r.get("token")
+        return await self._run(_calls.check(name, token))
 
     async def grant_keys(self) -> GrantKeys:
         """``GET /v1/keys``: the keys that verify this service's grant signatures, for a
         :class:`fenced.gates.Verified` gate (fetch once, or configure them). Raises
         :class:`fenced.NotFound` (``not_signing``) when the service does not sign."""
-        return GrantKeys.from_json(await self._call(lambda i: self._json(i, "GET", "/v1/keys", None)))
+        return await self._run(_calls.grant_keys())
 
     async def lock_info(self, name: str) -> Dict[str, Any]:
         """``GET /v1/locks/{name}``, as :meth:`fenced.Client.lock_info` (``holder`` included)."""
-        path = f"/v1/locks/{_core.segment(_core.check_name(name))}"
-        return await self._call(lambda i: self._json(i, "GET", path, None))
+        return await self._run(_calls.lock_info(name))
 
     async def locks(self, prefix: Optional[str] = None) -> List[Dict[str, Any]]:
-        path = "/v1/locks" + (f"?prefix={_core.segment(prefix)}" if prefix else "")
-        return list((await self._call(lambda i: self._json(i, "GET", path, None)))["locks"])
+        return await self._run(_calls.locks(prefix))
 
     async def create_lease(self, ttl: float) -> str:
-        r = await self._call(lambda i: self._json(i, "POST", "/v1/leases", {"ttl_ms": _core.ms(ttl)}))
-        return str(r["lease_id"])
+        return await self._run(_calls.create_lease(ttl))
 
     async def keepalive(self, lease_id: str) -> float:
         return await self._keepalive(lease_id, self.request_timeout) / 1000.0
 
     async def revoke_lease(self, lease_id: str) -> None:
-        try:
-            await self._call(lambda i: self._json(i, "DELETE", f"/v1/leases/{lease_id}", None))
-        except LeaseNotFound:
-            pass
+        await self._run(_calls.revoke_lease(lease_id))
 
     async def revoke_lock(self, name: str, token: Optional[int] = None) -> int:
         """An operator's release, as :meth:`fenced.Client.revoke_lock`: the token taken;
@@ -108,10 +96,8 @@ class AsyncClient(_core.ClientBase):
         :class:`fenced.NotHolder` when nobody, or another token, holds it."""
         _core.check_name(name)
         if token is None:
-            token = _held_token(name, await self.lock_info(name))
-        body = {"token": _core.check_token(token)}
-        path = f"/v1/locks/{_core.segment(name)}/revoke"
-        return _revoked_token(await self._call(lambda i: self._json(i, "POST", path, body)))
+            token = _calls.held_token(name, await self.lock_info(name))
+        return await self._run(_calls.revoke_lock(name, token))
 
     def watch(self, prefix: str = "", since: Optional[int] = None) -> "AsyncWatch":
         """The events of names and keys under ``prefix``, as :meth:`fenced.Client.watch`:
@@ -140,12 +126,8 @@ class AsyncClient(_core.ClientBase):
         async def attempt(i: int) -> Dict[str, Any]:
             wait_left = run.wait_left()
             path, body = _core.acquire_request(name, run.lease, ttl_ms, _core.ms(wait_left), holder, names)
-            r = await self._send(i, "POST", path, body, {"content-type": "application/json"},
-                                 self.request_timeout + wait_left)
-            if not r.ok():
-                raise _named(r.error(), name)
-            grant: Dict[str, Any] = r.json()
-            return grant
+            r = await self._send(i, "POST", path, body, _calls.JSON_HEADERS, self.request_timeout + wait_left)
+            return _calls.acquire_answer(r, name)
 
         try:
             while True:
@@ -170,10 +152,8 @@ class AsyncClient(_core.ClientBase):
                 renewed = _core.now()
                 try:
                     state.extend(renewed, await self._keepalive(state.lease_id, self.request_timeout) / 1000.0)
-                except LeaseNotFound:
-                    raise LockLost(LostReason.LEASE_NOT_FOUND, name) from None
-                except FencedError:
-                    pass  # the guard's own keepalive retries until the deadline
+                except FencedError as e:
+                    state.first_renewal_failed(e)
             return state
         except BaseException:
             self._revoke_in_background(run.lease)  # a grant this call cannot hand out is given back
@@ -183,9 +163,8 @@ class AsyncClient(_core.ClientBase):
         """Best effort, in a task of its own: the acquire may be ending by cancellation."""
         async def revoke() -> None:
             try:
-                deadline = _core.now() + min(self.request_timeout, 3.0)
-                await self._call(lambda i: self._json(i, "DELETE", f"/v1/leases/{lease_id}", None, timeout=3.0),
-                                 deadline)
+                deadline = _core.now() + min(self.request_timeout, _calls.GIVE_BACK_TIMEOUT)
+                await self._run(_calls.revoke_lease(lease_id), deadline, _calls.GIVE_BACK_TIMEOUT)
             except FencedError as e:
                 log.debug("revoking the abandoned implicit lease: %s", e)
 
@@ -207,33 +186,28 @@ class AsyncClient(_core.ClientBase):
         task.add_done_callback(self._background.discard)
 
     async def _keepalive(self, lease_id: str, timeout: float) -> int:
+        call = _calls.keepalive(lease_id)
         deadline = _core.now() + timeout
-        r = await self._call(lambda i: self._json(i, "POST", f"/v1/leases/{lease_id}/keepalive", None,
-                                                  timeout=max(0.001, deadline - _core.now())), deadline)
-        return int(r["ttl_ms"])
+        return call.read(await self._call(lambda i: self._json(i, call, max(0.001, deadline - _core.now())),
+                                          deadline))
 
     async def _release(self, state: LockState) -> None:
-        path = f"/v1/locks/{_core.segment(state.name)}/release"
-        try:
-            if not state.tokens:  # a set: ending its lease (below) releases every lock of it
-                await self._call(lambda i: self._json(i, "POST", path, {"lease_id": state.lease_id}))
-        except (NotHolder, LeaseNotFound):
-            pass
-        try:
-            await self._call(lambda i: self._json(i, "DELETE", f"/v1/leases/{state.lease_id}", None))
-        except LeaseNotFound:
-            pass
+        for call in _calls.release(state.name, state.lease_id, bool(state.tokens)):
+            await self._run(call)
 
     # --- the plumbing ------------------------------------------------------------------------
 
-    async def _json(self, i: int, method: str, path: str, body: Optional[Dict[str, Any]],
-                    timeout: Optional[float] = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"content-type": "application/json"} if body is not None else {}
-        r = await self._send(i, method, path, data, headers, timeout or self.request_timeout)
-        if not r.ok():
-            raise r.error()
-        return None if r.status == 204 or not r.body else r.json()
+    async def _run(self, call: _calls.Call[T], deadline: Optional[float] = None,
+                   timeout: Optional[float] = None) -> T:
+        try:
+            return call.read(await self._call(lambda i: self._json(i, call, timeout), deadline))
+        except call.done_if:
+            return call.read(None)
+
+    async def _json(self, i: int, call: _calls.Call[Any], timeout: Optional[float] = None) -> Any:
+        data, headers = call.encoded()
+        return _calls.answer(await self._send(i, call.method, call.path, data, headers,
+                                              timeout or self.request_timeout))
 
     async def _call(self, fn: Callable[[int], Awaitable[T]], deadline: Optional[float] = None) -> T:
         return (await self._call_tried(fn, deadline))[0]

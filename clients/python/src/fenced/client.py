@@ -8,7 +8,6 @@ probed while a request waits on it (failover.rs's rule, see :class:`Client`).
 from __future__ import annotations
 
 import concurrent.futures as cf
-import json
 import logging
 import socket
 import ssl
@@ -20,20 +19,16 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Type, T
 
 import httpx
 
-from . import _core, _store, _watch
+from . import _calls, _core, _store, _watch
 from ._lockstate import GrantView, LockState, LostEvent, Renewal
 from ._store import StoreRead
 from ._watch import WatchEvent
 from .signing import GrantKeys
 from .errors import (
     FencedError,
-    LeaseNotFound,
-    LockHeld,
     LockLost,
     LostReason,
     Missed,
-    NotHolder,
-    ServerError,
     StaleToken,
     Transport,
     Unavailable,
@@ -113,33 +108,27 @@ class Client(_core.ClientBase):
     def check(self, name: str, token: int) -> Tuple[bool, Optional[int]]:
         """Whether ``token`` is still the current grant of ``name`` (Chubby's
         CheckSequencer), and the current holder's token."""
-        body = {"token": _core.check_token(token)}
-        path = f"/v1/locks/{_core.segment(_core.check_name(name))}/check"
-        r = self._call(lambda i: self._json(i, "POST", path, body))
-        return bool(r.get("current")), r.get("token")
+        return self._run(_calls.check(name, token))
 
     def grant_keys(self) -> GrantKeys:
         """``GET /v1/keys``: the keys that verify this service's grant signatures, for a
         :class:`fenced.gates.Verified` gate (fetch once, or configure them). Raises
         :class:`fenced.NotFound` (``not_signing``) when the service does not sign."""
-        return GrantKeys.from_json(self._call(lambda i: self._json(i, "GET", "/v1/keys", None)))
+        return self._run(_calls.grant_keys())
 
     def lock_info(self, name: str) -> Dict[str, Any]:
         """``GET /v1/locks/{name}``: held, token, expires_in_ms, waiters, blocked_for_ms,
         holder (the holder's label, ``None`` when it gave none or the lock is free)."""
-        path = f"/v1/locks/{_core.segment(_core.check_name(name))}"
-        return self._call(lambda i: self._json(i, "GET", path, None))
+        return self._run(_calls.lock_info(name))
 
     def locks(self, prefix: Optional[str] = None) -> List[Dict[str, Any]]:
         """``GET /v1/locks?prefix=P``: the locks whose names start with ``prefix``."""
-        path = "/v1/locks" + (f"?prefix={_core.segment(prefix)}" if prefix else "")
-        return list(self._call(lambda i: self._json(i, "GET", path, None))["locks"])
+        return self._run(_calls.locks(prefix))
 
     def create_lease(self, ttl: float) -> str:
         """A lease of ``ttl`` seconds for callers that manage leases themselves (a lock makes
         its own): its id. Keep it alive with :meth:`keepalive`."""
-        r = self._call(lambda i: self._json(i, "POST", "/v1/leases", {"ttl_ms": _core.ms(ttl)}))
-        return str(r["lease_id"])
+        return self._run(_calls.create_lease(ttl))
 
     def keepalive(self, lease_id: str) -> float:
         """Keeps a lease alive once: its TTL in seconds. :class:`fenced.LeaseNotFound` once
@@ -148,10 +137,7 @@ class Client(_core.ClientBase):
 
     def revoke_lease(self, lease_id: str) -> None:
         """Revokes a lease (its locks are released). A lease already gone is done."""
-        try:
-            self._call(lambda i: self._json(i, "DELETE", f"/v1/leases/{lease_id}", None))
-        except LeaseNotFound:
-            pass
+        self._run(_calls.revoke_lease(lease_id))
 
     def revoke_lock(self, name: str, token: Optional[int] = None) -> int:
         """An operator's release (``POST /v1/locks/{name}/revoke``): takes lock ``name``
@@ -167,10 +153,8 @@ class Client(_core.ClientBase):
         take the lock from the holder granted after the revoke."""
         _core.check_name(name)
         if token is None:
-            token = _held_token(name, self.lock_info(name))
-        body = {"token": _core.check_token(token)}
-        path = f"/v1/locks/{_core.segment(name)}/revoke"
-        return _revoked_token(self._call(lambda i: self._json(i, "POST", path, body)))
+            token = _calls.held_token(name, self.lock_info(name))
+        return self._run(_calls.revoke_lock(name, token))
 
     def watch(self, prefix: str = "", since: Optional[int] = None) -> "Watch":
         """The events of lock names and store keys that start with ``prefix`` (``""``: all),
@@ -228,10 +212,8 @@ class Client(_core.ClientBase):
                 renewed = _core.now()
                 try:
                     state.extend(renewed, self._keepalive(state.lease_id, self.request_timeout) / 1000.0)
-                except LeaseNotFound:
-                    raise LockLost(LostReason.LEASE_NOT_FOUND, name) from None
-                except FencedError:
-                    pass  # the guard's own keepalive retries until the deadline
+                except FencedError as e:
+                    state.first_renewal_failed(e)
             return state
         except BaseException:
             self._revoke_quietly(run.lease)  # a grant this call cannot hand out is given back
@@ -241,52 +223,43 @@ class Client(_core.ClientBase):
                     timeout: float, holder: Optional[str] = None, names: Optional[List[str]] = None) -> Dict[str, Any]:
         """One acquire on member ``i`` (:func:`_core.acquire_request`)."""
         path, body = _core.acquire_request(name, lease_id, ttl_ms, wait_ms, holder, names)
-        r = self._send(i, "POST", path, body, {"content-type": "application/json"}, timeout)
-        if not r.ok():
-            raise _named(r.error(), name)
-        grant: Dict[str, Any] = r.json()
-        return grant
+        return _calls.acquire_answer(self._send(i, "POST", path, body, _calls.JSON_HEADERS, timeout), name)
 
     def _revoke_quietly(self, lease_id: str) -> None:
         """Best effort: a grant made for a caller who left is given back at once."""
         try:
-            deadline = _core.now() + min(self.request_timeout, 3.0)
-            self._call(lambda i: self._json(i, "DELETE", f"/v1/leases/{lease_id}", None, timeout=3.0), deadline)
+            deadline = _core.now() + min(self.request_timeout, _calls.GIVE_BACK_TIMEOUT)
+            self._run(_calls.revoke_lease(lease_id), deadline, _calls.GIVE_BACK_TIMEOUT)
         except FencedError as e:
             log.debug("revoking the abandoned implicit lease: %s", e)
 
     # --- lease and lock calls the guard makes ----------------------------------------------
 
     def _keepalive(self, lease_id: str, timeout: float) -> int:
+        """One keepalive within ``timeout``, failovers included: the lease's TTL in ms."""
+        call = _calls.keepalive(lease_id)
         deadline = _core.now() + timeout
-        r = self._call(lambda i: self._json(i, "POST", f"/v1/leases/{lease_id}/keepalive", None,
-                                            timeout=max(0.001, deadline - _core.now())), deadline)
-        return int(r["ttl_ms"])
+        return call.read(self._call(lambda i: self._json(i, call, max(0.001, deadline - _core.now())), deadline))
 
     def _release(self, state: LockState) -> None:
-        """Releases the lock, then deletes its lease (a set: only the lease, which releases
-        every lock of it). Already released (not the holder, the lease gone) counts as done."""
-        path = f"/v1/locks/{_core.segment(state.name)}/release"
-        try:
-            if not state.tokens:
-                self._call(lambda i: self._json(i, "POST", path, {"lease_id": state.lease_id}))
-        except (NotHolder, LeaseNotFound):
-            pass
-        try:
-            self._call(lambda i: self._json(i, "DELETE", f"/v1/leases/{state.lease_id}", None))
-        except LeaseNotFound:
-            pass
+        """Gives the lock back (:func:`_calls.release`): released, then its lease deleted."""
+        for call in _calls.release(state.name, state.lease_id, bool(state.tokens)):
+            self._run(call)
 
     # --- the plumbing: members, attempts, one request ---------------------------------------
 
-    def _json(self, i: int, method: str, path: str, body: Optional[Dict[str, Any]],
-              timeout: Optional[float] = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"content-type": "application/json"} if body is not None else {}
-        r = self._send(i, method, path, data, headers, timeout or self.request_timeout)
-        if not r.ok():
-            raise r.error()
-        return None if r.status == 204 or not r.body else r.json()
+    def _run(self, call: _calls.Call[T], deadline: Optional[float] = None, timeout: Optional[float] = None) -> T:
+        """Makes ``call`` over the members (each attempt within ``timeout``, by default the
+        request time-out): what it reads of the answer."""
+        try:
+            return call.read(self._call(lambda i: self._json(i, call, timeout), deadline))
+        except call.done_if:
+            return call.read(None)
+
+    def _json(self, i: int, call: _calls.Call[Any], timeout: Optional[float] = None) -> Any:
+        """One attempt of ``call`` on member ``i``: the JSON of its answer."""
+        data, headers = call.encoded()
+        return _calls.answer(self._send(i, call.method, call.path, data, headers, timeout or self.request_timeout))
 
     def _call(self, fn: Callable[[int], T], deadline: Optional[float] = None) -> T:
         return self._call_tried(fn, deadline)[0]
@@ -818,27 +791,4 @@ def _shut(resp: httpx.Response) -> None:
             sock.shutdown(socket.SHUT_RDWR)
     except Exception:  # noqa: BLE001 - best effort: closed already, or not a socket
         pass
-
-
-def _held_token(name: str, view: Dict[str, Any]) -> int:
-    """The token of the current holder of ``name``, from its lock view; :class:`NotHolder`
-    when it is free."""
-    token = view.get("token")
-    if not view.get("held") or not isinstance(token, int) or isinstance(token, bool) or token < 1:
-        raise NotHolder(f"lock '{name}' is not held: nothing to revoke", code="not_holder")
-    return token
-
-
-def _revoked_token(r: Any) -> int:
-    token = r.get("token") if isinstance(r, dict) else None
-    if not isinstance(token, int) or isinstance(token, bool) or token < 1:
-        raise ServerError(f"a revoke answered without a token: {r}", code="bad_response")
-    return token
-
-
-def _named(e: FencedError, name: str) -> FencedError:
-    """A refused acquire's error, saying which lock."""
-    if isinstance(e, LockHeld):
-        return LockHeld(f"lock '{name}': {e.message}", code=e.code, status=e.status, details={**e.details, "name": name})
-    return e
 

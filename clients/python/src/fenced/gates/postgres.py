@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Tuple
 
-from ..errors import FencedError, NotFound
+from ..errors import NotFound
 from ._common import FENCE_COLUMN_DEFAULT, ident, need, rejected, sql_token, value_bytes
 
 need("psycopg", "postgres")
@@ -40,11 +40,7 @@ class PgKv:
             f"ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, {fc} = EXCLUDED.{fc} "
             f"WHERE {table}.{fc} <= EXCLUDED.{fc}"
         )
-        with self.conn.transaction():
-            if self.conn.execute(sql, (key, value_bytes(value), t)).rowcount == 1:
-                return
-            mark = self._mark(key)
-        raise _refused(key, t, mark)
+        self._gated(key, t, sql, (key, value_bytes(value), t))
 
     def read(self, key: str, token: int) -> Optional[bytes]:
         """One statement: advances the mark (creating the row with no value for a new key, so
@@ -56,28 +52,31 @@ class PgKv:
             f"ON CONFLICT (key) DO UPDATE SET {fc} = EXCLUDED.{fc} WHERE {table}.{fc} <= EXCLUDED.{fc} "
             f"RETURNING value"
         )
-        with self.conn.transaction():
-            row = self.conn.execute(sql, (key, t)).fetchone()
-            if row is not None:
-                return None if row[0] is None else bytes(row[0])
-            mark = self._mark(key)
-        raise _refused(key, t, mark)
+        row = self._gated(key, t, sql, (key, t)).fetchone()
+        return None if row[0] is None else bytes(row[0])
 
     def value(self, key: str) -> Optional[bytes]:
         """The value as it stands, read without a token (nothing moves)."""
         row = self.conn.execute(f"SELECT value FROM {self.table} WHERE key = %s", (key,)).fetchone()
         return None if row is None or row[0] is None else bytes(row[0])
 
+    def _gated(self, key: str, token: int, sql: str, params: Tuple[Any, ...]) -> Any:
+        """Runs the one conditional statement of a write or a read under ``token`` in its
+        transaction: its cursor when it passed the gate (the row inserted or updated). Else
+        the row's mark, read back in the same transaction, is above the token: the refusal
+        is raised."""
+        with self.conn.transaction():
+            cur = self.conn.execute(sql, params)
+            if cur.rowcount == 1:
+                return cur
+            mark = self._mark(key)
+        refusal = rejected(key, token, mark)
+        assert refusal is not None, "a conflicting row whose mark is not above the token was not updated"
+        raise refusal
+
     def _mark(self, key: str) -> Optional[int]:
         row = self.conn.execute(f"SELECT {FENCE_COLUMN_DEFAULT} FROM {self.table} WHERE key = %s", (key,)).fetchone()
         return None if row is None else int(row[0])
-
-
-def _refused(key: str, token: int, mark: Optional[int]) -> FencedError:
-    """The refusal of a statement that changed nothing: the row's mark is above the token."""
-    refusal = rejected(key, token, mark)
-    assert refusal is not None, "a conflicting row whose mark is not above the token was not updated"
-    return refusal
 
 
 class PgFence:
