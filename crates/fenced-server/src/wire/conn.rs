@@ -133,10 +133,16 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
     let (watch_tx, mut watch_rx) = tokio::sync::mpsc::channel(WATCH_FRAMES_QUEUED);
     let mut s = Session::new(app, remote, subject, watch_tx);
     let mut inbox = Inbox::default();
-    let mut closing = *stop.borrow();
+    let mut closing = *stop.borrow_and_update();
     let mut last_io = Instant::now();
     let mut idle_sleep = Box::pin(tokio::time::sleep(idle.unwrap_or(Duration::MAX / 4)));
     let mut frame_timer = FrameTimer::new();
+    // Made once, not at every turn of the loop: a fresh `changed()` would register with
+    // the watch and leave it again for every frame read.
+    let stopping = async move {
+        let _ = stop.wait_for(|stop| *stop).await;
+    };
+    tokio::pin!(stopping);
     loop {
         let was_held = inbox.held;
         let incomplete = inbox.take_frames(&mut s, frame_max);
@@ -179,8 +185,10 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
                 inc(&s.app.metrics.wire_frame_timeouts);
                 return;
             }
-            _ = tokio::time::sleep(HOLD_RECHECK), if inbox.held => {}
-            _ = stop.changed(), if !closing => closing = true,
+            // An async block: `select!` builds every branch's future, and a bare `sleep`
+            // would read the clock at every turn.
+            _ = async { tokio::time::sleep(HOLD_RECHECK).await }, if inbox.held => {}
+            _ = &mut stopping, if !closing => closing = true,
         }
     }
 }
