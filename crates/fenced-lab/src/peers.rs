@@ -86,9 +86,24 @@ pub(crate) fn fenced_server_args(listen: &str, data_dir: &Path, extra: &[&str]) 
     args
 }
 
-/// A free TCP port on 127.0.0.1 (free when asked; the service binds it just after).
+/// A free TCP port on 127.0.0.1 (free when asked; the service binds it just after),
+/// never handed out twice by one process and below the kernel's ephemeral range (32768
+/// and up by default), spread by the process id. The kernel's own choice (binding port
+/// 0) once gave two members of one test cluster the same port: the second could not
+/// bind, the first answered for both, and the cluster had no quorum; and an outgoing
+/// connection can take an ephemeral port between this call and the service's bind.
 pub fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0").context("bind a loopback port")?.local_addr()?.port())
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7919);
+    for _ in 0..SPAN {
+        let port = (FIRST + start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free loopback port between {FIRST} and {}", FIRST + SPAN)
 }
 
 /// Sends `sig` to a process. Errors only when the process is gone.

@@ -5,7 +5,6 @@
 //! not past the lease's deadline whatever the grace.
 #![cfg(feature = "client")]
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -32,7 +31,7 @@ struct Server {
 impl Server {
     fn start(tag: &str) -> Server {
         let data = TempDir::new("exec", tag);
-        let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let addr = crate::server::free_addr();
         let child = Command::new(BIN)
             .args(["server", "--listen", &addr.to_string(), "--data-dir"])
             .arg(data.0.join("data"))

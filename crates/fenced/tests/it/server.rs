@@ -3,7 +3,7 @@
 //! write; tokens only go up). The helpers serve the cluster tests too.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +15,7 @@ use serde_json::Value;
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_fenced");
 
 pub(crate) fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    SocketAddr::from(([127, 0, 0, 1], fenced_lab::peers::free_port().unwrap()))
 }
 
 /// A `fenced server` child; killed (SIGKILL) when dropped.
