@@ -133,7 +133,7 @@ pub async fn serve_conn<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>
     let (watch_tx, mut watch_rx) = tokio::sync::mpsc::channel(WATCH_FRAMES_QUEUED);
     let mut s = Session::new(app, remote, subject, watch_tx);
     let mut inbox = Inbox::default();
-    let mut closing = *stop.borrow_and_update();
+    let mut closing = *stop.borrow();
     let mut last_io = Instant::now();
     let mut idle_sleep = Box::pin(tokio::time::sleep(idle.unwrap_or(Duration::MAX / 4)));
     let mut frame_timer = FrameTimer::new();

@@ -39,10 +39,6 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> u16 {
-    fenced_lab::peers::free_port().unwrap()
-}
-
 fn livez(port: u16) -> bool {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
@@ -72,7 +68,7 @@ fn the_console_in_a_real_browser() {
         return;
     }
     let data = std::env::temp_dir().join(format!("fenced-console-it-{}", std::process::id()));
-    let port = free_port();
+    let port = fenced_lab::peers::free_port().unwrap();
     let server = Server(
         Command::new(env!("CARGO_BIN_EXE_fenced"))
             .args(["server", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
