@@ -93,17 +93,6 @@ export class Calls {
     throw errorFromAnswer(a.status, a.body, "revoking the lease");
   }
 
-  /** Releases `name` held under `leaseId`. Idempotent; a release that finds the lock no longer ours (`not_holder`, `lease_not_found`) is done. */
-  async release(name: string, leaseId: string): Promise<void> {
-    const deadline = performance.now() + this.requestTimeoutMs;
-    const path = `/v1/locks/${segment(name)}/release`;
-    const a = await this.#call(deadline, path, "POST", { lease_id: leaseId });
-    if (a.status === 200) return;
-    const e = errorFromAnswer(a.status, a.body, `releasing '${name}'`);
-    if (e.code === "not_holder" || e.code === "lease_not_found") return;
-    throw e;
-  }
-
   /**
    * An operator's revoke of `name`, only while `token` holds it: the token taken. Named,
    * it is safe to retry: a retry after a lost answer finds the lock free or held by the

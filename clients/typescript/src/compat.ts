@@ -10,7 +10,6 @@ export const REQUIRED_OPERATIONS: readonly (readonly [string, string])[] = [
   ["post", "/v1/leases/{}/keepalive"],
   ["delete", "/v1/leases/{}"],
   ["post", "/v1/locks/{}/acquire"],
-  ["post", "/v1/locks/{}/release"],
   ["post", "/v1/locks/{}/check"],
   ["get", "/v1/locks/{}"],
   ["put", "/v1/store/{}"],

@@ -51,7 +51,6 @@ export class Lock {
   readonly signature: string | undefined;
   /** Every lock's signature (hex), as `tokens`; empty when the service does not sign. */
   readonly signatures: ReadonlyMap<string, string>;
-  readonly #set: boolean;
 
   readonly #calls: Calls;
   #validUntil: number;
@@ -69,7 +68,6 @@ export class Lock {
     this.leaseId = grant.leaseId;
     this.ttlMs = grant.ttlMs;
     this.marginMs = grant.marginMs;
-    this.#set = grant.tokens !== undefined;
     this.tokens = grant.tokens ?? new Map([[grant.name, grant.token]]);
     this.signatures = grant.signatures ?? new Map();
     this.signature = this.signatures.get(grant.name);
@@ -130,15 +128,11 @@ export class Lock {
     this.#halt();
     let failure: unknown;
     try {
-      // A set: ending its lease (below) releases every lock of it.
-      if (!this.#set) await this.#calls.release(this.name, this.leaseId);
-    } catch (e) {
-      failure = e;
-    }
-    try {
+      // Ending the implicit lease, which only this lock (or set) used, releases every
+      // lock of it in one command (reported as a release).
       await this.#calls.revoke(this.leaseId);
     } catch (e) {
-      failure ??= e;
+      failure = e;
     }
     if (reason !== undefined) throw new LockLostError(reason, this.name);
     if (failure !== undefined) throw failure;

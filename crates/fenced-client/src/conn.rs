@@ -248,17 +248,6 @@ impl Conn {
         result
     }
 
-    pub async fn release_and_revoke(&self, name: &LockName, lease: LeaseId) -> Result<(Answer<()>, Answer<()>), Error> {
-        // Two answers: moved on together when the first says so.
-        let moves_on = |r: &Result<(Answer<()>, Answer<()>), Error>| match r {
-            Ok((Err(e), _)) => refused_as_follower(e),
-            Ok((Ok(()), _)) => false,
-            Err(e) => matches!(e, Error::Unavailable { .. }),
-        };
-        let deadline = Instant::now() + self.request_timeout();
-        self.members.each_by(deadline, |e| e.release_and_revoke(name, lease), moves_on).await.result
-    }
-
     pub async fn create_lease(&self, ttl_ms: u64) -> Result<Answer<(LeaseId, u64)>, Error> {
         self.each(|e| e.create_lease(ttl_ms)).await
     }

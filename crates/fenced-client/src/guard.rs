@@ -253,27 +253,12 @@ impl Drop for LockGuard {
     }
 }
 
-/// Releases the lock, then deletes the lease, which only this guard used. A lease the
-/// server no longer knows is already released.
+/// Gives the lock (or set) back by ending its implicit lease, which only this guard
+/// used: one command, which releases every lock of the lease (reported as released).
+/// A lease the server no longer knows is already released.
 async fn release_on_server(conn: &Conn, shared: &Shared) -> Result<(), Error> {
-    if !shared.also.is_empty() {
-        // A set: ending its lease releases every lock of it at once.
-        return match conn.revoke(shared.lease_id).await? {
-            Err(e) if !e.lease_gone() => Err(e.into_error()),
-            _ => Ok(()),
-        };
-    }
-    let (release, revoke) = conn.release_and_revoke(&shared.name, shared.lease_id).await?;
-    if let Err(e) = revoke {
-        if !e.lease_gone() {
-            return Err(e.into_error());
-        }
-    }
-    match release {
-        // Already released: the lease is gone, or someone else holds the lock now.
-        Err(e) if !e.lease_gone() && !matches!(e.refusal, Some(fenced_core::Error::NotHolder { .. })) => {
-            Err(e.into_error())
-        }
+    match conn.revoke(shared.lease_id).await? {
+        Err(e) if !e.lease_gone() => Err(e.into_error()),
         _ => Ok(()),
     }
 }

@@ -41,7 +41,8 @@ pub enum Command {
     AcquireAll(AcquireAll),
     /// Releases a lock the lease holds; the next waiter is granted at once.
     Release { name: LockName, lease: LeaseId },
-    /// Ends a lease now: its locks are released (no lock-delay) and its waits end.
+    /// Ends a lease now: its locks are released (no lock-delay) and its waits end. A
+    /// guard gives back a lock it acquired with an implicit lease by this one command.
     Revoke { lease: LeaseId },
     /// An operator's release by name: the lock is taken from its holder (with `token`,
     /// only if that is the holder's token), the next waiter is granted, the holder's

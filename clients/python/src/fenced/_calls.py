@@ -102,15 +102,11 @@ def revoke_lease(lease_id: str) -> Call[None]:
     return Call("DELETE", f"/v1/leases/{lease_id}", None, _nothing, (LeaseNotFound,))
 
 
-def release(name: str, lease_id: str, in_set: bool) -> List[Call[None]]:
-    """The calls that give a held lock back, in order: its release, then the end of its
-    lease (of a set acquired together, only the end of the lease, which releases every
-    lock of it). Already released (not the holder, the lease gone) counts as done."""
-    end = revoke_lease(lease_id)
-    if in_set:
-        return [end]
-    path = f"/v1/locks/{_core.segment(name)}/release"
-    return [Call("POST", path, {"lease_id": lease_id}, _nothing, (NotHolder, LeaseNotFound)), end]
+def release(lease_id: str) -> Call[None]:
+    """The call that gives a held lock (or a set) back: the end of the implicit lease it
+    was acquired with, which releases every lock of it in one command (reported as a
+    release). A lease already gone is already released."""
+    return revoke_lease(lease_id)
 
 
 def revoke_lock(name: str, token: int) -> Call[int]:

@@ -640,7 +640,6 @@ def moves_on(e: Optional[BaseException]) -> bool:
 #: The routes of API v1 this client calls, as ``/openapi.json`` spells them.
 API_ROUTES = (
     ("post", "/v1/locks/{name}/acquire"),
-    ("post", "/v1/locks/{name}/release"),
     ("post", "/v1/leases/{lease_id}/keepalive"),
     ("delete", "/v1/leases/{lease_id}"),
     ("put", "/v1/store/{key}"),

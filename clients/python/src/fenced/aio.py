@@ -192,8 +192,7 @@ class AsyncClient(_core.ClientBase):
                                           deadline))
 
     async def _release(self, state: LockState) -> None:
-        for call in _calls.release(state.name, state.lease_id, bool(state.tokens)):
-            await self._run(call)
+        await self._run(_calls.release(state.lease_id))
 
     # --- the plumbing ------------------------------------------------------------------------
 

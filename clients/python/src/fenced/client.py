@@ -242,9 +242,8 @@ class Client(_core.ClientBase):
         return call.read(self._call(lambda i: self._json(i, call, max(0.001, deadline - _core.now())), deadline))
 
     def _release(self, state: LockState) -> None:
-        """Gives the lock back (:func:`_calls.release`): released, then its lease deleted."""
-        for call in _calls.release(state.name, state.lease_id, bool(state.tokens)):
-            self._run(call)
+        """Gives the lock back (:func:`_calls.release`): its implicit lease ended."""
+        self._run(_calls.release(state.lease_id))
 
     # --- the plumbing: members, attempts, one request ---------------------------------------
 

@@ -188,32 +188,6 @@ impl Endpoint {
         }
     }
 
-    /// Releases `name` held under `lease`, then revokes the lease (on the wire, both
-    /// in one round trip: the server runs them in order).
-    pub async fn release_and_revoke(&self, name: &LockName, lease: LeaseId) -> Result<(Answer<()>, Answer<()>), Error> {
-        match self {
-            Endpoint::Http(t) => {
-                let path = format!("/v1/locks/{}/release", segment(name.as_str()));
-                let body = serde_json::json!({ "lease_id": lease.to_hex() });
-                let release = t.json(Method::POST, &path, &body, t.request_timeout).await?;
-                let path = format!("/v1/leases/{}", lease.to_hex());
-                let revoke = t.send(Method::DELETE, &path, &[], None, t.request_timeout).await?;
-                Ok((release.answer(|_| Ok(()))?, revoke.answer(|_| Ok(()))?))
-            }
-            Endpoint::Wire(m) => {
-                let reqs =
-                    [(Request::Release { name: name.as_str(), lease }, false), (Request::Revoke { lease }, false)];
-                let mut replies = m.call_many(&reqs, m.request_timeout).await?.into_iter();
-                let mut next = || match replies.next() {
-                    Some(Reply::Error(e)) => Ok(Err(e)),
-                    Some(Reply::Released | Reply::Done) => Ok(Ok(())),
-                    other => unexpected(other.unwrap_or(Reply::Done)),
-                };
-                Ok((next()?, next()?))
-            }
-        }
-    }
-
     /// A new lease of `ttl_ms`: its id and TTL.
     pub async fn create_lease(&self, ttl_ms: u64) -> Result<Answer<(LeaseId, u64)>, Error> {
         match self {

@@ -248,3 +248,38 @@ async fn a_watch_told_compacted_by_a_restarted_member_resumes_on_one_that_holds_
     collect(&mut w, &mut seen, Instant::now() + Duration::from_millis(3000)).await;
     assert_every_grant_seen(&granted, &seen);
 }
+
+/// A guard gives its lock back by ending its implicit lease (one command): the event
+/// says `released`, as a release, for one lock and for a set, on both transports; an
+/// operator's revoke of a lock still says `forced`.
+#[tokio::test]
+async fn a_guards_release_is_reported_as_released() {
+    let server = Server::start_wire(&[]).await;
+    let operator = client(&server.endpoint()); // an operator's revoke is served over HTTP
+    for (endpoint, p) in [(server.endpoint(), "http/"), (server.wire_endpoint(), "wire/")] {
+        let c = client(&endpoint);
+        let mut w = c.watch(p, Some(0));
+        let ttl = Duration::from_secs(5);
+        let one = c.lock(format!("{p}one")).ttl(ttl).acquire().await.expect("acquired");
+        let one_token = one.token().get();
+        one.release().await.expect("released");
+        let set = c.lock_all([format!("{p}a"), format!("{p}b")]).ttl(ttl).acquire().await.expect("acquired");
+        set.release().await.expect("released");
+        let taken = c.lock(format!("{p}taken")).ttl(ttl).acquire().await.expect("acquired");
+        operator.revoke_lock(&format!("{p}taken"), Some(taken.token())).await.expect("an operator's revoke");
+        let mut reasons = BTreeMap::new();
+        while reasons.len() < 4 {
+            let e = timeout(Duration::from_secs(3), w.next()).await.expect("in time").expect("the watch goes on");
+            if let EventKind::Released { name, token, reason } = e.kind {
+                if name.ends_with("one") {
+                    assert_eq!(token, one_token);
+                }
+                reasons.insert(name.trim_start_matches(p).to_owned(), reason);
+            }
+        }
+        let got: Vec<_> = reasons.iter().map(|(n, r)| (n.as_str(), r.as_str())).collect();
+        let want = [("a", "released"), ("b", "released"), ("one", "released"), ("taken", "forced")];
+        assert_eq!(got, want, "{endpoint}");
+        drop(taken);
+    }
+}

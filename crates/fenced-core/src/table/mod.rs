@@ -94,7 +94,10 @@ pub struct LockInfo {
 /// Why a holder stopped holding.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum ReleaseReason {
+    /// Given back by its holder: a `Release`, or the end (`Revoke`) of the implicit
+    /// lease it was acquired with.
     Released,
+    /// Its (explicit) lease was revoked, or the caller of its grant went away.
     Revoked,
     Expired,
     /// Taken from its holder by an operator (`Command::RevokeLock`).
@@ -592,11 +595,13 @@ impl LockTable {
         }
     }
 
+    /// Ends lease `id`. An implicit lease belongs to the one caller that acquired with
+    /// it, whose guard ends it to give its locks back: one command where a `Release`
+    /// and a `Revoke` took two, so its locks are reported `Released`, as a release.
     fn revoke(&mut self, id: LeaseId) -> Result<(), Error> {
-        if !self.leases.contains_key(&id) {
-            return Err(Error::LeaseNotFound);
-        }
-        self.end_lease(id, ReleaseReason::Revoked);
+        let Some(lease) = self.leases.get(&id) else { return Err(Error::LeaseNotFound) };
+        let reason = if lease.implicit { ReleaseReason::Released } else { ReleaseReason::Revoked };
+        self.end_lease(id, reason);
         Ok(())
     }
 

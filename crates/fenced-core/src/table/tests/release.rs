@@ -23,6 +23,27 @@ fn revoke_releases_everything_and_withdraws_waiters() {
 }
 
 #[test]
+fn ending_an_implicit_lease_is_its_holders_release() {
+    // A guard gives back a lock it acquired with an implicit lease by ending that
+    // lease: one command, reported as a release (not as a revoke), with no lock-delay.
+    let mut t = table();
+    let req = Acquire {
+        name: name("a"),
+        lease: LeaseRef::Implicit { id: LeaseId(3), ttl_ms: TTL },
+        wait_ms: 0,
+        lock_delay_ms: 500,
+        holder: None,
+    };
+    t.acquire(req, 0).unwrap();
+    t.grant_lease(LeaseId(1), TTL, 0).unwrap();
+    t.acquire(acq("a", 1, 1_000), 0).unwrap();
+    effects(&mut t);
+    t.revoke(LeaseId(3), 10).unwrap();
+    check(&mut t, &["10 released a token=1 Released", "10 granted a token=2 lease=1 waiter=3"]);
+    assert_eq!(t.revoke(LeaseId(3), 10), Err(Error::LeaseNotFound));
+}
+
+#[test]
 fn release_by_a_stranger_is_refused() {
     let mut t = table();
     t.grant_lease(LeaseId(1), TTL, 0).unwrap();
