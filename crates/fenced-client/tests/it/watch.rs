@@ -280,6 +280,5 @@ async fn a_guards_release_is_reported_as_released() {
         let got: Vec<_> = reasons.iter().map(|(n, r)| (n.as_str(), r.as_str())).collect();
         let want = [("a", "released"), ("b", "released"), ("one", "released"), ("taken", "forced")];
         assert_eq!(got, want, "{endpoint}");
-        drop(taken);
     }
 }
