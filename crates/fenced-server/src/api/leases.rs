@@ -6,7 +6,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use fenced_core::{Command, LeaseId, LeaseInfo};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::error::ErrorBody;
 use super::responses::NotLeaderOrShuttingDown;
@@ -26,6 +26,17 @@ pub struct CreateLease {
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Empty {}
+
+/// The path of a lease's routes, as the OpenAPI document describes it (the handlers
+/// take the id as a plain `Path<String>` and parse it themselves).
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct LeasePath {
+    /// 32 hexadecimal digits
+    #[param(pattern = "^[0-9a-fA-F]{32}$")]
+    lease_id: String,
+}
 
 /// A lease: its id (the capability to keep alive, release and revoke) and TTL.
 #[derive(Serialize, ToSchema)]
@@ -106,7 +117,7 @@ pub async fn revoke_lease(app: &AppInner, caller: &Caller, id: LeaseId) -> Resul
     r
 }
 
-#[utoipa::path(post, path = "/v1/leases/{lease_id}/keepalive", tag = "leases", operation_id = "keepalive", params(("lease_id" = String, Path, description = "32 hexadecimal digits", pattern = "^[0-9a-fA-F]{32}$")),
+#[utoipa::path(post, path = "/v1/leases/{lease_id}/keepalive", tag = "leases", operation_id = "keepalive", params(LeasePath),
     request_body(content = Option<Empty>, description = "empty, or {}"),
     responses(
         (status = 200, description = "kept alive: its TTL restarts", body = Lease),
@@ -127,7 +138,7 @@ pub async fn keepalive(
     Ok(reply(StatusCode::OK, &Lease { lease_id: id.to_hex(), ttl_ms }))
 }
 
-#[utoipa::path(delete, path = "/v1/leases/{lease_id}", tag = "leases", operation_id = "revoke_lease", params(("lease_id" = String, Path, description = "32 hexadecimal digits", pattern = "^[0-9a-fA-F]{32}$")),
+#[utoipa::path(delete, path = "/v1/leases/{lease_id}", tag = "leases", operation_id = "revoke_lease", params(LeasePath),
     responses(
         (status = 204, description = "revoked: its locks are released, its waits end"),
         (status = 400, description = "invalid_lease_id", body = ErrorBody),

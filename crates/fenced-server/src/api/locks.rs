@@ -1,9 +1,7 @@
 //! Lock calls: acquire (try, or wait server-side), release, check, and the views.
 
-use std::collections::HashMap;
-
 use axum::body::Body;
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use fenced_core::{
@@ -15,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::ErrorBody;
+use super::query::{ListQuery, QueryMap};
 use super::responses::{InvalidQuery, NotLeaderOrShuttingDown, RecoveringOrNotLeader, TooLarge};
 use super::{new_lease_id, parse_lease_id, reply, ApiError, App, AppInner, Caller};
 use crate::identity::Op;
@@ -367,10 +366,7 @@ pub async fn get_one(
 
 /// `GET /v1/locks?prefix=P&limit=N`.
 #[utoipa::path(get, path = "/v1/locks", tag = "locks", operation_id = "list_locks",
-    params(
-        ("prefix" = Option<String>, Query, description = "only names that start with it"),
-        ("limit" = Option<u64>, Query, description = "at most this many (default and bound: list_locks_max)", minimum = 1),
-    ),
+    params(ListQuery),
     responses(
         (status = 200, description = "locks in name order", body = LockList),
         InvalidQuery,
@@ -379,38 +375,14 @@ pub async fn get_one(
 pub async fn list(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
-    query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
+    query: QueryMap,
 ) -> Result<Response, ApiError> {
-    let (prefix, limit) = list_params(query, app.config.list_locks_max, app.config.lock_name_bytes_max, "lock name")?;
+    let (prefix, limit) = query.listing(app.config.list_locks_max, app.config.lock_name_bytes_max, "lock name")?;
     let (locks, now) = app.locks.read(|t, now| (t.locks_with_prefix(&prefix, limit), now)).await?;
     // An identity sees the locks it may lock, and no other (the page may come out short).
     let id = &caller.identity;
     let locks = locks.iter().filter(|l| id.allows(Op::Lock, l.name.as_str())).map(|l| lock_view(l, now)).collect();
     Ok(reply(StatusCode::OK, &LockList { locks }))
-}
-
-/// `prefix` and `limit` of a listing: the limit 1 to `max` (default `max`), the prefix
-/// no longer than `prefix_bytes_max` (nothing longer could match).
-pub(super) fn list_params(
-    query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
-    max: usize,
-    prefix_bytes_max: usize,
-    what: &str,
-) -> Result<(String, usize), ApiError> {
-    let Query(mut q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
-    let limit = match q.get("limit") {
-        None => max,
-        Some(s) => s
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=max).contains(n))
-            .ok_or_else(|| ApiError::bad_request("invalid_query", format!("limit is between 1 and {max}")))?,
-    };
-    let prefix = q.remove("prefix").unwrap_or_default();
-    if prefix.len() > prefix_bytes_max {
-        return Err(ApiError::bad_request("invalid_query", format!("the prefix is longer than any {what}")));
-    }
-    Ok((prefix, limit))
 }
 
 /// A lock as clients see it. The holder's lease id is not shown: it is the

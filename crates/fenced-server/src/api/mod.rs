@@ -8,6 +8,7 @@ pub mod forward;
 mod leases;
 mod locks;
 pub mod ops;
+mod query;
 mod raft;
 mod responses;
 mod store;

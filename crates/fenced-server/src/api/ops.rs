@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -15,6 +15,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::error::ErrorBody;
+use super::query::QueryMap;
 use super::responses::{InvalidQuery, MembershipChangeFailed, NotLeader};
 use super::{reply, ApiError, App};
 use crate::events::{Compacted, Indexed, Start};
@@ -329,11 +330,7 @@ pub async fn keys(State(app): State<App>) -> Result<Response, ApiError> {
         (status = 200, description = "the cluster", body = ClusterView),
         InvalidQuery,
     ))]
-pub async fn cluster(
-    State(app): State<App>,
-    query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
-) -> Result<Response, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+pub async fn cluster(State(app): State<App>, QueryMap(query): QueryMap) -> Result<Response, ApiError> {
     let digest = match query.get("digest").map(String::as_str) {
         None | Some("false") => false,
         Some("true") => true,
@@ -393,7 +390,7 @@ pub async fn events(
     State(app): State<App>,
     axum::extract::Extension(caller): axum::extract::Extension<super::Caller>,
     headers: axum::http::HeaderMap,
-    query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
+    query: QueryMap,
 ) -> Response {
     match open_events(app, caller, &headers, query) {
         Ok(r) => r,
@@ -431,9 +428,8 @@ fn open_events(
     app: App,
     caller: super::Caller,
     headers: &axum::http::HeaderMap,
-    query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
+    QueryMap(query): QueryMap,
 ) -> Result<Response, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
     let (start, prefix) = event_start(headers, &query)?;
     let watcher = Watcher::open(&app, caller.identity, start, prefix).map_err(compacted)?;
     let s =

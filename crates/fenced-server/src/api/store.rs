@@ -1,9 +1,8 @@
 //! The built-in fenced store: the reference resource guarded by the fence gate.
 
 use axum::body::Body;
-use std::collections::HashMap;
 
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use fenced_core::{Command, Quotas, StoreAnswer, StoreCommand, Token};
@@ -12,6 +11,7 @@ use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::ErrorBody;
+use super::query::QueryMap;
 use super::responses::{InvalidQuery, NotLeaderKnown, TooLarge};
 use super::{read_body, reply, ApiError, App, AppInner, Caller};
 use crate::identity::Op;
@@ -54,10 +54,7 @@ pub enum StoreWrite {
 /// sizes, in key order (what the live page shows). Values are not included. A
 /// ReadIndex read: never staler than the last write acknowledged anywhere.
 #[utoipa::path(get, path = "/v1/store", tag = "store", operation_id = "list_store_keys",
-    params(
-        ("prefix" = Option<String>, Query, description = "only keys that start with it"),
-        ("limit" = Option<u64>, Query, description = "at most this many (default and bound: list_locks_max)", minimum = 1),
-    ),
+    params(super::query::ListQuery),
     responses(
         (status = 200, description = "keys in key order, values not included", body = StoreKeys),
         InvalidQuery,
@@ -66,10 +63,10 @@ pub enum StoreWrite {
 pub async fn list(
     State(app): State<App>,
     Extension(caller): Extension<Caller>,
-    query: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
+    query: QueryMap,
 ) -> Result<Response, ApiError> {
     let max = app.config.list_locks_max;
-    let (prefix, limit) = super::locks::list_params(query, max, app.config.store_key_bytes_max, "key")?;
+    let (prefix, limit) = query.listing(max, app.config.store_key_bytes_max, "key")?;
     let keys = app.locks.read(|t, _| t.store().list(&prefix, limit)).await?;
     // An identity sees the keys it may read, and no other (the page may come out short).
     let keys = keys
