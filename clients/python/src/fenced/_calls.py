@@ -1,7 +1,7 @@
 """What the sync and the async client share of their lock and lease calls: what each sends
 (its arguments checked first), how its answer is read, and which refusals mean that its
-work was already done. No IO: ``Client._run`` and ``AsyncClient._run`` send a
-:class:`Call` their own way, over the members, as ``_store`` is for the store."""
+work was already done. No IO: :func:`fenced._flow.run` makes a :class:`Call` over the
+members, and each client drives that flow its own way."""
 
 from __future__ import annotations
 

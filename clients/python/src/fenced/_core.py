@@ -1,8 +1,9 @@
 """What the sync and the async client share: configuration, the deadline rule, what calls
 learn of the members of a cluster, and the check of the server's API.
 
-No network IO happens here; the two clients each do their own (threads and httpx.Client, or
-tasks and httpx.AsyncClient) around these pieces, so the rules exist once.
+No network IO happens here; the flows of ``_flow`` use these pieces, and the two clients
+each perform the flows' IO their own way (threads and httpx.Client, or tasks and
+httpx.AsyncClient), so the rules exist once.
 """
 
 from __future__ import annotations
@@ -309,10 +310,9 @@ def acquire_request(name: str, lease_id: str, ttl_ms: int, wait_ms: int, holder:
 
 
 class Acquiring:
-    """One acquire call's rule for asking again (the sync and the asyncio client step it,
-    each sleeping its own way): its implicit lease, its deadlines, the send time of the
-    first attempt that may have reached a member, and whether the lease must be given back
-    if the call ends now."""
+    """One acquire call's rule for asking again (:func:`fenced._flow.acquire` steps it):
+    its implicit lease, its deadlines, the send time of the first attempt that may have
+    reached a member, and whether the lease must be given back if the call ends now."""
 
     def __init__(self, wait_ms: int, request_timeout: float, members: int) -> None:
         #: The implicit lease every attempt of this call asks under.
@@ -549,8 +549,8 @@ HTTP_LIMITS = httpx.Limits(max_connections=64, max_keepalive_connections=16)
 
 class Walk:
     """One call's walk over the members (failover.rs): which member to try next, what each
-    attempt's outcome teaches, and the error once none answered in time. The sync and the
-    asyncio client drive it, each with its own attempts and pauses."""
+    attempt's outcome teaches, and the error once none answered in time
+    (:func:`fenced._flow.over` steps it)."""
 
     def __init__(self, members: Members, deadline: float) -> None:
         self._m = members

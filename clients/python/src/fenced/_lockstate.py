@@ -1,6 +1,6 @@
 """The state of a held lock that both guards share: the grant, the client-side deadline,
 the lost signal's one rule (set once, for the first reason, never cleared), and the
-keepalive schedule. No IO: the sync guard's threads and the async guard's tasks step it."""
+keepalive schedule. No IO: the guards' threads or tasks, and the flows of ``_flow``, step it."""
 
 from __future__ import annotations
 
@@ -122,7 +122,7 @@ class LockState:
 class Renewal:
     """The keepalive schedule of a held lock: every TTL/3 after the last successful send,
     a tenth of the TTL after a failed or skipped one, and each round sent against the
-    deadline it started under. Both guards' loops step it; they only sleep and send."""
+    deadline it started under. :func:`fenced._flow.renewing` steps it."""
 
     def __init__(self, state: LockState) -> None:
         self.state = state

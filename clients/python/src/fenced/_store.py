@@ -1,12 +1,12 @@
-"""What the sync and the async store share: the request of a fenced write or read and the
-reading of its answer. No IO: ``client.Store`` and ``aio.AsyncStore`` send them their own
-way."""
+"""What the sync and the async store share: the request of a fenced write or read, the
+reading of its answer, and the flows of both (:mod:`fenced._flow`). No IO:
+``client.Store`` and ``aio.AsyncStore`` drive the flows their own way."""
 
 from __future__ import annotations
 
 from typing import Dict, NamedTuple, Optional, Tuple
 
-from . import _core
+from . import _core, _flow
 from .errors import BadRequest, NotFound, ServerError, StaleToken, Unavailable
 from .signing import signed_headers
 
@@ -52,6 +52,27 @@ def outcome_unknown(e: StaleToken, token: int) -> Optional[Unavailable]:
         f"({e.message}): the first attempt may have been applied",
         code="outcome_unknown",
     )
+
+
+def put(c: _core.ClientBase, key: str, value: bytes, token: int, signature: Optional[str]) -> _flow.Flow[int]:
+    """A fenced write over the members: the key's mark after it (:meth:`fenced.Store.put`)."""
+    path, body, headers = put_request(key, value, token, signature)
+    try:
+        mark, _ = yield from _flow.over(c, lambda i: _flow.ask(c, i, "PUT", path, body, headers,
+                                                               lambda r: put_answer(r, token)))
+        return mark
+    except StaleToken as e:
+        unknown = outcome_unknown(e, token)
+        if unknown is None:
+            raise
+        raise unknown from e
+
+
+def read(c: _core.ClientBase, key: str, token: Optional[int], signature: Optional[str]) -> _flow.Flow[StoreRead]:
+    """A read, fenced with ``token``, over the members (:meth:`fenced.Store.read`)."""
+    path, headers = read_request(key, token, signature)
+    value, _ = yield from _flow.over(c, lambda i: _flow.ask(c, i, "GET", path, None, headers, read_answer))
+    return value
 
 
 def read_request(key: str, token: Optional[int], signature: Optional[str]) -> Tuple[str, Dict[str, str]]:

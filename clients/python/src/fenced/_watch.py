@@ -11,8 +11,9 @@ longer hold every event after it (410 ``compacted``), or a stream fell behind (a
 ``lagged`` event), the watch raises :class:`fenced.Missed` rather than going on with a
 gap.
 
-No network IO happens here; ``client.Watch`` and ``aio.AsyncWatch`` do their own around
-:class:`WatchState`.
+No network IO happens here: the flows below (:mod:`fenced._flow`) hold the rules of
+reading, reopening and resuming once; ``client.Watch`` and ``aio.AsyncWatch`` drive them,
+each opening, reading and closing its stream its own way.
 """
 
 from __future__ import annotations
@@ -20,12 +21,16 @@ from __future__ import annotations
 import json
 import logging
 import re
+import ssl
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Deque, Dict, Generic, Mapping, NamedTuple, Optional, TypeVar
+from typing import Any, Callable, Deque, Dict, Generic, Mapping, NamedTuple, Optional, TypeVar
+
+import httpx
 
 from . import _core
-from .errors import BadRequest, Missed, ServerError
+from ._flow import Flow, Io, over
+from .errors import BadRequest, Missed, ServerError, Unavailable
 
 #: No byte for this long (the server sends a comment at least every 15 s): the stream is
 #: taken for dead and reopened from the position.
@@ -43,7 +48,7 @@ BLOCK_BYTES_MAX = 64 << 10
 _DIGITS = re.compile(r"[0-9]{1,20}")
 
 log = logging.getLogger("fenced")
-C = TypeVar("C")
+C = TypeVar("C", bound=_core.ClientBase)
 
 
 @dataclass(frozen=True)
@@ -176,15 +181,122 @@ class WatchBase(Generic[C]):
     def __repr__(self) -> str:
         return f"<fenced.{type(self).__name__} prefix={self.prefix!r} position={self.position}>"
 
-    def _not_resumed(self, endpoint: str, e: BaseException) -> None:
-        """A member asked to resume the stream after ``compacted`` could not either."""
-        log.debug("watch of '%s': %s could not resume it either: %r", self.prefix, endpoint, e)
+    # The IO of each watch, which the flows below ask for (coroutine functions in AsyncWatch):
+    # open the stream from the position (with :func:`reopen`); keep a response as the stream
+    # (False when the watch was closed meanwhile: then it closes it); the next bytes of the
+    # stream (``None`` at its end; a broken stream raises); close the stream; a pause
+    # between two reopens (a close ends it).
+    _is_closed: Callable[[], bool]
+    _open: Callable[[], Any]
+    _take: Callable[[Any], Any]
+    _next_chunk: Callable[[], Any]
+    _drop: Callable[[], Any]
+    _pause: Callable[[float], Any]
+
+
+def next_event(w: WatchBase[Any]) -> Flow[Optional[WatchEvent]]:
+    """The next event of the watch; ``None`` once it is closed."""
+    while not w._is_closed():
+        event = yield from _step(w)
+        if event is not None:
+            return event
+    return None
+
+
+def opening(w: WatchBase[Any]) -> Flow[Optional[int]]:
+    """``open()``: reads until a stream is open and the server told its position (the
+    marker it sends first), keeping the events on the way for ``next``; the position."""
+    while not w._is_closed() and not w._st.ready(w._chunks is not None):
+        event = yield from _step(w, pending=False)  # reads more (the buffer was drained)
+        if event is not None:
+            w._st.pending.append(event)
+    return w._st.position
+
+
+def _step(w: WatchBase[Any], pending: bool = True) -> Flow[Optional[WatchEvent]]:
+    """One step: an event of the bytes received, else (re)opening the stream or reading
+    more of it; ``None`` when there is no event yet."""
+    event = w._st.take(pending)
+    if event is not None:
+        return event
+    if w._chunks is None:
+        yield from _try_open(w)
+        return None
+    chunk = yield from _read(w)
+    if chunk is None or not w._st.feed(chunk):
+        yield Io(w._drop, ())
+        w._st.broke()
+        w._reopening.broke()
+    else:
+        w._reopening.flowing()
+    return None
+
+
+def _try_open(w: WatchBase[Any]) -> Flow[None]:
+    """One try at (re)opening the stream, and the pause after a failed one
+    (:class:`Reopening`); raises the last :class:`fenced.Unavailable` when it has gone on
+    too long (a new ``next`` tries again)."""
+    try:
+        yield Io(w._open, ())
+    except Unavailable:
+        if w._is_closed():
+            return
+        pause = w._reopening.failed()
+        if pause is None:
+            raise
+        yield Io(w._pause, (pause,))
+
+
+def _read(w: WatchBase[Any]) -> Flow[Optional[bytes]]:
+    """The next bytes of the stream; ``None`` when it broke, ended or fell silent."""
+    try:
+        chunk: Optional[bytes] = yield Io(w._next_chunk, ())
+        return chunk
+    except (httpx.HTTPError, httpx.StreamError, OSError, ssl.SSLError) as e:
+        log.debug("the event stream of watch '%s' broke at position %s: %r", w.prefix, w.position, e)
+        return None
+    except Exception:  # noqa: BLE001 - a close from elsewhere can break the read any way
+        if w._is_closed():
+            return None
+        raise
+
+
+def reopen(w: WatchBase[Any], open_one: Callable[[int], Flow[Any]]) -> Flow[None]:
+    """Opens the stream from the position (``open_one(member)``: its response, within the
+    request time-out) on the member a call reaches, else after ``compacted`` on another
+    (:func:`_elsewhere`), and keeps it unless the watch was closed meanwhile."""
+    c = w._client
+    try:
+        resp, _ = yield from over(c, open_one, _core.now() + c.request_timeout)
+    except Missed as e:
+        resp = yield from _elsewhere(w, open_one, e)
+    if (yield Io(w._take, (resp,))):
+        w._st.opened()
+        log.debug("watch of '%s' opened on %s after position %s", w.prefix, resp.url, w.position)
+
+
+def _elsewhere(w: WatchBase[Any], open_one: Callable[[int], Flow[Any]], missed: Missed) -> Flow[Any]:
+    """After the member that answered said ``compacted`` (a member restarted from a
+    snapshot holds its events only from there on): each other member once, in turn, for
+    one that still holds the events after the position. Indexes are the same on every
+    member, so the stream resumes exactly where it was. :class:`Missed` only when none
+    does, or none could be asked."""
+    m = w._client._members
+    for i in m.others():
+        try:
+            resp = yield from open_one(i)
+        except Exception as e:  # noqa: BLE001 - any answer but the stream: the next member
+            log.debug("watch of '%s': %s could not resume it either: %r", w.prefix, m.endpoints[i], e)
+            continue
+        m.set_current(i)
+        return resp
+    raise w._st.refused(missed) from None
 
 
 class Reopening:
     """How long a broken watch goes on reopening its stream, and the pause between two
     tries: :data:`BACKOFF_FIRST` doubling up to :data:`BACKOFF_MAX`, for :data:`RETRY_FOR`
-    since the stream broke. Both watches step it; they only sleep and open."""
+    since the stream broke. The flows above step it."""
 
     def __init__(self) -> None:
         #: Reopening gives up after this long without a stream.

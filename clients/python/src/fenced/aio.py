@@ -10,26 +10,17 @@ import ssl
 import sys
 import weakref
 from types import TracebackType
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Set, Tuple, Type, TypeVar, cast
+from typing import Any, AsyncIterator, Awaitable, Dict, List, Optional, Set, Tuple, Type, TypeVar
 
 import httpx
 
-from . import _calls, _core, _store, _watch
-from ._lockstate import GrantView, LockState, Renewal
+from . import _calls, _core, _flow, _store, _watch
+from ._lockstate import GrantView, LockState
 from ._store import StoreRead
 from ._watch import WatchEvent
 from .client import log
 from .signing import GrantKeys
-from .errors import (
-    FencedError,
-    LockLost,
-    LostReason,
-    Missed,
-    StaleToken,
-    Transport,
-    Unavailable,
-    from_answer,
-)
+from .errors import FencedError, LockLost, LostReason, Transport, from_answer
 
 T = TypeVar("T")
 
@@ -94,10 +85,7 @@ class AsyncClient(_core.ClientBase):
         """An operator's release, as :meth:`fenced.Client.revoke_lock`: the token taken;
         without ``token`` the current holder's is read first and named;
         :class:`fenced.NotHolder` when nobody, or another token, holds it."""
-        _core.check_name(name)
-        if token is None:
-            token = _calls.held_token(name, await self.lock_info(name))
-        return await self._run(_calls.revoke_lock(name, token))
+        return await self._drive(_flow.revoke_lock(self, name, token))
 
     def watch(self, prefix: str = "", since: Optional[int] = None) -> "AsyncWatch":
         """The events of names and keys under ``prefix``, as :meth:`fenced.Client.watch`:
@@ -116,59 +104,20 @@ class AsyncClient(_core.ClientBase):
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
 
-    # --- acquire ---------------------------------------------------------------------------
+    # --- the calls the guard makes ----------------------------------------------------------
 
     async def _acquire(self, name: str, ttl: float, wait: float, margin: Optional[float],
                        holder: Optional[str] = None, names: Optional[List[str]] = None) -> LockState:
-        ttl_ms, wait_ms = _core.check_acquire(name, ttl, wait, margin, holder)
-        run = _core.Acquiring(wait_ms, self.request_timeout, len(self._members.endpoints))
+        return await self._drive(_flow.acquire(self, name, ttl, wait, margin, holder, names))
 
-        async def attempt(i: int) -> Dict[str, Any]:
-            wait_left = run.wait_left()
-            path, body = _core.acquire_request(name, run.lease, ttl_ms, _core.ms(wait_left), holder, names)
-            r = await self._send(i, "POST", path, body, _calls.JSON_HEADERS, self.request_timeout + wait_left)
-            return _calls.acquire_answer(r, name)
+    async def _keepalive(self, lease_id: str, timeout: float) -> int:
+        return await self._drive(_flow.keepalive(self, lease_id, timeout))
 
-        try:
-            while True:
-                sent = _core.now()
-                try:
-                    grant = await self._call(attempt, run.deadline)
-                except FencedError as e:
-                    pause = run.failed(e, sent)
-                    if pause is None:
-                        raise
-                    await asyncio.sleep(pause)
-                    continue
-                run.granted(sent)
-                break
-        finally:
-            if run.give_back:
-                self._revoke_in_background(run.lease)
-        assert run.sent_at is not None
-        try:
-            state = LockState.from_grant(name, grant, ttl_ms, margin, run.sent_at, names)
-            if state.renew_first(run.started):
-                renewed = _core.now()
-                try:
-                    state.extend(renewed, await self._keepalive(state.lease_id, self.request_timeout) / 1000.0)
-                except FencedError as e:
-                    state.first_renewal_failed(e)
-            return state
-        except BaseException:
-            self._revoke_in_background(run.lease)  # a grant this call cannot hand out is given back
-            raise
+    async def _release(self, state: LockState) -> None:
+        await self._run(_calls.release(state.lease_id))
 
-    def _revoke_in_background(self, lease_id: str) -> None:
-        """Best effort, in a task of its own: the acquire may be ending by cancellation."""
-        async def revoke() -> None:
-            try:
-                deadline = _core.now() + min(self.request_timeout, _calls.GIVE_BACK_TIMEOUT)
-                await self._run(_calls.revoke_lease(lease_id), deadline, _calls.GIVE_BACK_TIMEOUT)
-            except FencedError as e:
-                log.debug("revoking the abandoned implicit lease: %s", e)
-
-        self._spawn(revoke(), "revoking an abandoned implicit lease")
+    async def _run(self, call: _calls.Call[T]) -> T:
+        return await self._drive(_flow.run(self, call))
 
     def _spawn(self, coro: Awaitable[Any], what: str) -> None:
         """Runs ``coro`` in a task of its own, kept referenced until done; failures logged."""
@@ -185,123 +134,31 @@ class AsyncClient(_core.ClientBase):
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _keepalive(self, lease_id: str, timeout: float) -> int:
-        call = _calls.keepalive(lease_id)
-        deadline = _core.now() + timeout
-        return call.read(await self._call(lambda i: self._json(i, call, max(0.001, deadline - _core.now())),
-                                          deadline))
+    # --- the driver: the flows' requests, performed with tasks and httpx.AsyncClient ----------
 
-    async def _release(self, state: LockState) -> None:
-        await self._run(_calls.release(state.lease_id))
+    async def _drive(self, flow: _flow.Flow[T]) -> T:
+        return await _flow.adrive(flow, self._do)
 
-    # --- the plumbing ------------------------------------------------------------------------
-
-    async def _run(self, call: _calls.Call[T], deadline: Optional[float] = None,
-                   timeout: Optional[float] = None) -> T:
-        try:
-            return call.read(await self._call(lambda i: self._json(i, call, timeout), deadline))
-        except call.done_if:
-            return call.read(None)
-
-    async def _json(self, i: int, call: _calls.Call[Any], timeout: Optional[float] = None) -> Any:
-        data, headers = call.encoded()
-        return _calls.answer(await self._send(i, call.method, call.path, data, headers,
-                                              timeout or self.request_timeout))
-
-    async def _call(self, fn: Callable[[int], Awaitable[T]], deadline: Optional[float] = None) -> T:
-        return (await self._call_tried(fn, deadline))[0]
-
-    async def _call_tried(self, fn: Callable[[int], Awaitable[T]],
-                          deadline: Optional[float] = None) -> Tuple[T, bool]:
-        m = self._members
-        n = len(m.endpoints)
-        if n == 1:
-            return await fn(0), False
-        if deadline is None:
-            deadline = _core.now() + self.request_timeout
-        walk = _core.Walk(m, deadline)
-        for i in walk.members():
-            if i is None:
-                await asyncio.sleep(_core.ROUND_PAUSE)
-                continue
-            kind, value, exc = await self._attempt(i, fn, deadline)
-            if walk.attempted(i, kind, exc):
-                return value, walk.uncertain  # type: ignore[return-value]
-        raise walk.failure()
-
-    async def _attempt(self, i: int, fn: Callable[[int], Awaitable[T]],
-                       deadline: float) -> Tuple[str, Optional[T], Optional[FencedError]]:
-        m = self._members
-        half = m.attempt_timeout / 2
-        started = _core.now()
-        task = asyncio.ensure_future(fn(i))
-
-        def outcome() -> Tuple[str, Optional[T], Optional[FencedError]]:
-            exc = task.exception()
-            if exc is None:
-                return "answered", task.result(), None
-            if isinstance(exc, FencedError):
-                return "answered", None, exc
-            raise exc
-
-        try:
-            while True:
-                left = deadline - _core.now()
-                done, _ = await asyncio.wait({task}, timeout=max(0.0, min(half, left)))
-                if done:
-                    return outcome()
-                if _core.now() >= deadline:
-                    return "timedout", None, None
-                if m.found_silent_since(i, started):
-                    return "silent", None, None
-                if m.answered_within(i, half):
-                    continue
-                probe = asyncio.ensure_future(self._probe(i, half))
-                both = cast("Set[asyncio.Task[Any]]", {task, probe})
-                done, _ = await asyncio.wait(both, timeout=max(0.0, min(half, deadline - _core.now())),
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if task in done:
-                    probe.cancel()
-                    return outcome()
-                alive = probe.done() and not probe.cancelled() and probe.result()
-                probe.cancel()
-                if not alive:
-                    m.mark_silent(i)
-                    return "silent", None, None
-                m.mark_answered(i)
-        finally:
-            if not task.done():
-                task.cancel()
-
-    async def _probe(self, i: int, within: float) -> bool:
-        try:
-            r = await self._http.get(self._members.endpoints[i] + "/readyz", timeout=httpx.Timeout(within))
-            return r.status_code == 200 and r.json().get("leader") is True
-        except Exception:  # noqa: BLE001 - any failure is "not alive"
-            return False
-
-    async def _send(self, i: int, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
-                    timeout: float) -> _core.Reply:
-        if self._check_server and path.startswith("/v1/") and i not in self._checked:
-            r = await self._send_once(i, "GET", "/openapi.json", None, {}, self.request_timeout)
-            self._checked[i] = _core.check_api(self._members.endpoints[i], r.status, r.body)
-        retry = _core.Reconnect(len(self._members.endpoints))
-        while True:
-            try:
-                return await self._send_once(i, method, path, body, headers, timeout)
-            except Transport as e:
-                pause = retry.pause(e)
-                if pause is None:
-                    raise
-                await asyncio.sleep(pause)
+    async def _do(self, op: _flow.Op) -> Any:
+        """Performs one request of a flow (:mod:`fenced._flow`)."""
+        if isinstance(op, _flow.Send):
+            return await self._send_once(*op)
+        if isinstance(op, _flow.Sleep):
+            return await asyncio.sleep(op.seconds)
+        if isinstance(op, _flow.Spawn):
+            return asyncio.ensure_future(self._drive(op.flow))
+        if isinstance(op, _flow.Wait):
+            done, _ = await asyncio.wait(op.tasks, timeout=op.timeout, return_when=asyncio.FIRST_COMPLETED)
+            return done
+        if isinstance(op, _flow.BestEffort):
+            return self._spawn(self._drive(op.flow), op.what)
+        return await op.fn(*op.args)
 
     async def _open_stream(self, i: int, path: str, silence: float) -> httpx.Response:
         """``GET path`` on member ``i`` answered with a stream, as
         :meth:`fenced.Client._open_stream`: the response once its head came (within the
         request time-out), its body unread; at most ``silence`` between two bytes."""
-        if self._check_server and i not in self._checked:
-            r0 = await self._send_once(i, "GET", "/openapi.json", None, {}, self.request_timeout)
-            self._checked[i] = _core.check_api(self._members.endpoints[i], r0.status, r0.body)
+        await self._drive(_flow.check_server(self, i))
         url = self._members.endpoints[i] + path
         t = self._stream_timeouts(silence)
         req = self._http.build_request("GET", url, headers={"accept": "text/event-stream"}, timeout=t)
@@ -351,21 +208,14 @@ class AsyncWatch(_watch.WatchBase[AsyncClient]):
         return self
 
     async def __anext__(self) -> WatchEvent:
-        while True:
-            event = await self._step()
-            if event is not None:
-                return event
+        event = await self._client._drive(_watch.next_event(self))
+        if event is None:
+            raise StopAsyncIteration
+        return event
 
     async def open(self) -> Optional[int]:
         """Opens the stream now and reads until the server told its position; returns it."""
-        try:
-            while not self._st.ready(self._chunks is not None):
-                event = await self._step(pending=False)  # reads more (the buffer was drained)
-                if event is not None:
-                    self._st.pending.append(event)
-        except StopAsyncIteration:
-            pass
-        return self._st.position
+        return await self._client._drive(_watch.opening(self))
 
     async def aclose(self) -> None:
         """Ends the watch (idempotent): the stream is closed, the iteration stops."""
@@ -383,73 +233,33 @@ class AsyncWatch(_watch.WatchBase[AsyncClient]):
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
 
-    async def _step(self, pending: bool = True) -> Optional[WatchEvent]:
-        if self._closed:
-            raise StopAsyncIteration
-        event = self._st.take(pending)
-        if event is not None:
-            return event
-        if self._chunks is None:
-            try:
-                await self._open()
-            except Unavailable:
-                if self._closed:
-                    raise StopAsyncIteration from None
-                pause = self._reopening.failed()
-                if pause is None:
-                    raise
-                await asyncio.sleep(pause)
-            return None
-        chunk = await self._read()
-        if chunk is None or not self._st.feed(chunk):
-            await self._drop()
-            self._reopening.broke()
-        else:
-            self._reopening.flowing()
-        return None
+    # --- the IO the watch's flows ask for (:mod:`fenced._watch`) ---------------------------------
+
+    def _is_closed(self) -> bool:
+        return self._closed
 
     async def _open(self) -> None:
         path = self._st.path()
         c = self._client
-        try:
-            resp = await c._call(lambda i: c._open_stream(i, path, self._silence), _core.now() + c.request_timeout)
-        except Missed as e:
-            resp = await self._open_elsewhere(path, e)
+        await c._drive(_watch.reopen(self, lambda i: _flow.io(c._open_stream, i, path, self._silence)))
+
+    async def _take(self, resp: httpx.Response) -> bool:
         if self._closed:
             await resp.aclose()
-            return
+            return False
         self._resp = resp
         self._chunks = resp.aiter_bytes()
-        self._st.opened()
-        log.debug("watch of '%s' opened on %s after position %s", self.prefix, resp.url, self.position)
+        return True
 
-    async def _open_elsewhere(self, path: str, missed: Missed) -> httpx.Response:
-        """After ``compacted`` from the member that answered: each other member once, as
-        :meth:`fenced.Watch._open_elsewhere`."""
-        c = self._client
-        for i in c._members.others():
-            try:
-                resp = await asyncio.wait_for(c._open_stream(i, path, self._silence), c.request_timeout)
-            except Exception as e:  # noqa: BLE001 - any answer but the stream: the next member
-                self._not_resumed(c._members.endpoints[i], e)
-                continue
-            c._members.set_current(i)
-            return resp
-        raise self._st.refused(missed) from None
-
-    async def _read(self) -> Optional[bytes]:
+    async def _next_chunk(self) -> Optional[bytes]:
         assert self._chunks is not None
         try:
             return await self._chunks.__anext__()
         except StopAsyncIteration:
             return None
-        except (httpx.HTTPError, httpx.StreamError, OSError, ssl.SSLError) as e:
-            log.debug("the event stream of watch '%s' broke at position %s: %r", self.prefix, self.position, e)
-            return None
-        except Exception:  # noqa: BLE001 - an aclose from another task can break the read any way
-            if self._closed:
-                return None
-            raise
+
+    async def _pause(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
     async def _drop(self) -> None:
         resp, chunks = self._resp, self._chunks
@@ -464,7 +274,6 @@ class AsyncWatch(_watch.WatchBase[AsyncClient]):
                 await resp.aclose()
             except Exception:  # noqa: BLE001
                 pass
-        self._st.broke()
 
 
 class _LostAsyncEvent(asyncio.Event):
@@ -554,16 +363,7 @@ class AsyncLock(GrantView):
         if self._state.released:
             return
         self._finalizer.detach()
-        reason = self._state.lost_by_now()
-        self._keeper.stop()
-        self._state.released = True
-        try:
-            await self._client._release(self._state)
-        except FencedError:
-            if reason is None:
-                raise
-        if reason is not None:
-            raise LockLost(reason, self.name)
+        await self._client._drive(_flow.release(self._client, self._state, self._keeper.stop))
 
     def __repr__(self) -> str:
         return f"<fenced.AsyncLock {self.name!r} token={self.token} lost={self._state.reason}>"
@@ -588,7 +388,8 @@ class _AsyncKeeper:
         self.moved = asyncio.Event()
         state.on_lost = self._on_lost
         self.loop = asyncio.get_running_loop()
-        self.tasks = [self.loop.create_task(self._timer()), self.loop.create_task(self._keepalive_loop())]
+        self.tasks = [self.loop.create_task(self._timer()),
+                      self.loop.create_task(client._drive(_flow.renewing(client, self)))]
 
     def stop(self) -> None:
         for t in self.tasks:
@@ -630,26 +431,17 @@ class _AsyncKeeper:
                 pass
         st.past_deadline()
 
-    async def _keepalive_loop(self) -> None:
-        st = self.state
-        ka = Renewal(st)
-        while True:
-            await asyncio.sleep(ka.pause())
-            if st.past_deadline():
-                return
-            if ka.skipped(self.paused):
-                continue
-            sent = _core.now()
-            try:
-                ttl_ms = await self.client._keepalive(st.lease_id, ka.timeout(sent, self.client.request_timeout))
-            except FencedError as e:
-                if ka.failed(e):
-                    return
-                continue
-            if ka.too_late():
-                return
-            if ka.renewed(sent, ttl_ms):
-                self.moved.set()
+    # What the keepalive loop (:func:`_flow.renewing`) asks of its keeper; stop() cancels it.
+
+    async def rest(self, seconds: float) -> bool:
+        await asyncio.sleep(seconds)
+        return False
+
+    def is_stopped(self) -> bool:
+        return False
+
+    def wake(self) -> None:
+        self.moved.set()
 
 
 class AsyncStore:
@@ -659,28 +451,10 @@ class AsyncStore:
         self._client = client
 
     async def put(self, key: str, value: bytes, token: int, signature: Optional[str] = None) -> int:
-        path, body, headers = _store.put_request(key, value, token, signature)
-        c = self._client
-
-        async def put(i: int) -> int:
-            return _store.put_answer(await c._send(i, "PUT", path, body, headers, c.request_timeout), token)
-
-        try:
-            return (await c._call_tried(put))[0]
-        except StaleToken as e:
-            unknown = _store.outcome_unknown(e, token)
-            if unknown is None:
-                raise
-            raise unknown from e
+        return await self._client._drive(_store.put(self._client, key, value, token, signature))
 
     async def get(self, key: str, token: Optional[int] = None, signature: Optional[str] = None) -> Optional[bytes]:
         return (await self.read(key, token, signature)).value
 
     async def read(self, key: str, token: Optional[int] = None, signature: Optional[str] = None) -> StoreRead:
-        path, headers = _store.read_request(key, token, signature)
-        c = self._client
-
-        async def get(i: int) -> StoreRead:
-            return _store.read_answer(await c._send(i, "GET", path, None, headers, c.request_timeout))
-
-        return await c._call(get)
+        return await self._client._drive(_store.read(self._client, key, token, signature))

@@ -1,8 +1,10 @@
 """The synchronous client: ``fenced.Client``, its lock guard and the built-in store.
 
-Over ``httpx.Client``. The guard's keepalive and its deadline timer run in two daemon
-threads of their own; several endpoints use a small thread pool so that a member can be
-probed while a request waits on it (failover.rs's rule, see :class:`Client`).
+Over ``httpx.Client``. The decisions are :mod:`fenced._flow`'s, shared with the asyncio
+client; this module performs their IO. The guard's keepalive and its deadline timer run
+in two daemon threads of their own; with several endpoints each attempt runs in a daemon
+thread of its own, so that its member can be probed while it waits (failover.rs's rule,
+see :class:`Client`).
 """
 
 from __future__ import annotations
@@ -19,21 +21,12 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Type, T
 
 import httpx
 
-from . import _calls, _core, _store, _watch
-from ._lockstate import GrantView, LockState, LostEvent, Renewal
+from . import _calls, _core, _flow, _store, _watch
+from ._lockstate import GrantView, LockState, LostEvent
 from ._store import StoreRead
 from ._watch import WatchEvent
 from .signing import GrantKeys
-from .errors import (
-    FencedError,
-    LockLost,
-    LostReason,
-    Missed,
-    StaleToken,
-    Transport,
-    Unavailable,
-    from_answer,
-)
+from .errors import FencedError, LockLost, LostReason, Transport, from_answer
 
 log = logging.getLogger("fenced")
 T = TypeVar("T")
@@ -65,7 +58,6 @@ class Client(_core.ClientBase):
     """
 
     def _open(self, headers: Dict[str, str], verify: Any) -> None:
-        self._checked_mu = threading.Lock()
         self._http = httpx.Client(headers=headers, verify=verify, trust_env=False, limits=_core.HTTP_LIMITS)
         self.store = Store(self)
 
@@ -84,8 +76,7 @@ class Client(_core.ClientBase):
         characters, never a secret. The same label is sent on every retry and failover of
         this call. The server judges it: a bad one is :class:`fenced.BadRequest` with code
         ``invalid_holder``, and nothing is granted."""
-        state = self._acquire(name, ttl, wait, margin, holder)
-        return Lock(self, state)
+        return Lock(self, self._drive(_flow.acquire(self, name, ttl, wait, margin, holder)))
 
     def lock_all(self, names: List[str], ttl: float = 10.0, wait: float = 30.0, *, margin: Optional[float] = None,
                  holder: Optional[str] = None) -> "Lock":
@@ -97,8 +88,7 @@ class Client(_core.ClientBase):
         ``token`` are the first's; its lost signal is the lease's, and :meth:`Lock.release`
         ends the lease, which releases every one. Retries and failover as :meth:`lock`."""
         wanted = _core.check_names(names)
-        state = self._acquire(wanted[0], ttl, wait, margin, holder, wanted)
-        return Lock(self, state)
+        return Lock(self, self._drive(_flow.acquire(self, wanted[0], ttl, wait, margin, holder, wanted)))
 
     def try_lock(self, name: str, ttl: float = 10.0, *, margin: Optional[float] = None,
                  holder: Optional[str] = None) -> "Lock":
@@ -151,10 +141,7 @@ class Client(_core.ClientBase):
         Without ``token`` the current holder's is read first (``GET /v1/locks/{name}``) and
         named, so that a call retried on another member (its first answer lost) can never
         take the lock from the holder granted after the revoke."""
-        _core.check_name(name)
-        if token is None:
-            token = _calls.held_token(name, self.lock_info(name))
-        return self._run(_calls.revoke_lock(name, token))
+        return self._drive(_flow.revoke_lock(self, name, token))
 
     def watch(self, prefix: str = "", since: Optional[int] = None) -> "Watch":
         """The events of lock names and store keys that start with ``prefix`` (``""``: all),
@@ -177,191 +164,67 @@ class Client(_core.ClientBase):
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    # --- acquire ---------------------------------------------------------------------------
-
-    def _acquire(self, name: str, ttl: float, wait: float, margin: Optional[float],
-                 holder: Optional[str] = None, names: Optional[List[str]] = None) -> LockState:
-        ttl_ms, wait_ms = _core.check_acquire(name, ttl, wait, margin, holder)
-        run = _core.Acquiring(wait_ms, self.request_timeout, len(self._members.endpoints))
-
-        def attempt(i: int) -> Dict[str, Any]:
-            wait_left = run.wait_left()
-            return self._acquire_on(i, name, run.lease, ttl_ms, _core.ms(wait_left), self.request_timeout + wait_left,
-                                    holder, names)
-
-        try:
-            while True:
-                sent = _core.now()
-                try:
-                    grant = self._call(attempt, run.deadline)
-                except FencedError as e:
-                    pause = run.failed(e, sent)
-                    if pause is None:
-                        raise
-                    time.sleep(pause)
-                    continue
-                run.granted(sent)
-                break
-        finally:
-            if run.give_back:
-                self._revoke_quietly(run.lease)
-        assert run.sent_at is not None
-        try:
-            state = LockState.from_grant(name, grant, ttl_ms, margin, run.sent_at, names)
-            if state.renew_first(run.started):
-                renewed = _core.now()
-                try:
-                    state.extend(renewed, self._keepalive(state.lease_id, self.request_timeout) / 1000.0)
-                except FencedError as e:
-                    state.first_renewal_failed(e)
-            return state
-        except BaseException:
-            self._revoke_quietly(run.lease)  # a grant this call cannot hand out is given back
-            raise
-
-    def _acquire_on(self, i: int, name: str, lease_id: str, ttl_ms: int, wait_ms: int,
-                    timeout: float, holder: Optional[str] = None, names: Optional[List[str]] = None) -> Dict[str, Any]:
-        """One acquire on member ``i`` (:func:`_core.acquire_request`)."""
-        path, body = _core.acquire_request(name, lease_id, ttl_ms, wait_ms, holder, names)
-        return _calls.acquire_answer(self._send(i, "POST", path, body, _calls.JSON_HEADERS, timeout), name)
-
-    def _revoke_quietly(self, lease_id: str) -> None:
-        """Best effort: a grant made for a caller who left is given back at once."""
-        try:
-            deadline = _core.now() + min(self.request_timeout, _calls.GIVE_BACK_TIMEOUT)
-            self._run(_calls.revoke_lease(lease_id), deadline, _calls.GIVE_BACK_TIMEOUT)
-        except FencedError as e:
-            log.debug("revoking the abandoned implicit lease: %s", e)
-
-    # --- lease and lock calls the guard makes ----------------------------------------------
+    # --- the calls the guard and the tests make ---------------------------------------------
 
     def _keepalive(self, lease_id: str, timeout: float) -> int:
         """One keepalive within ``timeout``, failovers included: the lease's TTL in ms."""
-        call = _calls.keepalive(lease_id)
-        deadline = _core.now() + timeout
-        return call.read(self._call(lambda i: self._json(i, call, max(0.001, deadline - _core.now())), deadline))
+        return self._drive(_flow.keepalive(self, lease_id, timeout))
+
+    def _acquire_on(self, i: int, name: str, lease_id: str, ttl_ms: int, wait_ms: int,
+                    timeout: float, holder: Optional[str] = None, names: Optional[List[str]] = None) -> Dict[str, Any]:
+        """One acquire on member ``i`` (:func:`_flow.acquire_on`)."""
+        return self._drive(_flow.acquire_on(self, i, name, lease_id, ttl_ms, wait_ms, timeout, holder, names))
 
     def _release(self, state: LockState) -> None:
         """Gives the lock back (:func:`_calls.release`): its implicit lease ended."""
         self._run(_calls.release(state.lease_id))
 
-    # --- the plumbing: members, attempts, one request ---------------------------------------
+    def _run(self, call: _calls.Call[T]) -> T:
+        return self._drive(_flow.run(self, call))
 
-    def _run(self, call: _calls.Call[T], deadline: Optional[float] = None, timeout: Optional[float] = None) -> T:
-        """Makes ``call`` over the members (each attempt within ``timeout``, by default the
-        request time-out): what it reads of the answer."""
-        try:
-            return call.read(self._call(lambda i: self._json(i, call, timeout), deadline))
-        except call.done_if:
-            return call.read(None)
+    # --- the driver: the flows' requests, performed with threads and httpx.Client ------------
 
-    def _json(self, i: int, call: _calls.Call[Any], timeout: Optional[float] = None) -> Any:
-        """One attempt of ``call`` on member ``i``: the JSON of its answer."""
-        data, headers = call.encoded()
-        return _calls.answer(self._send(i, call.method, call.path, data, headers, timeout or self.request_timeout))
+    def _drive(self, flow: _flow.Flow[T]) -> T:
+        return _flow.drive(flow, self._do)
 
-    def _call(self, fn: Callable[[int], T], deadline: Optional[float] = None) -> T:
-        return self._call_tried(fn, deadline)[0]
-
-    def _call_tried(self, fn: Callable[[int], T], deadline: Optional[float] = None) -> Tuple[T, bool]:
-        """Runs ``fn(member)`` on the current member and on the next ones while the outcome
-        moves on (or the member falls silent), until ``deadline``. Returns the value and
-        whether an earlier attempt may have reached a member (then its effect is unknown)."""
-        m = self._members
-        n = len(m.endpoints)
-        if n == 1:
-            return fn(0), False
-        if deadline is None:
-            deadline = _core.now() + self.request_timeout
-        walk = _core.Walk(m, deadline)
-        for i in walk.members():
-            if i is None:
-                time.sleep(_core.ROUND_PAUSE)
-                continue
-            kind, value, exc = self._attempt(i, fn, deadline)
-            if walk.attempted(i, kind, exc):
-                return value, walk.uncertain  # type: ignore[return-value]
-        raise walk.failure()
+    def _do(self, op: _flow.Op) -> Any:
+        """Performs one request of a flow (:mod:`fenced._flow`)."""
+        if isinstance(op, _flow.Send):
+            return self._send_once(*op)
+        if isinstance(op, _flow.Sleep):
+            return time.sleep(op.seconds)
+        if isinstance(op, _flow.Spawn):
+            flow = op.flow
+            return self._in_thread(lambda: self._drive(flow))
+        if isinstance(op, _flow.Wait):
+            return cf.wait(op.tasks, op.timeout, cf.FIRST_COMPLETED).done
+        if isinstance(op, _flow.BestEffort):
+            return self._drive(op.flow)
+        return op.fn(*op.args)
 
     @staticmethod
-    def _in_thread(fn: Callable[[int], T], i: int) -> "cf.Future[T]":
-        """Runs ``fn(i)`` in a daemon thread of its own: a request left on a silent member
-        must not hold up the caller, nor the interpreter's exit."""
+    def _in_thread(fn: Callable[[], T]) -> "cf.Future[T]":
+        """Runs ``fn()`` in a daemon thread of its own: a request left on a silent member
+        must not hold up the caller, nor the interpreter's exit. It cannot be cancelled: its
+        request ends by its own time-out."""
         fut: "cf.Future[T]" = cf.Future()
+        fut.set_running_or_notify_cancel()
 
         def run() -> None:
             try:
-                fut.set_result(fn(i))
+                fut.set_result(fn())
             except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
                 fut.set_exception(e)
 
         threading.Thread(target=run, name="fenced-call", daemon=True).start()
         return fut
 
-    def _attempt(self, i: int, fn: Callable[[int], T], deadline: float) -> Tuple[str, Optional[T], Optional[FencedError]]:
-        """Waits for ``fn(i)`` while member ``i`` shows it is alive (failover.rs)."""
-        m = self._members
-        half = m.attempt_timeout / 2
-        started = _core.now()
-        fut = self._in_thread(fn, i)
-        while True:
-            left = deadline - _core.now()
-            try:
-                value = fut.result(timeout=max(0.0, min(half, left)))
-                return "answered", value, None
-            except cf.TimeoutError:
-                pass
-            except FencedError as e:
-                return "answered", None, e
-            if _core.now() >= deadline:
-                return "timedout", None, None
-            if m.found_silent_since(i, started):
-                return "silent", None, None
-            if m.answered_within(i, half):
-                continue
-            probe_deadline = _core.now() + half
-            alive = self._probe(i, half)
-            if fut.done():
-                continue  # answered meanwhile: read it at the top
-            if not alive:
-                m.mark_silent(i)
-                return "silent", None, None
-            m.mark_answered(i)
-            # The probe's own time is part of the wait for the request.
-            rest = probe_deadline - _core.now()
-            if rest > 0 and not fut.done():
-                try:
-                    value = fut.result(timeout=min(rest, max(0.0, deadline - _core.now())))
-                    return "answered", value, None
-                except cf.TimeoutError:
-                    pass
-                except FencedError as e:
-                    return "answered", None, e
-
-    def _probe(self, i: int, within: float) -> bool:
-        """Whether member ``i`` answers ``GET /readyz`` with ``leader: true`` within ``within``."""
+    def _bounded(self, fn: Callable[[], T], what: str) -> T:
+        """``fn()`` in a thread of its own, waited for the request time-out at most."""
         try:
-            r = self._http.get(self._members.endpoints[i] + "/readyz", timeout=httpx.Timeout(within))
-            return r.status_code == 200 and r.json().get("leader") is True
-        except Exception:  # noqa: BLE001 - any failure is "not alive"
-            return False
-
-    def _send(self, i: int, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
-              timeout: float) -> _core.Reply:
-        """One request to member ``i``, after its API check. A connection that could not be
-        opened is retried (the request never left) with one endpoint; any other failure is
-        :class:`Transport` with ``sent=True``, for the caller to decide."""
-        if self._check_server and path.startswith("/v1/") and i not in self._checked:
-            self._check(i)
-        retry = _core.Reconnect(len(self._members.endpoints))
-        while True:
-            try:
-                return self._send_once(i, method, path, body, headers, timeout)
-            except Transport as e:
-                pause = retry.pause(e)
-                if pause is None:
-                    raise
-                time.sleep(pause)
+            return self._in_thread(fn).result(timeout=self.request_timeout)
+        except cf.TimeoutError:
+            raise Transport(f"{what}: no answer within {int(self.request_timeout * 1000)} ms") from None
 
     def _send_once(self, i: int, method: str, path: str, body: Optional[bytes], headers: Dict[str, str],
                    timeout: float) -> _core.Reply:
@@ -379,8 +242,7 @@ class Client(_core.ClientBase):
         event stream): the response once its head came, its body unread. Between two
         bytes of it at most ``silence`` passes (httpx's read time-out). An error answer is
         read whole, and raised."""
-        if self._check_server and i not in self._checked:
-            self._check(i)
+        self._drive(_flow.check_server(self, i))
         url = self._members.endpoints[i] + path
         t = self._stream_timeouts(silence)
         req = self._http.build_request("GET", url, headers={"accept": "text/event-stream"}, timeout=t)
@@ -397,15 +259,6 @@ class Client(_core.ClientBase):
         finally:
             r.close()
         raise from_answer(r.status_code, body)
-
-    def _check(self, i: int) -> None:
-        with self._checked_mu:
-            if i in self._checked:
-                return
-        r = self._send_once(i, "GET", "/openapi.json", None, {}, self.request_timeout)
-        version = _core.check_api(self._members.endpoints[i], r.status, r.body)
-        with self._checked_mu:
-            self._checked[i] = version
 
 
 class Lock(GrantView):
@@ -440,16 +293,7 @@ class Lock(GrantView):
         if self._state.released:
             return
         self._finalizer.detach()
-        reason = self._state.lost_by_now()
-        self._keeper.stop()
-        self._state.released = True
-        try:
-            self._client._release(self._state)
-        except FencedError:
-            if reason is None:
-                raise
-        if reason is not None:
-            raise LockLost(reason, self.name)
+        self._client._drive(_flow.release(self._client, self._state, self._keeper.stop))
 
     def __enter__(self) -> "Lock":
         return self
@@ -526,6 +370,18 @@ class _Keeper:
 
         threading.Thread(target=release, name=f"fenced-release:{self.state.name}", daemon=True).start()
 
+    # What the keepalive loop (:func:`_flow.renewing`) asks of its keeper.
+
+    def rest(self, seconds: float) -> bool:
+        return self.stopped.wait(seconds)
+
+    def is_stopped(self) -> bool:
+        return self.stopped.is_set()
+
+    def wake(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
     def _timer(self) -> None:
         st = self.state
         with self.cond:
@@ -538,29 +394,7 @@ class _Keeper:
             st.past_deadline()
 
     def _keepalive_loop(self) -> None:
-        st = self.state
-        ka = Renewal(st)
-        while not self.stopped.wait(ka.pause()):
-            if st.past_deadline():
-                return
-            if ka.skipped(self.paused):
-                continue
-            sent = _core.now()
-            try:
-                ttl_ms = self.client._keepalive(st.lease_id, ka.timeout(sent, self.client.request_timeout))
-            except FencedError as e:
-                if ka.failed(e, self.stopped.is_set()):
-                    return
-                continue
-            except Exception as e:  # noqa: BLE001 - a bug must not leave the lock looking valid
-                log.error("keepalive of lock '%s' crashed: %r", st.name, e)
-                ka.retry_later()
-                continue
-            if self.stopped.is_set() or ka.too_late():
-                return
-            if ka.renewed(sent, ttl_ms):
-                with self.cond:
-                    self.cond.notify_all()
+        self.client._drive(_flow.renewing(self.client, self))
 
 
 class Store:
@@ -576,17 +410,7 @@ class Store:
 
         Retried on another member after one fell silent, a write refused as stale is
         raised as :class:`fenced.Unavailable`: the first attempt may have been applied."""
-        path, body, headers = _store.put_request(key, value, token, signature)
-        c = self._client
-        try:
-            mark, _ = c._call_tried(lambda i: _store.put_answer(c._send(i, "PUT", path, body, headers,
-                                                                        c.request_timeout), token))
-            return mark
-        except StaleToken as e:
-            unknown = _store.outcome_unknown(e, token)
-            if unknown is None:
-                raise
-            raise unknown from e
+        return self._client._drive(_store.put(self._client, key, value, token, signature))
 
     def get(self, key: str, token: Optional[int] = None, signature: Optional[str] = None) -> Optional[bytes]:
         """The value under ``key`` (``None`` if absent); with ``token`` a fenced read, which
@@ -595,9 +419,7 @@ class Store:
 
     def read(self, key: str, token: Optional[int] = None, signature: Optional[str] = None) -> StoreRead:
         """:meth:`get` with the key's mark after the read."""
-        path, headers = _store.read_request(key, token, signature)
-        c = self._client
-        return c._call(lambda i: _store.read_answer(c._send(i, "GET", path, None, headers, c.request_timeout)))
+        return self._client._drive(_store.read(self._client, key, token, signature))
 
 
 class Watch(_watch.WatchBase[Client]):
@@ -621,50 +443,16 @@ class Watch(_watch.WatchBase[Client]):
         return self
 
     def __next__(self) -> WatchEvent:
-        while True:
-            event = self._step()
-            if event is not None:
-                return event
+        event = self._client._drive(_watch.next_event(self))
+        if event is None:
+            raise StopIteration
+        return event
 
     def open(self) -> Optional[int]:
         """Opens the stream now, if it is not open, and reads until the server told its
         position (the marker it sends first): a watch from now starts here rather than at
         the first ``next``. Returns :attr:`position`."""
-        try:
-            while not self._st.ready(self._chunks is not None):
-                event = self._step(pending=False)  # reads more (the buffer was drained)
-                if event is not None:
-                    self._st.pending.append(event)
-        except StopIteration:
-            pass
-        return self._st.position
-
-    def _step(self, pending: bool = True) -> Optional[WatchEvent]:
-        """One step: an event of the bytes received, else (re)opening the stream or reading
-        more of it; ``None`` when there is no event yet."""
-        if self._closed.is_set():
-            raise StopIteration
-        event = self._st.take(pending)
-        if event is not None:
-            return event
-        if self._chunks is None:
-            try:
-                self._open()
-            except Unavailable:
-                if self._closed.is_set():
-                    raise StopIteration from None
-                pause = self._reopening.failed()
-                if pause is None:
-                    raise  # a new next() tries again
-                self._closed.wait(pause)
-            return None
-        chunk = self._read()
-        if chunk is None or not self._st.feed(chunk):
-            self._drop()
-            self._reopening.broke()
-        else:
-            self._reopening.flowing()
-        return None
+        return self._client._drive(_watch.opening(self))
 
     def close(self) -> None:
         """Ends the watch (idempotent): the stream is closed, ``next`` stops iterating."""
@@ -684,6 +472,11 @@ class Watch(_watch.WatchBase[Client]):
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    # --- the IO the watch's flows ask for (:mod:`fenced._watch`) ---------------------------------
+
+    def _is_closed(self) -> bool:
+        return self._closed.is_set()
+
     def _open(self) -> None:
         path = self._st.path()
         c = self._client
@@ -698,66 +491,33 @@ class Watch(_watch.WatchBase[Client]):
                 opening.responses.append(r)
             return r
 
-        resp: Optional[httpx.Response] = None
+        def open_one(i: int) -> _flow.Flow[httpx.Response]:
+            return _flow.io(c._bounded, lambda: open_on(i), f"{c._members.endpoints[i]}{path}")
+
         try:
-            if len(c._members.endpoints) == 1:
-                fut = c._in_thread(open_on, 0)
-                try:
-                    resp = fut.result(timeout=c.request_timeout)
-                except cf.TimeoutError:
-                    raise Transport(f"{c._members.endpoints[0]}{path}: no answer within "
-                                    f"{int(c.request_timeout * 1000)} ms") from None
-            else:
-                resp = c._call(open_on, _core.now() + c.request_timeout)
-        except Missed as e:
-            resp = self._open_elsewhere(open_on, e)
+            c._drive(_watch.reopen(self, open_one))
         finally:
             with opening.mu:
                 opening.done = True
-                late = [r for r in opening.responses if r is not resp]
+                late = [r for r in opening.responses if r is not self._resp]
             for r in late:
                 r.close()
-        assert resp is not None
+
+    def _take(self, resp: httpx.Response) -> bool:
         with self._mu:
             if self._closed.is_set():
                 resp.close()
-                return
+                return False
             self._resp = resp
             self._chunks = resp.iter_bytes()
-        self._st.opened()
-        log.debug("watch of '%s' opened on %s after position %s", self.prefix, resp.url, self.position)
+        return True
 
-    def _open_elsewhere(self, open_on: Callable[[int], httpx.Response], missed: Missed) -> httpx.Response:
-        """After the member that answered said ``compacted`` (a member restarted from a
-        snapshot holds its events only from there on): each other member once, in turn,
-        for one that still holds the events after the position. Indexes are the same on
-        every member, so the stream resumes exactly where it was. :class:`Missed` only
-        when none does, or none could be asked."""
-        c = self._client
-        for i in c._members.others():
-            try:
-                resp = c._in_thread(open_on, i).result(timeout=c.request_timeout)
-            except Exception as e:  # noqa: BLE001 - any answer but the stream: the next member
-                self._not_resumed(c._members.endpoints[i], e)
-                continue
-            c._members.set_current(i)
-            return resp
-        raise self._st.refused(missed) from None
-
-    def _read(self) -> Optional[bytes]:
-        """The next bytes of the stream; ``None`` when it broke, ended or fell silent."""
+    def _next_chunk(self) -> Optional[bytes]:
         assert self._chunks is not None
-        try:
-            return next(self._chunks)
-        except StopIteration:
-            return None
-        except (httpx.HTTPError, httpx.StreamError, OSError, ssl.SSLError) as e:
-            log.debug("the event stream of watch '%s' broke at position %s: %r", self.prefix, self.position, e)
-            return None
-        except Exception:  # noqa: BLE001 - a close from another thread can break the read any way
-            if self._closed.is_set():
-                return None
-            raise
+        return next(self._chunks, None)
+
+    def _pause(self, seconds: float) -> None:
+        self._closed.wait(seconds)
 
     def _drop(self) -> None:
         with self._mu:
@@ -767,7 +527,6 @@ class Watch(_watch.WatchBase[Client]):
                 resp.close()
             except Exception:  # noqa: BLE001 - a broken stream may fail to close
                 pass
-        self._st.broke()
 
 
 class _Opening:
