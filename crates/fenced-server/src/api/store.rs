@@ -11,7 +11,7 @@ use serde::Serialize;
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::ErrorBody;
-use super::query::QueryMap;
+use super::query::{ListQuery, QueryMap};
 use super::responses::{InvalidQuery, NotLeaderKnown, TooLarge};
 use super::{read_body, reply, ApiError, App, AppInner, Caller};
 use crate::identity::Op;
@@ -54,7 +54,7 @@ pub enum StoreWrite {
 /// sizes, in key order (what the live page shows). Values are not included. A
 /// ReadIndex read: never staler than the last write acknowledged anywhere.
 #[utoipa::path(get, path = "/v1/store", tag = "store", operation_id = "list_store_keys",
-    params(super::query::ListQuery),
+    params(ListQuery),
     responses(
         (status = 200, description = "keys in key order, values not included", body = StoreKeys),
         InvalidQuery,
