@@ -87,6 +87,14 @@ pub async fn run_with_wire(
     let peer_tls = tls::peer(&config).map_err(ServerError::Setup)?;
     let peer_listener = bind_setting(config.peer_listen.as_deref(), "peer_listen").await?;
     warn_ignored_settings(&config);
+    if config.force_new_cluster && !format::holds_data(&config.data_dir) {
+        // Refused before anything is created: a mistyped path gets no new directory.
+        return Err(ServerError::Setup(format!(
+            "force_new_cluster: {} holds no data directory, so no log to keep (start a new member without it); \
+             nothing was created",
+            config.data_dir.display()
+        )));
+    }
     format::check_or_create(&config.data_dir).map_err(ServerError::Setup)?;
     let mut old = migrate::read(&config)?;
     let peer_addr = peer_listener.as_ref().map_or_else(|| listener.local_addr(), |l| l.local_addr())?;

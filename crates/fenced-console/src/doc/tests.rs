@@ -175,3 +175,30 @@ async fn answers_carry_their_required_fields() {
         }
     }
 }
+
+/// Every number the run request's schema gives as a field's default ("(default: N)")
+/// is what a run of an empty request ran with: the text is written by hand, so this
+/// keeps it from drifting from the simulator's defaults.
+#[tokio::test]
+async fn every_documented_default_is_the_runs() {
+    let app: Router = crate::api();
+    let doc = openapi();
+    let (st, v) = call(&app, "/v1/sim/runs", &json!({})).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let summary = &v["runs"][0]["summary"];
+    let props = doc["components"]["schemas"]["SimRunRequest"]["properties"].as_object().unwrap();
+    let mut checked = Vec::new();
+    for (field, s) in props {
+        let text = s["description"].as_str().unwrap_or_default();
+        let Some(rest) = text.split("(default: ").nth(1) else { continue };
+        let Ok(n) = rest.split(')').next().unwrap().parse::<u64>() else { continue };
+        assert_eq!(
+            summary[field.as_str()].as_u64(),
+            Some(n),
+            "{field}: the schema says default {n}; a run of {{}}: {summary}"
+        );
+        checked.push(field.clone());
+    }
+    checked.sort();
+    assert_eq!(checked, ["clients", "duration_ms", "lease_ms", "seed"]);
+}

@@ -17,7 +17,7 @@ pub(crate) struct RunRequest {
     pub(super) scenario: Option<String>,
     /// The run's seed (default: 1); the same seed gives the same run.
     pub(super) seed: Option<u64>,
-    /// Simulated clients (default: 5).
+    /// Simulated clients (default: 4).
     pub(super) clients: Option<u32>,
     /// The base lease in ms (default: 1000); long-lease runs with four times it, and
     /// the lease it runs with must be 10 ms to 1 h.

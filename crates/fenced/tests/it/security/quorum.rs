@@ -105,3 +105,28 @@ fn force_new_cluster_brings_back_a_member_whose_quorum_is_gone_keeping_everythin
     let (_, v) = call(one, "GET", "/v1/locks/kept", "", &[]).unwrap();
     assert_eq!((v["held"].as_bool(), v["token"].as_u64()), (Some(true), Some(token)), "{v}");
 }
+
+/// `--force-new-cluster` on a path that holds no data directory (a new path, or an
+/// empty directory) is refused before anything is written: no directory, no `FORMAT`,
+/// no log is left behind by the refused start.
+#[test]
+fn force_new_cluster_without_a_data_directory_is_refused_and_creates_nothing() {
+    let base = scratch("force-nothing");
+    let empty = base.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    for dir in [base.join("new"), empty.clone()] {
+        let out = Command::new(BIN)
+            .args(["server", "--force-new-cluster", "--listen", &free_addr().to_string(), "--data-dir"])
+            .arg(&dir)
+            .env("FENCED_LOG", "error")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{}: {stderr}", dir.display());
+        assert!(stderr.contains("no log to keep"), "{}: {stderr}", dir.display());
+        let left: Vec<_> = std::fs::read_dir(&base).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, ["empty"], "{}: the refused start left {left:?}", dir.display());
+        assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0, "{}", dir.display());
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}
