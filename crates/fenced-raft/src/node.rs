@@ -414,6 +414,8 @@ impl Node {
         applied: Arc<dyn Applied>,
         refusals: Arc<dyn Refusals>,
     ) -> io::Result<Arc<Node>> {
+        // Read before anything is opened: a damaged file is refused with nothing changed.
+        let tokens_above = crate::backup::pending_tokens_above(&opts.dir)?;
         let (log, sm, base_unsnapshotted, db_closed) = open_storage(&opts, applied)?;
         let config = raft_config(&opts, restores_alone(&opts, &log, &sm))?;
         let network = Network::new(opts.peer_token.clone(), opts.peer_routes.clone(), opts.peer_tls.clone())
@@ -450,7 +452,7 @@ impl Node {
             snapshot_every: opts.snapshot_every,
             leader_contact: Mutex::new(None),
             contact_window: contact_window(opts.election_timeout_max_ms),
-            tokens_above: Mutex::new(crate::backup::pending_tokens_above(&opts.dir)?),
+            tokens_above: Mutex::new(tokens_above),
             renewals: Mutex::new(HashMap::new()),
             confirmations,
             dir: opts.dir.clone(),

@@ -142,7 +142,6 @@ impl SegmentLog {
     /// Opens the log in `dir` (created when absent), recovering what it holds.
     pub fn open(dir: &Path) -> io::Result<(SegmentLog, Recovered)> {
         std::fs::create_dir_all(dir)?;
-        let _ = std::fs::remove_file(dir.join(SPARE));
         let names = segment_names(dir)?;
         let mut rec = Recovered::default();
         let mut segments = VecDeque::new();
@@ -165,6 +164,8 @@ impl SegmentLog {
                 ));
             }
         }
+        // Only once the segments checked: a log refused as damaged is left as it was.
+        let _ = std::fs::remove_file(dir.join(SPARE));
         let (file, pos, size) = match (segments.back(), tail) {
             (Some(seg), Some(end)) => {
                 let file = std::fs::OpenOptions::new().read(true).write(true).open(&seg.path)?;

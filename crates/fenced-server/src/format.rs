@@ -23,6 +23,10 @@
 //!   of the formats `migrate` brings over): those are format 1, upgraded as above;
 //! - an empty or new directory: created with the file.
 //!
+//! A start reads the format first ([`check`], changing nothing) and writes what it
+//! found was due ([`mark`]) only once nothing else refuses the start, before anything
+//! in the directory is written: a refused start leaves the directory as it was.
+//!
 //! A later release that changes what `raft.redb` holds raises [`FORMAT_VERSION`] and
 //! upgrades from every version before it (the fixture of each release's directory in
 //! `tests/fixtures/` proves it still reads them), or refuses with the documented way
@@ -46,15 +50,48 @@ const EARLIER: [&str; 2] = ["raft.redb", "fenced.redb"];
 /// Checks `dir`'s format, creating the directory and its `FORMAT` when new; an error
 /// says why the directory cannot be served and what to do.
 pub fn check_or_create(dir: &Path) -> Result<(), String> {
+    let marking = check(dir)?;
+    mark(dir, marking)
+}
+
+/// What [`mark`] has to do once a start's other checks passed.
+#[must_use]
+pub enum Marking {
+    /// `FORMAT` says this release's format.
+    Done,
+    /// A new directory: created, with its `FORMAT`.
+    New,
+    /// A directory of an earlier format (`from`; 1 when it has no `FORMAT`): upgraded.
+    Upgrade { from: u32 },
+}
+
+/// Reads `dir`'s format without changing anything: an error says why the directory
+/// cannot be served and what to do; otherwise what [`mark`] is to write, which a start
+/// does only once nothing else refuses it (a refused start leaves the directory as it
+/// was), and before anything in the directory is written.
+pub fn check(dir: &Path) -> Result<Marking, String> {
     let file = dir.join(FILE);
     match std::fs::read_to_string(&file) {
-        Ok(text) => return check(dir, &text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
+        Ok(text) => version(dir, &text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Ok(if EARLIER.iter().any(|f| dir.join(f).exists()) { Marking::Upgrade { from: 1 } } else { Marking::New })
+        }
+        Err(e) => Err(format!("cannot read {}: {e}", file.display())),
     }
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create the data directory {}: {e}", dir.display()))?;
-    if EARLIER.iter().any(|f| dir.join(f).exists()) {
-        tracing::info!(data_dir = %dir.display(), format = FORMAT_VERSION, "a data directory of an earlier release: marked with its format");
+}
+
+/// Writes what [`check`] found was to be written.
+pub fn mark(dir: &Path, marking: Marking) -> Result<(), String> {
+    let file = dir.join(FILE);
+    match marking {
+        Marking::Done => return Ok(()),
+        Marking::New => {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create the data directory {}: {e}", dir.display()))?;
+        }
+        Marking::Upgrade { from } => {
+            tracing::info!(data_dir = %dir.display(), from, to = FORMAT_VERSION, "the data directory's format is upgraded (one way: what is written from now on is in the new format)");
+        }
     }
     write(dir).map_err(|e| format!("cannot write {}: {e}", file.display()))
 }
@@ -64,7 +101,7 @@ pub fn holds_data(dir: &Path) -> bool {
     dir.join(FILE).exists() || EARLIER.iter().any(|f| dir.join(f).exists())
 }
 
-fn check(dir: &Path, text: &str) -> Result<(), String> {
+fn version(dir: &Path, text: &str) -> Result<Marking, String> {
     let version = text.trim().strip_prefix(PREFIX).and_then(|v| v.parse::<u32>().ok()).ok_or_else(|| {
         format!(
             "{} does not say a format ('{}'): this is not a Fenced data directory, or its FORMAT file is damaged",
@@ -73,7 +110,7 @@ fn check(dir: &Path, text: &str) -> Result<(), String> {
         )
     })?;
     match version {
-        FORMAT_VERSION => Ok(()),
+        FORMAT_VERSION => Ok(Marking::Done),
         v if v > FORMAT_VERSION => Err(format!(
             "the data directory {} is in format {v}, written by a later release of Fenced; this release ({}) \
              reads format {FORMAT_VERSION} (and upgrades formats {FORMAT_VERSION_MIN} and later). Run that release (or a \
@@ -82,10 +119,7 @@ fn check(dir: &Path, text: &str) -> Result<(), String> {
             dir.display(),
             env!("CARGO_PKG_VERSION"),
         )),
-        v if v >= FORMAT_VERSION_MIN => {
-            tracing::info!(data_dir = %dir.display(), from = v, to = FORMAT_VERSION, "the data directory's format is upgraded (one way: what is written from now on is in the new format)");
-            write(dir).map_err(|e| format!("cannot write {}: {e}", dir.join(FILE).display()))
-        }
+        v if v >= FORMAT_VERSION_MIN => Ok(Marking::Upgrade { from: v }),
         v => Err(format!("the data directory {} says format {v}, which no release wrote", dir.display())),
     }
 }

@@ -87,6 +87,11 @@ pub async fn run_with_wire(
     let peer_tls = tls::peer(&config).map_err(ServerError::Setup)?;
     let peer_listener = bind_setting(config.peer_listen.as_deref(), "peer_listen").await?;
     warn_ignored_settings(&config);
+    // Every setting that can be refused is read before the data directory is touched:
+    // a refused start changes nothing there.
+    let signer = signing::GrantSigner::load(&config).map_err(ServerError::Setup)?.map(Arc::new);
+    let metrics = Arc::new(Metrics::default());
+    let audit = open_audit(&config, &metrics)?;
     if config.force_new_cluster && !format::holds_data(&config.data_dir) {
         // Refused before anything is created: a mistyped path gets no new directory.
         return Err(ServerError::Setup(format!(
@@ -95,13 +100,13 @@ pub async fn run_with_wire(
             config.data_dir.display()
         )));
     }
-    format::check_or_create(&config.data_dir).map_err(ServerError::Setup)?;
+    let marking = format::check(&config.data_dir).map_err(ServerError::Setup)?;
     let mut old = migrate::read(&config)?;
     let peer_addr = peer_listener.as_ref().map_or_else(|| listener.local_addr(), |l| l.local_addr())?;
     let opts = node_options(&config, peer_addr, &mut old, auth_token.as_deref(), peer_tls.as_ref())?;
+    // Nothing refused the start: `FORMAT` says the format before anything is written.
+    format::mark(&config.data_dir, marking).map_err(ServerError::Setup)?;
     let hand_over_within = Duration::from_millis(opts.election_timeout_max_ms.max(500) * 2);
-    let metrics = Arc::new(Metrics::default());
-    let audit = open_audit(&config, &metrics)?;
     let router = locks::Router::new(metrics.clone(), config.events_retained);
     let node = start_node(opts, &config, router.clone()).await?;
     let fatal = Arc::new(tokio::sync::Notify::new());
@@ -111,7 +116,7 @@ pub async fn run_with_wire(
         import_old(&locks, old).await?;
     }
     let (stop_tx, stop_rx) = watch::channel(false);
-    let app = app_state(&config, &locks, &metrics, identities, audit, &stop_rx)?;
+    let app = app_state(&config, &locks, &metrics, identities, (audit, signer), &stop_rx)?;
     // Registered here, before the server answers: a SIGHUP that comes once it serves
     // reloads, never kills.
     #[cfg(unix)]

@@ -3,7 +3,9 @@
 //!
 //! The directory is built beside its destination (`DIR.restoring`) and renamed into
 //! place only once whole (its `FORMAT`, and a log whose base state is the saved table),
-//! so a restore cut short leaves no directory a server would start on. A destination
+//! so a restore cut short leaves no directory a server would start on (only
+//! `DIR.restoring`, which a later restore refuses to take over: it removes nothing it did
+//! not create). A destination
 //! that exists and holds anything is refused: a restore never mixes a backup into a
 //! member's log.
 
@@ -49,7 +51,18 @@ pub fn restore(file: &Path, dir: &Path, tokens_above: Option<u64>) -> Result<(He
         Err(e) => return Err(format!("cannot read {}: {e}", dir.display())),
     }
     let staging = staging_dir(dir);
-    let _ = std::fs::remove_dir_all(&staging);
+    // Made here, never taken over: what this restore did not create, it does not remove.
+    if let Err(e) = std::fs::create_dir(&staging) {
+        return Err(if e.kind() == std::io::ErrorKind::AlreadyExists {
+            format!(
+                "{} exists (a restore cut short, or something else): remove it, or restore into another \
+                 directory; nothing was changed",
+                staging.display()
+            )
+        } else {
+            format!("cannot create {}: {e}", staging.display())
+        });
+    }
     let (header, checksum) = (b.header.clone(), b.checksum.clone());
     let built = (|| {
         crate::format::check_or_create(&staging)?;

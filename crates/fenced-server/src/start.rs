@@ -127,7 +127,7 @@ pub(super) fn app_state(
     locks: &Arc<Locks>,
     metrics: &Arc<Metrics>,
     identities: identity::Identities,
-    audit: audit::Audit,
+    (audit, signer): (audit::Audit, Option<Arc<signing::GrantSigner>>),
     stop_rx: &watch::Receiver<bool>,
 ) -> Result<api::App, ServerError> {
     let disk = Arc::new(disk::DiskGuard::new(config.min_free_bytes, config.data_dir.clone()));
@@ -145,7 +145,7 @@ pub(super) fn app_state(
         shutdown: stop_rx.clone(),
         openapi: api::doc::document(config),
         disk,
-        signer: signing::GrantSigner::load(config).map_err(ServerError::Setup)?.map(Arc::new),
+        signer,
     }))
 }
 

@@ -79,19 +79,34 @@ pub fn run(cmd: SnapshotCmd, global: &Global) -> anyhow::Result<ExitCode> {
 fn save(a: SaveArgs, global: &Global) -> anyhow::Result<ExitCode> {
     let client = crate::client_cmd::client(global)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the runtime")?;
-    let bytes = rt.block_on(client.snapshot(Duration::from_millis(a.timeout)))?;
     let part = part_path(&a.file);
-    write_durably(&part, &bytes).with_context(|| format!("writing {}", part.display()))?;
-    // Read back what is on disk: a transfer cut short is found here, not at restore.
-    let checked = fenced_server::restore::inspect(&part);
-    let (header, checksum) = match checked {
+    // A new file, never one that was there: what this save did not create, it does not
+    // overwrite or remove.
+    let mut f = match std::fs::OpenOptions::new().write(true).create_new(true).open(&part) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => anyhow::bail!(
+            "{} exists (a save cut short, or something else): remove it, or save to another file; nothing was changed",
+            part.display()
+        ),
+        Err(e) => return Err(e).with_context(|| format!("creating {}", part.display())),
+    };
+    let saved = (|| {
+        let bytes = rt.block_on(client.snapshot(Duration::from_millis(a.timeout)))?;
+        f.write_all(&bytes).and_then(|()| f.sync_all()).with_context(|| format!("writing {}", part.display()))?;
+        // Read back what is on disk: a transfer cut short is found here, not at restore.
+        let checked = fenced_server::restore::inspect(&part)
+            .map_err(|e| anyhow::anyhow!("the saved snapshot does not check: {e}"))?;
+        std::fs::rename(&part, &a.file)
+            .with_context(|| format!("renaming {} to {}", part.display(), a.file.display()))?;
+        Ok::<_, anyhow::Error>(checked)
+    })();
+    let (header, checksum) = match saved {
         Ok(v) => v,
         Err(e) => {
             let _ = std::fs::remove_file(&part);
-            anyhow::bail!("the saved snapshot does not check: {e}");
+            return Err(e);
         }
     };
-    std::fs::rename(&part, &a.file).with_context(|| format!("renaming {} to {}", part.display(), a.file.display()))?;
     if let Some(dir) = a.file.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::File::open(dir).and_then(|f| f.sync_all()).with_context(|| format!("syncing {}", dir.display()))?;
     }
@@ -103,12 +118,6 @@ fn part_path(file: &Path) -> PathBuf {
     let mut name = file.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "snapshot".into());
     name.push(".part");
     file.with_file_name(name)
-}
-
-fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut f = std::fs::File::create(path)?;
-    f.write_all(bytes)?;
-    f.sync_all()
 }
 
 fn header_json(file: &Path, h: &Header, checksum: &str) -> serde_json::Value {

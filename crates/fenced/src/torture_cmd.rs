@@ -1,7 +1,7 @@
 //! `fenced torture`: fault injection against Fenced and the locks people use today.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -107,12 +107,12 @@ pub fn run(a: TortureArgs, g: &Global) -> anyhow::Result<ExitCode> {
     let configs = configs(&a)?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let mut reports = Vec::new();
-    let mut history = match &a.history {
-        Some(p) => {
-            Some(std::io::BufWriter::new(std::fs::File::create(p).with_context(|| format!("create {}", p.display()))?))
-        }
-        None => None,
-    };
+    if let Some(p) = &a.history {
+        history_path_usable(p)?;
+    }
+    // Created once the first run is done: a run refused before it starts (a peer or a
+    // client not installed) leaves an earlier history as it was.
+    let mut history: Option<std::io::BufWriter<std::fs::File>> = None;
     let mut skipped: Vec<(Target, String)> = Vec::new();
     for cfg in &configs {
         // Comparing, a row whose peer is not installed is skipped with the reason; a
@@ -129,8 +129,12 @@ pub fn run(a: TortureArgs, g: &Global) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::from(130));
             }
         };
-        if let Some(h) = history.as_mut() {
-            write_history(h, &report)?;
+        if let Some(p) = &a.history {
+            if history.is_none() {
+                let f = std::fs::File::create(p).with_context(|| format!("create {}", p.display()))?;
+                history = Some(std::io::BufWriter::new(f));
+            }
+            write_history(history.as_mut().expect("created above"), &report)?;
         }
         reports.push(report);
     }
@@ -238,6 +242,15 @@ fn nemesis(a: &TortureArgs, targets: &[Target]) -> anyhow::Result<Nemesis> {
 }
 
 /// A run's operations and faults as JSON lines, each with its target.
+/// Refuses, before any run, a history path that could not be written: a directory, or
+/// one in a directory that does not exist.
+fn history_path_usable(p: &Path) -> anyhow::Result<()> {
+    anyhow::ensure!(!p.is_dir(), "--history {} is a directory", p.display());
+    let parent = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    anyhow::ensure!(parent.is_dir(), "--history {}: {} is not a directory", p.display(), parent.display());
+    Ok(())
+}
+
 fn write_history(h: &mut impl Write, report: &TortureReport) -> anyhow::Result<()> {
     for op in &report.history {
         serde_json::to_writer(&mut *h, &serde_json::json!({ "target": report.target, "op": op }))?;

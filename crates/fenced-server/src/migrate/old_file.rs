@@ -17,7 +17,7 @@
 use std::path::Path;
 
 use fenced_core::{Limits, LockName, LockTable, Record, Resume, Token};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError};
+use redb::{Database, ReadOnlyDatabase, ReadableDatabase, ReadableTable, TableDefinition, TableError};
 
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const KV: TableDefinition<&str, &[u8]> = TableDefinition::new("kv");
@@ -48,8 +48,13 @@ impl OldFile {
     /// key, never "no mark" (which would admit any token).
     pub fn read(path: &Path) -> Result<OldFile, String> {
         let err = |e: &dyn std::fmt::Display| format!("cannot read {}: {e}", path.display());
-        let db = Database::open(path).map_err(|e| err(&e))?;
-        let txn = db.begin_read().map_err(|e| err(&e))?;
+        // Read-only, so that a start refused after reading it leaves the file as it was;
+        // a file left open by a crash needs redb's repair, which only a writable open does.
+        let txn = match ReadOnlyDatabase::open(path) {
+            Ok(db) => db.begin_read(),
+            Err(_) => Database::open(path).map_err(|e| err(&e))?.begin_read(),
+        }
+        .map_err(|e| err(&e))?;
         let mut old =
             OldFile { token_ceiling: 1, ttl_ms_hwm: 0, clean_grace_ms: None, lock_delays: vec![], records: vec![] };
         match txn.open_table(META) {

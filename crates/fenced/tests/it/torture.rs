@@ -313,3 +313,29 @@ fn the_elect_workload_is_refused_where_there_is_no_election() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown workload"));
 }
+
+/// A run refused before it starts (here a Python that is not there) leaves an earlier
+/// `--history` file as it was, and a history path in a missing directory is refused
+/// before anything runs.
+#[test]
+fn a_refused_run_leaves_the_history_alone() {
+    let dir = crate::server::scratch("torture-history");
+    std::fs::create_dir_all(&dir).unwrap();
+    let history = dir.join("h.jsonl");
+    std::fs::write(&history, "mine\n").unwrap();
+    let run = |history: &std::path::Path| {
+        Command::new(crate::server::BIN)
+            .args(["torture", "--target", "python", "--python", "/nonexistent/python", "--duration", "10s"])
+            .args(["--recovery", "3s", "--history"])
+            .arg(history)
+            .output()
+            .unwrap()
+    };
+    let out = run(&history);
+    assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&history).unwrap(), "mine\n", "a refused run truncated the history");
+    let out = run(&dir.join("missing").join("h.jsonl"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("--history"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -35,6 +35,43 @@ fn damaged_copies_are_refused(files: &std::path::Path, file: &std::path::Path) {
     }
 }
 
+/// A `FILE.part` or a `DIR.restoring` that was there before (a file of the user's, say)
+/// makes `save` and `restore` refuse, and stays as it was: a command removes only what
+/// it created. `save` refuses before it asks the service (the endpoint here is closed).
+fn leftovers_of_others_are_refused_and_kept(files: &std::path::Path, file: &std::path::Path) {
+    use std::ffi::OsStr;
+    let part = files.join("again.snap.part");
+    std::fs::write(&part, "mine").unwrap();
+    let closed = format!("http://{}", free_addr());
+    let (ok, _, err) = snapshot_cmd(&[
+        OsStr::new("save"),
+        files.join("again.snap").as_os_str(),
+        OsStr::new("--endpoint"),
+        OsStr::new(&closed),
+    ]);
+    assert!(!ok && err.contains("exists"), "{err}");
+    assert_eq!(std::fs::read_to_string(&part).unwrap(), "mine", "save overwrote a .part it did not create");
+    assert!(!files.join("again.snap").exists());
+    // With the endpoint closed and no .part before, the save fails and leaves nothing.
+    let (ok, _, err) = snapshot_cmd(&[
+        OsStr::new("save"),
+        files.join("other.snap").as_os_str(),
+        OsStr::new("--endpoint"),
+        OsStr::new(&closed),
+    ]);
+    assert!(!ok, "{err}");
+    assert!(!files.join("other.snap.part").exists(), "a failed save left its .part");
+    let staging = files.join("kept.restoring");
+    std::fs::create_dir_all(&staging).unwrap();
+    std::fs::write(staging.join("notes.txt"), "mine").unwrap();
+    let dir = files.join("kept");
+    let (ok, _, err) =
+        snapshot_cmd(&[OsStr::new("restore"), file.as_os_str(), OsStr::new("--data-dir"), dir.as_os_str()]);
+    assert!(!ok && err.contains("exists"), "{err}");
+    assert_eq!(std::fs::read_to_string(staging.join("notes.txt")).unwrap(), "mine", "restore took over a directory");
+    assert!(!dir.exists(), "a refused restore made its directory");
+}
+
 /// The restored cluster `b` serves the saved lock (same holder, same token, a full TTL),
 /// its lease, the saved store values, and each key's mark.
 fn serves_what_was_saved(b: &Cluster, held_token: u64, lease: &str, acked_stored: &BTreeMap<String, u64>) {
@@ -109,6 +146,7 @@ fn a_snapshot_saved_under_load_restores_into_a_new_three_member_cluster() {
 
     // Damaged, cut short: refused by status and by restore, which leaves no directory.
     damaged_copies_are_refused(&files, &file);
+    leftovers_of_others_are_refused_and_kept(&files, &file);
 
     // Tokens continue above what the old service may have issued after the save
     // (`--tokens-above`). One member is given a higher floor than the others: the floor

@@ -130,3 +130,57 @@ fn force_new_cluster_without_a_data_directory_is_refused_and_creates_nothing() {
     }
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// Settings refused at start (an audit log in a directory that does not exist, a grant
+/// signing key that is not there) are read before the data directory is touched: the
+/// refused start creates no directory.
+#[test]
+fn a_start_refused_for_its_settings_leaves_the_data_directory_alone() {
+    let base = scratch("refused-settings");
+    std::fs::create_dir_all(&base).unwrap();
+    let missing = base.join("missing").join("x");
+    let refused = |flags: &[&std::ffi::OsStr], env: Option<(&str, &std::path::Path)>, says: &str| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["server", "--listen", &free_addr().to_string(), "--data-dir"]).arg(base.join("new")).args(flags);
+        if let Some((k, v)) = env {
+            cmd.env(k, v);
+        }
+        let out = cmd.env("FENCED_LOG", "error").output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(says), "{says}: {stderr}");
+        let left: Vec<_> = std::fs::read_dir(&base).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(left.is_empty(), "{says}: the refused start left {left:?}");
+    };
+    refused(&["--audit-log".as_ref(), missing.as_os_str()], None, "audit_log");
+    refused(&[], Some(("FENCED_GRANT_SIGNING_KEY", &missing)), "grant_signing_key");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A single-node directory of an earlier format started with `--peers` is refused, and
+/// the refused start leaves it exactly as it was: the old file read, not opened for
+/// writing, and no `FORMAT` written (a start marks the format only once nothing refuses
+/// it), so the start without `--peers` that the message asks for still migrates it.
+#[test]
+fn a_single_node_directory_started_with_peers_is_refused_unchanged() {
+    let dir = scratch("old-with-peers");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fixture =
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../fenced-server/tests/fixtures/single-node-format/fenced.redb");
+    std::fs::copy(fixture, dir.join("fenced.redb")).unwrap();
+    let before = std::fs::read(dir.join("fenced.redb")).unwrap();
+    let (a, b, c) = (free_addr(), free_addr(), free_addr());
+    let peers = format!("1=http://{a},2=http://{b},3=http://{c}");
+    let out = Command::new(BIN)
+        .args(["server", "--listen", &a.to_string(), "--node-id", "1", "--peers", &peers, "--insecure-peers"])
+        .arg("--data-dir")
+        .arg(&dir)
+        .env("FENCED_LOG", "error")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("without --peers"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, ["fenced.redb"], "the refused start left {left:?}");
+    assert!(std::fs::read(dir.join("fenced.redb")).unwrap() == before, "the refused start changed fenced.redb");
+    let _ = std::fs::remove_dir_all(&dir);
+}
