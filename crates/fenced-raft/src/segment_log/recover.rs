@@ -14,7 +14,7 @@ pub(super) fn damaged(path: &Path, at: u64, why: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
         format!(
-            "the raft log is damaged: {} at byte {at}: {why}. Nothing was changed; restore this member from its peers \
+            "the raft log is damaged: {} at byte {at}: {why}. The log was left as it is; restore this member from its peers \
              (remove its data directory and add it again) or from a backup (docs/operations.md)",
             path.display()
         ),
