@@ -96,11 +96,6 @@ pub fn mark(dir: &Path, marking: Marking) -> Result<(), String> {
     write(dir).map_err(|e| format!("cannot write {}: {e}", file.display()))
 }
 
-/// Whether `dir` holds a data directory: its `FORMAT`, or an earlier release's files.
-pub fn holds_data(dir: &Path) -> bool {
-    dir.join(FILE).exists() || EARLIER.iter().any(|f| dir.join(f).exists())
-}
-
 fn version(dir: &Path, text: &str) -> Result<Marking, String> {
     let version = text.trim().strip_prefix(PREFIX).and_then(|v| v.parse::<u32>().ok()).ok_or_else(|| {
         format!(

@@ -92,7 +92,8 @@ pub async fn run_with_wire(
     let signer = signing::GrantSigner::load(&config).map_err(ServerError::Setup)?.map(Arc::new);
     let metrics = Arc::new(Metrics::default());
     let audit = open_audit(&config, &metrics)?;
-    if config.force_new_cluster && !format::holds_data(&config.data_dir) {
+    let marking = format::check(&config.data_dir).map_err(ServerError::Setup)?;
+    if config.force_new_cluster && matches!(marking, format::Marking::New) {
         // Refused before anything is created: a mistyped path gets no new directory.
         return Err(ServerError::Setup(format!(
             "force_new_cluster: {} holds no data directory, so no log to keep (start a new member without it); \
@@ -100,7 +101,6 @@ pub async fn run_with_wire(
             config.data_dir.display()
         )));
     }
-    let marking = format::check(&config.data_dir).map_err(ServerError::Setup)?;
     let mut old = migrate::read(&config)?;
     let peer_addr = peer_listener.as_ref().map_or_else(|| listener.local_addr(), |l| l.local_addr())?;
     let opts = node_options(&config, peer_addr, &mut old, auth_token.as_deref(), peer_tls.as_ref())?;
@@ -116,7 +116,7 @@ pub async fn run_with_wire(
         import_old(&locks, old).await?;
     }
     let (stop_tx, stop_rx) = watch::channel(false);
-    let app = app_state(&config, &locks, &metrics, identities, (audit, signer), &stop_rx)?;
+    let app = app_state(&config, &locks, &metrics, identities, audit, signer, &stop_rx)?;
     // Registered here, before the server answers: a SIGHUP that comes once it serves
     // reloads, never kills.
     #[cfg(unix)]

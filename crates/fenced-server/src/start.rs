@@ -127,7 +127,8 @@ pub(super) fn app_state(
     locks: &Arc<Locks>,
     metrics: &Arc<Metrics>,
     identities: identity::Identities,
-    (audit, signer): (audit::Audit, Option<Arc<signing::GrantSigner>>),
+    audit: audit::Audit,
+    signer: Option<Arc<signing::GrantSigner>>,
     stop_rx: &watch::Receiver<bool>,
 ) -> Result<api::App, ServerError> {
     let disk = Arc::new(disk::DiskGuard::new(config.min_free_bytes, config.data_dir.clone()));

@@ -130,11 +130,13 @@ pub fn run(a: TortureArgs, g: &Global) -> anyhow::Result<ExitCode> {
             }
         };
         if let Some(p) = &a.history {
-            if history.is_none() {
-                let f = std::fs::File::create(p).with_context(|| format!("create {}", p.display()))?;
-                history = Some(std::io::BufWriter::new(f));
-            }
-            write_history(history.as_mut().expect("created above"), &report)?;
+            let h = match &mut history {
+                Some(h) => h,
+                None => history.insert(std::io::BufWriter::new(
+                    std::fs::File::create(p).with_context(|| format!("create {}", p.display()))?,
+                )),
+            };
+            write_history(h, &report)?;
         }
         reports.push(report);
     }
@@ -241,7 +243,6 @@ fn nemesis(a: &TortureArgs, targets: &[Target]) -> anyhow::Result<Nemesis> {
     Ok(nemesis)
 }
 
-/// A run's operations and faults as JSON lines, each with its target.
 /// Refuses, before any run, a history path that could not be written: a directory, or
 /// one in a directory that does not exist.
 fn history_path_usable(p: &Path) -> anyhow::Result<()> {
@@ -251,6 +252,7 @@ fn history_path_usable(p: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A run's operations and faults as JSON lines, each with its target.
 fn write_history(h: &mut impl Write, report: &TortureReport) -> anyhow::Result<()> {
     for op in &report.history {
         serde_json::to_writer(&mut *h, &serde_json::json!({ "target": report.target, "op": op }))?;

@@ -50,11 +50,19 @@ impl OldFile {
         let err = |e: &dyn std::fmt::Display| format!("cannot read {}: {e}", path.display());
         // Read-only, so that a start refused after reading it leaves the file as it was;
         // a file left open by a crash needs redb's repair, which only a writable open does.
-        let txn = match ReadOnlyDatabase::open(path) {
-            Ok(db) => db.begin_read(),
-            Err(_) => Database::open(path).map_err(|e| err(&e))?.begin_read(),
-        }
-        .map_err(|e| err(&e))?;
+        // Both kept until the function returns: the transaction reads through them.
+        let (read_only, writable);
+        let db: &dyn ReadableDatabase = match ReadOnlyDatabase::open(path) {
+            Ok(db) => {
+                read_only = db;
+                &read_only
+            }
+            Err(_) => {
+                writable = Database::open(path).map_err(|e| err(&e))?;
+                &writable
+            }
+        };
+        let txn = db.begin_read().map_err(|e| err(&e))?;
         let mut old =
             OldFile { token_ceiling: 1, ttl_ms_hwm: 0, clean_grace_ms: None, lock_delays: vec![], records: vec![] };
         match txn.open_table(META) {
