@@ -315,8 +315,8 @@ fn the_elect_workload_is_refused_where_there_is_no_election() {
 }
 
 /// A run refused before it starts (here a Python that is not there) leaves an earlier
-/// `--history` file as it was, and a history path in a missing directory is refused
-/// before anything runs.
+/// `--history` file as it was, a history path in a missing directory is refused before
+/// anything runs, and a run that takes place writes its operations there.
 #[test]
 fn a_refused_run_leaves_the_history_alone() {
     let dir = crate::server::scratch("torture-history");
@@ -337,5 +337,18 @@ fn a_refused_run_leaves_the_history_alone() {
     let out = run(&dir.join("missing").join("h.jsonl"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("--history"), "{stderr}");
+    // A run that does take place replaces the earlier file with its operations.
+    let out = Command::new(crate::server::BIN)
+        .args(["torture", "--target", "fenced", "--duration", "3s", "--recovery", "1s", "--history"])
+        .arg(&history)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines = std::fs::read_to_string(&history).unwrap();
+    assert!(lines.lines().count() > 1, "{lines}");
+    for line in lines.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert!(v["target"] == "fenced" && (v["op"].is_object() || v["fault"].is_object()), "{line}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
